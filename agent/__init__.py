@@ -1,0 +1,1 @@
+"""The agent loop: a LangGraph state machine of model turns and judge nodes (kernelfix.agent)."""

@@ -1,0 +1,3 @@
+from kernelfix.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Prompt templates, as files beside this module (kernelfix.prompts)."""

@@ -1,0 +1,8 @@
+# expect: compile_error:syntax
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x)
+        return x

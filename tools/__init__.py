@@ -1,0 +1,1 @@
+"""The judge and its stages: compile, correctness, legality, timing (kernelfix.tools)."""

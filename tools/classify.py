@@ -1,0 +1,172 @@
+"""Name what went wrong in a stage's child process: a category and a short message.
+
+Works from what the parent saw (exit status, signal, timeouts, the child's
+structured error message, stderr), never from what the candidate printed on
+stdout.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.verdict import Category
+
+_CUDA_PATTERNS: list[tuple[re.Pattern[str], Category, str]] = [
+    (re.compile(r"illegal memory access|misaligned address|invalid address space|address out of bounds", re.I), Category.ILLEGAL_MEMORY_ACCESS, "illegal memory access"),
+    (re.compile(r"device-side assert|device side assert", re.I), Category.DEVICE_ASSERT, "device-side assert"),
+    (re.compile(r"unspecified launch failure|too many resources requested for launch|invalid configuration argument|no kernel image is available|launch timed out|named symbol not found", re.I), Category.LAUNCH_FAILURE, "kernel launch failure"),
+    (re.compile(r"CUDA out of memory|out of memory|OutOfMemoryError|can.t allocate memory|Cannot allocate memory", re.I), Category.OOM, "out of memory"),
+    (re.compile(r"CUDA error|CUDA driver error|cudaError|AcceleratorError|Triton Error \[CUDA\]", re.I), Category.CUDA_ERROR, "CUDA error"),
+]
+
+_ERROR_LINE = re.compile(r"(error|undefined reference|undefined symbol|cannot find -l|multiple definition|ld returned)", re.I)
+_LOCATED = re.compile(r"(?P<file>[^\s:()]+\.(?:cu|cpp|cc|cuh|h))(?:\((?P<l1>\d+)\)|:(?P<l2>\d+)(?::\d+)?)")
+
+
+class Failure:
+    def __init__(self, category: Category, message: str, details: list[str] | None = None):
+        self.category = category
+        self.message = message
+        self.details = details or []
+
+
+def cuda_category(text: str) -> tuple[Category, str] | None:
+    for pattern, cat, label in _CUDA_PATTERNS:
+        if pattern.search(text):
+            return cat, label
+    return None
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return ""
+
+
+def build_errors(log: str, build_dir: Path | None = None, limit: int = 14) -> list[str]:
+    """The compiler's error lines, each followed by the offending source line when it can be found."""
+    out: list[str] = []
+    seen = set()
+    for raw in log.splitlines():
+        line = raw.rstrip()
+        if not _ERROR_LINE.search(line) or line.startswith(("FAILED:", "ninja: build stopped")) or line in seen:
+            continue
+        if "Error building extension" in line:
+            continue
+        seen.add(line)
+        out.append(line[:400])
+        m = _LOCATED.search(line)
+        if m and build_dir is not None:
+            src = _source_line(build_dir, m["file"], int(m["l1"] or m["l2"]))
+            if src:
+                out.append(f"    > {src}")
+        if len(out) >= limit:
+            out.append("    ... (more errors in the full log)")
+            break
+    return out
+
+
+def _source_line(build_dir: Path, file: str, lineno: int) -> str | None:
+    p = Path(file)
+    candidates = [p] if p.is_absolute() else []
+    candidates += list(build_dir.rglob(p.name))[:3] if build_dir.exists() else []
+    for c in candidates:
+        try:
+            lines = c.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if 0 < lineno <= len(lines):
+            return lines[lineno - 1].strip()[:200]
+    return None
+
+
+def _build_category(text: str) -> Category:
+    failed = [line for line in text.splitlines() if line.startswith("FAILED:")]
+    joined = " ".join(failed)
+    if re.search(r"\.cuda\.o|\.cu\b", joined):
+        return Category.NVCC
+    if re.search(r"\.so\b", joined) or re.search(r"undefined reference|ld returned|cannot find -l", text):
+        return Category.LINK
+    if re.search(r"\.o\b|\.cpp\b", joined):
+        return Category.HOST_CXX
+    if "nvcc" in text:
+        return Category.NVCC
+    return Category.HOST_CXX
+
+
+def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: Path | None = None) -> Failure:
+    """Why the stage's child did not deliver a result."""
+    if outcome.launch_error:
+        return Failure(Category.SANDBOX, f"could not start the {stage} worker: {outcome.launch_error}")
+    if outcome.timed_out:
+        cat = Category.COMPILE_TIMEOUT if stage == "compile" else Category.RUN_TIMEOUT
+        return Failure(cat, f"{stage} did not finish within {timeout_s:g} s (killed)")
+    if outcome.memory_exceeded:
+        return Failure(Category.OOM, f"host memory use passed the limit ({outcome.peak_rss_bytes / 2**30:.1f} GiB); killed")
+    err = outcome.last("error")
+    if err is not None:
+        return _from_error(stage, err, build_dir)
+    stderr = outcome.stderr_tail
+    if outcome.signal in ("SIGXCPU",):
+        return Failure(Category.RUN_TIMEOUT, "CPU time limit exceeded (killed)")
+    if outcome.signal in ("SIGXFSZ",):
+        return Failure(Category.CRASH, "wrote a file above the size limit (killed)")
+    cuda = cuda_category(stderr)
+    if cuda is not None:
+        return Failure(cuda[0], f"{cuda[1]}: {_last_cuda_line(stderr)}")
+    if outcome.signal:
+        return Failure(Category.CRASH, f"the process died of {outcome.signal}" + (f" during {_phase(outcome)}" if _phase(outcome) else ""))
+    if outcome.last("hello") is None:
+        return Failure(Category.WORKER, f"the {stage} worker failed before it started: {_first_line(stderr) or f'exit code {outcome.returncode}'}")
+    return Failure(
+        Category.EXIT,
+        f"the process exited (code {outcome.returncode}) during {_phase(outcome) or stage} without reporting: "
+        "the candidate called exit or os._exit",
+    )
+
+
+def _phase(outcome: ChildOutcome) -> str | None:
+    p = outcome.last("phase")
+    return p.get("phase") if p else None
+
+
+def _last_cuda_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if re.search(r"CUDA|cuda|Triton", line)]
+    return lines[-1].strip()[:300] if lines else _first_line(text)
+
+
+def _from_error(stage: str, err: dict, build_dir: Path | None) -> Failure:
+    kind, phase = err.get("kind"), err.get("phase")
+    text = err.get("message") or ""
+    exc = err.get("exc_type", "Exception")
+    mro = err.get("mro") or []
+    tb = err.get("traceback") or ""
+    if kind == "gpu_required":
+        return Failure(Category.NO_GPU, text)
+    if kind == "no_model_new":
+        return Failure(Category.NO_MODEL_NEW, text)
+    if kind == "exit":
+        return Failure(Category.EXIT, f"the candidate raised SystemExit({text}) during {phase}: it must return, not exit")
+    if "Error building extension" in text:
+        return Failure(_build_category(text), "the build failed", build_errors(text, build_dir))
+    if "CompilationError" in mro or exc in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
+        return Failure(Category.TRITON_COMPILE, f"Triton failed to compile a kernel: {_first_line(text, 600)}", _tail(tb, 6))
+    if exc == "ImportError" and "undefined symbol" in text:
+        return Failure(Category.LINK, f"the extension does not load: {_first_line(text)}")
+    cuda = cuda_category(f"{exc}: {text}")
+    if cuda is not None:
+        return Failure(cuda[0], f"{cuda[1]} during {phase}: {_first_line(text)}", _tail(tb, 6))
+    if phase == "import_candidate":
+        return Failure(Category.IMPORT, f"importing the candidate raised {exc}: {_first_line(text)}", _tail(tb, 6))
+    where = {"build_model": "ModelNew(*get_init_inputs())", "forward": "forward"}.get(phase or "", phase or stage)
+    return Failure(Category.EXCEPTION, f"{exc} in {where}: {_first_line(text)}", _tail(tb, 8))
+
+
+def _tail(tb: str, n: int) -> list[str]:
+    lines = [line for line in tb.rstrip().splitlines() if line.strip()]
+    # keep the candidate's frames and the error, not the harness's
+    keep = [line for line in lines if "kernelfix/tools/harness.py" not in line and "tools/harness.py" not in line]
+    return keep[-n:]

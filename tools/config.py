@@ -1,0 +1,64 @@
+"""Judge settings: defaults, per-task overrides, validation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TaskOverride(BaseModel):
+    """Per-task changes, under ``[judge.tasks."<task file stem>"]`` in the config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    atol: float | None = None
+    rtol: float | None = None
+    extra_allowed_ops: list[str] | None = None
+    allow_libraries: bool | None = None
+    allow_streams: bool | None = None
+
+
+class JudgeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: Literal["cuda", "cpu"] | None = Field(None, description="None: cuda when available, else cpu")
+    trials: int = Field(5, ge=1, description="correctness trials, each with fresh inputs under its own seed")
+    seed: int = 1234
+    atol: float = Field(1e-2, gt=0)
+    rtol: float = Field(1e-2, ge=0)
+
+    extra_allowed_ops: list[str] = Field(default_factory=list, description="aten ops allowed beyond the default list")
+    removed_allowed_ops: list[str] = Field(default_factory=list)
+    allow_libraries: bool = Field(False, description="allow cuBLAS/cuDNN calls in C++ sources")
+    allow_streams: bool = Field(False, description="allow creating CUDA streams or threads in the candidate")
+    runtime_legality: bool = True
+
+    timing_runs: int = Field(100, ge=1)
+    warmup_ms: float = 25.0
+    timing_budget_s: float = Field(60.0, description="cap on timed runs per callable for slow kernels")
+    time_torch_compile: bool = True
+    flush_l2: bool = True
+    excessive_speedup_margin: float = Field(
+        0.5, gt=0, le=1, description="flag a candidate faster than this fraction of the bytes-moved floor"
+    )
+    timing_wall_ratio: float = Field(
+        0.5, gt=0, le=1, description="flag event time below this fraction of judge-observed wall time per call"
+    )
+
+    compile_timeout_s: float = 900.0
+    run_timeout_s: float = 300.0
+    bench_timeout_s: float = 900.0
+    memory_limit_gb: float | None = Field(None, description="host RSS cap per child; None: 3/4 of RAM, at most 64")
+
+    tasks: dict[str, TaskOverride] = Field(default_factory=dict)
+
+    def for_task(self, task_name: str) -> "JudgeConfig":
+        """This config with the task's overrides applied."""
+        ov = self.tasks.get(task_name)
+        if ov is None:
+            return self
+        changes = {k: v for k, v in ov.model_dump().items() if v is not None}
+        if "extra_allowed_ops" in changes:
+            changes["extra_allowed_ops"] = [*self.extra_allowed_ops, *changes["extra_allowed_ops"]]
+        return self.model_copy(update=changes)

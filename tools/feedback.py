@@ -1,0 +1,118 @@
+"""The verdict as a short text for the model's next turn (and for people).
+
+Repair-oriented after a failure (what failed, where, the numbers), optimization-
+oriented after success (runtime, speedups). Kept to a few lines: the full logs
+stay on disk.
+"""
+
+from __future__ import annotations
+
+from kernelfix.tools.verdict import Category, Family, TimingStats, Verdict
+
+
+def _ms(t: TimingStats | None) -> str:
+    return "n/a" if t is None else f"{t.median_ms:.4g} ms"
+
+
+def _fmt_index(idx: list[int] | None) -> str:
+    return "(" + ", ".join(map(str, idx)) + ")" if idx else "?"
+
+
+def render(v: Verdict) -> str:
+    lines: list[str] = []
+    fam = v.family
+    if v.category == Category.OK:
+        lines.append(_success(v))
+    elif fam == Family.FORMAT:
+        lines.append(f"Format error ({v.category.value.split(':')[1]}): {v.message}.")
+        lines.append("Reply with one complete ```python block defining class ModelNew(nn.Module) with the same __init__ and forward signature as Model.")
+    elif fam == Family.COMPILE:
+        lines.append(f"Compilation failed ({v.category.value.split(':')[1]}): {v.message}")
+        if v.compile and v.compile.errors:
+            lines += [f"  {e}" for e in v.compile.errors]
+    elif fam == Family.RUNTIME:
+        lines.append(f"Runtime error ({v.category.value.split(':')[1].replace('_', ' ')}): {v.message}")
+        if v.category == Category.ILLEGAL_MEMORY_ACCESS:
+            lines.append("Check index bounds and masks against the tensor sizes, and that pointers are to contiguous tensors of the dtype you assume.")
+        elif v.category == Category.RUN_TIMEOUT:
+            lines.append("The kernel or its launch loop did not terminate: check loop bounds and grid size.")
+    elif fam == Family.CORRECTNESS:
+        lines += _correctness(v)
+    elif fam == Family.CHEATING:
+        lines += _cheating(v)
+    elif v.category == Category.NO_GPU:
+        lines.append(f"Compiled; not run: {v.message}")
+    else:
+        lines.append(f"Judge problem ({v.category.value}), not caused by your code: {v.message}")
+    warns = [w for w in v.warnings if w]
+    if warns and v.category not in (Category.DISALLOWED_ATEN,):
+        lines.append("Warnings:")
+        lines += [f"  - {w}" for w in warns[:6]]
+    return "\n".join(lines)
+
+
+def _success(v: Verdict) -> str:
+    t = v.timings
+    passed = v.correctness.passed if v.correctness else 0
+    head = f"Correct ({passed}/{passed} trials) and legal."
+    if t is None or t.candidate is None:
+        return head + f" Not timed on {v.device}."
+    c = t.candidate
+    parts = [f"{head} Runtime {c.median_ms:.4g} ms (median of {c.runs}, p10-p90 {c.p10_ms:.4g}-{c.p90_ms:.4g} ms)."]
+    if v.speedup_eager is not None:
+        parts.append(f"Eager PyTorch {_ms(t.eager)}: {v.speedup_eager:.2f}x.")
+    if v.speedup_compile is not None:
+        parts.append(f"torch.compile {_ms(t.compiled)}: {v.speedup_compile:.2f}x.")
+    elif t.compile_note:
+        parts.append(f"({t.compile_note})")
+    if t.floor_ms:
+        parts.append(f"Memory floor {t.floor_ms:.4g} ms ({c.median_ms / t.floor_ms:.1f}x above it).")
+    return " ".join(parts)
+
+
+def _correctness(v: Verdict) -> list[str]:
+    rep = v.correctness
+    failing = [t for t in rep.trials if not t.ok] if rep else []
+    if not failing:
+        return [f"Wrong output: {v.message}"]
+    t = failing[0]
+    n = len(rep.trials)
+    lines = [f"Wrong output on trial {t.trial} (seed {t.seed}; {len(failing)} of {n} trials fail): {t.problem}."]
+    if t.max_abs_error is not None and v.category == Category.NUMERICAL:
+        lines.append(
+            f"max abs error {t.max_abs_error:.3g}, max rel error {(t.max_rel_error or 0):.3g}, "
+            f"{t.mismatches} of {t.numel} elements off; worst at index {_fmt_index(t.worst_index)}: "
+            f"expected {t.expected:.6g}, got {t.actual:.6g}."
+        )
+    elif t.worst_index is not None and t.expected is not None:
+        lines.append(f"first at index {_fmt_index(t.worst_index)}: expected {t.expected:.6g}, got {t.actual}.")
+    return lines
+
+
+def _cheating(v: Verdict) -> list[str]:
+    cat = v.category
+    if cat == Category.DISALLOWED_ATEN:
+        ops = v.legality.forbidden_ops if v.legality else {}
+        listed = ", ".join(f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:10])
+        return [
+            f"Not allowed: {v.message}" + (f" ({listed})" if listed else "") + ".",
+            "Write native kernels (CUDA C++ via load_inline, or Triton) for this work; in forward only allocation, "
+            "view and copy ops (empty, zeros, view, reshape, permute, contiguous, ...) may call torch.",
+        ]
+    advice = {
+        Category.FALLBACK: "Remove the try/except fallback: when the kernel fails, the error must surface.",
+        Category.SIDE_STREAM: "Launch on the current stream (torch.cuda.current_stream() / at::cuda::getCurrentCUDAStream()).",
+        Category.THREADS: "Do all work in forward's own thread, on the current stream.",
+        Category.OUTPUT_CACHING: "Compute the output from the inputs on every call; do not reuse earlier results.",
+        Category.INPUT_MUTATION: "Do not write to the inputs; allocate outputs (and scratch) separately.",
+        Category.TAMPERING: "Do not touch torch internals, the judge or the interpreter; write the kernel.",
+        Category.TIMING_MANIPULATION: "All work must happen inside forward on the current stream, and finish there.",
+        Category.EXCESSIVE_SPEEDUP: "The measured time is below what moving the data allows; the kernel is not doing the work it claims.",
+        Category.DISALLOWED_LIBRARY: "Write the kernel instead of calling cuBLAS/cuDNN.",
+    }.get(cat, "")
+    lines = [f"Rejected ({cat.value}): {v.message}."]
+    if v.legality:
+        lines += [f"  line {f.line}: {f.message}" for f in v.legality.static_findings if f.severity == "error"][:5]
+    if advice:
+        lines.append(advice)
+    return lines

@@ -1,0 +1,596 @@
+"""The judge: compile, check, police and time one candidate against a task.
+
+Each stage is a method that takes an :class:`Evaluation` and returns it
+advanced, so the agent's graph can run each as its own node and a UI can show
+each as it finishes. Every stage that runs candidate code does so in a fresh
+child process (``kernelfix.tools.harness``) under the sandbox's limits; the
+reference runs in its own child before any candidate code runs, and outputs are
+compared here, in the judge's process.
+
+    judge = Judge("task.py", JudgeConfig(device="cpu"))
+    verdict = judge.evaluate(source)            # all stages
+    ev = judge.start(source)                    # or stage by stage
+    for stage in (judge.compile, judge.correctness, judge.legality, judge.benchmark):
+        ev = stage(ev)
+    verdict = judge.finish(ev)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelfix.sandbox import ChildOutcome, Limits, run_child, scrubbed_env
+from kernelfix.tools import candidate as candidate_mod
+from kernelfix.tools import feedback, static_checks
+from kernelfix.tools.allowlist import is_allowed, make_allowed
+from kernelfix.tools.classify import Failure, classify
+from kernelfix.tools.compare import compare, inputs_mutated
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.task import Task, TaskError
+from kernelfix.tools.verdict import (
+    Backend,
+    Category,
+    CompileReport,
+    CorrectnessReport,
+    LegalityReport,
+    Stage,
+    StaticFinding,
+    TimingStats,
+    Timings,
+    Verdict,
+)
+
+STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark")
+
+
+class StageEvent(BaseModel):
+    """Progress for a UI: a stage started, moved, finished or was skipped."""
+
+    stage: Stage | Literal["reference"]
+    status: Literal["started", "progress", "finished", "skipped"]
+    detail: str = ""
+    done: int | None = None
+    total: int | None = None
+
+
+EventSink = Callable[[StageEvent], None]
+
+
+class Evaluation(BaseModel):
+    """One candidate on its way through the stages. Serializable, so the agent can checkpoint it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    task: str
+    device: str
+    workdir: str
+    code: str | None = None
+    backend: Backend = "unknown"
+    sha1: str | None = None
+    category: Category | None = None  # the first failure; None while all is well
+    failed_stage: Stage | None = None
+    message: str | None = None
+    compiled: bool = False
+    compile: CompileReport | None = None
+    correctness: CorrectnessReport | None = None
+    legality: LegalityReport | None = None
+    timings: Timings | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    warnings: list[str] = Field(default_factory=list)
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    stages_done: list[str] = Field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.category is not None
+
+    @property
+    def candidate_path(self) -> Path:
+        return Path(self.workdir) / "candidate.py"
+
+    def fail(self, stage: Stage, category: Category, message: str) -> "Evaluation":
+        if self.category is None:
+            self.category, self.failed_stage, self.message = category, stage, message
+        return self
+
+
+@dataclass
+class _Trial:
+    index: int
+    seed: int
+    inputs: Path  # private copy; candidates get their own
+    purpose: Literal["correctness", "legality", "fresh"]
+
+
+@dataclass
+class _Reference:
+    trials: list[_Trial]
+    outputs: dict[int, Any] = field(default_factory=dict)
+    input_bytes: int = 0
+    output_bytes: int = 0
+
+
+def resolve_device(requested: str | None) -> tuple[str, str | None]:
+    """The device to use and, when it was chosen for the user, a one-line notice."""
+    if requested is not None:
+        return requested, None
+    if torch.cuda.is_available():
+        return "cuda", None
+    return "cpu", "no CUDA GPU here: judging on cpu (Triton kernels run in the interpreter; nothing is timed)"
+
+
+def _memory_limit(config: JudgeConfig) -> int:
+    if config.memory_limit_gb is not None:
+        return int(config.memory_limit_gb * 2**30)
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 16 << 30
+    return int(min(total * 3 // 4, 64 << 30))
+
+
+def _cache_root() -> Path:
+    root = Path(os.environ.get("KERNELFIX_CACHE", Path.home() / ".cache" / "kernelfix"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+class Judge:
+    """Judges candidates for one task. Thread-safe; the reference is computed once."""
+
+    def __init__(self, task: Task | str | Path, config: JudgeConfig | None = None, *, workdir: str | Path | None = None):
+        self.task = task if isinstance(task, Task) else Task.load(task)
+        self.config = (config or JudgeConfig()).for_task(self.task.name)
+        self.device, self.device_notice = resolve_device(self.config.device)
+        self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
+        self._own_root = workdir is None
+        self.root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kernelfix-judge-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._private = self.root / "reference"
+        self._private.mkdir(parents=True, exist_ok=True)
+        # The reference runs from the judge's own copy: what the candidate may do to the user's file changes nothing.
+        self._task_copy = self._private / "task.py"
+        self._task_copy.write_text(self.task.source)
+        self._ref: _Reference | None = None
+        self._ref_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _env(self, workdir: Path) -> dict[str, str]:
+        cache = _cache_root()
+        extra = {
+            "HOME": str(workdir),
+            "TMPDIR": str(workdir / "tmp"),
+            "TORCH_EXTENSIONS_DIR": str(workdir / "build"),
+            "TRITON_CACHE_DIR": str(cache / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        }
+        if self.device == "cpu":
+            extra["TRITON_INTERPRET"] = "1"
+            extra["CUDA_VISIBLE_DEVICES"] = ""
+        return scrubbed_env(extra)
+
+    def _run(
+        self,
+        stage: str,
+        workdir: Path,
+        spec: dict[str, Any],
+        timeout_s: float,
+        on_event: EventSink | None,
+        ui_stage: Stage | Literal["reference"],
+    ) -> ChildOutcome:
+        (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+        spec = {"stage": stage, "device": self.device, "init_seed": self.config.seed, **spec}
+        spec_path = workdir / f"{stage}.spec.json"
+        spec_path.write_text(json.dumps(spec, default=str))
+
+        def relay(msg: dict[str, Any]) -> None:
+            if on_event is None or msg.get("type") != "phase":
+                return
+            on_event(StageEvent(stage=ui_stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
+
+        limits = Limits(wall_s=timeout_s, memory_bytes=_memory_limit(self.config))
+        argv = [sys.executable, "-m", "kernelfix.tools.harness", str(spec_path)]
+        outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
+        if outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:
+            # The worker died before running anything of the candidate's: infrastructure, retried once.
+            outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
+        log = workdir / "logs" / f"{stage}.log"
+        log.write_text(
+            f"$ {' '.join(argv)}\nreturncode={outcome.returncode} signal={outcome.signal} "
+            f"timed_out={outcome.timed_out} wall={outcome.wall_s:.2f}s\n"
+            f"--- stdout ({outcome.stdout_bytes} bytes, tail) ---\n{outcome.stdout_tail}\n"
+            f"--- stderr ({outcome.stderr_bytes} bytes, tail) ---\n{outcome.stderr_tail}\n"
+            f"--- messages ---\n" + "\n".join(json.dumps(m, default=str)[:4000] for m in outcome.messages) + "\n"
+        )
+        return outcome
+
+    # ------------------------------------------------------------------ reference
+
+    def reference(self, on_event: EventSink | None = None) -> _Reference:
+        """Inputs and reference outputs for every trial, computed once per judge.
+
+        Raises TaskError when the task does not import or run.
+        """
+        with self._ref_lock:
+            if self._ref is not None:
+                return self._ref
+            n = self.config.trials
+            seeds = [self.config.seed + 1009 * (i + 1) for i in range(n + 2)]
+            purposes: list[Literal["correctness", "legality", "fresh"]] = ["correctness"] * n + ["legality", "fresh"]
+            inputs_dir = self._private / "inputs"
+            inputs_dir.mkdir(exist_ok=True)
+            trials = [_Trial(i, s, inputs_dir / f"inputs_{i}.pt", p) for i, (s, p) in enumerate(zip(seeds, purposes))]
+            spec = {
+                "task_path": str(self._task_copy),
+                "trials": [
+                    {"index": t.index, "seed": t.seed, "inputs": str(t.inputs), "reference": str(self._private / f"ref_{t.index}.pt")}
+                    for t in trials
+                ],
+            }
+            if on_event:
+                on_event(StageEvent(stage="reference", status="started", detail="computing reference outputs"))
+            outcome = self._run("reference", self._private, spec, self.config.run_timeout_s, on_event, "reference")
+            result = outcome.last("result")
+            if result is None:
+                raise TaskError(self._reference_problem(outcome))
+            ref = _Reference(trials=trials, input_bytes=int(result["input_bytes"]), output_bytes=int(result["output_bytes"]))
+            for t in trials:
+                path = self._private / f"ref_{t.index}.pt"
+                ref.outputs[t.index] = torch.load(path, weights_only=True)
+                path.unlink()  # reference outputs live only in this process from here on
+            self._ref = ref
+            if on_event:
+                on_event(StageEvent(stage="reference", status="finished"))
+            return ref
+
+    def _reference_problem(self, outcome: ChildOutcome) -> str:
+        err = outcome.last("error")
+        where = f"task {self.task.path}"
+        if outcome.timed_out:
+            return f"{where}: the reference did not finish within {self.config.run_timeout_s:g} s"
+        if err is None:
+            return f"{where}: the reference process died ({outcome.signal or f'exit code {outcome.returncode}'}): {outcome.stderr_tail.strip()[-500:]}"
+        phase = {"load_task": "importing it", "build_reference": "building Model(*get_init_inputs())"}.get(err.get("phase"), "running Model.forward")
+        return f"{where}: {err.get('exc_type')} while {phase}: {(err.get('message') or '').strip()[:800]}"
+
+    # ------------------------------------------------------------------ stages
+
+    def start(self, source: str, *, filename: str = "candidate.py", workdir: str | Path | None = None) -> Evaluation:
+        """Extract the candidate (from a .py source or a model reply) and run the static checks."""
+        t0 = time.monotonic()
+        ev_id = uuid.uuid4().hex[:12]
+        wd = Path(workdir) if workdir else self.root / "evals" / ev_id
+        wd.mkdir(parents=True, exist_ok=True)
+        ext = candidate_mod.from_file_text(source, filename)
+        ev = Evaluation(id=ev_id, task=self.task.name, device=self.device, workdir=str(wd), code=ext.code, backend=ext.backend, sha1=ext.sha1)
+        if ext.code is not None:
+            ev.candidate_path.write_text(ext.code)
+            (wd / "task.py").write_text(self.task.source)
+        if ext.failure is not None:
+            stage: Stage = "compile" if ext.failure == Category.SYNTAX else "extract"
+            if ext.failure == Category.SYNTAX:
+                ev.compile = CompileReport(backend=ext.backend, seconds=0.0, ok=False, errors=[ext.message or ""])
+            return ev.fail(stage, ext.failure, ext.message or ext.failure.value)
+        findings = static_checks.check(ext.code, self.config)
+        ev.legality = LegalityReport(static_findings=findings)
+        ev.warnings += [f"line {f.line}: {f.message}" for f in findings if f.severity == "warning"]
+        errs = static_checks.errors(findings)
+        ev.stage_seconds["static"] = time.monotonic() - t0
+        if errs:
+            ev.legality.note = "rejected before running: " + "; ".join(f"line {f.line}: {f.message}" for f in errs[:3])
+            return ev.fail("legality", errs[0].category or Category.TAMPERING, errs[0].message)
+        return ev
+
+    def _candidate_spec(self, ev: Evaluation) -> dict[str, Any]:
+        wd = Path(ev.workdir)
+        return {"task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build")}
+
+    def _fail_from(self, ev: Evaluation, stage: Stage, outcome: ChildOutcome, timeout_s: float) -> Evaluation:
+        f: Failure = classify(stage, outcome, timeout_s=timeout_s, build_dir=Path(ev.workdir) / "build")
+        if stage == "compile" and f.category.family.value == "compile_error":
+            ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=False, errors=f.details, log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+        elif f.details:
+            ev.warnings.append("traceback: " + " | ".join(f.details[-4:]))
+        if f.category.family.value == "compile_error":
+            stage = "compile"
+        return ev.fail(stage, f.category, f.message)
+
+    def _timed(self, ev: Evaluation, stage: Stage, on_event: EventSink | None, fn: Callable[[], Evaluation]) -> Evaluation:
+        if ev.failed or stage in ev.stages_done:
+            if on_event:
+                on_event(StageEvent(stage=stage, status="skipped"))
+            return ev
+        if on_event:
+            on_event(StageEvent(stage=stage, status="started"))
+        t0 = time.monotonic()
+        ev = fn()
+        ev.stage_seconds[stage] = round(time.monotonic() - t0, 3)
+        ev.stages_done.append(stage)
+        if on_event:
+            on_event(StageEvent(stage=stage, status="finished", detail=ev.category.value if ev.category else "ok"))
+        return ev
+
+    def compile(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+        """Import the candidate (building its extensions) and construct ModelNew."""
+
+        def run() -> Evaluation:
+            outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile")
+            result = outcome.last("result")
+            err = outcome.last("error")
+            if result is not None:
+                ev.compiled = True
+                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+                return ev
+            if err is not None and err.get("kind") == "gpu_required":
+                ev.compiled = True
+                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, note="built for the GPU; not loadable here", log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+                return ev.fail("correctness", Category.NO_GPU, f"{err.get('message')}; correctness, legality and timing need a CUDA GPU")
+            return self._fail_from(ev, "compile", outcome, self.config.compile_timeout_s)
+
+        return self._timed(ev, "compile", on_event, run)
+
+    def _stage_inputs(self, ev: Evaluation, trials: list[_Trial]) -> list[dict[str, Any]]:
+        """Give the candidate its own copies of the inputs; the judge keeps the originals."""
+        d = Path(ev.workdir) / "inputs"
+        d.mkdir(exist_ok=True)
+        out = []
+        for t in trials:
+            dst = d / t.inputs.name
+            shutil.copyfile(t.inputs, dst)
+            out.append({"index": t.index, "seed": t.seed, "inputs": str(dst)})
+        return out
+
+    def correctness(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+        """Run ModelNew on every correctness trial and compare with the reference here."""
+
+        def run() -> Evaluation:
+            ref = self.reference(on_event)
+            trials = [t for t in ref.trials if t.purpose == "correctness"]
+            wd = Path(ev.workdir)
+            outdir = wd / "out" / "correctness"
+            outdir.mkdir(parents=True, exist_ok=True)
+            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, trials), "outdir": str(outdir)}
+            outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness")
+            report = CorrectnessReport(atol=self.config.atol, rtol=self.config.rtol)
+            ev.correctness = report
+            if outcome.last("result") is None:
+                return self._fail_from(ev, "correctness", outcome, self.config.run_timeout_s)
+            for t in trials:
+                out = _load_output(outdir / f"out_{t.index}.pt")
+                if isinstance(out, _Unloadable):
+                    return ev.fail("correctness", Category.OUTPUT_STRUCTURE, f"trial {t.index}: output is not a tensor or a tuple of tensors ({out.why})")
+                report.trials.append(compare(ref.outputs[t.index], out, atol=self.config.atol, rtol=self.config.rtol, trial=t.index, seed=t.seed))
+                after = _load_output(outdir / f"inputs_after_{t.index}.pt")
+                if not isinstance(after, _Unloadable):
+                    changed = inputs_mutated(torch.load(t.inputs, weights_only=True), after)
+                    if changed:
+                        report.input_mutated = True
+                        report.mutated_inputs = sorted(set(report.mutated_inputs) | set(changed))
+            bad = [t for t in report.trials if not t.ok]
+            if bad:
+                return ev.fail("correctness", bad[0].category or Category.NUMERICAL, f"trial {bad[0].trial}: {bad[0].problem}")
+            if len(trials) >= 2:
+                second = trials[1]
+                inplace = _load_output(outdir / f"out_inplace_{second.index}.pt")
+                if not isinstance(inplace, _Unloadable):
+                    rep = compare(ref.outputs[second.index], inplace, atol=self.config.atol, rtol=self.config.rtol, trial=second.index, seed=second.seed)
+                    if not rep.ok:
+                        return ev.fail(
+                            "correctness",
+                            Category.OUTPUT_CACHING,
+                            f"given the same input tensors with new contents, forward returned a stale result ({rep.problem})",
+                        )
+            if report.input_mutated:
+                return ev.fail("correctness", Category.INPUT_MUTATION, f"forward wrote to its input(s) {report.mutated_inputs}")
+            return ev
+
+        return self._timed(ev, "correctness", on_event, run)
+
+    def legality(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+        """Record the aten ops ModelNew.forward runs and check them against the allowlist."""
+
+        def run() -> Evaluation:
+            report = ev.legality or LegalityReport()
+            ev.legality = report
+            if not self.config.runtime_legality:
+                report.note = "runtime legality check switched off in config"
+                return ev
+            ref = self.reference(on_event)
+            trial = next(t for t in ref.trials if t.purpose == "legality")
+            wd = Path(ev.workdir)
+            outdir = wd / "out" / "legality"
+            outdir.mkdir(parents=True, exist_ok=True)
+            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, [trial]), "outdir": str(outdir)}
+            outcome = self._run("legality", wd, spec, self.config.run_timeout_s, on_event, "legality")
+            result = outcome.last("result")
+            if result is None:
+                return self._fail_from(ev, "legality", outcome, self.config.run_timeout_s)
+            report.runtime_checked = True
+            all_ops: dict[str, int] = {}
+            forbidden: dict[str, int] = {}
+            for name, chain, count in result["ops"]:
+                if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
+                    continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
+                if any(c.startswith("aten::") for c in chain):
+                    continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
+                key = name.removeprefix("aten::")
+                all_ops[key] = all_ops.get(key, 0) + count
+                if not is_allowed(name, self.allowed_ops):
+                    forbidden[key] = forbidden.get(key, 0) + count
+            report.aten_ops, report.forbidden_ops = all_ops, forbidden
+            if not result.get("profiler_intact", True):
+                return ev.fail("legality", Category.TAMPERING, "the op recorder was switched off during forward")
+            out = _load_output(outdir / f"out_{trial.index}.pt")
+            rep = None if isinstance(out, _Unloadable) else compare(ref.outputs[trial.index], out, atol=self.config.atol, rtol=self.config.rtol, trial=trial.index, seed=trial.seed)
+            if forbidden:
+                top = ", ".join(sorted(forbidden, key=lambda k: -forbidden[k])[:5])
+                return ev.fail("legality", Category.DISALLOWED_ATEN, f"forward ran torch compute ops: {top}")
+            if rep is None or not rep.ok:
+                why = out.why if isinstance(out, _Unloadable) else rep.problem
+                return ev.fail("legality", Category.TAMPERING, f"forward gave a different (wrong) result while its ops were recorded: {why}")
+            return ev
+
+        return self._timed(ev, "legality", on_event, run)
+
+    def benchmark(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+        """Time eager, torch.compile and the candidate in one process; police the timing."""
+
+        def run() -> Evaluation:
+            if self.device != "cuda":
+                ev.warnings.append(f"not timed: timing needs a CUDA GPU (device {self.device})")
+                return ev
+            ref = self.reference(on_event)
+            timing = next(t for t in ref.trials if t.purpose == "correctness")
+            fresh = next(t for t in ref.trials if t.purpose == "fresh")
+            wd = Path(ev.workdir)
+            outdir = wd / "out" / "benchmark"
+            outdir.mkdir(parents=True, exist_ok=True)
+            c = self.config
+            spec = {
+                **self._candidate_spec(ev),
+                "trials": self._stage_inputs(ev, [timing, fresh]),
+                "outdir": str(outdir),
+                "timing_runs": c.timing_runs,
+                "warmup_ms": c.warmup_ms,
+                "timing_budget_s": c.timing_budget_s,
+                "time_torch_compile": c.time_torch_compile,
+                "flush_l2": c.flush_l2,
+            }
+            outcome = self._run("benchmark", wd, spec, c.bench_timeout_s, on_event, "benchmark")
+            base, cand = outcome.last("baseline"), outcome.last("candidate_timing")
+            if base is not None:
+                ev.timings = Timings(
+                    eager=TimingStats(**base["eager"]),
+                    compiled=TimingStats(**base["compiled"]) if base.get("compiled") else None,
+                    compile_note=base.get("compile_note"),
+                    bytes_moved=base["bytes_moved"],
+                    bandwidth_gbps=base["bandwidth_gbps"],
+                    floor_ms=base["bytes_moved"] / (base["bandwidth_gbps"] * 1e9) * 1e3,
+                    l2_flushed=c.flush_l2,
+                    gpu=base.get("gpu"),
+                )
+            if outcome.last("result") is None or cand is None or ev.timings is None:
+                return self._fail_from(ev, "benchmark", outcome, c.bench_timeout_s)
+            t = ev.timings
+            t.candidate = TimingStats(**cand["candidate"])
+            starts = [m for m in outcome.messages if m.get("type") == "wall_start"]
+            ends = [m for m in outcome.messages if m.get("type") == "wall_end"]
+            if len(starts) != 1 or len(ends) != 1 or len([m for m in outcome.messages if m.get("type") == "candidate_timing"]) != 1:
+                return ev.fail("benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel")
+            calls = max(1, int(ends[0].get("calls", 1)))
+            t.wall_per_call_ms = (ends[0]["_t"] - starts[0]["_t"]) * 1e3 / calls
+            out = _load_output(outdir / f"out_{fresh.index}.pt")
+            rep = None if isinstance(out, _Unloadable) else compare(ref.outputs[fresh.index], out, atol=c.atol, rtol=c.rtol, trial=fresh.index, seed=fresh.seed)
+            if rep is None or not rep.ok:
+                why = out.why if isinstance(out, _Unloadable) else rep.problem
+                return ev.fail("benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({why})")
+            med = t.candidate.median_ms
+            if med < c.timing_wall_ratio * t.wall_per_call_ms - 0.02:
+                return ev.fail(
+                    "benchmark",
+                    Category.TIMING_MANIPULATION,
+                    f"CUDA events saw {med:.4g} ms per call, the judge's wall clock {t.wall_per_call_ms:.4g} ms: work ran outside the timed stream",
+                )
+            if t.floor_ms and t.eager and t.eager.median_ms >= c.excessive_speedup_margin * t.floor_ms and med < c.excessive_speedup_margin * t.floor_ms:
+                return ev.fail(
+                    "benchmark",
+                    Category.EXCESSIVE_SPEEDUP,
+                    f"{med:.4g} ms is below the {t.floor_ms:.4g} ms needed to move {t.bytes_moved / 1e6:.1f} MB at {t.bandwidth_gbps:.0f} GB/s",
+                )
+            ev.speedup_eager = t.eager.median_ms / med if t.eager and med > 0 else None
+            ev.speedup_compile = t.compiled.median_ms / med if t.compiled and med > 0 else None
+            return ev
+
+        return self._timed(ev, "benchmark", on_event, run)
+
+    # ------------------------------------------------------------------ verdict
+
+    def finish(self, ev: Evaluation) -> Verdict:
+        category = ev.category or Category.OK
+        fam = category.family.value
+        correct: bool | None = None
+        if fam == "correctness_error" or category == Category.OUTPUT_CACHING:
+            correct = False
+        elif ev.correctness is not None and ev.correctness.trials:
+            correct = all(t.ok for t in ev.correctness.trials)
+        legal: bool | None
+        if fam == "cheating":
+            legal = False
+        elif ev.legality is not None and ev.legality.runtime_checked:
+            legal = not ev.legality.forbidden_ops
+        else:
+            legal = None
+        ok = category == Category.OK
+        v = Verdict(
+            category=category,
+            compiled=ev.compiled,
+            correct=correct,
+            legal=legal,
+            speedup_eager=ev.speedup_eager if ok else None,
+            speedup_compile=ev.speedup_compile if ok else None,
+            timings=ev.timings,
+            task=self.task.name,
+            device=self.device,
+            backend=ev.backend,
+            candidate_sha1=ev.sha1,
+            failed_stage=ev.failed_stage,
+            message=ev.message,
+            compile=ev.compile,
+            correctness=ev.correctness,
+            legality=ev.legality,
+            warnings=list(ev.warnings),
+            stage_seconds=dict(ev.stage_seconds),
+            logs_dir=str(Path(ev.workdir) / "logs"),
+        )
+        v.feedback = feedback.render(v)
+        return v
+
+    def evaluate(self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None) -> Verdict:
+        """All stages, in order, stopping at the first failure."""
+        ev = self.start(source, filename=filename, workdir=workdir)
+        for stage in (self.compile, self.correctness, self.legality, self.benchmark):
+            ev = stage(ev, on_event)
+        return self.finish(ev)
+
+
+class _Unloadable:
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _load_output(path: Path) -> Any:
+    """A candidate-written file, loaded without executing anything it contains."""
+    try:
+        return torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        return _Unloadable("no output was written")
+    except Exception as e:  # pickled objects, subclasses, garbage
+        return _Unloadable(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")

@@ -1,0 +1,55 @@
+"""A verdict as a rich table, for the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kernelfix.tools.verdict import Category, Verdict
+
+
+def _flag(value: bool | None) -> Text:
+    if value is None:
+        return Text("not checked", style="dim")
+    return Text("yes", style="green") if value else Text("NO", style="bold red")
+
+
+def _fmt(x: float | None, unit: str = "") -> str:
+    return "n/a" if x is None else f"{x:.4g}{unit}"
+
+
+def verdict_view(v: Verdict) -> Group:
+    status = "OK" if v.category == Category.OK else "FAIL"
+    title = Text.assemble((f"{status} ", "bold green" if status == "OK" else "bold red"), (v.category.value, "bold"))
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column()
+    t.add_row("task", v.task)
+    t.add_row("device / backend", f"{v.device} / {v.backend}")
+    t.add_row("compiled", _flag(v.compiled))
+    t.add_row("correct", _flag(v.correct))
+    t.add_row("legal", _flag(v.legal))
+    if v.correctness and v.correctness.trials:
+        worst = max(v.correctness.trials, key=lambda r: r.max_abs_error or 0)
+        t.add_row("trials", f"{v.correctness.passed}/{len(v.correctness.trials)} passed (atol {v.correctness.atol:g}, rtol {v.correctness.rtol:g}); max abs err {_fmt(worst.max_abs_error)}")
+    if v.legality and v.legality.forbidden_ops:
+        t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
+    tm = v.timings
+    if tm and tm.candidate:
+        c = tm.candidate
+        t.add_row("candidate", f"{c.median_ms:.4g} ms median (p10 {c.p10_ms:.4g}, p90 {c.p90_ms:.4g}, n={c.runs})")
+    if tm and tm.eager:
+        t.add_row("eager", f"{tm.eager.median_ms:.4g} ms")
+    if tm and tm.compiled:
+        t.add_row("torch.compile", f"{tm.compiled.median_ms:.4g} ms")
+    elif tm and tm.compile_note:
+        t.add_row("torch.compile", tm.compile_note)
+    if v.speedup_eager is not None:
+        t.add_row("speedup", f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")
+    if v.stage_seconds:
+        t.add_row("stage time", ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()))
+    if v.logs_dir:
+        t.add_row("logs", v.logs_dir)
+    return Group(Panel(t, title=title, title_align="left"), Panel(Text(v.feedback), title="feedback", title_align="left"))
