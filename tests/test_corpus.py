@@ -57,7 +57,8 @@ def test_candidate_gets_its_category(case, device, verdicts):
     if expected.family.value == "correctness_error":
         assert verdict.correct is False
         assert verdict.correctness.trials and not all(t.ok for t in verdict.correctness.trials)
-    print(f"\n[{device}] {case.id}: {verdict.category.value}: {verdict.message}")
+    checks = [line for line in verdict.feedback.splitlines() if line.startswith(("Checks:", "  - precision:"))]
+    print(f"\n[{device}] {case.id}: {verdict.category.value}: {verdict.message}" + "".join(f"\n    {c.strip()}" for c in checks))
 
 
 def test_corpus_covers_every_category_the_issue_names():
