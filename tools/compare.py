@@ -225,14 +225,14 @@ def _values(
         # Never stricter than the output's own dtype can resolve, nor than the float32 reference's own error.
         norm = {"rel_error_norm": rel, "rel_error_tol": max(rel_error_tol, 4 * torch.finfo(r.dtype).eps * magnification, 3 * noise)}
     if n_bad == 0:
-        rel, rtol_n = norm.get("rel_error_norm"), norm.get("rel_error_tol")
-        if rel is None or rtol_n is None or rel <= rtol_n:
+        rel, limit = norm.get("rel_error_norm"), norm.get("rel_error_tol")
+        if rel is None or limit is None or rel <= limit:
             return TrialReport(trial=trial, seed=seed, ok=True, mismatches=0, numel=numel, max_abs_error=max_abs, max_rel_error=max_rel, **norm)
         flat = int(finite_diff.flatten().argmax())
         return TrialReport(
             trial=trial, seed=seed, ok=False, category=Category.NUMERICAL,
             problem=(
-                f"{path}: relative error norm ||out-ref||/||ref-mean(ref)|| is {rel:.3g}, above {rtol_n:.3g}, "
+                f"{path}: relative error norm ||out-ref||/||ref-mean(ref)|| is {rel:.3g}, above {limit:.3g}, "
                 f"though every element is within atol={atol:g}, rtol={rtol:g}"
             ),
             max_abs_error=max_abs, max_rel_error=max_rel, mismatches=0, numel=numel,
