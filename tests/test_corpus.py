@@ -32,6 +32,7 @@ def test_candidate_gets_its_category(case, device, judges):
     judge = judges(case.task, device, case.config)
     verdict = judge.evaluate(case.path.read_text(), filename=case.path.name)
     expected = Category(case.expect[device])
+    print(f"\n[{device}] {case.id}: {verdict.category.value} (expected {expected.value}): {verdict.message}")
     assert verdict.category == expected, f"{case.id}: got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
     assert verdict.feedback.strip()
     if expected == Category.OK:
@@ -51,7 +52,6 @@ def test_candidate_gets_its_category(case, device, judges):
     if expected.family.value == "correctness_error":
         assert verdict.correct is False
         assert verdict.correctness.trials and not all(t.ok for t in verdict.correctness.trials)
-    print(f"\n[{device}] {case.id}: {verdict.category.value}: {verdict.message}")
 
 
 def test_corpus_covers_every_category_the_issue_names():
