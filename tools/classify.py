@@ -14,8 +14,9 @@ from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.verdict import Category
 
 _CUDA_PATTERNS: list[tuple[re.Pattern[str], Category, str]] = [
-    (re.compile(r"illegal memory access|misaligned address|invalid address space|address out of bounds", re.I), Category.ILLEGAL_MEMORY_ACCESS, "illegal memory access"),
-    (re.compile(r"device-side assert|device side assert", re.I), Category.DEVICE_ASSERT, "device-side assert"),
+    (re.compile(r"illegal memory access|misaligned address|address space|address out of bounds|cudaErrorIllegalAddress", re.I), Category.ILLEGAL_MEMORY_ACCESS, "illegal memory access"),
+    # not "device-side assertions": torch appends that hint to every CUDA error
+    (re.compile(r"device-side assert triggered|device side assert triggered|cudaErrorAssert", re.I), Category.DEVICE_ASSERT, "device-side assert"),
     (re.compile(r"unspecified launch failure|too many resources requested for launch|invalid configuration argument|no kernel image is available|launch timed out|named symbol not found", re.I), Category.LAUNCH_FAILURE, "kernel launch failure"),
     (re.compile(r"CUDA out of memory|out of memory|OutOfMemoryError|can.t allocate memory|Cannot allocate memory", re.I), Category.OOM, "out of memory"),
     (re.compile(r"CUDA error|CUDA driver error|cudaError|AcceleratorError|Triton Error \[CUDA\]", re.I), Category.CUDA_ERROR, "CUDA error"),

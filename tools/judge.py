@@ -115,7 +115,7 @@ class _Trial:
     index: int
     seed: int
     inputs: Path  # private copy; candidates get their own
-    purpose: Literal["correctness", "legality", "fresh"]
+    purpose: Literal["correctness", "fresh"]
 
 
 @dataclass
@@ -243,8 +243,8 @@ class Judge:
             if self._ref is not None:
                 return self._ref
             n = self.config.trials
-            seeds = [self.config.seed + 1009 * (i + 1) for i in range(n + 2)]
-            purposes: list[Literal["correctness", "legality", "fresh"]] = ["correctness"] * n + ["legality", "fresh"]
+            seeds = [self.config.seed + 1009 * (i + 1) for i in range(n + 1)]
+            purposes: list[Literal["correctness", "fresh"]] = ["correctness"] * n + ["fresh"]
             inputs_dir = self._private / "inputs"
             inputs_dir.mkdir(exist_ok=True)
             trials = [_Trial(i, s, inputs_dir / f"inputs_{i}.pt", p) for i, (s, p) in enumerate(zip(seeds, purposes))]
@@ -377,12 +377,19 @@ class Judge:
             wd = Path(ev.workdir)
             outdir = wd / "out" / "correctness"
             outdir.mkdir(parents=True, exist_ok=True)
-            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, trials), "outdir": str(outdir)}
+            spec = {
+                **self._candidate_spec(ev),
+                "trials": self._stage_inputs(ev, trials),
+                "outdir": str(outdir),
+                "record_ops": self.config.runtime_legality,
+            }
             outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness")
             report = CorrectnessReport(atol=self.config.atol, rtol=self.config.rtol)
             ev.correctness = report
-            if outcome.last("result") is None:
+            result = outcome.last("result")
+            if result is None:
                 return self._fail_from(ev, "correctness", outcome, self.config.run_timeout_s)
+            self._record_ops(ev, result)
             for t in trials:
                 out = _load_output(outdir / f"out_{t.index}.pt")
                 if isinstance(out, _Unloadable):
@@ -414,8 +421,29 @@ class Judge:
 
         return self._timed(ev, "correctness", on_event, run)
 
+    def _record_ops(self, ev: Evaluation, result: dict[str, Any]) -> None:
+        """Keep the ops the correctness run recorded, sorted against the allowlist."""
+        report = ev.legality or LegalityReport()
+        ev.legality = report
+        if result.get("ops") is None:
+            return
+        all_ops: dict[str, int] = {}
+        forbidden: dict[str, int] = {}
+        for name, chain, count in result["ops"]:
+            if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
+                continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
+            if any(c.startswith("aten::") for c in chain):
+                continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
+            key = name.removeprefix("aten::")
+            all_ops[key] = all_ops.get(key, 0) + count
+            if not is_allowed(name, self.allowed_ops):
+                forbidden[key] = forbidden.get(key, 0) + count
+        report.aten_ops, report.forbidden_ops = all_ops, forbidden
+        report.runtime_checked = True
+        report.recorder_intact = bool(result.get("recorder_intact", True))
+
     def legality(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
-        """Record the aten ops ModelNew.forward runs and check them against the allowlist."""
+        """Judge the aten ops recorded during every correctness call against the allowlist."""
 
         def run() -> Evaluation:
             report = ev.legality or LegalityReport()
@@ -423,39 +451,15 @@ class Judge:
             if not self.config.runtime_legality:
                 report.note = "runtime legality check switched off in config"
                 return ev
-            ref = self.reference(on_event)
-            trial = next(t for t in ref.trials if t.purpose == "legality")
-            wd = Path(ev.workdir)
-            outdir = wd / "out" / "legality"
-            outdir.mkdir(parents=True, exist_ok=True)
-            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, [trial]), "outdir": str(outdir)}
-            outcome = self._run("legality", wd, spec, self.config.run_timeout_s, on_event, "legality")
-            result = outcome.last("result")
-            if result is None:
-                return self._fail_from(ev, "legality", outcome, self.config.run_timeout_s)
-            report.runtime_checked = True
-            all_ops: dict[str, int] = {}
-            forbidden: dict[str, int] = {}
-            for name, chain, count in result["ops"]:
-                if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
-                    continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
-                if any(c.startswith("aten::") for c in chain):
-                    continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
-                key = name.removeprefix("aten::")
-                all_ops[key] = all_ops.get(key, 0) + count
-                if not is_allowed(name, self.allowed_ops):
-                    forbidden[key] = forbidden.get(key, 0) + count
-            report.aten_ops, report.forbidden_ops = all_ops, forbidden
-            if not result.get("profiler_intact", True):
+            if not report.runtime_checked:
+                report.note = "no op record (the correctness stage did not run)"
+                return ev
+            if not report.recorder_intact:
                 return ev.fail("legality", Category.TAMPERING, "the op recorder was switched off during forward")
-            out = _load_output(outdir / f"out_{trial.index}.pt")
-            rep = None if isinstance(out, _Unloadable) else compare(ref.outputs[trial.index], out, atol=self.config.atol, rtol=self.config.rtol, trial=trial.index, seed=trial.seed)
-            if forbidden:
-                top = ", ".join(sorted(forbidden, key=lambda k: -forbidden[k])[:5])
+            if report.forbidden_ops:
+                ops = report.forbidden_ops
+                top = ", ".join(sorted(ops, key=lambda k: -ops[k])[:5])
                 return ev.fail("legality", Category.DISALLOWED_ATEN, f"forward ran torch compute ops: {top}")
-            if rep is None or not rep.ok:
-                why = out.why if isinstance(out, _Unloadable) else rep.problem
-                return ev.fail("legality", Category.TAMPERING, f"forward gave a different (wrong) result while its ops were recorded: {why}")
             return ev
 
         return self._timed(ev, "legality", on_event, run)
