@@ -7,7 +7,9 @@ unreadable input (task, candidate, config); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -50,13 +52,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         source = cand_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read candidate {cand_path}: {e}") from None
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kernelfix-eval-"))
     try:
-        judge = Judge(args.task, cfg, workdir=args.workdir)
+        judge = Judge(args.task, cfg, workdir=workdir)
     except TaskError as e:
         raise UsageError(str(e)) from None
     if judge.device_notice:
         err.print(f"[yellow]note:[/] {judge.device_notice}")
-    with judge, err.status("judging...") as status:
+    with err.status("judging...") as status:
 
         def show(e: StageEvent) -> None:
             bits = [e.stage, e.status]
@@ -70,10 +73,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             verdict = judge.evaluate(source, filename=cand_path.name, on_event=show)
         except TaskError as e:
             raise UsageError(str(e)) from None
-        if args.json:
-            sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+    if args.json:
+        sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+    else:
+        Console().print(verdict_view(verdict))
+    if not args.workdir:
+        if verdict.ok:
+            shutil.rmtree(workdir, ignore_errors=True)  # nothing to look at
         else:
-            Console().print(verdict_view(verdict))
+            err.print(f"logs and build files kept in {workdir}")
     return EXIT_OK if verdict.ok else EXIT_FAIL
 
 

@@ -342,6 +342,7 @@ class Judge:
         """Import the candidate (building its extensions) and construct ModelNew."""
 
         def run() -> Evaluation:
+            self.reference(on_event)  # a broken task stops here, before any candidate code runs
             outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile")
             result = outcome.last("result")
             err = outcome.last("error")
