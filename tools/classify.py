@@ -47,30 +47,37 @@ def _first_line(text: str, limit: int = 300) -> str:
     return ""
 
 
+_PATHISH = re.compile(r"(?:/[^\s:()\"']+/)+(?=[^/\s:()\"']+)")
+
+
+def _short(line: str) -> str:
+    """Paths of the judge's build directories mean nothing to the model: keep file names."""
+    return _PATHISH.sub("", line)
+
+
 def build_errors(log: str, build_dir: Path | None = None, limit: int = 14) -> list[str]:
-    """The compiler's error lines, each followed by the offending source line when it can be found."""
+    """The compiler's error lines, each followed by the offending source lines when they can be found."""
     out: list[str] = []
     seen = set()
     for raw in log.splitlines():
         line = raw.rstrip()
         if not _ERROR_LINE.search(line) or line.startswith(("FAILED:", "ninja: build stopped")) or line in seen:
             continue
-        if "Error building extension" in line:
+        if "Error building extension" in line or re.search(r"errors? detected in the compilation", line):
             continue
         seen.add(line)
-        out.append(line[:400])
+        out.append(_short(line)[:400])
         m = _LOCATED.search(line)
         if m and build_dir is not None:
-            src = _source_line(build_dir, m["file"], int(m["l1"] or m["l2"]))
-            if src:
-                out.append(f"    > {src}")
+            out += [f"    {n:>4} | {text}" for n, text in _source_lines(build_dir, m["file"], int(m["l1"] or m["l2"]))]
         if len(out) >= limit:
             out.append("    ... (more errors in the full log)")
             break
     return out
 
 
-def _source_line(build_dir: Path, file: str, lineno: int) -> str | None:
+def _source_lines(build_dir: Path, file: str, lineno: int) -> list[tuple[int, str]]:
+    """The reported line and the one before it (a missing ';' is reported on the next line)."""
     p = Path(file)
     candidates = [p] if p.is_absolute() else []
     candidates += list(build_dir.rglob(p.name))[:3] if build_dir.exists() else []
@@ -80,8 +87,8 @@ def _source_line(build_dir: Path, file: str, lineno: int) -> str | None:
         except OSError:
             continue
         if 0 < lineno <= len(lines):
-            return lines[lineno - 1].strip()[:200]
-    return None
+            return [(n, lines[n - 1].rstrip()[:200]) for n in range(max(1, lineno - 1), lineno + 1)]
+    return []
 
 
 def _build_category(text: str) -> Category:
@@ -152,7 +159,11 @@ def _from_error(stage: str, err: dict, build_dir: Path | None) -> Failure:
     if kind == "exit":
         return Failure(Category.EXIT, f"the candidate raised SystemExit({text}) during {phase}: it must return, not exit")
     if "Error building extension" in text:
-        return Failure(_build_category(text), "the build failed", build_errors(text, build_dir))
+        cat = _build_category(text)
+        errors = build_errors(text, build_dir)
+        n = sum(1 for e in errors if not e.startswith("    "))
+        tool = {Category.NVCC: "nvcc", Category.HOST_CXX: "the host C++ compiler", Category.LINK: "the linker"}.get(cat, "the build")
+        return Failure(cat, f"{tool} reported {n} error{'s' if n != 1 else ''}" if n else "the build failed", errors)
     if "CompilationError" in mro or exc in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
         return Failure(Category.TRITON_COMPILE, f"Triton failed to compile a kernel: {_first_line(text, 600)}", _tail(tb, 6))
     if exc == "ImportError" and "undefined symbol" in text:
