@@ -103,10 +103,10 @@ class HeadlessReporter:
     def __call__(self, e: SessionEvent) -> None:
         if isinstance(e, SessionStarted):
             what = f"resumed with {e.turns_done} judged turns" if e.resumed else "new session"
-            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}: {what} in {e.session_dir}"))
+            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}: {what} in {e.session_dir}"), soft_wrap=True)
         elif isinstance(e, Notice):
             self._clear_status()
-            self.out.print(Text.assemble(("note: ", "yellow"), e.text))
+            self.out.print(Text.assemble(("note: ", "yellow"), e.text), soft_wrap=True)
         elif isinstance(e, TurnStarted):
             self._turn = e.turn
             self._set_status(f"turn {e.turn}: {'waiting for the model' if e.source == 'model' else 'judging the ' + e.source + ' candidate'} ...")
@@ -116,7 +116,7 @@ class HeadlessReporter:
             self._set_status(f"turn {e.turn}: {e.event.stage} {e.event.status} {e.event.detail}".rstrip() + " ...")
         elif isinstance(e, ModelRetry):
             self._clear_status()
-            self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"))
+            self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"), soft_wrap=True)
         elif isinstance(e, TurnJudged):
             self._clear_status()
             self.turns.append(e.turn)

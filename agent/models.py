@@ -101,8 +101,8 @@ class ReplayModel(ChatModel):
     """Answers model turn ``i`` with line ``i`` of a JSONL file; deterministic across resumes."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.name = f"{REPLAY_PREFIX}{path}"
+        self.path = Path(path).resolve()
+        self.name = f"{REPLAY_PREFIX}{self.path}"  # absolute: a resume may run from another directory
         try:
             text = self.path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:

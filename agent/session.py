@@ -164,6 +164,19 @@ class SessionDir:
     def save_settings(self) -> None:
         _atomic_write(self.path / SETTINGS, self.settings.model_dump_json(indent=2) + "\n")
 
+    def change_agent_settings(self, agent: AgentConfig) -> None:
+        """New limits for a resume, saved and committed on their own, so the history says what changed."""
+        old = self.settings.agent.model_dump()
+        changes = ", ".join(f"{k} {old[k]} -> {v}" for k, v in agent.model_dump().items() if old[k] != v)
+        if not changes:
+            return
+        self.settings = self.settings.model_copy(update={"agent": agent})
+        self.save_settings()
+        repo = self.repo
+        if repo.head.is_valid():  # before the first turn, that turn's commit takes the settings along
+            repo.index.add([SETTINGS])
+            repo.index.commit(f"settings: {changes}\n", author=_ACTOR, committer=_ACTOR)
+
     # ------------------------------------------------------------------ paths
 
     @property

@@ -200,9 +200,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     try:
         agent_cfg = _agent_config(store.settings.agent, args)
-        if agent_cfg != store.settings.agent:
-            store.settings = store.settings.model_copy(update={"agent": agent_cfg})
-            store.save_settings()
+        store.change_agent_settings(agent_cfg)
         model = _model(agent_cfg.model_copy(update={"model": store.settings.model}))
     except BaseException:
         store.unlock()
