@@ -73,7 +73,7 @@ class ModelReplied(_Event):
 
 class StageUpdate(_Event):
     kind: Literal["stage"] = "stage"
-    turn: int
+    turn: int | None  # None: the session's reference run, before any turn
     event: StageEvent
 
 

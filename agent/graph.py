@@ -77,6 +77,8 @@ def build_graph(rt: Runtime) -> StateGraph:
     def prepare(state: SessionState) -> Update:
         if state.prepared:
             return {}
+        # A task that does not run stops the session here (TaskError), before any model turn is spent on it.
+        rt.judge.reference(lambda e: rt.emit(StageUpdate(turn=None, event=e)))
         block = None
         if rt.config.shape_block:
             block, problem = shape_block(rt.store.task_path, timeout_s=rt.judge.config.run_timeout_s)

@@ -71,7 +71,7 @@ def summary(ended: SessionEnded, turns_seen: list[Turn]) -> Table:
     if turns_seen:
         t.add_row("turns", f"{len(turns_seen)} judged in this run")
     t.add_row("session", ended.session_dir)
-    if not o.finished:
+    if o.resumable:
         t.add_row("continue", f"kernelfix resume {ended.session_dir}")
     return t
 
@@ -113,7 +113,8 @@ class HeadlessReporter:
         elif isinstance(e, ModelReplied):
             self._set_status(f"turn {e.turn}: judging ...")
         elif isinstance(e, StageUpdate):
-            self._set_status(f"turn {e.turn}: {e.event.stage} {e.event.status} {e.event.detail}".rstrip() + " ...")
+            where = "task" if e.turn is None else f"turn {e.turn}"
+            self._set_status(f"{where}: {e.event.stage} {e.event.status} {e.event.detail}".rstrip() + " ...")
         elif isinstance(e, ModelRetry):
             self._clear_status()
             self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"), soft_wrap=True)

@@ -25,7 +25,7 @@ from kernelfix.agent.session import SessionDir, settings_json
 from kernelfix.agent.state import Outcome, SessionState, TaskInfo, Trajectory, totals
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
-from kernelfix.tools.task import Task
+from kernelfix.tools.task import Task, TaskError
 
 log = logging.getLogger(__name__)
 
@@ -177,21 +177,27 @@ class Session:
                 state = SessionState.model_validate(values) if values else state
             except Exception:
                 pass
-            state = state.model_copy(update={"stop_reason": _interruption(e), "stop_kind": None})
+            reason, resumable = _interruption(e)
+            state = state.model_copy(update={"stop_reason": reason, "stop_kind": None})
             if judge is not None:
-                store.write_trajectory(self.trajectory(state, finished=False, device=judge.device))
-                self.emit(SessionEnded(outcome=self.outcome(state, finished=False, timed=judge.device == "cuda"), session_dir=str(store.path)))
+                traj = self.trajectory(state, finished=False, device=judge.device)
+                traj.outcome.resumable = resumable
+                store.write_trajectory(traj)
+                self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(store.path)))
             raise
         finally:
             saver.conn.close()
             store.unlock()
 
 
-def _interruption(e: BaseException) -> str:
+def _interruption(e: BaseException) -> tuple[str, bool]:
+    """Why the run stopped early, and whether a resume can continue it."""
+    if isinstance(e, TaskError):
+        return f"the task does not run: {e}", False
     if isinstance(e, KeyboardInterrupt):
         what = "interrupted by the user"
     elif isinstance(e, ModelError):
         what = f"model error ({e.kind}): {e}"
     else:
         what = f"{type(e).__name__}: {e}"
-    return f"{what}; `kernelfix resume` continues the session"
+    return f"{what}; `kernelfix resume` continues the session", True

@@ -184,8 +184,9 @@ class SessionDir:
         return self.path / "task.py"
 
     def task(self) -> Task:
-        """The session's copy of the task, under the user's task name (per-task config is keyed by it)."""
-        return Task.load(self.task_path).model_copy(update={"name": Path(self.settings.task_path).stem})
+        """The session's copy of the task, named as the user's file (per-task config and messages use it)."""
+        user_path = Path(self.settings.task_path)
+        return Task.load(self.task_path).model_copy(update={"name": user_path.stem, "path": user_path})
 
     @property
     def work_dir(self) -> Path:

@@ -108,7 +108,8 @@ class Totals(_Model):
 
 
 class Outcome(_Model):
-    finished: bool  # the graph reached its end; False: interrupted, `kernelfix resume` continues it
+    finished: bool  # the graph reached its end
+    resumable: bool = False  # interrupted in a way `kernelfix resume` can continue (not a task that fails to run)
     stop_reason: str | None = None  # why it ended, or why it was interrupted
     stop_kind: StopKind | None = None
     success: bool = False  # a correct, legal kernel was found

@@ -142,7 +142,9 @@ def _run_session(session, headless: bool) -> int:
             return EXIT_USAGE
         traj = session.store.read_trajectory()
         return EXIT_OK if traj is not None and traj.outcome.success else EXIT_FAIL
-    except (TaskError, SessionError) as e:
+    except TaskError as e:
+        raise UsageError(f"{e}\n(the session directory {session.store.path} keeps its records; the task itself must be fixed)") from None
+    except SessionError as e:
         raise UsageError(str(e)) from None
     except KeyboardInterrupt:
         print(f"kernelfix: continue the session with: kernelfix resume {session.store.path}", file=sys.stderr)

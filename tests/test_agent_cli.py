@@ -96,3 +96,15 @@ def test_an_existing_session_dir_is_never_overwritten(tmp_path, capsys):
     assert main(["optimize", str(TASK), "--model", f"replay:{replay}", "--session-dir", str(d)]) == EXIT_USAGE
     assert "exists and is not empty" in capsys.readouterr().err
     assert sorted(p.name for p in d.iterdir()) == ["precious.txt"]
+
+
+def test_a_task_that_does_not_run_stops_before_any_model_turn(tmp_path, capsys):
+    from kernelfix.agent.state import Trajectory
+
+    broken = TASK.parent / "broken_import.py"
+    replay = write_replay(tmp_path / "r.jsonl", [NO_CODE])
+    rc = main(["optimize", str(broken), "--model", f"replay:{replay}", "--headless", "--device", "cpu", "--session-dir", str(tmp_path / "s")])
+    assert rc == EXIT_USAGE
+    assert "No module named 'this_module_does_not_exist'" in capsys.readouterr().err
+    traj = Trajectory.model_validate_json((tmp_path / "s" / "trajectory.json").read_text())
+    assert traj.turns == [] and not traj.outcome.finished and not traj.outcome.resumable

@@ -9,8 +9,8 @@ from kernelfix.agent.shapes import shape_block
 def test_shapes_strides_and_contiguity_of_inputs_outputs_and_ops():
     block, problem = shape_block(TASK)
     assert problem is None
-    assert "arg 0: float32[16, 4096], strides (4096, 1), contiguous" in block
-    assert "output:\n  relu: float32[16, 4096]" in block
+    assert "arg 0: float32[16, 2048], strides (2048, 1), contiguous" in block
+    assert "output:\n  relu: float32[16, 2048]" in block
     assert "relu = relu(x)" in block
 
 
