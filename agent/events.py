@@ -157,6 +157,11 @@ class Controls:
 
     # ---- the loop's side
 
+    def rearm(self) -> None:
+        """Forget an earlier run's stop or accept, so the same controls can steer a resumed run."""
+        with self._cond:
+            self._stop = self._accept = False
+
     @property
     def stop_requested(self) -> bool:
         with self._cond:

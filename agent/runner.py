@@ -21,8 +21,8 @@ from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.events import Controls, EventSink, Notice, SessionEnded, SessionStarted
 from kernelfix.agent.graph import Runtime, build_graph
 from kernelfix.agent.models import ChatModel, ModelError
-from kernelfix.agent.session import SessionDir, settings_json
-from kernelfix.agent.state import Outcome, SessionState, TaskInfo, Trajectory, totals
+from kernelfix.agent.session import SessionDir
+from kernelfix.agent.state import Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.task import Task, TaskError
@@ -100,7 +100,7 @@ class Session:
             session_id=s.session_id,
             task=TaskInfo(name=Path(s.task_path).stem, path=s.task_path, sha1=s.task_sha1, source=task_source),
             model=s.model,
-            settings=settings_json(s),
+            settings=Settings(agent=s.agent, judge=s.judge),
             device=device,
             created_at=s.created_at,
             updated_at=time.time(),
@@ -128,6 +128,7 @@ class Session:
     def run(self) -> Outcome:
         store = self.store
         store.lock()
+        self.controls.rearm()
         saver = store.checkpointer()
         judge = None
         state = SessionState()

@@ -298,8 +298,3 @@ def _commit_message(turn: Turn, is_best: bool) -> str:
         lines += [body[0][:200], ""]
     lines += [f"Kernelfix-Source: {turn.source}", f"{TURN_TRAILER}: {turn.index}"]
     return "\n".join(lines) + "\n"
-
-
-def settings_json(settings: SessionSettings) -> dict:
-    """Settings as stored in the trajectory (never a key: only the name of its variable)."""
-    return {"agent": settings.agent.model_dump(mode="json"), "judge": settings.judge.model_dump(mode="json")}

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelfix.agent.config import AgentConfig
+from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Evaluation
 from kernelfix.tools.verdict import Category, Verdict
 
@@ -98,6 +100,13 @@ class TaskInfo(_Model):
     source: str
 
 
+class Settings(_Model):
+    """The settings a session ran under (a key is never stored: only the name of its variable)."""
+
+    agent: AgentConfig
+    judge: JudgeConfig
+
+
 class Totals(_Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -127,7 +136,7 @@ class Trajectory(_Model):
     session_id: str
     task: TaskInfo
     model: str
-    settings: dict  # {"agent": AgentConfig, "judge": JudgeConfig}, as JSON
+    settings: Settings
     device: str
     created_at: float
     updated_at: float

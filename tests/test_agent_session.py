@@ -187,3 +187,22 @@ def test_a_running_session_cannot_be_opened_twice(tmp_path, cpu_judge):
     s.store.unlock()
     other.lock()
     other.unlock()
+
+
+def test_controls_are_thread_safe_and_rearm_for_a_new_run():
+    from kernelfix.agent.events import Controls
+
+    c = Controls()
+    c.pause()
+    assert c.wait_while_paused(timeout=0.05) is False  # paused with nothing to do: keeps waiting
+    threading.Timer(0.1, c.submit_candidate, args=("class ModelNew: ...",)).start()
+    assert c.wait_while_paused(timeout=5) is True and c.paused  # a submitted candidate is judged while paused
+    assert c.take_candidate() == "class ModelNew: ..." and c.take_candidate() is None
+    c.hint("  ")
+    c.hint(" unroll by 4 ")
+    assert c.take_hints() == ["unroll by 4"] and c.take_hints() == []
+    c.stop()
+    c.accept()
+    assert c.stop_requested and c.accept_requested
+    c.rearm()
+    assert not c.stop_requested and not c.accept_requested
