@@ -130,65 +130,72 @@ class Session:
         store.lock()
         self.controls.rearm()
         saver = store.checkpointer()
-        judge = None
-        state = SessionState()
+        cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT}
+        judge = graph = None
         try:
             judge = self._judge or Judge(store.task(), store.settings.judge, workdir=store.work_dir)
-
-            def write(st: SessionState, finished: bool) -> None:
-                store.write_trajectory(self.trajectory(st, finished=finished, device=judge.device))
-
-            rt = Runtime(store=store, judge=judge, model=self.model, controls=self.controls, emit=self.emit, on_trajectory=write)
+            rt = Runtime(store=store, judge=judge, model=self.model, controls=self.controls, emit=self.emit, on_trajectory=self._writer(judge))
             graph = build_graph(rt).compile(checkpointer=saver)
-            cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT}
-            snap = graph.get_state(cfg)
-            inp: SessionState | None = None
-            if not snap.values:
-                s = store.settings
-                inp = SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name)
-            else:
-                state = SessionState.model_validate(snap.values)
-                if not snap.next and state.stop_kind in _REOPENABLE:
-                    # Ended on a limit: let the router decide again under the (possibly raised) limits.
-                    graph.update_state(cfg, {"next_step": None, "stop_reason": None, "stop_kind": None}, as_node="feedback")
-                    snap = graph.get_state(cfg)
+            inp, state, resumed = self._starting_point(graph, cfg)
             self.emit(
                 SessionStarted(
                     session_dir=str(store.path),
                     task=Path(store.settings.task_path).stem,
                     model=self.model.name,
                     device=judge.device,
-                    resumed=bool(snap.values),
+                    resumed=resumed,
                     turns_done=len(state.turns),
                 )
             )
             if judge.device_notice:
                 self.emit(Notice(text=judge.device_notice))
-            if inp is not None or snap.next:
+            if inp is not None or graph.get_state(cfg).next:
                 graph.invoke(inp, cfg, durability="sync")
             state = SessionState.model_validate(graph.get_state(cfg).values)
-            write(state, True)
+            self._writer(judge)(state, True)
             outcome = self.outcome(state, finished=True, timed=judge.device == "cuda")
             self.emit(SessionEnded(outcome=outcome, session_dir=str(store.path)))
             return outcome
         except BaseException as e:
-            # Stopped early: trajectory.json says so, from what the checkpoints hold.
-            try:
-                values = graph.get_state(cfg).values if "graph" in locals() else {}
-                state = SessionState.model_validate(values) if values else state
-            except Exception:
-                pass
-            reason, resumable = _interruption(e)
-            state = state.model_copy(update={"stop_reason": reason, "stop_kind": None})
             if judge is not None:
-                traj = self.trajectory(state, finished=False, device=judge.device)
-                traj.outcome.resumable = resumable
-                store.write_trajectory(traj)
-                self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(store.path)))
+                self._record_interruption(e, graph, cfg, judge)
             raise
         finally:
             saver.conn.close()
             store.unlock()
+
+    def _writer(self, judge: Judge):
+        def write(state: SessionState, finished: bool) -> None:
+            self.store.write_trajectory(self.trajectory(state, finished=finished, device=judge.device))
+
+        return write
+
+    def _starting_point(self, graph, cfg) -> tuple[SessionState | None, SessionState, bool]:
+        """(graph input, state so far, resumed): a new session's input, or None to continue from the checkpoint."""
+        snap = graph.get_state(cfg)
+        if not snap.values:
+            s = self.store.settings
+            return SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name), SessionState(), False
+        state = SessionState.model_validate(snap.values)
+        if not snap.next and state.stop_kind in _REOPENABLE:
+            # Ended on a limit: the router decides again, under limits a resume may have raised.
+            graph.update_state(cfg, {"next_step": None, "stop_reason": None, "stop_kind": None}, as_node="feedback")
+        return None, state, True
+
+    def _record_interruption(self, e: BaseException, graph, cfg, judge: Judge) -> None:
+        """trajectory.json says the run stopped early and why, from what the checkpoints hold."""
+        state = SessionState()
+        try:
+            values = graph.get_state(cfg).values if graph is not None else {}
+            state = SessionState.model_validate(values) if values else state
+        except Exception:  # an unreadable checkpoint: record the interruption all the same
+            log.exception("cannot read the last checkpoint")
+        reason, resumable = _interruption(e)
+        state = state.model_copy(update={"stop_reason": reason, "stop_kind": None})
+        traj = self.trajectory(state, finished=False, device=judge.device)
+        traj.outcome.resumable = resumable
+        self.store.write_trajectory(traj)
+        self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(self.store.path)))
 
 
 def _interruption(e: BaseException) -> tuple[str, bool]:

@@ -40,6 +40,7 @@ def test_demo_killed_mid_turn_resumes_without_losing_a_turn(tmp_path):
     out = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == EXIT_OK, out
     assert "resumed with 1 judged turns" in out
+    assert "unregistered type" not in out and "Blocked deserialization" not in out  # the checkpoint rebuilt typed state
     traj = check_session_dir(session)
     assert [(t.index, t.verdict.category.value) for t in traj.turns] == [
         (1, "compile_error:import"),

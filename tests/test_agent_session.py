@@ -11,7 +11,7 @@ from tenacity import wait_none
 
 from agent_support import NO_CODE, TASK, candidate_code, check_session_dir, make_session, reply, replay_session, write_replay
 from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.events import ModelRetry, SessionEnded, SessionPaused, SessionStarted, SessionUnpaused, StageUpdate, TurnJudged
+from kernelfix.agent.events import ModelDelta, ModelRetry, SessionEnded, SessionPaused, SessionStarted, SessionUnpaused, StageUpdate, TurnJudged
 from kernelfix.agent.models import LiteLLMModel, ModelError, ReplayModel
 from kernelfix.agent.runner import Session
 from kernelfix.agent.session import SessionDir
@@ -69,6 +69,8 @@ def test_broken_wrong_correct_then_worse_keeps_the_best(tmp_path, cpu_judge):
     ev = s.events
     assert isinstance(ev[0], SessionStarted) and isinstance(ev[-1], SessionEnded)
     assert [e.turn.index for e in ev if isinstance(e, TurnJudged)] == [1, 2, 3, 4]
+    streamed = "".join(e.text for e in ev if isinstance(e, ModelDelta) and e.turn == 1 and e.channel == "content")
+    assert streamed == t1.reply.content
     finished = {(e.turn, e.event.stage) for e in ev if isinstance(e, StageUpdate) and e.event.status in ("finished", "skipped")}
     assert {(i, st) for i in (1, 2, 3, 4) for st in STAGES} <= finished
 
