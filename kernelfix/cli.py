@@ -40,9 +40,14 @@ def _load_config(args: argparse.Namespace):
 
 
 def _judge_config(args: argparse.Namespace):
+    from pydantic import ValidationError
+
     cfg = _load_config(args).judge
     updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol") if getattr(args, k, None) is not None}
-    return cfg.model_copy(update=updates)
+    try:  # validated like the config file: --trials 0 is as wrong as trials = 0
+        return type(cfg).model_validate({**cfg.model_dump(), **updates})
+    except ValidationError as e:
+        raise UsageError(str(e)) from None
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -178,7 +178,17 @@ def _from_error(stage: str, err: dict, build_dir: Path | None) -> Failure:
 
 
 def _tail(tb: str, n: int) -> list[str]:
+    """The traceback's frames in the candidate's own file, and the error: not the judge's or importlib's."""
     lines = [line for line in tb.rstrip().splitlines() if line.strip()]
-    # keep the candidate's frames and the error, not the harness's
-    keep = [line for line in lines if "kernelfix/tools/harness.py" not in line and "tools/harness.py" not in line]
-    return keep[-n:]
+    keep: list[str] = []
+    in_candidate = False
+    for line in lines:
+        if line.lstrip().startswith("File "):
+            in_candidate = "candidate.py" in line
+            if in_candidate:
+                keep.append(line.strip().replace(line.strip().split('"')[1], "candidate.py") if '"' in line else line.strip())
+        elif in_candidate:
+            keep.append(line.rstrip())
+    if lines and (not keep or keep[-1].strip() != lines[-1].strip()):
+        keep.append(lines[-1].strip())
+    return [k for k in keep if k][-n:]
