@@ -221,24 +221,28 @@ def run_child(
     timed_out = memory_exceeded = False
     peak = 0
     next_mem_check = 0.0
-    while True:
-        rc = proc.poll()
-        if rc is not None:
-            break
-        now = time.monotonic()
-        if now - t0 > limits.wall_s:
-            timed_out = True
-            _kill_session(proc.pid)
-            break
-        if limits.memory_bytes is not None and now >= next_mem_check:
-            next_mem_check = now + 0.25
-            rss = _rss_bytes(_session_pids(proc.pid))
-            peak = max(peak, rss)
-            if rss > limits.memory_bytes:
-                memory_exceeded = True
+    try:
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                break
+            now = time.monotonic()
+            if now - t0 > limits.wall_s:
+                timed_out = True
                 _kill_session(proc.pid)
                 break
-        time.sleep(poll_s)
+            if limits.memory_bytes is not None and now >= next_mem_check:
+                next_mem_check = now + 0.25
+                rss = _rss_bytes(_session_pids(proc.pid))
+                peak = max(peak, rss)
+                if rss > limits.memory_bytes:
+                    memory_exceeded = True
+                    _kill_session(proc.pid)
+                    break
+            time.sleep(poll_s)
+    except BaseException:  # Ctrl-C or a stopping caller: the child's session must not outlive us
+        _kill_session(proc.pid)
+        raise
     rc = proc.wait()
     wall = time.monotonic() - t0
     _kill_session(proc.pid)  # leftovers: daemons, background work

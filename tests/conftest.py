@@ -4,12 +4,15 @@ task's reference is computed once per test session."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm must not fetch its price list
 
 CORPUS = Path(__file__).parent / "corpus"
 HAS_CUDA = torch.cuda.is_available()

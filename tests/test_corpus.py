@@ -32,6 +32,7 @@ def _params():
 def test_candidate_gets_its_category(case, device, verdicts):
     verdict = verdicts(case, device)
     expected = Category(case.expect[device])
+    print(f"\n[{device}] {case.id}: {verdict.category.value} (expected {expected.value}): {verdict.message}")
     assert verdict.category == expected, f"{case.id}: got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
     assert verdict.feedback.strip()
     precision_warning = verdict.correctness.precision_warning if verdict.correctness else None
@@ -57,8 +58,9 @@ def test_candidate_gets_its_category(case, device, verdicts):
     if expected.family.value == "correctness_error":
         assert verdict.correct is False
         assert verdict.correctness.trials and not all(t.ok for t in verdict.correctness.trials)
-    checks = [line for line in verdict.feedback.splitlines() if line.startswith(("Checks:", "  - precision:"))]
-    print(f"\n[{device}] {case.id}: {verdict.category.value}: {verdict.message}" + "".join(f"\n    {c.strip()}" for c in checks))
+    for line in verdict.feedback.splitlines():  # what the correctness checks saw, for the device run's log
+        if line.startswith(("Checks:", "  - precision:")):
+            print(f"    {line.strip()}")
 
 
 def test_corpus_covers_every_category_the_issue_names():

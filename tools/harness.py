@@ -334,36 +334,64 @@ def stage_compile(spec: dict, chan: Channel) -> None:
 
 
 def stage_correctness(spec: dict, chan: Channel) -> None:
+    """Run every trial (and the in-place stale-output check), recording the dispatcher
+    ops forward runs: legality is judged from this record, every call included."""
+    import contextlib
+
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     device = spec["device"]
     if device == "cuda":
         _bind_cuda()
+    record = spec.get("record_ops", True)
+    if record:
+        _mark_triton_launches()
     task = _load_task(spec, chan)
     _, cls, _ = _load_candidate(spec, chan)
     _phase(chan, "build_model")
     model = _build(cls, task, spec["init_seed"], device)
     outdir = Path(spec["outdir"])
     kept = []  # every trial's inputs stay alive: no trial gets an address an earlier one had
-    for k, trial in enumerate(spec["trials"]):
-        _phase(chan, "forward", trial=trial["index"], done=k, total=len(spec["trials"]))
-        inputs = _trial_inputs(trial["inputs"], device)
-        kept.append(inputs)
-        with torch.no_grad():
-            out = model(*inputs)
-        _sync(device)
-        torch.save(_to_cpu(out), outdir / f"out_{trial['index']}.pt")
-        torch.save(_to_cpu(inputs), outdir / f"inputs_after_{trial['index']}.pt")
-    if len(spec["trials"]) >= 2:
-        # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
-        _phase(chan, "inplace_check")
-        second = spec["trials"][1]
-        if _copy_into(kept[0], _trial_inputs(second["inputs"], device)):
+    recorder = profile(activities=[ProfilerActivity.CPU], record_shapes=False) if record else contextlib.nullcontext()
+    intact = True
+    with recorder as prof:
+        for k, trial in enumerate(spec["trials"]):
+            _phase(chan, "forward", trial=trial["index"], done=k, total=len(spec["trials"]))
+            inputs = _trial_inputs(trial["inputs"], device)
+            kept.append(inputs)
             with torch.no_grad():
-                out = model(*kept[0])
+                out = model(*inputs)
             _sync(device)
-            torch.save(_to_cpu(out), outdir / f"out_inplace_{second['index']}.pt")
-    chan.send("result", trials=len(spec["trials"]))
+            torch.save(_to_cpu(out), outdir / f"out_{trial['index']}.pt")
+            torch.save(_to_cpu(inputs), outdir / f"inputs_after_{trial['index']}.pt")
+        if len(spec["trials"]) >= 2:
+            # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
+            _phase(chan, "inplace_check")
+            second = spec["trials"][1]
+            if _copy_into(kept[0], _trial_inputs(second["inputs"], device)):
+                with torch.no_grad():
+                    out = model(*kept[0])
+                _sync(device)
+                torch.save(_to_cpu(out), outdir / f"out_inplace_{second['index']}.pt")
+        if record:
+            intact = bool(torch._C._autograd._profiler_enabled())
+    ops = _op_records(prof) if record else None
+    chan.send("result", trials=len(spec["trials"]), ops=ops, recorder_intact=intact)
+
+
+def _op_records(prof) -> list:
+    """(op name, names of its enclosing ops and ranges, count): the parent applies the allowlist."""
+    counts: dict[tuple[str, tuple[str, ...]], int] = {}
+    for ev in prof.events():
+        chain = []
+        p = ev.cpu_parent
+        while p is not None:
+            chain.append(p.name)
+            p = p.cpu_parent
+        key = (ev.name, tuple(chain))
+        counts[key] = counts.get(key, 0) + 1
+    return [[name, list(chain), n] for (name, chain), n in counts.items()]
 
 
 def _copy_into(dst: list, src: list) -> bool:
@@ -419,46 +447,6 @@ def _mark_triton_launches() -> None:
         pass
     for cls, attr in targets:
         wrap(cls, attr)
-
-
-def stage_legality(spec: dict, chan: Channel) -> None:
-    """Record every dispatcher op that runs during ModelNew.forward (twice: first call and a warm one)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    device = spec["device"]
-    if device == "cuda":
-        _bind_cuda()
-    profiler_enabled = torch.autograd.profiler._is_profiler_enabled if hasattr(torch.autograd.profiler, "_is_profiler_enabled") else None
-    _mark_triton_launches()
-    task = _load_task(spec, chan)
-    _, cls, _ = _load_candidate(spec, chan)
-    _phase(chan, "build_model")
-    model = _build(cls, task, spec["init_seed"], device)
-    trial = spec["trials"][0]
-    inputs = _trial_inputs(trial["inputs"], device)
-    _phase(chan, "forward", trial=trial["index"])
-    still_on = True
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
-        with torch.no_grad():
-            model(*inputs)
-            _sync(device)
-            out = model(*inputs)
-            _sync(device)
-        if profiler_enabled is not None:
-            still_on = bool(torch._C._autograd._profiler_enabled())
-    torch.save(_to_cpu(out), Path(spec["outdir"]) / f"out_{trial['index']}.pt")
-    counts: dict[tuple[str, tuple[str, ...]], int] = {}
-    for ev in prof.events():
-        chain = []
-        p = ev.cpu_parent
-        while p is not None:
-            chain.append(p.name)
-            p = p.cpu_parent
-        key = (ev.name, tuple(chain))
-        counts[key] = counts.get(key, 0) + 1
-    ops = [[name, list(chain), n] for (name, chain), n in counts.items()]
-    chan.send("result", ops=ops, profiler_intact=still_on)
 
 
 def _stats(times_ms: list[float]) -> dict[str, float]:
@@ -608,7 +596,6 @@ STAGES = {
     "reference": stage_reference,
     "compile": stage_compile,
     "correctness": stage_correctness,
-    "legality": stage_legality,
     "benchmark": stage_benchmark,
 }
 

@@ -117,7 +117,7 @@ class _Trial:
     index: int
     seed: int
     inputs: Path  # private copy; candidates get their own
-    purpose: Literal["correctness", "legality", "fresh", "varied"]
+    purpose: Literal["correctness", "fresh", "varied"]
     variant: InputVariant | None = None  # varied trials: how their inputs derive from trial variant_of's
     variant_of: int | None = None
 
@@ -257,7 +257,7 @@ class Judge:
                 return self._ref
             c = self.config
             n = c.trials
-            purposes: list[Literal["correctness", "legality", "fresh", "varied"]] = ["correctness"] * n + ["legality", "fresh"] + ["varied"] * len(c.input_variants)
+            purposes: list[Literal["correctness", "fresh", "varied"]] = ["correctness"] * n + ["fresh"] + ["varied"] * len(c.input_variants)
             seeds = [c.seed + 1009 * (i + 1) for i in range(len(purposes))]
             inputs_dir = self._private / "inputs"
             inputs_dir.mkdir(exist_ok=True)
@@ -381,6 +381,7 @@ class Judge:
         """Import the candidate (building its extensions) and construct ModelNew."""
 
         def run() -> Evaluation:
+            self.reference(on_event)  # a broken task stops here, before any candidate code runs
             outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile")
             result = outcome.last("result")
             err = outcome.last("error")
@@ -437,7 +438,12 @@ class Judge:
             wd = Path(ev.workdir)
             outdir = wd / "out" / "correctness"
             outdir.mkdir(parents=True, exist_ok=True)
-            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, trials), "outdir": str(outdir)}
+            spec = {
+                **self._candidate_spec(ev),
+                "trials": self._stage_inputs(ev, trials),
+                "outdir": str(outdir),
+                "record_ops": self.config.runtime_legality,
+            }
             outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness")
             c = self.config
             report = CorrectnessReport(
@@ -445,8 +451,10 @@ class Judge:
                 skipped_variants=dict(ref.skipped_variants), float64_note=ref.float64_note,
             )
             ev.correctness = report
-            if outcome.last("result") is None:
+            result = outcome.last("result")
+            if result is None:
                 return self._fail_from(ev, "correctness", outcome, self.config.run_timeout_s)
+            self._record_ops(ev, result)
             for t in trials:
                 out = _load_output(outdir / f"out_{t.index}.pt")
                 if isinstance(out, _Unloadable):
@@ -491,8 +499,29 @@ class Judge:
 
         return self._timed(ev, "correctness", on_event, run)
 
+    def _record_ops(self, ev: Evaluation, result: dict[str, Any]) -> None:
+        """Keep the ops the correctness run recorded, sorted against the allowlist."""
+        report = ev.legality or LegalityReport()
+        ev.legality = report
+        if result.get("ops") is None:
+            return
+        all_ops: dict[str, int] = {}
+        forbidden: dict[str, int] = {}
+        for name, chain, count in result["ops"]:
+            if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
+                continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
+            if any(c.startswith("aten::") for c in chain):
+                continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
+            key = name.removeprefix("aten::")
+            all_ops[key] = all_ops.get(key, 0) + count
+            if not is_allowed(name, self.allowed_ops):
+                forbidden[key] = forbidden.get(key, 0) + count
+        report.aten_ops, report.forbidden_ops = all_ops, forbidden
+        report.runtime_checked = True
+        report.recorder_intact = bool(result.get("recorder_intact", True))
+
     def legality(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
-        """Record the aten ops ModelNew.forward runs and check them against the allowlist."""
+        """Judge the aten ops recorded during every correctness call against the allowlist."""
 
         def run() -> Evaluation:
             report = ev.legality or LegalityReport()
@@ -500,39 +529,15 @@ class Judge:
             if not self.config.runtime_legality:
                 report.note = "runtime legality check switched off in config"
                 return ev
-            ref = self.reference(on_event)
-            trial = next(t for t in ref.trials if t.purpose == "legality")
-            wd = Path(ev.workdir)
-            outdir = wd / "out" / "legality"
-            outdir.mkdir(parents=True, exist_ok=True)
-            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, [trial]), "outdir": str(outdir)}
-            outcome = self._run("legality", wd, spec, self.config.run_timeout_s, on_event, "legality")
-            result = outcome.last("result")
-            if result is None:
-                return self._fail_from(ev, "legality", outcome, self.config.run_timeout_s)
-            report.runtime_checked = True
-            all_ops: dict[str, int] = {}
-            forbidden: dict[str, int] = {}
-            for name, chain, count in result["ops"]:
-                if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
-                    continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
-                if any(c.startswith("aten::") for c in chain):
-                    continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
-                key = name.removeprefix("aten::")
-                all_ops[key] = all_ops.get(key, 0) + count
-                if not is_allowed(name, self.allowed_ops):
-                    forbidden[key] = forbidden.get(key, 0) + count
-            report.aten_ops, report.forbidden_ops = all_ops, forbidden
-            if not result.get("profiler_intact", True):
+            if not report.runtime_checked:
+                report.note = "no op record (the correctness stage did not run)"
+                return ev
+            if not report.recorder_intact:
                 return ev.fail("legality", Category.TAMPERING, "the op recorder was switched off during forward")
-            out = _load_output(outdir / f"out_{trial.index}.pt")
-            rep = None if isinstance(out, _Unloadable) else self._compare(trial, out)
-            if forbidden:
-                top = ", ".join(sorted(forbidden, key=lambda k: -forbidden[k])[:5])
+            if report.forbidden_ops:
+                ops = report.forbidden_ops
+                top = ", ".join(sorted(ops, key=lambda k: -ops[k])[:5])
                 return ev.fail("legality", Category.DISALLOWED_ATEN, f"forward ran torch compute ops: {top}")
-            if rep is None or not rep.ok:
-                why = out.why if isinstance(out, _Unloadable) else rep.problem
-                return ev.fail("legality", Category.TAMPERING, f"forward gave a different (wrong) result while its ops were recorded: {why}")
             return ev
 
         return self._timed(ev, "legality", on_event, run)

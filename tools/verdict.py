@@ -157,6 +157,7 @@ class LegalityReport(_Model):
     forbidden_ops: dict[str, int] = Field(default_factory=dict)
     static_findings: list[StaticFinding] = Field(default_factory=list)
     runtime_checked: bool = False
+    recorder_intact: bool = True  # False: the candidate switched the op recorder off
     note: str | None = None
 
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run kernelfix's GPU work on the lent device, from the repo root: bench/device_run.sh STEP...
+# Installs the carried wheels (.whl, built by ../shared/tools/device-wheels) and kernelfix
+# itself, then runs each STEP, logging under $OUT (at most 8 files come back: small logs
+# plain, everything else in one tarball).
+set -o pipefail
+: "${OUT:?OUT must be set}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --target /tmp/kf . >/dev/null || exit 1
+export PYTHONPATH=/tmp/kf:/tmp/site LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
+mkdir -p /tmp/kfout
+for step in "$@"; do
+  echo "=== $step ($(date +%T))"
+  case $step in
+    probe) bash bench/device_probe.sh 2>&1 | tee "$OUT/probe.txt" ;;
+    ncu) bash bench/ncu_capture.sh /tmp/kfout/ncu ;;
+    gpu-tests) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
+    gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
+    judge-bench) python3 bench/judge_stages.py --out "$OUT/judge_stages.json" 2>&1 | tee "$OUT/judge_stages.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+tar czf "$OUT/artifacts.tgz" -C /tmp/kfout . 2>/dev/null
+ls -la "$OUT"
