@@ -32,6 +32,7 @@ class Case:
     devices: list[str]
     task: str = "relu"
     config: dict = field(default_factory=dict)
+    warns: list[str] = field(default_factory=list)  # verdict warnings it must raise (e.g. precision)
 
     @property
     def id(self) -> str:
@@ -42,7 +43,7 @@ class Case:
         return "load_inline" in self.path.read_text()
 
 
-_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|devices|task|config): (.+)$", re.M)
+_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|devices|task|config|warns): (.+)$", re.M)
 
 
 def load_cases() -> list[Case]:
@@ -57,7 +58,8 @@ def load_cases() -> list[Case]:
                 expect[dev] = value.strip()
         devices = [d.strip() for d in fields.get("devices", "cpu,cuda").split(",")]
         cases.append(
-            Case(path=path, expect=expect, devices=[d for d in devices if d in expect], task=fields.get("task", "relu").strip(), config=json.loads(fields.get("config", "{}")))
+            Case(path=path, expect=expect, devices=[d for d in devices if d in expect], task=fields.get("task", "relu").strip(), config=json.loads(fields.get("config", "{}")),
+                 warns=[w.strip() for w in fields.get("warns", "").split(",") if w.strip()])
         )
     return cases
 
@@ -79,3 +81,22 @@ def judges(tmp_path_factory):
     yield get
     for j in made.values():
         j.close()
+
+
+def case_named(name: str) -> Case:
+    return next(c for c in load_cases() if c.path.name == name)
+
+
+@pytest.fixture(scope="session")
+def verdicts(judges):
+    """Each corpus case judged once per device per session, whichever test asks first."""
+    cache: dict[tuple[str, str], object] = {}
+
+    def get(case: Case, device: str):
+        key = (case.path.name, device)
+        if key not in cache:
+            judge = judges(case.task, device, case.config)
+            cache[key] = judge.evaluate(case.path.read_text(), filename=case.path.name)
+        return cache[key]
+
+    return get

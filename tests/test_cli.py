@@ -31,7 +31,9 @@ def test_ok_verdict_as_json_exits_zero():
         assert field in v
     assert v["category"] == "ok" and v["compiled"] and v["correct"] and v["legal"]
     assert v["speedup_eager"] is None  # nothing is timed on cpu
-    assert len(v["correctness"]["trials"]) == 5
+    trials = v["correctness"]["trials"]
+    assert len([t for t in trials if t["variant"] is None]) == 5  # the default --trials, on the task's own inputs
+    assert [t["variant"] for t in trials if t["variant"]] == ["scaled", "shifted", "heavy_tailed"]
 
 
 def test_failing_verdict_exits_one_and_keeps_logs():

@@ -13,6 +13,7 @@ by the static checks before it ever runs here.
 
 from __future__ import annotations
 
+import copy
 import gc
 import importlib.util
 import json
@@ -189,8 +190,15 @@ def _trial_inputs(path: str, device: str):
 
 
 def stage_reference(spec: dict, chan: Channel) -> None:
-    """Inputs and reference outputs for every trial; the only stage that runs Model."""
+    """Inputs and reference outputs for every trial; the only stage that runs Model.
+
+    A trial with a ``variant`` takes an earlier trial's inputs through
+    kernelfix.tools.input_variants instead of calling get_inputs(). A trial with a
+    ``reference64`` path also gets a float64 reference when the task is float32.
+    """
     import torch
+
+    from kernelfix.tools import input_variants
 
     device = spec["device"]
     if device == "cuda":
@@ -198,21 +206,119 @@ def stage_reference(spec: dict, chan: Channel) -> None:
     task = _load_task(spec, chan)
     _phase(chan, "build_reference")
     model = _build(task.Model, task, spec["init_seed"], device)
+    model64, why64 = None, "switched off in config"
+    if spec.get("float64"):
+        try:  # copied before any forward: a stateful Model (running stats) starts where the float32 one does
+            model64, why64 = copy.deepcopy(model).double(), None
+        except Exception as e:
+            why64 = f"the model cannot be copied ({_short(e)})"
+    bases = {t["variant_of"] for t in spec["trials"] if t.get("variant")}
+    base_inputs: dict[int, list] = {}
+    unchanged: list[int] = []
     in_bytes = out_bytes = 0
     for trial in spec["trials"]:
         _phase(chan, "reference_trial", trial=trial["index"])
-        _seed_all(trial["seed"])
-        inputs = task.get_inputs()
-        if not isinstance(inputs, (list, tuple)):
-            raise _TaskProblem(f"get_inputs() returned {type(inputs).__name__}, not a list")
-        inputs = list(inputs)
-        torch.save(_to_cpu(inputs), trial["inputs"])
+        if trial.get("variant"):
+            inputs, changed = input_variants.apply(base_inputs[trial["variant_of"]], trial["variant"], trial["seed"])
+            if not changed:
+                unchanged.append(trial["index"])
+                continue
+        else:
+            _seed_all(trial["seed"])
+            inputs = task.get_inputs()
+            if not isinstance(inputs, (list, tuple)):
+                raise _TaskProblem(f"get_inputs() returned {type(inputs).__name__}, not a list")
+            inputs = list(inputs)
+        cpu_inputs = _to_cpu(inputs)
+        if trial["index"] in bases:
+            base_inputs[trial["index"]] = cpu_inputs
+        torch.save(cpu_inputs, trial["inputs"])
         with torch.no_grad():
             out = model(*_to_device(inputs, device))
         _sync(device)
         torch.save(_to_cpu(out), trial["reference"])
         in_bytes, out_bytes = _nbytes(inputs), _nbytes(out)
-    chan.send("result", input_bytes=in_bytes, output_bytes=out_bytes)
+        if model64 is not None and trial.get("reference64"):
+            _phase(chan, "reference_float64", trial=trial["index"])
+            try:
+                why64 = _not_float32(model, inputs, out)
+                if why64 is None:
+                    out64 = _forward_float64(model64, inputs, device)
+                    why64 = _float64_mismatch(out, out64)
+                if why64 is None:
+                    torch.save(_to_cpu(out64), trial["reference64"])
+            except Exception as e:  # an op without a float64 kernel, a forward that mixes dtypes
+                why64 = f"the reference fails in float64 ({_short(e)})"
+            if why64 is not None:
+                model64 = None
+    chan.send("result", input_bytes=in_bytes, output_bytes=out_bytes, unchanged_variants=unchanged, float64_note=why64)
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:200]}" if msg else type(e).__name__
+
+
+def _floating(obj: Any) -> list:
+    """The floating-point tensors in a (nested) value."""
+    import torch
+
+    from kernelfix.tools.compare import leaves
+
+    return [x for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+
+def _not_float32(model, inputs: list, out: Any) -> str | None:
+    """Why the task is not a float32 task (None when it is): float64 then means nothing."""
+    import torch
+
+    tensors = _floating(inputs) + _floating(out)
+    if hasattr(model, "parameters"):
+        tensors += [p for p in model.parameters() if p.is_floating_point()] + [b for b in model.buffers() if b.is_floating_point()]
+    other = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype != torch.float32})
+    if not tensors:
+        return "no floating-point inputs, weights or outputs"
+    if other:
+        return f"the task is not float32 throughout ({', '.join(other)})"
+    return None
+
+
+def _forward_float64(model64, inputs: list, device: str) -> Any:
+    import torch
+
+    def up(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device=device, dtype=torch.float64) if obj.dtype == torch.float32 else obj.to(device)
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(up(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: up(v) for k, v in obj.items()}
+        return obj
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # tensors the forward creates itself follow
+    try:
+        with torch.no_grad():
+            out = model64(*up(inputs))
+        _sync(device)
+    finally:
+        torch.set_default_dtype(previous)
+    return out
+
+
+def _float64_mismatch(out: Any, out64: Any) -> str | None:
+    import torch
+
+    from kernelfix.tools.compare import leaves
+
+    a, b = leaves(out), leaves(out64)
+    if len(a) != len(b):
+        return "the float64 reference returns a different structure"
+    for (path, x), (_, y) in zip(a, b):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            if not isinstance(y, torch.Tensor) or y.dtype != torch.float64 or y.shape != x.shape:
+                return f"the reference's {path} is not float64 when run in float64 (it casts)"
+    return None
 
 
 def stage_compile(spec: dict, chan: Channel) -> None:
