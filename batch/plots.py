@@ -43,7 +43,14 @@ def speedup_plot(plt, rows: list[TaskOutcome], path: Path) -> None:
         ax.hist(eager, bins=bins, alpha=0.6, label=f"vs eager (n={len(eager)})")
         if comp:
             ax.hist(comp, bins=bins, alpha=0.6, label=f"vs torch.compile (n={len(comp)})")
+        from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+
         ax.set_xscale("log")
+        ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64) if bins[0] <= t <= bins[-1]]
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.axvline(1.0, color="k", lw=0.8, ls="--")
         ax.set_xlabel("speedup of the best correct kernel (log scale)")
         ax.set_ylabel("tasks")

@@ -168,7 +168,8 @@ class LocalRunner:
         result_file = self.out.result_path(job.name)
         result_file.unlink(missing_ok=True)
         log = self.out.log_path(job.name)
-        argv = [sys.executable, "-m", "kernelfix.batch.worker", "--result", str(result_file), "--log", str(log), "--parent", str(os.getpid())]
+        # -P and OUT as the working directory: a source checkout in the caller's cwd never shadows the installed package
+        argv = [sys.executable, "-P", "-m", "kernelfix.batch.worker", "--result", str(result_file), "--log", str(log), "--parent", str(os.getpid())]
         if gpu is not None:
             argv += ["--gpu", gpu]
         t0 = time.monotonic()
@@ -177,7 +178,7 @@ class LocalRunner:
             log_f.write(f"=== batch run {time.strftime('%Y-%m-%d %H:%M:%S')}: {job.name} ({job.task}){f' on GPU {gpu}' if gpu else ''}\n")
             log_f.flush()
             # Its own session: a Ctrl-C at the terminal reaches the batch, which stops the children in order.
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log_f, stderr=log_f, text=True, start_new_session=True)
+            proc = subprocess.Popen(argv, cwd=self.out.path, stdin=subprocess.PIPE, stdout=log_f, stderr=log_f, text=True, start_new_session=True)
             with self._guard:
                 self._procs[job.name] = proc
             try:

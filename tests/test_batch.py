@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,31 +24,8 @@ from kernelfix.batch.runner import LocalRunner, OutDir
 from kernelfix.cli import EXIT_USAGE, main
 from kernelfix.tools.config import JudgeConfig
 
-SCALE = Path(__file__).parent / "batch_tasks" / "scale.py"
-SCALE_KERNEL = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        n = x.numel()
-        scale_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
-        return y
-'''
+SCALE = REPO / "examples" / "tasks" / "scale.py"
+SCALE_REPLAY = REPO / "examples" / "replays" / "scale.jsonl"  # one line: a correct kernel
 
 
 def settings(out: Path, **agent) -> BatchSettings:
@@ -57,7 +35,7 @@ def settings(out: Path, **agent) -> BatchSettings:
 def batch_cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     return subprocess.Popen(
-        [sys.executable, "-m", "kernelfix", "batch", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-P", "-m", "kernelfix", "batch", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -121,7 +99,7 @@ def test_bad_batch_input_exits_2_and_creates_nothing(args, needle, tmp_path, cap
 def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path):
     replays = tmp_path / "replays"
     replays.mkdir()
-    write_replay(replays / "scale.jsonl", [{"content": f"One pass.\n\n```python\n{SCALE_KERNEL}```\n", "reasoning_content": "scale by two"}])
+    shutil.copy(SCALE_REPLAY, replays / "scale.jsonl")
     write_replay(replays / "relu.jsonl", [reply("triton_wrong_values.py"), reply("triton_relu_ok.py")])
     out = tmp_path / "out"
     # one worker: scale runs first, then relu, which is killed in its second turn
@@ -244,6 +222,16 @@ def test_device_lease_queues_across_processes(tmp_path):
     holder.wait(timeout=30)
     with DeviceLease(tmp_path, "1").hold(), DeviceLease(tmp_path, "0").hold():
         pass  # another GPU's lease is independent
+    holds = lease_holds(tmp_path / "gpu-0.log")
+    assert [h["pid"] for h in holds] == [holder.pid, os.getpid(), os.getpid()]
+
+
+def lease_holds(log: Path) -> list[dict]:
+    """The holds a lease log records, checked never to overlap."""
+    holds = [json.loads(line) for line in log.read_text().splitlines()]
+    for a, b in zip(holds, holds[1:]):
+        assert a["got"] <= a["released"] <= b["got"], (a, b)
+    return holds
 
 
 def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
@@ -305,3 +293,24 @@ def test_fast_p_and_rates_on_timed_rows(tmp_path):
     assert "| eager | 75.0% | 50.0% | 25.0% | 25.0% |" in md and NOT_TIMED not in md
     plots = write_plots(tmp_path, s)
     assert len(plots) == 3 and all((tmp_path / p).stat().st_size > 1000 for p in plots)
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+def test_ray_backend_gives_the_same_per_task_results(tmp_path):
+    """The per-task function as a Ray task on a local cluster: same turns and outcome as the local runner."""
+    pytest.importorskip("ray")
+    replay = write_replay(tmp_path / "scale.jsonl", [reply("triton_relu_ok.py", "Wrong kernel for this task."), json.loads(SCALE_REPLAY.read_text())])
+    common = [str(SCALE), "--model", f"replay:{replay}", "--device", "cpu", "--no-shape-block", "--trials", "2", "--json"]
+    found = {}
+    for name, extra in (("local", []), ("ray", ["--ray", "local", "--workers", "1"])):
+        proc = batch_cli(*common, "--out", str(tmp_path / name), *extra)
+        stdout, stderr = proc.communicate(timeout=400)
+        assert proc.returncode == 0, stderr
+        (row,) = json.loads(stdout)["rows"]
+        found[name] = {k: row[k] for k in ("status", "correct", "categories", "turns_to_first_correct", "model_turns", "best_turn")}
+    assert found["ray"] == found["local"] == {
+        "status": "finished", "correct": True, "categories": ["correctness_error:numerical", "ok"],
+        "turns_to_first_correct": 2, "model_turns": 2, "best_turn": 2,
+    }

@@ -228,7 +228,7 @@ class Judge:
 
         limits = Limits(wall_s=timeout_s, memory_bytes=_memory_limit(self.config))
         argv = [sys.executable, "-m", "kernelfix.tools.harness", str(spec_path)]
-        lease = self._lease.hold() if self._lease is not None and stage in GPU_STAGES else contextlib.nullcontext()
+        lease = self._lease.hold(f"{self.task.name} {stage}") if self._lease is not None and stage in GPU_STAGES else contextlib.nullcontext()
         with lease:
             outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
             if outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:

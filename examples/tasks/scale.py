@@ -1,4 +1,4 @@
-"""A second tiny task for the batch tests: y = 2x."""
+"""y = 2x: a tiny elementwise task (the batch example and tests)."""
 
 import torch
 import torch.nn as nn
