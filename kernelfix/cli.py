@@ -356,13 +356,69 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK if a.records_out else EXIT_FAIL
 
 
-def _session_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
+def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
     p.add_argument("--max-turns", type=int, metavar="N", help="model turns (default 8)")
     p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent")
     p.add_argument("--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)")
     p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
+
+
+def _session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
+    _limit_args(p)
+
+
+def _batch_parsers(sub) -> None:
+    """`batch` and `export`."""
+    p = sub.add_parser(
+        "batch",
+        help="repair or optimize many tasks, resumably, and report the field's metrics",
+        description=(
+            "Run one session per task (TASKS: task files, directories of them, or JSONL manifests of "
+            '{"task", "candidate"?, "target"?, "model"?, "replay"?}), several at a time: compiles in parallel, '
+            "GPU runs queued per GPU so timings never share one. Sessions live in OUT/sessions; running the same "
+            "command again skips finished sessions and resumes the rest. Writes OUT/summary.json, summary.md and plots/."
+        ),
+        epilog="Exit codes: 0 every session finished, 1 some did not (failed or unfinished), 2 bad usage or input, 130 interrupted.",
+    )
+    p.add_argument("tasks", nargs="+", metavar="TASKS", help="task files, directories of task files, or manifests (.jsonl)")
+    p.add_argument("--model", metavar="M", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<task stem>.jsonl per task)")
+    p.add_argument("--out", metavar="DIR", default="kernelfix-batch", help="where sessions, logs and the report go (default ./kernelfix-batch)")
+    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time (default: half the CPU cores); with --ray, sessions per GPU")
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout (progress stays on stderr)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the sessions as Ray tasks on this cluster (auto, ray://host:10001, local); needs kernelfix[ray]")
+    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
+    p.add_argument("--target-speedup", type=float, metavar="X", help="goal per task: this speedup over eager (a manifest's target wins)")
+    _limit_args(p)  # each per session
+    p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
+    _common_judge_args(p)
+    p.set_defaults(func=cmd_batch)
+
+    p = sub.add_parser(
+        "export",
+        help="turn sessions into SFT data (chat JSONL or parquet) with curation filters",
+        description=(
+            "One record per session (SESSIONS: session directories, or folders holding them such as a batch's OUT) in "
+            "OpenAI chat format: the conversation up to the last model turn, earlier reasoning removed, a per-message "
+            "loss flag (weight) on assistant messages, and metadata (task, per-turn verdicts, final speedup, reasoning "
+            "tokens). Filters run in order, each optional and reported: correct, speedup gain, shortest reasoning per "
+            "task, exact dedup, leakage. ANALYSIS.json and ANALYSIS.md go beside FILE."
+        ),
+        epilog="Exit codes: 0 records written, 1 no record survived the filters, 2 bad usage or input.",
+    )
+    p.add_argument("sessions", nargs="+", metavar="SESSIONS", help="session directories, or folders holding sessions")
+    p.add_argument("--out", required=True, metavar="FILE", help="the data file to write (.jsonl, or .parquet)")
+    p.add_argument("--format", choices=["chat-jsonl", "parquet"], help="default: parquet for a .parquet FILE, else chat-jsonl")
+    p.add_argument("--loss", choices=["final", "all-assistant"], default="final", help="which assistant messages carry loss (default final)")
+    p.add_argument("--keep-incorrect", action="store_true", help="filter off: keep sessions whose final answer is not correct and legal")
+    p.add_argument("--min-speedup-gain", type=float, default=1.2, metavar="X", help="final / first correct speedup over eager at least X (default 1.2; 0: off)")
+    p.add_argument("--per-task", type=int, default=1, metavar="K", help="keep the K sessions of each task with the shortest final reasoning (default 1; 0: all)")
+    p.add_argument("--no-dedup", action="store_true", help="filter off: keep exact duplicates")
+    p.add_argument("--leakage-threshold", type=float, default=0.8, metavar="J", help="flag word-Jaccard(prompt, completion) >= J (default 0.8)")
+    p.add_argument("--drop-leakage", action="store_true", help="drop flagged records instead of only flagging them")
+    p.add_argument("--json", action="store_true", help="print ANALYSIS.json on stdout")
+    p.set_defaults(func=cmd_export)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -435,58 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     _session_args(p)
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser(
-        "batch",
-        help="repair or optimize many tasks, resumably, and report the field's metrics",
-        description=(
-            "Run one session per task (TASKS: task files, directories of them, or JSONL manifests of "
-            '{"task", "candidate"?, "target"?, "model"?, "replay"?}), several at a time: compiles in parallel, '
-            "GPU runs queued per GPU so timings never share one. Sessions live in OUT/sessions; running the same "
-            "command again skips finished sessions and resumes the rest. Writes OUT/summary.json, summary.md and plots/."
-        ),
-        epilog="Exit codes: 0 every session finished, 1 some did not (failed or unfinished), 2 bad usage or input, 130 interrupted.",
-    )
-    p.add_argument("tasks", nargs="+", metavar="TASKS", help="task files, directories of task files, or manifests (.jsonl)")
-    p.add_argument("--model", metavar="M", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<task stem>.jsonl per task)")
-    p.add_argument("--out", metavar="DIR", default="kernelfix-batch", help="where sessions, logs and the report go (default ./kernelfix-batch)")
-    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time (default: half the CPU cores); with --ray, sessions per GPU")
-    p.add_argument("--json", action="store_true", help="print summary.json on stdout (progress stays on stderr)")
-    p.add_argument("--ray", metavar="ADDRESS", help="run the sessions as Ray tasks on this cluster (auto, ray://host:10001, local); needs kernelfix[ray]")
-    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
-    p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
-    p.add_argument("--target-speedup", type=float, metavar="X", help="goal per task: this speedup over eager (a manifest's target wins)")
-    p.add_argument("--max-turns", type=int, metavar="N", help="model turns per session (default 8)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="per session: stop once this many tokens are spent")
-    p.add_argument("--max-cost", type=float, metavar="USD", help="per session: stop once the model cost this much")
-    p.add_argument("--max-wall", type=float, metavar="SECONDS", help="per session: stop once turns took this long in all")
-    p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
-    _common_judge_args(p)
-    p.set_defaults(func=cmd_batch)
-
-    p = sub.add_parser(
-        "export",
-        help="turn sessions into SFT data (chat JSONL or parquet) with curation filters",
-        description=(
-            "One record per session (SESSIONS: session directories, or folders holding them such as a batch's OUT) in "
-            "OpenAI chat format: the conversation up to the last model turn, earlier reasoning removed, a per-message "
-            "loss flag (weight) on assistant messages, and metadata (task, per-turn verdicts, final speedup, reasoning "
-            "tokens). Filters run in order, each optional and reported: correct, speedup gain, shortest reasoning per "
-            "task, exact dedup, leakage. ANALYSIS.json and ANALYSIS.md go beside FILE."
-        ),
-        epilog="Exit codes: 0 records written, 1 no record survived the filters, 2 bad usage or input.",
-    )
-    p.add_argument("sessions", nargs="+", metavar="SESSIONS", help="session directories, or folders holding sessions")
-    p.add_argument("--out", required=True, metavar="FILE", help="the data file to write (.jsonl, or .parquet)")
-    p.add_argument("--format", choices=["chat-jsonl", "parquet"], help="default: parquet for a .parquet FILE, else chat-jsonl")
-    p.add_argument("--loss", choices=["final", "all-assistant"], default="final", help="which assistant messages carry loss (default final)")
-    p.add_argument("--keep-incorrect", action="store_true", help="filter off: keep sessions whose final answer is not correct and legal")
-    p.add_argument("--min-speedup-gain", type=float, default=1.2, metavar="X", help="final / first correct speedup over eager at least X (default 1.2; 0: off)")
-    p.add_argument("--per-task", type=int, default=1, metavar="K", help="keep the K sessions of each task with the shortest final reasoning (default 1; 0: all)")
-    p.add_argument("--no-dedup", action="store_true", help="filter off: keep exact duplicates")
-    p.add_argument("--leakage-threshold", type=float, default=0.8, metavar="J", help="flag word-Jaccard(prompt, completion) >= J (default 0.8)")
-    p.add_argument("--drop-leakage", action="store_true", help="drop flagged records instead of only flagging them")
-    p.add_argument("--json", action="store_true", help="print ANALYSIS.json on stdout")
-    p.set_defaults(func=cmd_export)
+    _batch_parsers(sub)
     return parser
 
 
