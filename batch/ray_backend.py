@@ -24,11 +24,15 @@ from kernelfix.batch.worker import TaskResult, prior_state
 _FORWARDED_ENV = ("LITELLM_LOCAL_MODEL_COST_MAP", "KERNELFIX_CACHE", "TRITON_INTERPRET")
 
 
-def _ray():
+class RayUnavailable(Exception):
+    pass
+
+
+def ray_module():
     try:
         import ray
     except ImportError:
-        raise RuntimeError("--ray needs Ray: pip install 'kernelfix[ray]'") from None
+        raise RayUnavailable("--ray needs Ray: pip install 'kernelfix[ray]'") from None
     return ray
 
 
@@ -55,7 +59,7 @@ class RayRunner:
             self.on_done(job, result)
 
     def run(self, jobs: list[Job]) -> list[TaskResult]:
-        ray = _ray()
+        ray = ray_module()
         results: dict[str, TaskResult] = {}
         todo = pending(jobs, lambda job, res: self._finish(job, res, results))
         if todo:

@@ -162,7 +162,11 @@ class LocalRunner:
             if self.on_start:
                 with self._report:
                     self.on_start(job)
-            self._finish(job, self._run_child(job, gpu), results)
+            try:
+                result = self._run_child(job, gpu)
+            except Exception as e:  # could not even start the worker: this job fails, the others go on
+                result = TaskResult(name=job.name, task=job.task, session_dir=str(job.session_dir), run="new", status="failed", error=f"cannot run the worker: {e}", gpu=gpu)
+            self._finish(job, result, results)
 
     def _run_child(self, job: Job, gpu: str | None) -> TaskResult:
         result_file = self.out.result_path(job.name)

@@ -6,13 +6,15 @@
 set -o pipefail
 log_dir=${1:?LOG_DIR}; report=${2:?REPORT_DIR}
 mkdir -p "$report"
+locks="${KERNELFIX_CACHE:-$HOME/.cache/kernelfix}/locks"
+rm -rf /tmp/kfbatch; rm -f "$locks"/gpu-*.log  # a fresh batch, and a lease log of this run only
 run() { echo "\$ $*"; "$@"; echo "exit code $?"; }
 {
   run python3 -P -m kernelfix batch examples/batch/manifest.jsonl --out /tmp/kfbatch --workers 4
   run python3 -P -m kernelfix batch examples/batch/manifest.jsonl --out /tmp/kfbatch --workers 4
   run python3 -P -m kernelfix export /tmp/kfbatch --out "$report/sft.jsonl" --min-speedup-gain 0 --per-task 0
   cp -r /tmp/kfbatch/summary.md /tmp/kfbatch/summary.json /tmp/kfbatch/plots "$report/"
-  cp "${KERNELFIX_CACHE:-$HOME/.cache/kernelfix}"/locks/gpu-*.log "$report/" 2>/dev/null
+  cp "$locks"/gpu-*.log "$report/" 2>/dev/null
   python3 - "$report" <<'PY'
 import glob, json, sys
 for f in sorted(glob.glob(sys.argv[1] + "/gpu-*.log")):

@@ -246,6 +246,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
         jobs = plan(args.tasks, settings)
     except PlanError as e:
         raise UsageError(f"cannot run this batch:\n{e}") from None
+    if args.ray:
+        from kernelfix.batch.ray_backend import RayUnavailable, ray_module
+
+        try:
+            ray_module()
+        except RayUnavailable as e:
+            raise UsageError(str(e)) from None
     out = OutDir(settings.out)
     try:
         out.lock()
@@ -259,6 +266,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     where = f"Ray cluster {args.ray}" if args.ray else f"{workers} workers" + (f", GPUs {','.join(gpus)}" if gpus else f" on {device}")
     err.print(f"kernelfix batch: {len(jobs)} tasks, {where}; sessions in {out.path / 'sessions'}", soft_wrap=True)
     out.write_plan(jobs)
+    started = time.time()
     interrupted = False
     try:
         with BatchProgress(len(jobs), err) as progress:
@@ -268,13 +276,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
                 runner = RayRunner(out, address=args.ray, per_gpu=workers, cuda=device == "cuda", on_done=progress.finished)
             else:
                 runner = LocalRunner(out, workers=workers, gpus=gpus, on_start=progress.started, on_done=progress.finished)
-            try:
-                results = runner.run(jobs)
-            except RuntimeError as e:  # --ray without ray installed
-                raise UsageError(str(e)) from None
+            results = runner.run(jobs)
     except KeyboardInterrupt:
         interrupted = True
-        results = [r for r in (_read_result(out.result_path(j.name)) for j in jobs) if r is not None]
+        results = [r for r in (_read_result(out.result_path(j.name), since=started) for j in jobs) if r is not None]
         err.print("kernelfix batch: interrupted; run the same command again to continue", style="yellow")
     finally:
         out.unlock()
@@ -289,10 +294,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return EXIT_OK if summary.finished == summary.tasks else EXIT_FAIL
 
 
-def _read_result(path: Path):
+def _read_result(path: Path, *, since: float):
+    """A job's result written by this run (an older file is an earlier run's), or None."""
     from kernelfix.batch.worker import TaskResult
 
     try:
+        if path.stat().st_mtime < since:
+            return None
         return TaskResult.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
