@@ -223,13 +223,210 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _run_session(Session(store, model, on_event=HeadlessReporter()), args.headless)
 
 
-def _session_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
+def cmd_batch(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kernelfix.batch import plots, report
+    from kernelfix.batch.plan import BatchSettings, PlanError, plan
+    from kernelfix.batch.progress import BatchProgress
+    from kernelfix.batch.runner import BatchBusy, LocalRunner, OutDir, visible_gpus
+    from kernelfix.tools.judge import resolve_device
+
+    cfg = _load_config(args)
+    judge_cfg = _judge_config(args)
+    device, notice = resolve_device(judge_cfg.device)
+    judge_cfg = judge_cfg.model_copy(update={"device": device})  # every session of the batch judges alike
+    agent_cfg = _agent_config(cfg.agent, args)
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if agent_cfg.api_key_env and not os.environ.get(agent_cfg.api_key_env):
+        raise UsageError(f"the environment variable {agent_cfg.api_key_env} (from --api-key-env) is not set")
+    settings = BatchSettings(out=str(Path(args.out).resolve()), agent=agent_cfg, judge=judge_cfg)
+    try:
+        jobs = plan(args.tasks, settings)
+    except PlanError as e:
+        raise UsageError(f"cannot run this batch:\n{e}") from None
+    if args.ray:
+        from kernelfix.batch.ray_backend import RayUnavailable, ray_module
+
+        try:
+            ray_module()
+        except RayUnavailable as e:
+            raise UsageError(str(e)) from None
+    out = OutDir(settings.out)
+    try:
+        out.lock()
+    except BatchBusy as e:
+        raise UsageError(str(e)) from None
+    err = Console(stderr=True, highlight=False)
+    if notice:
+        err.print(f"[yellow]note:[/] {notice}")
+    workers = args.workers or max(1, min(len(jobs), (os.cpu_count() or 2) // 2))
+    gpus = visible_gpus() if device == "cuda" else []
+    where = f"Ray cluster {args.ray}" if args.ray else f"{workers} workers" + (f", GPUs {','.join(gpus)}" if gpus else f" on {device}")
+    err.print(f"kernelfix batch: {len(jobs)} tasks, {where}; sessions in {out.path / 'sessions'}", soft_wrap=True)
+    out.write_plan(jobs)
+    started = time.time()
+    interrupted = False
+    try:
+        with BatchProgress(len(jobs), err) as progress:
+            if args.ray:
+                from kernelfix.batch.ray_backend import RayRunner
+
+                runner = RayRunner(out, address=args.ray, per_gpu=workers, cuda=device == "cuda", on_done=progress.finished)
+            else:
+                runner = LocalRunner(out, workers=workers, gpus=gpus, on_start=progress.started, on_done=progress.finished)
+            results = runner.run(jobs)
+    except KeyboardInterrupt:
+        interrupted = True
+        results = [r for r in (_read_result(out.result_path(j.name), since=started) for j in jobs) if r is not None]
+        err.print("kernelfix batch: interrupted; run the same command again to continue", style="yellow")
+    finally:
+        out.unlock()
+    summary = report.summarize(report.outcomes(results))
+    report.write(out.path, summary, plots.write_plots(out.path, summary))
+    if args.json:
+        sys.stdout.write((out.path / "summary.json").read_text())
+    else:
+        Console(highlight=False).print(_batch_digest(summary, out.path), soft_wrap=True)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if summary.finished == summary.tasks else EXIT_FAIL
+
+
+def _read_result(path: Path, *, since: float):
+    """A job's result written by this run (an older file is an earlier run's), or None."""
+    from kernelfix.batch.worker import TaskResult
+
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        return TaskResult.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _batch_digest(s, out: Path) -> str:
+    from kernelfix.batch.report import FAST_P, NOT_TIMED, p_key
+
+    def fast(fp) -> str:
+        return NOT_TIMED if isinstance(fp, str) else "  ".join(f"fast_{p_key(p)} {100 * fp[p_key(p)]:.0f}%" for p in FAST_P)
+
+    rate = "-" if s.correct_rate is None else f"{100 * s.correct_rate:.0f}%"
+    return "\n".join(
+        [
+            f"{s.tasks} tasks: {s.finished} finished, {s.unfinished} unfinished, {s.failed} failed; {s.correct} correct ({rate})",
+            f"vs eager:         {fast(s.fast_p_eager)}",
+            f"vs torch.compile: {fast(s.fast_p_compile)}",
+            f"report: {out / 'summary.md'} (and summary.json, plots/)",
+        ]
+    )
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from kernelfix.export.exporter import ExportError, ExportOptions, export
+    from kernelfix.export.filters import FilterConfig
+
+    out = Path(args.out)
+    fmt = args.format or ("parquet" if out.suffix == ".parquet" else "chat-jsonl")
+    try:
+        opts = ExportOptions(
+            format=fmt,
+            loss=args.loss,
+            filters=FilterConfig(
+                require_correct=not args.keep_incorrect,
+                min_speedup_gain=args.min_speedup_gain or None,
+                per_task=args.per_task or None,
+                dedup=not args.no_dedup,
+                leakage_threshold=args.leakage_threshold,
+                drop_leakage=args.drop_leakage,
+            ),
+        )
+    except ValidationError as e:
+        raise UsageError(f"invalid export setting: {e}") from None
+    try:
+        a = export(args.sessions, out, opts)
+    except (ExportError, OSError) as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        sys.stdout.write(a.model_dump_json(indent=2) + "\n")
+    else:
+        con = Console(highlight=False)
+        con.print(f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}", soft_wrap=True)
+        for f in a.filters:
+            extra = f", flagged {f.flagged}" if f.flagged else ""
+            con.print(f"  {f.name:<13} {'on ' if f.enabled else 'off'} in {f.seen:>4}  kept {f.kept:>4}  dropped {f.dropped:>4}{extra}", soft_wrap=True)
+        if a.unusable:
+            con.print(f"  {len(a.unusable)} sessions unusable (see ANALYSIS.md)", soft_wrap=True)
+    return EXIT_OK if a.records_out else EXIT_FAIL
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
     p.add_argument("--max-turns", type=int, metavar="N", help="model turns (default 8)")
     p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent")
     p.add_argument("--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)")
     p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
+
+
+def _session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
+    _limit_args(p)
+
+
+def _batch_parsers(sub) -> None:
+    """`batch` and `export`."""
+    p = sub.add_parser(
+        "batch",
+        help="repair or optimize many tasks, resumably, and report the field's metrics",
+        description=(
+            "Run one session per task (TASKS: task files, directories of them, or JSONL manifests of "
+            '{"task", "candidate"?, "target"?, "model"?, "replay"?}), several at a time: compiles in parallel, '
+            "GPU runs queued per GPU so timings never share one. Sessions live in OUT/sessions; running the same "
+            "command again skips finished sessions and resumes the rest. Writes OUT/summary.json, summary.md and plots/."
+        ),
+        epilog="Exit codes: 0 every session finished, 1 some did not (failed or unfinished), 2 bad usage or input, 130 interrupted.",
+    )
+    p.add_argument("tasks", nargs="+", metavar="TASKS", help="task files, directories of task files, or manifests (.jsonl)")
+    p.add_argument("--model", metavar="M", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<task stem>.jsonl per task)")
+    p.add_argument("--out", metavar="DIR", default="kernelfix-batch", help="where sessions, logs and the report go (default ./kernelfix-batch)")
+    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time (default: half the CPU cores); with --ray, sessions per GPU")
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout (progress stays on stderr)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the sessions as Ray tasks on this cluster (auto, ray://host:10001, local); needs kernelfix[ray]")
+    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
+    p.add_argument("--target-speedup", type=float, metavar="X", help="goal per task: this speedup over eager (a manifest's target wins)")
+    _limit_args(p)  # each per session
+    p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
+    _common_judge_args(p)
+    p.set_defaults(func=cmd_batch)
+
+    p = sub.add_parser(
+        "export",
+        help="turn sessions into SFT data (chat JSONL or parquet) with curation filters",
+        description=(
+            "One record per session (SESSIONS: session directories, or folders holding them such as a batch's OUT) in "
+            "OpenAI chat format: the conversation up to the last model turn, earlier reasoning removed, a per-message "
+            "loss flag (weight) on assistant messages, and metadata (task, per-turn verdicts, final speedup, reasoning "
+            "tokens). Filters run in order, each optional and reported: correct, speedup gain, shortest reasoning per "
+            "task, exact dedup, leakage. ANALYSIS.json and ANALYSIS.md go beside FILE."
+        ),
+        epilog="Exit codes: 0 records written, 1 no record survived the filters, 2 bad usage or input.",
+    )
+    p.add_argument("sessions", nargs="+", metavar="SESSIONS", help="session directories, or folders holding sessions")
+    p.add_argument("--out", required=True, metavar="FILE", help="the data file to write (.jsonl, or .parquet)")
+    p.add_argument("--format", choices=["chat-jsonl", "parquet"], help="default: parquet for a .parquet FILE, else chat-jsonl")
+    p.add_argument("--loss", choices=["final", "all-assistant"], default="final", help="which assistant messages carry loss (default final)")
+    p.add_argument("--keep-incorrect", action="store_true", help="filter off: keep sessions whose final answer is not correct and legal")
+    p.add_argument("--min-speedup-gain", type=float, default=1.2, metavar="X", help="final / first correct speedup over eager at least X (default 1.2; 0: off)")
+    p.add_argument("--per-task", type=int, default=1, metavar="K", help="keep the K sessions of each task with the shortest final reasoning (default 1; 0: all)")
+    p.add_argument("--no-dedup", action="store_true", help="filter off: keep exact duplicates")
+    p.add_argument("--leakage-threshold", type=float, default=0.8, metavar="J", help="flag word-Jaccard(prompt, completion) >= J (default 0.8)")
+    p.add_argument("--drop-leakage", action="store_true", help="drop flagged records instead of only flagging them")
+    p.add_argument("--json", action="store_true", help="print ANALYSIS.json on stdout")
+    p.set_defaults(func=cmd_export)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_dir", metavar="SESSION_DIR")
     _session_args(p)
     p.set_defaults(func=cmd_resume)
+
+    _batch_parsers(sub)
     return parser
 
 

@@ -17,6 +17,7 @@ compared here, in the judge's process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from kernelfix.tools.allowlist import is_allowed, make_allowed
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.compare import compare, inputs_mutated, leaves, relative_error, vacuous_tolerance
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.device_lease import GPU_STAGES, DeviceLease, visible_gpu
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import (
     Backend,
@@ -167,10 +169,16 @@ def _cache_root() -> Path:
 class Judge:
     """Judges candidates for one task. Thread-safe; the reference is computed once."""
 
-    def __init__(self, task: Task | str | Path, config: JudgeConfig | None = None, *, workdir: str | Path | None = None):
+    def __init__(
+        self, task: Task | str | Path, config: JudgeConfig | None = None, *, workdir: str | Path | None = None, gpu: str | None = None
+    ):
+        """``gpu``: the CUDA device (as CUDA_VISIBLE_DEVICES names it) this judge's children use; default the first visible."""
         self.task = task if isinstance(task, Task) else Task.load(task)
         self.config = (config or JudgeConfig()).for_task(self.task.name)
         self.device, self.device_notice = resolve_device(self.config.device)
+        self.gpu = gpu
+        # GPU stages queue per device, across processes, so timed runs never share a GPU.
+        self._lease = DeviceLease(_cache_root() / "locks", gpu or visible_gpu()) if self.device == "cuda" else None
         self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
         self._own_root = workdir is None
         self.root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kernelfix-judge-"))
@@ -207,6 +215,8 @@ class Judge:
         if self.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
             extra["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.gpu is not None:
+            extra["CUDA_VISIBLE_DEVICES"] = self.gpu
         return scrubbed_env(extra)
 
     def _run(
@@ -231,10 +241,12 @@ class Judge:
 
         limits = Limits(wall_s=timeout_s, memory_bytes=_memory_limit(self.config))
         argv = [sys.executable, "-m", "kernelfix.tools.harness", str(spec_path)]
-        outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
-        if outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:
-            # The worker died before running anything of the candidate's: infrastructure, retried once.
+        lease = self._lease.hold(f"{self.task.name} {stage}") if self._lease is not None and stage in GPU_STAGES else contextlib.nullcontext()
+        with lease:
             outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
+            if outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:
+                # The worker died before running anything of the candidate's: infrastructure, retried once.
+                outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
         log = workdir / "logs" / f"{stage}.log"
         log.write_text(
             f"$ {' '.join(argv)}\nreturncode={outcome.returncode} signal={outcome.signal} "

@@ -1,0 +1,1 @@
+"""SFT data from sessions: chat records, curation filters, analysis (``kernelfix export``)."""

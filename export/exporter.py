@@ -1,0 +1,160 @@
+"""``kernelfix export``: sessions -> filtered SFT records -> chat JSONL or parquet, with ANALYSIS beside them.
+
+    result = export(["runs/out/sessions"], Path("sft.jsonl"), ExportOptions())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelfix.agent.session import SETTINGS, TRAJECTORY
+from kernelfix.agent.state import Trajectory
+from kernelfix.export import analysis, tokens
+from kernelfix.export.filters import FilterConfig, apply_filters
+from kernelfix.export.records import LossMode, Message, Metadata, Record, record
+
+Format = Literal["chat-jsonl", "parquet"]
+
+
+class ExportError(Exception):
+    """Bad input: nothing to export, an output that cannot be written, parquet without pyarrow (exit 2)."""
+
+
+class ExportOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Format = "chat-jsonl"
+    loss: LossMode = "final"
+    filters: FilterConfig = Field(default_factory=FilterConfig)
+
+
+def find_sessions(paths: list[str]) -> tuple[list[Path], list[str]]:
+    """Session directories under ``paths`` (a session, or any folder holding sessions, e.g. a batch's OUT); problems."""
+    found: list[Path] = []
+    problems = []
+    for arg in paths:
+        p = Path(arg)
+        if p.is_file() and p.name == TRAJECTORY:
+            p = p.parent
+        if not p.is_dir():
+            problems.append(f"{arg}: no such session or directory")
+            continue
+        if (p / SETTINGS).is_file() or (p / TRAJECTORY).is_file():
+            found.append(p.resolve())
+            continue
+        below = {f.parent.resolve() for name in (SETTINGS, TRAJECTORY) for f in p.rglob(name)}
+        if not below:
+            problems.append(f"{arg}: no kernelfix sessions in it")
+        found += sorted(below)
+    unique = list(dict.fromkeys(found))
+    return unique, problems
+
+
+def load(session: Path, loss: LossMode) -> Record | str:
+    """The session's record, or why it has none."""
+    f = session / TRAJECTORY
+    if not f.is_file():
+        return "no trajectory.json (no turn was judged)"
+    try:
+        traj = Trajectory.model_validate_json(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, ValidationError) as e:
+        return f"unreadable trajectory.json: {' '.join(str(e).split())[:200]}"
+    rec = record(traj, session_dir=str(session), loss=loss)
+    return rec if rec is not None else "no model turn"
+
+
+def _dump(r: Record) -> dict:
+    return {"messages": [m.model_dump(exclude_none=True) for m in r.messages], "metadata": r.metadata.model_dump(mode="json")}
+
+
+def _write_atomically(out: Path, write) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _pyarrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExportError("--format parquet needs pyarrow: pip install 'kernelfix[parquet]'") from None
+    return pa, pq
+
+
+def _arrow_type(pa, tp):
+    """The Arrow type of a field annotation of the record models."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return pa.list_(_arrow_type(pa, args[0]))
+    if origin is typing.Literal:
+        return pa.string()
+    if args and (origin is typing.Union or isinstance(tp, types.UnionType)):
+        return _arrow_type(pa, args[0])
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return pa.struct([(name, _arrow_type(pa, f.annotation)) for name, f in tp.model_fields.items() if not f.exclude])
+    return {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}[tp]
+
+
+def write_records(records: list[Record], out: Path, fmt: Format) -> None:
+    rows = [_dump(r) for r in records]
+    if fmt == "parquet":
+        pa, pq = _pyarrow()
+        # One row per session; messages as a list of structs, metadata as a struct (nested turns kept),
+        # typed from the pydantic models so every file has one schema, whatever its values.
+        schema = pa.schema([("messages", pa.list_(_arrow_type(pa, Message))), ("metadata", _arrow_type(pa, Metadata))])
+        _write_atomically(out, lambda tmp: pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp))
+        return
+
+    def jsonl(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    _write_atomically(out, jsonl)
+
+
+def export(paths: list[str], out: Path, opts: ExportOptions) -> analysis.Analysis:
+    if opts.format == "parquet":
+        _pyarrow()  # before any work
+    sessions, problems = find_sessions(paths)
+    if problems and not sessions:
+        raise ExportError("\n".join(problems))
+    records: list[Record] = []
+    unusable = [analysis.Unusable(path=p.split(":", 1)[0], why=p.split(": ", 1)[-1]) for p in problems]
+    for s in sessions:
+        got = load(s, opts.loss)
+        if isinstance(got, str):
+            unusable.append(analysis.Unusable(path=str(s), why=got))
+        else:
+            records.append(got)
+    kept, reports = apply_filters(list(records), opts.filters)
+    write_records(kept, out, opts.format)
+    a = analysis.analyse(
+        output=str(out.resolve()),
+        fmt=opts.format,
+        loss=opts.loss,
+        tokenizer=tokens.tokenizer()[0],
+        sessions_found=len(sessions),
+        unusable=unusable,
+        before=records,
+        kept=kept,
+        filters=reports,
+    )
+    analysis.write(out.resolve().parent, a)
+    return a

@@ -1,0 +1,66 @@
+"""One judged run per GPU at a time, across threads and processes: a lock file per device.
+
+The judge takes the lease around every stage that runs on the GPU (reference,
+correctness, benchmark, profile), so that concurrent sessions (batch workers,
+Ray tasks on one node) compile in parallel but never time on a shared GPU.
+``flock`` locks belong to an open file description: two threads of one process
+that each open the file exclude each other as two processes do, and the kernel
+drops a dead holder's lock. Each hold appends a line to ``gpu-<id>.log`` beside
+the lock (pid, stage, when it asked, got and gave back the GPU), written while the
+lock is held: a record of the queue that shows no two holds overlapped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOG_MAX_BYTES = 1 << 20  # the hold log starts over past this
+
+# Stages whose child runs code on the GPU. compile stays outside: it is CPU work (nvcc, ninja, Triton's parse).
+GPU_STAGES = frozenset({"reference", "correctness", "benchmark", "profile"})
+
+
+def visible_gpu() -> str:
+    """The GPU a child uses by default: the first of CUDA_VISIBLE_DEVICES (an index or a UUID), else "0"."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return first or "0"
+
+
+class DeviceLease:
+    """Exclusive use of one GPU, queued on ``LOCK_DIR/gpu-<id>.lock``."""
+
+    def __init__(self, lock_dir: Path, gpu: str):
+        self.gpu = gpu
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        self.path = lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', gpu)}.lock"
+        self.log = self.path.with_suffix(".log")
+
+    @contextmanager
+    def hold(self, what: str = "") -> Iterator[None]:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            asked = time.time()
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits in line; a signal handler that raises (Ctrl-C) ends the wait
+            got = time.time()
+            try:
+                yield
+            finally:
+                self._record(what, asked, got)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _record(self, what: str, asked: float, got: float) -> None:
+        entry = {"gpu": self.gpu, "pid": os.getpid(), "what": what, "asked": round(asked, 4), "got": round(got, 4), "released": round(time.time(), 4)}
+        try:
+            mode = "w" if self.log.exists() and self.log.stat().st_size > LOG_MAX_BYTES else "a"
+            with open(self.log, mode, encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+        except OSError:  # the record is a courtesy; the lock is what matters
+            pass
