@@ -226,10 +226,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from kernelfix.batch import plots, report
-    from kernelfix.batch.plan import BatchSettings, PlanError, plan
-    from kernelfix.batch.progress import BatchProgress
-    from kernelfix.batch.runner import BatchBusy, LocalRunner, OutDir, visible_gpus
+    from kernelfix.agent.batch import plots, report
+    from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
+    from kernelfix.agent.batch.progress import BatchProgress
+    from kernelfix.agent.batch.runner import BatchBusy, LocalRunner, OutDir, visible_gpus
     from kernelfix.tools.judge import resolve_device
 
     cfg = _load_config(args)
@@ -247,7 +247,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     except PlanError as e:
         raise UsageError(f"cannot run this batch:\n{e}") from None
     if args.ray:
-        from kernelfix.batch.ray_backend import RayUnavailable, ray_module
+        from kernelfix.agent.batch.ray_backend import RayUnavailable, ray_module
 
         try:
             ray_module()
@@ -271,7 +271,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     try:
         with BatchProgress(len(jobs), err) as progress:
             if args.ray:
-                from kernelfix.batch.ray_backend import RayRunner
+                from kernelfix.agent.batch.ray_backend import RayRunner
 
                 runner = RayRunner(out, address=args.ray, per_gpu=workers, cuda=device == "cuda", on_done=progress.finished)
             else:
@@ -296,7 +296,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def _read_result(path: Path, *, since: float):
     """A job's result written by this run (an older file is an earlier run's), or None."""
-    from kernelfix.batch.worker import TaskResult
+    from kernelfix.agent.batch.worker import TaskResult
 
     try:
         if path.stat().st_mtime < since:
@@ -307,7 +307,7 @@ def _read_result(path: Path, *, since: float):
 
 
 def _batch_digest(s, out: Path) -> str:
-    from kernelfix.batch.report import FAST_P, NOT_TIMED, p_key
+    from kernelfix.agent.batch.report import FAST_P, NOT_TIMED, p_key
 
     def fast(fp) -> str:
         return NOT_TIMED if isinstance(fp, str) else "  ".join(f"fast_{p_key(p)} {100 * fp[p_key(p)]:.0f}%" for p in FAST_P)
@@ -327,8 +327,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
 
-    from kernelfix.export.exporter import ExportError, ExportOptions, export
-    from kernelfix.export.filters import FilterConfig
+    from kernelfix.agent.export.exporter import ExportError, ExportOptions, export
+    from kernelfix.agent.export.filters import FilterConfig
 
     out = Path(args.out)
     fmt = args.format or ("parquet" if out.suffix == ".parquet" else "chat-jsonl")

@@ -18,9 +18,9 @@ import pytest
 
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
 from kernelfix.agent.config import AgentConfig
-from kernelfix.batch.plan import BatchSettings, PlanError, plan
-from kernelfix.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
-from kernelfix.batch.runner import LocalRunner, OutDir
+from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
+from kernelfix.agent.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
+from kernelfix.agent.batch.runner import LocalRunner, OutDir
 from kernelfix.cli import EXIT_USAGE, main
 from kernelfix.tools.config import JudgeConfig
 
@@ -276,7 +276,7 @@ def _row(name, *, correct=True, timed=True, eager=None, compile_=None, first=Fal
 
 
 def test_fast_p_and_rates_on_timed_rows(tmp_path):
-    from kernelfix.batch.plots import write_plots
+    from kernelfix.agent.batch.plots import write_plots
 
     rows = [
         _row("a", eager=2.5, compile_=1.2, first=True, ttc=1),

@@ -14,8 +14,8 @@ from kernelfix.agent import prompting
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
 from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
-from kernelfix.export import tokens
-from kernelfix.export.records import dedup_key, normalize, word_jaccard
+from kernelfix.agent.export import tokens
+from kernelfix.agent.export.records import dedup_key, normalize, word_jaccard
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
 

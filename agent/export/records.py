@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.agent.state import Trajectory, Turn
-from kernelfix.export import tokens
+from kernelfix.agent.export import tokens
 
 LossMode = Literal["final", "all-assistant"]
 

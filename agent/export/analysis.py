@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.agent.session import _atomic_write
-from kernelfix.export.filters import FilterReport
-from kernelfix.export.records import Record
+from kernelfix.agent.export.filters import FilterReport
+from kernelfix.agent.export.records import Record
 
 # Histogram bin edges in tokens: powers of two, then everything above.
 EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]

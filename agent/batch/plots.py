@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelfix.batch.report import FAST_P, Summary, TaskOutcome, fast_fraction
+from kernelfix.agent.batch.report import FAST_P, Summary, TaskOutcome, fast_fraction
 
 SPEEDUP, TURNS, FAST_P_CURVE = "speedup.png", "turns_to_correct.png", "fast_p.png"
 

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from kernelfix.batch.plan import Job
-from kernelfix.batch.report import TaskOutcome, task_outcome
-from kernelfix.batch.worker import TaskResult, read_trajectory
+from kernelfix.agent.batch.plan import Job
+from kernelfix.agent.batch.report import TaskOutcome, task_outcome
+from kernelfix.agent.batch.worker import TaskResult, read_trajectory
 
 
 def _clock(seconds: float | None) -> str:

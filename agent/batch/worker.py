@@ -1,7 +1,7 @@
 """One batch job: create, resume or skip its session, run it, and say how it went.
 
 ``run_task`` is the per-task function of every backend: the local runner calls it
-in a child process per job (``python -m kernelfix.batch.worker``), Ray calls it
+in a child process per job (``python -m kernelfix.agent.batch.worker``), Ray calls it
 as a remote task. It never raises for a session's failure: a crash, a task that
 does not run or a model that fails becomes a ``TaskResult`` with the error.
 """
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kernelfix.agent.session import SETTINGS, TRAJECTORY, SessionDir, SessionError, _atomic_write
 from kernelfix.agent.state import Trajectory
-from kernelfix.batch.plan import Job
+from kernelfix.agent.batch.plan import Job
 
 Prior = Literal["new", "finished", "unfinished", "dead"]
 
@@ -202,7 +202,7 @@ def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResul
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kernelfix.batch.worker", description="run one batch job (JSON on stdin)")
+    p = argparse.ArgumentParser(prog="python -m kernelfix.agent.batch.worker", description="run one batch job (JSON on stdin)")
     p.add_argument("--result", required=True, help="write the TaskResult JSON here")
     p.add_argument("--log", required=True, help="append the session's turn lines here")
     p.add_argument("--gpu", help="CUDA device for the judge's children")

@@ -4,10 +4,10 @@
       batch.lock               one batch per OUT at a time
       plan.json                the jobs of the latest run
       sessions/<name>/         each job's session (kernelfix.agent.session)
-      results/<name>.json      what the latest run did with it (kernelfix.batch.worker.TaskResult)
+      results/<name>.json      what the latest run did with it (kernelfix.agent.batch.worker.TaskResult)
       logs/<name>.log          its turn lines, appended run after run
 
-Each job runs in its own child (``python -m kernelfix.batch.worker``), so a crash
+Each job runs in its own child (``python -m kernelfix.agent.batch.worker``), so a crash
 of one (even a segfault) fails that job alone. The children compile in parallel;
 on a GPU machine, worker slot i judges on GPU i mod G, and the judge's device
 lease queues GPU stages per device, so timed runs never share a GPU. A finished
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelfix.agent.session import _atomic_write
-from kernelfix.batch.plan import Job
-from kernelfix.batch.worker import TaskResult, finished_result, prior_state
+from kernelfix.agent.batch.plan import Job
+from kernelfix.agent.batch.worker import TaskResult, finished_result, prior_state
 
 JobStarted = Callable[[Job], None]
 JobDone = Callable[[Job, TaskResult], None]
@@ -173,7 +173,7 @@ class LocalRunner:
         result_file.unlink(missing_ok=True)
         log = self.out.log_path(job.name)
         # -P and OUT as the working directory: a source checkout in the caller's cwd never shadows the installed package
-        argv = [sys.executable, "-P", "-m", "kernelfix.batch.worker", "--result", str(result_file), "--log", str(log), "--parent", str(os.getpid())]
+        argv = [sys.executable, "-P", "-m", "kernelfix.agent.batch.worker", "--result", str(result_file), "--log", str(log), "--parent", str(os.getpid())]
         if gpu is not None:
             argv += ["--gpu", gpu]
         t0 = time.monotonic()

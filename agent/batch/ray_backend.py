@@ -1,6 +1,6 @@
 """The same batch on a Ray cluster (``kernelfix batch --ray ADDRESS``; ``pip install 'kernelfix[ray]'``).
 
-Each job is ``kernelfix.batch.worker.run_logged`` (the local runner's per-task
+Each job is ``kernelfix.agent.batch.worker.run_logged`` (the local runner's per-task
 function) run as a Ray task: same session directory, same judge, same result.
 OUT, the task files and replay files must be at the same paths on every node
 (a shared filesystem). Each task asks for one CPU, and on a GPU cluster
@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernelfix.batch.plan import Job
-from kernelfix.batch.runner import JobDone, OutDir, pending
-from kernelfix.batch.worker import TaskResult, prior_state
+from kernelfix.agent.batch.plan import Job
+from kernelfix.agent.batch.runner import JobDone, OutDir, pending
+from kernelfix.agent.batch.worker import TaskResult, prior_state
 
 # Passed to every Ray worker: offline litellm, the same kernelfix cache location where one is set.
 _FORWARDED_ENV = ("LITELLM_LOCAL_MODEL_COST_MAP", "KERNELFIX_CACHE", "TRITON_INTERPRET")
@@ -38,7 +38,7 @@ def ray_module():
 
 def _job_on_ray(job_json: str, log_path: str) -> str:
     """The Ray task: one job, in the Ray worker's process (JSON in and out: no pickled kernelfix types)."""
-    from kernelfix.batch.worker import run_logged
+    from kernelfix.agent.batch.worker import run_logged
 
     job = Job.model_validate_json(job_json)
     return run_logged(job, Path(log_path)).model_dump_json()

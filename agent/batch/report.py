@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.agent.session import _atomic_write
 from kernelfix.agent.state import Trajectory
-from kernelfix.batch.worker import TaskResult, read_trajectory
+from kernelfix.agent.batch.worker import TaskResult, read_trajectory
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_TIMED = "not timed"

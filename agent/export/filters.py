@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.export.records import Record
+from kernelfix.agent.export.records import Record
 
 
 class FilterConfig(BaseModel):

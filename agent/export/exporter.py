@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelfix.agent.session import SETTINGS, TRAJECTORY
 from kernelfix.agent.state import Trajectory
-from kernelfix.export import analysis, tokens
-from kernelfix.export.filters import FilterConfig, apply_filters
-from kernelfix.export.records import LossMode, Message, Metadata, Record, record
+from kernelfix.agent.export import analysis, tokens
+from kernelfix.agent.export.filters import FilterConfig, apply_filters
+from kernelfix.agent.export.records import LossMode, Message, Metadata, Record, record
 
 Format = Literal["chat-jsonl", "parquet"]
 
