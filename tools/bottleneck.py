@@ -88,8 +88,10 @@ def _advice(k: NcuKernel) -> list[str]:
     opt = sorted((r for r in k.rules if r.kind == "OPT" and r.speedup_pct), key=lambda r: -(r.speedup_pct or 0))
     out = []
     for r in opt[:2]:
-        first = re.split(r"(?<=[.!?])\s", r.description.strip(), maxsplit=1)[0][:240]
-        out.append(f"{first} (ncu estimates up to {r.speedup_pct:.0f}% less time)")
+        sentences = re.split(r"(?<=[.!?])\s+", r.description.strip())
+        text = " ".join(sentences[:2])  # what ncu saw and, mostly, why
+        text = text if len(text) <= 320 else text[:317] + "..."
+        out.append(f"{text} (ncu estimates up to {r.speedup_pct:.0f}% less time)")
     return out
 
 
@@ -256,7 +258,8 @@ def _floor_lines(r: ProfileReport) -> list[str]:
             line += f"; their busiest SM units at peak would take {r.compute_floor_ms:.4g} ms"
         lines.append(line + ".")
     if r.task_flops and r.achieved_tflops is not None:
-        lines.append(f"The reference does {r.task_flops / 1e9:.4g} GFLOP of matmul/conv work: {r.achieved_tflops:.4g} TFLOP/s at the measured runtime.")
+        over = "the measured runtime" if r.candidate_ms else "the kernels' time"
+        lines.append(f"The reference does {r.task_flops / 1e9:.4g} GFLOP of matmul/conv work: {r.achieved_tflops:.4g} TFLOP/s over {over}.")
     return lines
 
 
