@@ -21,8 +21,9 @@ from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict
 
 CASES = Path(__file__).parent / "profile_cases"
-# Large tensors: fewer trials keep the judge's disk traffic down; torch.compile's baseline is not what is tested.
-CONFIG = {"device": "cuda", "profile": True, "trials": 2, "time_torch_compile": False}
+# Large tensors: fewer trials, no varied inputs and no float64 reference keep the judge's disk traffic and
+# time down; neither they nor torch.compile's baseline are what is tested here.
+CONFIG = {"device": "cuda", "profile": True, "trials": 2, "input_variants": [], "float64_reference": False, "time_torch_compile": False}
 
 
 def judge_case(tmp_path: Path, label: str, task: str, candidate: str, **config) -> Verdict:
