@@ -1,6 +1,6 @@
 """The loop as a LangGraph StateGraph.
 
-    START -> prepare -> control -+-> generate -> extract -> compile -> correctness -> legality -> benchmark -> feedback -> control
+    START -> prepare -> control -+-> generate -> extract -> compile -> correctness -> legality -> benchmark -> profile -> feedback -> control
                                  +-> submit ---^                      (one node per judge stage, from STAGES)
                                  +-> pause -> control
                                  +-> finish -> END

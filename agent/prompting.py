@@ -66,17 +66,6 @@ def _turns_left(left: int) -> str:
     return "This is the last turn." if left == 1 else f"({left} turns left.)"
 
 
-def _profile_lines(profile: dict[str, Any] | None) -> str:
-    if not profile:
-        return ""
-    highlights = profile.get("highlights")
-    if isinstance(highlights, list) and highlights:
-        items = [str(h) for h in highlights[:8]]
-    else:
-        items = [f"{k}: {v}" for k, v in list(profile.items())[:8] if not isinstance(v, (dict, list))]
-    return "Profile highlights:\n" + "\n".join(f"- {i}" for i in items) if items else ""
-
-
 def _best_line(turn: Turn, best: Turn | None) -> str:
     if best is None:
         return ""
@@ -95,7 +84,6 @@ def feedback_message(turn: Turn, *, best: Turn | None, config: AgentConfig, devi
             "optimize",
             turn=turn.index,
             feedback=v.feedback.strip(),
-            profile=_profile_lines(v.profile),
             best=_best_line(turn, best),
             goal=goal_text(config, device),
             turns_left=_turns_left(turns_left),

@@ -28,6 +28,10 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-2)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default 1e-2)")
+    p.add_argument(
+        "--profile", action=argparse.BooleanOptionalAction, default=None,
+        help="profile a correct, legal kernel with Nsight Compute (GPU only; default: the config's judge.profile)",
+    )
 
 
 def _load_config(args: argparse.Namespace):
@@ -43,7 +47,7 @@ def _judge_config(args: argparse.Namespace):
     from pydantic import ValidationError
 
     cfg = _load_config(args).judge
-    updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol") if getattr(args, k, None) is not None}
+    updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile") if getattr(args, k, None) is not None}
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0
         return type(cfg).model_validate({**cfg.model_dump(), **updates})
     except ValidationError as e:
@@ -452,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Judge CANDIDATE (a .py file defining ModelNew, or a saved model reply whose last ```python block "
             "defines it) against TASK (a KernelBench file with Model, get_inputs, get_init_inputs): compile, "
             "correctness over several seeded trials, forbidden torch ops, and on a GPU timing against eager "
-            "PyTorch and torch.compile."
+            "PyTorch and torch.compile and, with --profile, an Nsight Compute profile."
         ),
         epilog="Exit codes: 0 verdict ok, 1 any other verdict, 2 bad usage or unreadable input.",
     )

@@ -67,6 +67,14 @@ class JudgeConfig(BaseModel):
         0.5, gt=0, le=1, description="flag event time below this fraction of judge-observed wall time per call"
     )
 
+    profile: bool = Field(
+        False, description="profile a correct, legal candidate with Nsight Compute (GPU only); interactive sessions turn it on"
+    )
+    profile_timeout_s: float = Field(300.0, gt=0, description="ncu's whole run: start, warm-up, every replay pass")
+    profile_max_kernels: int = Field(32, ge=1, description="kernel launches ncu profiles in one forward (--launch-count)")
+    profile_warmup_calls: int = Field(3, ge=1, description="forward calls before the profiled one (compilation, autotuning)")
+    ncu_path: str | None = Field(None, description="the ncu executable; None: PATH, then CUDA's usual places")
+
     compile_timeout_s: float = 900.0
     run_timeout_s: float = 300.0
     bench_timeout_s: float = 900.0

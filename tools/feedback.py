@@ -1,8 +1,9 @@
 """The verdict as a short text for the model's next turn (and for people).
 
 Repair-oriented after a failure (what failed, where, the numbers), optimization-
-oriented after success (runtime, speedups). Kept to a few lines: the full logs
-stay on disk.
+oriented after success (runtime, speedups, the profile's bottleneck and the
+numbers behind it). Kept to a few lines: the full logs and the whole profile
+stay on disk and in the verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def render(v: Verdict) -> str:
     if v.category == Category.OK:
         lines.append(_success(v))
         lines += _checks(v.correctness)
+        if v.profile:
+            lines += v.profile.highlights
     elif fam == Family.FORMAT:
         lines.append(f"Format error ({v.category.value.split(':')[1]}): {v.message}.")
         lines.append("Reply with one complete ```python block defining class ModelNew(nn.Module) with the same __init__ and forward signature as Model.")

@@ -592,11 +592,85 @@ def stage_benchmark(spec: dict, chan: Channel) -> None:
     chan.send("result")
 
 
+def _task_flops(task, spec: dict) -> float | None:
+    """Matmul/conv FLOPs of one reference forward, counted by torch on the meta device: no
+    memory, no kernels. Runs before candidate code exists; None when the task's forward
+    cannot run on meta (data-dependent shapes, .item())."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        with torch.device("meta"):
+            model = task.Model(*task.get_init_inputs())
+        inputs = _to_device(torch.load(spec["trials"][0]["inputs"], weights_only=True), "meta")
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(*inputs)
+        return float(counter.get_total_flops())
+    except Exception:
+        return None
+
+
+def _kernel_list(prof) -> list[dict[str, Any]]:
+    """GPU work torch.profiler saw (kernels, copies, memsets): name, launches, total ms."""
+    from torch.autograd import DeviceType
+
+    agg: dict[str, dict[str, Any]] = {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) != DeviceType.CUDA:
+            continue
+        e = agg.setdefault(ev.name, {"name": ev.name, "calls": 0, "total_ms": 0.0})
+        e["calls"] += 1
+        e["total_ms"] += ev.time_range.elapsed_us() / 1e3
+    return sorted(agg.values(), key=lambda e: -e["total_ms"])
+
+
+def stage_profile_target(spec: dict, chan: Channel) -> None:
+    """One forward of the candidate for a profiler, after a warm-up (compilation, autotuning,
+    caches): ``profile_ncu`` calls it inside the NVTX range ncu filters on; ``profile_torch``
+    records it with torch.profiler instead, for when ncu cannot run. The result also goes to
+    a file: a profiler in front of this process may not pass the message pipe on."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    device = spec["device"]
+    if device != "cuda":
+        raise RuntimeError("profiling needs a CUDA device")
+    _bind_cuda()
+    nvtx_push, nvtx_pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    task = _load_task(spec, chan)
+    _phase(chan, "count_flops")
+    result: dict[str, Any] = {"flops": _task_flops(task, spec)}
+    inputs = _trial_inputs(spec["trials"][0]["inputs"], device)
+    _, cls, _ = _load_candidate(spec, chan)
+    _phase(chan, "build_model")
+    model = _build(cls, task, spec["init_seed"], device)
+    torch.set_grad_enabled(False)
+    _phase(chan, "warmup")
+    for _ in range(spec["warmup_calls"]):
+        model(*inputs)
+    _cuda_sync()
+    _phase(chan, "profiled_forward")
+    if spec["stage"] == "profile_ncu":
+        nvtx_push(spec["nvtx_range"])
+        model(*inputs)
+        _cuda_sync()
+        nvtx_pop()
+    else:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model(*inputs)
+            _cuda_sync()
+        result["kernels"] = _kernel_list(prof)
+    (Path(spec["outdir"]) / f"{spec['stage']}.json").write_text(json.dumps(result))
+    chan.send("result", **result)
+
+
 STAGES = {
     "reference": stage_reference,
     "compile": stage_compile,
     "correctness": stage_correctness,
     "benchmark": stage_benchmark,
+    "profile_ncu": stage_profile_target,
+    "profile_torch": stage_profile_target,
 }
 
 

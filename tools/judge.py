@@ -10,8 +10,8 @@ compared here, in the judge's process.
     judge = Judge("task.py", JudgeConfig(device="cpu"))
     verdict = judge.evaluate(source)            # all stages
     ev = judge.start(source)                    # or stage by stage
-    for stage in (judge.compile, judge.correctness, judge.legality, judge.benchmark):
-        ev = stage(ev)
+    for name in STAGES:                         # compile, correctness, legality, benchmark, profile
+        ev = getattr(judge, name)(ev)
     verdict = judge.finish(ev)
 """
 
@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox import ChildOutcome, Limits, run_child, scrubbed_env
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, input_variants, static_checks
+from kernelfix.tools import bottleneck, feedback, input_variants, ncu, ncu_csv, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.compare import compare, inputs_mutated, leaves, relative_error, vacuous_tolerance
@@ -50,6 +50,7 @@ from kernelfix.tools.verdict import (
     CorrectnessReport,
     InputVariant,
     LegalityReport,
+    ProfileReport,
     Stage,
     StaticFinding,
     TimingStats,
@@ -58,7 +59,7 @@ from kernelfix.tools.verdict import (
     Verdict,
 )
 
-STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark")
+STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile")
 
 
 class StageEvent(BaseModel):
@@ -96,6 +97,7 @@ class Evaluation(BaseModel):
     timings: Timings | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    profile: ProfileReport | None = None
     warnings: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
     stages_done: list[str] = Field(default_factory=list)
@@ -227,7 +229,9 @@ class Judge:
         timeout_s: float,
         on_event: EventSink | None,
         ui_stage: Stage | Literal["reference"],
+        wrap: Sequence[str] = (),
     ) -> ChildOutcome:
+        """Run one harness stage in a sandboxed child; ``wrap``: a command (a profiler) that runs the child."""
         (workdir / "tmp").mkdir(parents=True, exist_ok=True)
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         spec = {"stage": stage, "device": self.device, "init_seed": self.config.seed, **spec}
@@ -240,11 +244,12 @@ class Judge:
             on_event(StageEvent(stage=ui_stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
 
         limits = Limits(wall_s=timeout_s, memory_bytes=_memory_limit(self.config))
-        argv = [sys.executable, "-m", "kernelfix.tools.harness", str(spec_path)]
+        argv = [*wrap, sys.executable, "-m", "kernelfix.tools.harness", str(spec_path)]
         lease = self._lease.hold(f"{self.task.name} {stage}") if self._lease is not None and stage in GPU_STAGES else contextlib.nullcontext()
         with lease:
             outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
-            if outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:
+            # (a wrapping profiler may not pass the message pipe on: no hello there is no sign of trouble)
+            if not wrap and outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:
                 # The worker died before running anything of the candidate's: infrastructure, retried once.
                 outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
         log = workdir / "logs" / f"{stage}.log"
@@ -625,6 +630,76 @@ class Judge:
 
         return self._timed(ev, "benchmark", on_event, run)
 
+    def profile(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+        """Nsight Compute on one forward of a correct, legal candidate (``JudgeConfig.profile``).
+
+        Never changes the verdict: where ncu is missing, not permitted or too slow, the
+        evaluation goes on with one warning and torch.profiler's kernel list instead.
+        """
+
+        def skip(detail: str) -> Evaluation:
+            if on_event:
+                on_event(StageEvent(stage="profile", status="skipped", detail=detail))
+            return ev
+
+        if not self.config.profile:
+            return skip("profiling off")
+        if ev.failed:
+            return skip("the candidate failed an earlier stage")
+        if "profile" in ev.stages_done:
+            return skip("done")
+        if not (ev.correctness and ev.correctness.trials and "legality" in ev.stages_done):
+            return skip("only correct, legal candidates are profiled")
+        if self.device != "cuda":
+            note = f"not profiled: profiling needs a CUDA GPU (device {self.device})"
+            ev.profile = ProfileReport(note=note)
+            return skip(note)
+        return self._timed(ev, "profile", on_event, lambda: self._profile(ev, on_event))
+
+    def _profile(self, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+        c = self.config
+        ref = self.reference(on_event)
+        trial = next(t for t in ref.trials if t.purpose == "correctness")
+        wd = Path(ev.workdir)
+        outdir = wd / "out" / "profile"
+        outdir.mkdir(parents=True, exist_ok=True)
+        spec = {
+            **self._candidate_spec(ev),
+            "trials": self._stage_inputs(ev, [trial]),
+            "outdir": str(outdir),
+            "warmup_calls": c.profile_warmup_calls,
+            "nvtx_range": ncu.NVTX_RANGE,
+        }
+        path, problem = ncu.find(c.ncu_path)
+        if path is not None:
+            log = outdir / "ncu.csv"
+            for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
+                log.unlink(missing_ok=True)
+                wrap = ncu.command(path, log, c.profile_max_kernels, extra_metrics=extra_metrics)
+                outcome = self._run("profile_ncu", wd, spec, c.profile_timeout_s, on_event, "profile", wrap=wrap)
+                text = log.read_text(errors="replace") if log.exists() else ""
+                parsed = ncu_csv.parse(text if '"ID",' in text else text + "\n" + outcome.stdout_tail)
+                problem = ncu.diagnose(outcome, parsed, c.profile_timeout_s)
+                if problem is None or problem.kind != "metrics":
+                    break
+            if problem is None:
+                result = _stage_result(outcome, outdir / "profile_ncu.json")
+                ev.profile = bottleneck.from_ncu(parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels)
+                ev.profile.log_path = str(log)
+                return ev
+        assert problem is not None
+        # Said once, as a warning; then the kernel list torch.profiler sees, where that works.
+        ev.warnings.append(f"no Nsight Compute profile: {problem.message}")
+        outcome = self._run("profile_torch", wd, spec, c.run_timeout_s, on_event, "profile")
+        result = _stage_result(outcome, outdir / "profile_torch.json")
+        if result.get("kernels") is not None:
+            ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message)
+        else:
+            err = outcome.last("error")
+            why = f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}" if err else (outcome.signal or f"exit code {outcome.returncode}")
+            ev.profile = ProfileReport(note=f"{problem.message}; torch.profiler fallback failed too ({why})")
+        return ev
+
     # ------------------------------------------------------------------ verdict
 
     def finish(self, ev: Evaluation) -> Verdict:
@@ -660,6 +735,7 @@ class Judge:
             compile=ev.compile,
             correctness=ev.correctness,
             legality=ev.legality,
+            profile=ev.profile,
             warnings=list(ev.warnings),
             stage_seconds=dict(ev.stage_seconds),
             logs_dir=str(Path(ev.workdir) / "logs"),
@@ -670,8 +746,8 @@ class Judge:
     def evaluate(self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None) -> Verdict:
         """All stages, in order, stopping at the first failure."""
         ev = self.start(source, filename=filename, workdir=workdir)
-        for stage in (self.compile, self.correctness, self.legality, self.benchmark):
-            ev = stage(ev, on_event)
+        for name in STAGES:
+            ev = getattr(self, name)(ev, on_event)
         return self.finish(ev)
 
 
@@ -699,3 +775,15 @@ def _load_output(path: Path) -> Any:
         return _Unloadable("no output was written")
     except Exception as e:  # pickled objects, subclasses, garbage
         return _Unloadable(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+
+
+def _stage_result(outcome: ChildOutcome, path: Path) -> dict[str, Any]:
+    """A profile child's result: from the message pipe, else from the file it also writes."""
+    result = outcome.last("result")
+    if result is not None:
+        return result
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

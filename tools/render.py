@@ -69,6 +69,8 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("torch.compile", tm.compile_note)
     if v.speedup_eager is not None:
         t.add_row("speedup", f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")
+    if v.profile and (v.profile.summary or v.profile.note):
+        t.add_row("profile", v.profile.summary or v.profile.note or "")
     if v.stage_seconds:
         t.add_row("stage time", ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()))
     if v.logs_dir:

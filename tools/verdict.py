@@ -9,7 +9,7 @@ that the agent loop, the UI, the batch report and the exporter agree.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -184,6 +184,65 @@ class Timings(_Model):
     gpu: str | None = None
 
 
+Bottleneck = Literal["memory-bound", "compute-bound", "latency-bound", "launch-bound"]
+
+
+class StallReason(_Model):
+    """Why warps were not issuing: one reason, as ncu's warp state statistics count it."""
+
+    reason: str  # ncu's name: long_scoreboard, barrier, math_pipe_throttle, ...
+    share_pct: float  # of the cycles between two issued instructions
+    cycles: float | None = None  # warp cycles per issued instruction spent stalled this way
+
+
+class KernelProfile(_Model):
+    """One kernel (ncu: one launch; torch.profiler: one name, all its launches)."""
+
+    name: str
+    calls: int = 1
+    grid: str | None = None
+    block: str | None = None
+    duration_ms: float | None = None  # per call; under ncu at the clocks ncu locks
+    dram_pct: float | None = None  # DRAM throughput, % of peak
+    dram_gbps: float | None = None
+    dram_bytes: float | None = None
+    memory_pct: float | None = None  # busiest memory unit (DRAM, L2, L1), % of peak
+    memory_unit: str | None = None  # which one that is
+    compute_pct: float | None = None  # busiest SM unit, % of peak
+    achieved_occupancy_pct: float | None = None
+    theoretical_occupancy_pct: float | None = None
+    registers_per_thread: int | None = None
+    shared_mem_per_block: int | None = None  # bytes, static + dynamic
+    waves_per_sm: float | None = None
+    flops: float | None = None  # non-tensor FP operations ncu counted (FADD, FMUL, 2 x FFMA; half and double too)
+    stalls: list[StallReason] = Field(default_factory=list)  # the top few
+    bottleneck: Bottleneck | None = None
+    why: str = ""  # the numbers behind ``bottleneck``
+    ncu_advice: list[str] = Field(default_factory=list)  # ncu's own rules with the largest estimated speedup
+
+
+class ProfileReport(_Model):
+    """What profiling found: per kernel numbers, the bottleneck, and a few lines for the model."""
+
+    source: Literal["ncu", "torch_profiler", "none"] = "none"
+    bottleneck: Bottleneck | None = None
+    summary: str = ""  # one line: the bottleneck and the numbers behind it
+    highlights: list[str] = Field(default_factory=list)  # the lines that go into the feedback
+    kernels: list[KernelProfile] = Field(default_factory=list)  # longest first
+    launches: int = 0  # kernel launches profiled in one forward
+    launches_capped: bool = False  # ncu stopped at its launch limit: forward launched more
+    kernel_ms: float | None = None  # sum of kernel durations in one forward
+    candidate_ms: float | None = None  # the benchmark's median for one forward, for comparison
+    dram_bytes: float | None = None  # moved to and from DRAM by all kernels
+    min_bytes: int | None = None  # inputs + outputs: what any implementation moves at least
+    memory_floor_ms: float | None = None  # the kernels' DRAM traffic at peak bandwidth
+    compute_floor_ms: float | None = None  # each kernel's busiest SM unit at peak
+    task_flops: float | None = None  # matmul/conv FLOPs of the reference forward (torch's flop counter)
+    achieved_tflops: float | None = None  # task FLOPs over the candidate's median time
+    note: str | None = None  # why there is no (full) profile
+    log_path: str | None = None  # ncu's CSV on disk
+
+
 class Verdict(_Model):
     """What the judge says of one candidate. Same JSON as `kernelfix eval --json`."""
 
@@ -205,7 +264,7 @@ class Verdict(_Model):
     compile: CompileReport | None = None
     correctness: CorrectnessReport | None = None
     legality: LegalityReport | None = None
-    profile: dict[str, Any] | None = None
+    profile: ProfileReport | None = None
     warnings: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
     logs_dir: str | None = None

@@ -1,0 +1,142 @@
+"""The profile stage on a machine without a GPU: skipped with a note, and the
+ncu plumbing (command line, sandboxed run, CSV file, what a failed run means,
+the torch.profiler fallback) driven through fake ``ncu`` executables, since a
+real one needs a GPU. The real thing runs in tests/test_profile_gpu.py."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS
+from kernelfix.tools import ncu
+from kernelfix.tools.verdict import Category
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
+RELU_OK = (CORPUS / "candidates" / "triton_relu_ok.py").read_text()
+
+
+def fake_ncu(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "ncu"
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+# Replays a real capture: writes it to --log-file, then runs the target command as ncu does
+# (argv ends with "--launch-count N" then the target's). With --metrics, refuses if told to.
+REPLAY = """
+log=""; metrics=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --log-file) log=$2; shift 2;;
+    --metrics) metrics=1; shift 2;;
+    --launch-count) shift 2; break;;
+    *) shift;;
+  esac
+done
+if [ "$metrics" = 1 ] && [ -n "$REFUSE_METRICS" ]; then echo "==ERROR== Failed to find metric $REFUSE_METRICS"; exit 1; fi
+cp "{fixture}" "$log"
+"$@" >/dev/null 2>&1
+exit 0
+"""
+
+
+@pytest.fixture(scope="module")
+def judged(judges):
+    """A CPU judge with profiling on, and an evaluation of a correct, legal candidate up to the profile stage."""
+    judge = judges("relu", "cpu", {"profile": True, "profile_timeout_s": 60})
+    ev = judge.start(RELU_OK)
+    for stage in (judge.compile, judge.correctness, judge.legality, judge.benchmark):
+        ev = stage(ev)
+    assert not ev.failed, ev.message
+    return judge, ev
+
+
+def profile_with(judge, ev, monkeypatch, **config):
+    monkeypatch.setattr(judge, "config", judge.config.model_copy(update=config))
+    return judge._profile(ev.model_copy(deep=True), None)
+
+
+def test_on_cpu_the_stage_is_skipped_with_a_note(judged):
+    judge, ev = judged
+    events = []
+    done = judge.profile(ev.model_copy(deep=True), events.append)
+    assert [(e.stage, e.status) for e in events] == [("profile", "skipped")] and "CUDA GPU" in events[0].detail
+    v = judge.finish(done)
+    assert v.category == Category.OK and v.profile is not None and v.profile.source == "none"
+    assert "profiling needs a CUDA GPU" in v.profile.note
+    assert not any("profile" in w for w in v.warnings) and "Profile" not in v.feedback
+
+
+def test_profiling_off_skips_the_stage(judges):
+    judge = judges("relu", "cpu")
+    events = []
+    v = judge.evaluate(RELU_OK, on_event=events.append)
+    assert v.category == Category.OK and v.profile is None
+    assert any(e.stage == "profile" and e.status == "skipped" and e.detail == "profiling off" for e in events)
+
+
+def test_failed_candidates_are_not_profiled(judged):
+    judge, ev = judged
+    bad = ev.model_copy(deep=True).fail("correctness", Category.NUMERICAL, "wrong")
+    events = []
+    assert judge.profile(bad, events.append).profile is None and events[0].status == "skipped"
+
+
+def test_a_real_capture_through_a_replaying_ncu_becomes_the_report(judged, tmp_path, monkeypatch):
+    judge, ev = judged
+    path = fake_ncu(tmp_path, REPLAY.format(fixture=FIXTURES / "ncu_relu_details.csv"))
+    done = profile_with(judge, ev, monkeypatch, ncu_path=path)
+    p = done.profile
+    assert p is not None and p.source == "ncu" and p.bottleneck == "memory-bound", done.warnings
+    assert p.kernels[0].name == "relu_kernel" and Path(p.log_path).read_text().startswith("==PROF==")
+    assert done.warnings == ev.warnings
+    log = (Path(ev.workdir) / "logs" / "profile_ncu.log").read_text()
+    assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.harness" in log
+
+
+def test_a_refused_metric_is_retried_without_the_extra_metrics(judged, tmp_path, monkeypatch):
+    judge, ev = judged
+    path = fake_ncu(tmp_path, "export REFUSE_METRICS=smsp__x\n" + REPLAY.format(fixture=FIXTURES / "ncu_matmul_details.csv"))
+    done = profile_with(judge, ev, monkeypatch, ncu_path=path)
+    assert done.profile.source == "ncu" and done.profile.bottleneck == "compute-bound"
+
+
+@pytest.mark.parametrize(
+    "body,config,says",
+    [
+        (None, {"ncu_path": "/nonexistent/ncu"}, "ncu not found at /nonexistent/ncu"),
+        (
+            'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0."\nexit 1\n',
+            {},
+            "ERR_NVGPUCTRPERM",
+        ),
+        ("sleep 60\n", {"profile_timeout_s": 1.5}, "ncu did not finish within 1.5 s"),
+        ('echo "==WARNING== No kernels were profiled."\nexit 0\n', {}, "ncu saw no kernel launched inside forward"),
+    ],
+    ids=["missing", "no-permission", "timeout", "no-kernels"],
+)
+def test_without_a_profile_the_turn_goes_on_and_says_why_once(judged, tmp_path, monkeypatch, body, config, says):
+    judge, ev = judged
+    if body is not None:
+        config = {"ncu_path": fake_ncu(tmp_path, body), **config}
+    done = profile_with(judge, ev, monkeypatch, **config)
+    new = done.warnings[len(ev.warnings):]
+    assert len(new) == 1 and new[0].startswith("no Nsight Compute profile:") and says in new[0], new
+    assert done.category is None  # the verdict does not change
+    # the torch.profiler fallback ran; here, without CUDA, it cannot list kernels either, and says so
+    assert done.profile is not None and done.profile.source == "none"
+    assert says in done.profile.note and "torch.profiler fallback failed too" in done.profile.note
+    assert "profiling needs a CUDA device" in done.profile.note
+    v = judge.finish(done)
+    assert v.category == Category.OK and sum(says in w for w in v.warnings) == 1 and says in v.feedback
+
+
+def test_find_prefers_an_explicit_path_and_reports_a_missing_one(tmp_path):
+    path = fake_ncu(tmp_path, "exit 0\n")
+    assert ncu.find(path) == (path, None)
+    found, problem = ncu.find(str(tmp_path / "nope"))
+    assert found is None and problem.kind == "missing"

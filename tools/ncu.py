@@ -1,0 +1,111 @@
+"""Nsight Compute for the profile stage: where ncu is, the command line that
+profiles one forward of the candidate, and what a run that produced no
+profile means.
+
+ncu runs the harness's ``profile_ncu`` child, which warms the candidate up and
+then calls forward once inside the NVTX range ``NVTX_RANGE``; ``--nvtx-include``
+keeps ncu to the kernels launched in that range, so input generation, warm-up,
+autotuning and anything else in the process are not profiled. The CSV goes to
+a file (``--log-file``): the child's own stdout cannot mix into it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.ncu_csv import NcuOutput
+
+NVTX_RANGE = "kernelfix_candidate"
+SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis")
+# Stall reasons and FP instruction counts, which those sections' CSV leaves out. As regular
+# expressions, a name this ncu or GPU lacks matches nothing instead of failing the run.
+EXTRA_METRICS = (
+    r"regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$",
+    r"regex:^smsp__sass_thread_inst_executed_op_[dhf](add|mul|fma)_pred_on\.sum$",
+)
+PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+
+ProblemKind = Literal["missing", "permission", "timeout", "no_kernels", "metrics", "target_failed", "failed"]
+
+
+class NcuProblem(BaseModel):
+    """Why a run produced no profile, in one line for the user and the model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ProblemKind
+    message: str
+
+
+def _candidates() -> list[str]:
+    homes = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    paths = [str(Path(h) / "bin" / "ncu") for h in homes if h]
+    paths += sorted(glob.glob("/usr/local/cuda*/bin/ncu"), reverse=True)
+    paths += sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)
+    return paths
+
+
+def find(override: str | None = None) -> tuple[str | None, NcuProblem | None]:
+    """The ncu executable to use, or why there is none."""
+    if override:
+        path = shutil.which(override) if os.sep not in override else (override if os.access(override, os.X_OK) and Path(override).is_file() else None)
+        if path:
+            return path, None
+        return None, NcuProblem(kind="missing", message=f"ncu not found at {override} (judge setting ncu_path)")
+    path = shutil.which("ncu") or next((p for p in _candidates() if os.access(p, os.X_OK)), None)
+    if path:
+        return path, None
+    return None, NcuProblem(kind="missing", message="Nsight Compute (ncu) is not installed or not on PATH; set ncu_path in the judge settings")
+
+
+def command(ncu: str, log_file: Path, max_launches: int, *, extra_metrics: bool = True) -> list[str]:
+    """ncu's argv, to go in front of the profiled child's."""
+    argv = [ncu, "--csv", "--page", "details", "--print-units", "base", "--log-file", str(log_file)]
+    for s in SECTIONS:
+        argv += ["--section", s]
+    if extra_metrics:
+        argv += ["--metrics", ",".join(EXTRA_METRICS)]
+    argv += ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--target-processes", "all", "--launch-count", str(max_launches)]
+    return argv
+
+
+_PERMISSION = re.compile(r"ERR_NVGPUCTRPERM|does not have permission to access NVIDIA GPU Performance Counters", re.I)
+_METRIC_ERROR = re.compile(r"==ERROR==.*metric", re.I)
+_NO_KERNELS = re.compile(r"No kernels were profiled", re.I)
+
+
+def diagnose(outcome: ChildOutcome, parsed: NcuOutput, timeout_s: float) -> NcuProblem | None:
+    """None when ncu profiled kernels; else why not."""
+    text = "\n".join([*parsed.messages, outcome.stdout_tail, outcome.stderr_tail])
+    if outcome.launch_error:
+        return NcuProblem(kind="failed", message=f"ncu could not be started: {outcome.launch_error}")
+    if _PERMISSION.search(text):
+        return NcuProblem(kind="permission", message=f"this user may not read the GPU's performance counters (ERR_NVGPUCTRPERM; see {PERMISSION_URL})")
+    if outcome.timed_out:
+        return NcuProblem(kind="timeout", message=f"ncu did not finish within {timeout_s:g} s (judge setting profile_timeout_s)")
+    if parsed.kernels:
+        return None
+    if _METRIC_ERROR.search(text):
+        line = next((ln for ln in text.splitlines() if _METRIC_ERROR.search(ln)), "")
+        return NcuProblem(kind="metrics", message=f"ncu refused a metric: {line.strip()[:300]}")
+    err = outcome.last("error")
+    if err is not None:
+        return NcuProblem(kind="target_failed", message=f"the profiled run failed: {err.get('exc_type')}: {(err.get('message') or '').strip()[:300]}")
+    if _NO_KERNELS.search(text):
+        return NcuProblem(kind="no_kernels", message=f"ncu saw no kernel launched inside forward (NVTX range {NVTX_RANGE})")
+    if outcome.memory_exceeded:
+        return NcuProblem(kind="failed", message="ncu and the profiled run went over the memory limit")
+    errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
+    if errors:
+        return NcuProblem(kind="failed", message=errors[0][:300])
+    last = next((ln.strip() for ln in reversed(outcome.stderr_tail.splitlines()) if ln.strip()), "")
+    status = outcome.signal or f"exit code {outcome.returncode}"
+    return NcuProblem(kind="failed", message=f"ncu produced no profile ({status})" + (f": {last[:300]}" if last else ""))
