@@ -30,7 +30,7 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtol", type=float, help="relative tolerance (default 1e-2)")
     p.add_argument(
         "--profile", action=argparse.BooleanOptionalAction, default=None,
-        help="profile a correct, legal kernel with Nsight Compute (GPU only; default: the config's judge.profile)",
+        help="profile a correct, legal kernel with Nsight Compute (GPU only; default: on for optimize, off for eval and batch, unless the config sets judge.profile)",
     )
 
 
@@ -43,11 +43,15 @@ def _load_config(args: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
-def _judge_config(args: argparse.Namespace):
+def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False):
+    """The judge's settings: config file, then flags. ``profile_by_default``: interactive
+    sessions profile correct kernels unless the config or --no-profile says otherwise."""
     from pydantic import ValidationError
 
     cfg = _load_config(args).judge
     updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile") if getattr(args, k, None) is not None}
+    if profile_by_default and "profile" not in updates and "profile" not in cfg.model_fields_set:
+        updates["profile"] = True
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0
         return type(cfg).model_validate({**cfg.model_dump(), **updates})
     except ValidationError as e:
@@ -176,7 +180,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelfix.tools.task import Task, TaskError
 
     cfg = _load_config(args)
-    judge_cfg = _judge_config(args)
+    judge_cfg = _judge_config(args, profile_by_default=True)
     agent_cfg = _agent_config(cfg.agent, args)
     try:
         task = Task.load(args.task)

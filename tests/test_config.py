@@ -52,3 +52,17 @@ def test_allowlist():
     allowed = make_allowed(extra=["aten::mm"], remove=["clone"])
     assert is_allowed("aten::mm", allowed) and not is_allowed("aten::clone", allowed)
     assert {"empty", "view", "copy_", "contiguous", "item"} <= DEFAULT_ALLOWED
+
+
+def test_interactive_sessions_profile_by_default_unless_told_not_to(tmp_path, monkeypatch):
+    import argparse
+
+    from kernelfix.cli import _judge_config
+
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(config=None, device=None, trials=None, atol=None, rtol=None, profile=None)
+    assert _judge_config(args, profile_by_default=True).profile is True
+    assert _judge_config(args).profile is False  # eval, batch
+    assert _judge_config(argparse.Namespace(**{**vars(args), "profile": False}), profile_by_default=True).profile is False
+    (tmp_path / "kernelfix.toml").write_text("[judge]\nprofile = false\n")
+    assert _judge_config(args, profile_by_default=True).profile is False
