@@ -29,6 +29,10 @@ class Case:
     devices: list[str]
     task: str = "relu"
     config: dict = field(default_factory=dict)
+    expect_runtime: str | None = None  # with the static checks bypassed: what runtime containment alone gives
+    requires: list[str] = field(default_factory=list)  # sandbox layers the expectation depends on
+    fresh_judge: bool = False  # needs a judge that has not computed its reference yet
+    behaviour: str = ""
 
     @property
     def id(self) -> str:
@@ -39,12 +43,19 @@ class Case:
         return "load_inline" in self.path.read_text()
 
 
-_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|devices|task|config): (.+)$", re.M)
+_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|requires|fresh-judge|behaviour): (.+)$", re.M)
 
 
-def load_cases() -> list[Case]:
+def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
+    """Every candidate in ``directory`` with what its header says it must get.
+
+    Headers (first 8 lines): ``# expect: CATEGORY`` (or ``expect-cpu`` / ``expect-cuda``),
+    ``# devices: cpu,cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``; for
+    the hostile corpus also ``# expect-runtime: CATEGORY``, ``# requires: LAYER, ...``,
+    ``# fresh-judge: yes`` and ``# behaviour: TEXT``.
+    """
     cases = []
-    for path in sorted((CORPUS / "candidates").iterdir()):
+    for path in sorted(directory.iterdir()):
         head = "\n".join(path.read_text().splitlines()[:8])
         fields = dict(_HEADER.findall(head))
         expect = {}
@@ -54,7 +65,17 @@ def load_cases() -> list[Case]:
                 expect[dev] = value.strip()
         devices = [d.strip() for d in fields.get("devices", "cpu,cuda").split(",")]
         cases.append(
-            Case(path=path, expect=expect, devices=[d for d in devices if d in expect], task=fields.get("task", "relu").strip(), config=json.loads(fields.get("config", "{}")))
+            Case(
+                path=path,
+                expect=expect,
+                devices=[d for d in devices if d in expect],
+                task=fields.get("task", "relu").strip(),
+                config=json.loads(fields.get("config", "{}")),
+                expect_runtime=fields.get("expect-runtime", "").strip() or None,
+                requires=[r.strip() for r in fields.get("requires", "").split(",") if r.strip()],
+                fresh_judge=fields.get("fresh-judge", "").strip() == "yes",
+                behaviour=fields.get("behaviour", "").strip(),
+            )
         )
     return cases
 

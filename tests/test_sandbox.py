@@ -1,0 +1,292 @@
+"""The sandbox's layers, each seen from inside a real child: what it can write, see, reach and
+start, and what is left of it afterwards. Small children (no torch), so these run in seconds.
+
+Where this machine cannot give a layer (not root, no cgroups), the tests that need it skip with
+the sandbox's own note; ``test_hostile`` fails instead on a root machine that lost a layer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelfix.sandbox import Isolation, Limits, probe, run_child
+from kernelfix.sandbox.channel import ChildChannel, MessageReader, new_token
+
+
+def _needs(*layers: str) -> None:
+    report = probe()
+    missing = [layer for layer in layers if not report.layers.get(layer)]
+    if missing:
+        pytest.skip(f"this machine does not give {missing}: {'; '.join(report.notes)}")
+
+
+def _run(code: str, workdir: Path, *, isolation: Isolation | None = None, env: dict | None = None, **limits):
+    lim = {"wall_s": 30.0, "memory_bytes": 1 << 30, "max_processes": 64, **limits}
+    return run_child(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=workdir,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})},
+        limits=Limits(**lim),
+        isolation=isolation if isolation is not None else Isolation(writable=[str(workdir)]),
+    )
+
+
+def test_probe_reports_every_layer_with_a_note_for_each_missing_one():
+    report = probe()
+    assert set(report.layers) == {"network", "pid", "filesystem", "capabilities", "cgroup"}
+    for layer, active in report.layers.items():
+        if not active:
+            assert any(layer in n or "cgroup" in n for n in report.notes), (layer, report.notes)
+
+
+def test_isolation_off_sets_up_nothing(tmp_path):
+    out = _run("print('hi')", tmp_path, isolation=Isolation.off())
+    assert out.returncode == 0 and out.stdout_tail == "hi\n"
+    assert not any(out.isolation.values()) and out.sandbox_notes == []
+
+
+def test_filesystem_is_read_only_outside_the_writable_dirs(tmp_path):
+    _needs("filesystem")
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (outside / "canary").write_text("intact")
+    out = _run(
+        f"""
+        import os, errno
+        results = []
+        for action in (lambda: open({str(outside / 'canary')!r}, 'a').write('x'),
+                       lambda: os.remove({str(outside / 'canary')!r}),
+                       lambda: open({str(outside / 'new')!r}, 'w'),
+                       lambda: os.mkdir('/var/tmp/kernelfix-escape'),
+                       lambda: open('/etc/kernelfix-escape', 'w')):
+            try:
+                action(); results.append('WROTE')
+            except OSError as e:
+                results.append(errno.errorcode[e.errno])
+        open('mine.txt', 'w').write('ok')  # its own dir, relative to its cwd
+        open('/dev/shm/scratch', 'w').write('ok')
+        print(results)
+        """,
+        work,
+        isolation=Isolation(writable=[str(work)]),
+    )
+    assert out.returncode == 0, out.stderr_tail
+    assert out.stdout_tail.strip() == str(["EROFS"] * 5)
+    assert (outside / "canary").read_text() == "intact" and not (outside / "new").exists()
+    assert (work / "mine.txt").read_text() == "ok"
+    assert not Path("/etc/kernelfix-escape").exists() and not Path("/var/tmp/kernelfix-escape").exists()
+
+
+def test_hidden_paths_cannot_be_read(tmp_path):
+    _needs("filesystem", "capabilities")
+    work, private = tmp_path / "work", tmp_path / "private"
+    work.mkdir()
+    private.mkdir()
+    (private / "reference.pt").write_text("answers")
+    secret = tmp_path / "id_rsa"
+    secret.write_text("KEY")
+    out = _run(
+        f"""
+        import os
+        try:
+            print(os.listdir({str(private)!r}))
+        except OSError as e:
+            print('dir', type(e).__name__)
+        print('file', repr(open({str(secret)!r}).read()))
+        """,
+        work,
+        isolation=Isolation(writable=[str(work)], hidden=[str(private), str(secret)]),
+    )
+    assert out.stdout_tail.splitlines() == ["dir PermissionError", "file ''"], out.stderr_tail
+
+
+def test_dev_holds_only_harmless_devices(tmp_path):
+    _needs("filesystem")
+    out = _run("import os; print(sorted(os.listdir('/dev')))", tmp_path)
+    devs = set(eval(out.stdout_tail))
+    assert {"null", "zero", "urandom", "shm"} <= devs
+    assert not any(d.startswith(("sd", "vd", "nvme", "loop", "mem", "kmsg", "port")) for d in devs), devs
+
+
+def test_network_is_unreachable(tmp_path):
+    _needs("network")
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        out = _run(
+            f"""
+            import socket
+            try:
+                socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')
+            except OSError as e:
+                print(e.errno)
+            """,
+            tmp_path,
+        )
+    finally:
+        server.close()
+    import errno
+
+    assert out.stdout_tail.strip() == str(errno.ENETUNREACH), out.stdout_tail + out.stderr_tail
+
+
+def test_pid_namespace_hides_and_shields_the_parent(tmp_path):
+    _needs("pid", "filesystem")
+    out = _run(
+        """
+        import os, signal
+        print(os.getppid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+        for pid in (os.getppid(), 1):
+            os.kill(pid, signal.SIGKILL)  # init of the namespace ignores it
+        print('alive')
+        """,
+        tmp_path,
+    )
+    lines = out.stdout_tail.splitlines()
+    assert lines == ["1 [1, 2]", "alive"], out.stdout_tail + out.stderr_tail
+    assert out.returncode == 0
+
+
+def test_no_capabilities_and_no_way_back(tmp_path):
+    _needs("capabilities", "filesystem")
+    out = _run(
+        """
+        import subprocess
+        caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd', 'CapPrm'))]
+        print(caps)
+        r = subprocess.run(['mount', '-o', 'remount,rw', '/'], capture_output=True)
+        print(r.returncode != 0)
+        """,
+        tmp_path,
+    )
+    assert out.stdout_tail.splitlines() == [str(["0000000000000000"] * 3), "True"], out.stdout_tail + out.stderr_tail
+
+
+def test_environment_is_what_the_parent_passed(tmp_path):
+    out = _run("import os; print(sorted(os.environ))", tmp_path, env={"TRITON_CACHE_DIR": "/x"})
+    names = set(eval(out.stdout_tail))
+    assert names <= {"PATH", "TRITON_CACHE_DIR", "KERNELFIX_MSG_FD", "LC_CTYPE"}, names
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["sandbox", "fallback"])
+def test_nothing_the_child_started_outlives_it(tmp_path, isolated):
+    marker = f"{time.time_ns() % 10**9}.5"  # a unique sleep duration to find leftovers by
+    out = _run(
+        f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()  # leaves the session: a classic daemon
+            if os.fork() == 0:
+                os.execvp('sleep', ['sleep', {marker!r}])
+            os._exit(0)
+        time.sleep(0.3)
+        print('parent leaves')
+        """,
+        tmp_path,
+        isolation=Isolation(writable=[str(tmp_path)]) if isolated else Isolation.off(),
+    )
+    assert out.stdout_tail == "parent leaves\n"
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    for pid in left:  # clean up before failing
+        os.kill(int(pid), signal.SIGKILL)
+    if not isolated and left:
+        pytest.xfail("without a PID namespace or cgroup a setsid'd grandchild escapes the session kill")
+    assert not left
+
+
+def test_memory_limit_kills_and_says_so(tmp_path):
+    out = _run("x = []\nwhile True: x.append(bytearray(32 << 20))", tmp_path, memory_bytes=256 << 20)
+    assert out.memory_exceeded and out.returncode != 0
+
+
+def test_process_limit_refuses_a_fork_bomb(tmp_path):
+    _needs("cgroup")
+    out = _run(
+        """
+        import os
+        n = 0
+        for _ in range(500):
+            try:
+                if os.fork() == 0:
+                    import time; time.sleep(30)
+                n += 1
+            except OSError:
+                break
+        print(n)
+        """,
+        tmp_path,
+        max_processes=32,
+    )
+    assert out.process_limit_hit
+    assert int(out.stdout_tail) < 32
+
+
+def test_output_limit_kills_a_flood(tmp_path):
+    out = _run("import sys\nwhile True: sys.stdout.write('x' * 65536)", tmp_path, output_limit_bytes=4 << 20)
+    assert out.output_exceeded and out.timed_out is False
+    assert out.stdout_bytes >= 4 << 20 and len(out.stdout_tail) <= 64 << 10
+
+
+def test_wall_limit(tmp_path):
+    out = _run("while True: pass", tmp_path, wall_s=1.0)
+    assert out.timed_out and out.signal == "SIGKILL"
+
+
+def test_signal_of_the_command_is_relayed(tmp_path):
+    _needs("pid")
+    out = _run("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", tmp_path)
+    assert out.signal == "SIGSEGV"
+
+
+def test_forged_messages_are_told_apart(tmp_path):
+    """The trusted child reads its token first; whatever writes the pipe without it is a forger."""
+    code = textwrap.dedent(
+        """
+        import os
+        from kernelfix.sandbox.channel import ChildChannel, MSG_FD_ENV
+        chan = ChildChannel.open()
+        chan.send('hello')
+        os.write(int(os.environ[MSG_FD_ENV]), b'{"type": "result", "forged": true}\\n')
+        os.write(int(os.environ[MSG_FD_ENV]), b'{"type": "sandbox", "layers": {}}\\n')
+        chan.send('result', ok=True)
+        """
+    )
+    out = run_child(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PATH": os.environ.get("PATH", "")},
+        limits=Limits(wall_s=30),
+        isolation=Isolation(writable=[str(tmp_path)]),
+        authenticate=True,
+    )
+    assert [m["type"] for m in out.messages] == ["hello", "result"], out.stderr_tail
+    assert out.last("result") == {"type": "result", "ok": True, "_t": out.last("result")["_t"]}
+    assert len(out.forged_messages) == 2  # the late "sandbox" report too: only the launcher's, first, is trusted
+
+
+def test_message_reader_keeps_the_launcher_report_only_before_the_child_speaks():
+    token = new_token()
+    r, w = os.pipe()
+    reader = MessageReader(r, time.monotonic(), token, None)
+    os.write(w, b'{"type": "sandbox", "layers": {"network": true}}\n')
+    chan = ChildChannel(w, token)
+    chan.send("hello")
+    os.write(w, b"no token at all\n")
+    os.close(w)
+    reader.thread.join(5)
+    assert [m["type"] for m in reader.items] == ["sandbox", "hello"]
+    assert reader.forged == ["no token at all"]
