@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-ROOT = Path("/sys/fs/cgroup")
 PREFIX = "kernelfix-"
+_swept = False
 
 
 class CgroupStats(BaseModel):
@@ -100,6 +100,10 @@ class Cgroup:
     @classmethod
     def create(cls, *, memory_bytes: int | None, max_pids: int | None) -> tuple["Cgroup | None", list[str]]:
         """A fresh, uniquely named cgroup under this process's own (so outer limits still apply)."""
+        global _swept
+        if not _swept:  # groups of judges that were killed before they could remove theirs
+            _swept = True
+            sweep_stale()
         name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         mounts, own = _mounts(), _own_paths()
         wanted = [c for c, v in (("memory", memory_bytes), ("pids", max_pids)) if v is not None]

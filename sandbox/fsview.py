@@ -50,12 +50,16 @@ def _minimal_dev(devices: tuple[str, ...] | list[str]) -> list[str]:
     fds = {p: os.open(p, os.O_PATH | os.O_NOFOLLOW) for p in keep if not os.path.islink(p)}
     try:
         linux.mount("tmpfs", "/dev", "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "mode=755,size=256k")
-        for p, fd in fds.items():
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                os.makedirs(p, exist_ok=True)
-            else:
-                os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o666))
-            linux.mount(f"/proc/self/fd/{fd}", p, None, linux.MS_BIND | linux.MS_REC)
+        try:
+            for p, fd in fds.items():
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    os.makedirs(p, exist_ok=True)
+                else:
+                    os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o666))
+                linux.mount(f"/proc/self/fd/{fd}", p, None, linux.MS_BIND | linux.MS_REC)
+        except OSError:
+            linux.umount("/dev")  # back to the full /dev rather than a half-built one
+            raise
     finally:
         for fd in fds.values():
             os.close(fd)

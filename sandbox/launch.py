@@ -82,7 +82,7 @@ class _Setup:
                 except OSError as e:
                     for k in ("filesystem", "pid"):
                         if k in want:
-                            self.note(k, f"unshare(CLONE_NEWNS) failed: {e.strerror}")
+                            self.note(k, e.strerror)
             for k in ("network", "pid"):
                 if k not in want or (k == "pid" and not mount_ns):
                     continue
@@ -90,7 +90,7 @@ class _Setup:
                     linux.unshare(flags[k])
                     got.add(k)
                 except OSError as e:
-                    self.note(k, f"unshare({_FLAG_NAMES[k]}) failed: {e.strerror}")
+                    self.note(k, e.strerror)
             if "filesystem" in want and mount_ns:
                 got.add("filesystem")
         if mount_ns:
@@ -105,7 +105,7 @@ class _Setup:
                 self.notes += fsview.build(self.iso.get("writable", []), self.iso.get("hidden", []), self.iso.get("devices") or list(fsview.DEFAULT_DEVICES))
             except OSError as e:
                 self.active["filesystem"] = False
-                self.note("filesystem", str(e))
+                self.note("filesystem", e.strerror or str(e))
 
     def _user_namespace(self) -> None:
         """Not root: namespaces need a user namespace, where this user is root."""
@@ -128,7 +128,7 @@ class _Setup:
             linux.drop_all_capabilities()
             self.active["capabilities"] = True
         except OSError as e:
-            self.note("capabilities", str(e))
+            self.note("capabilities", e.strerror or str(e))
 
     def report(self) -> None:
         """The first message on the pipe, before any of the command's code runs."""
@@ -148,7 +148,6 @@ _WHAT = {
     "filesystem": "filesystem not isolated (the candidate can write outside its work dir)",
     "capabilities": "capabilities not dropped (root in the sandbox can undo its limits)",
 }
-_FLAG_NAMES = {"network": "CLONE_NEWNET", "pid": "CLONE_NEWPID"}
 
 
 def _exec(cmd: list[str]) -> None:

@@ -55,6 +55,7 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
 
@@ -64,8 +65,12 @@ def _check(rc: int, what: str) -> None:
         raise OSError(e, f"{what} failed: {errno.errorcode.get(e, e)}")
 
 
+_FLAG_NAMES = {CLONE_NEWNS: "CLONE_NEWNS", CLONE_NEWIPC: "CLONE_NEWIPC", CLONE_NEWUSER: "CLONE_NEWUSER", CLONE_NEWPID: "CLONE_NEWPID", CLONE_NEWNET: "CLONE_NEWNET"}
+
+
 def unshare(flags: int) -> None:
-    _check(_libc.unshare(flags), "unshare")
+    names = "|".join(n for f, n in _FLAG_NAMES.items() if flags & f)
+    _check(_libc.unshare(flags), f"unshare({names})")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -73,8 +78,21 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
+MNT_DETACH = 2
+
+
+def umount(target: str, flags: int = MNT_DETACH) -> None:
+    _check(_libc.umount2(os.fsencode(target), flags), f"umount {target}")
+
+
+_PR_NAMES = {
+    PR_SET_PDEATHSIG: "PR_SET_PDEATHSIG", PR_SET_DUMPABLE: "PR_SET_DUMPABLE", PR_CAPBSET_DROP: "PR_CAPBSET_DROP",
+    PR_SET_SECUREBITS: "PR_SET_SECUREBITS", PR_SET_NO_NEW_PRIVS: "PR_SET_NO_NEW_PRIVS", PR_CAP_AMBIENT: "PR_CAP_AMBIENT",
+}
+
+
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> None:
-    _check(_libc.prctl(option, arg2, arg3, arg4, arg5), f"prctl({option})")
+    _check(_libc.prctl(option, arg2, arg3, arg4, arg5), f"prctl({_PR_NAMES.get(option, option)})")
 
 
 class _CapHeader(ctypes.Structure):

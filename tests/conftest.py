@@ -32,6 +32,7 @@ class Case:
     expect_runtime: str | None = None  # with the static checks bypassed: what runtime containment alone gives
     requires: list[str] = field(default_factory=list)  # sandbox layers the expectation depends on
     fresh_judge: bool = False  # needs a judge that has not computed its reference yet
+    needs_prior_ok: bool = False  # needs an earlier correct evaluation on the same judge
     behaviour: str = ""
 
     @property
@@ -43,7 +44,7 @@ class Case:
         return "load_inline" in self.path.read_text()
 
 
-_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|requires|fresh-judge|behaviour): (.+)$", re.M)
+_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|requires|fresh-judge|needs-prior-ok|behaviour): (.+)$", re.M)
 
 
 def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
@@ -52,7 +53,7 @@ def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
     Headers (first 8 lines): ``# expect: CATEGORY`` (or ``expect-cpu`` / ``expect-cuda``),
     ``# devices: cpu,cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``; for
     the hostile corpus also ``# expect-runtime: CATEGORY``, ``# requires: LAYER, ...``,
-    ``# fresh-judge: yes`` and ``# behaviour: TEXT``.
+    ``# fresh-judge: yes``, ``# needs-prior-ok: yes`` and ``# behaviour: TEXT``.
     """
     cases = []
     for path in sorted(directory.iterdir()):
@@ -74,6 +75,7 @@ def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
                 expect_runtime=fields.get("expect-runtime", "").strip() or None,
                 requires=[r.strip() for r in fields.get("requires", "").split(",") if r.strip()],
                 fresh_judge=fields.get("fresh-judge", "").strip() == "yes",
+                needs_prior_ok=fields.get("needs-prior-ok", "").strip() == "yes",
                 behaviour=fields.get("behaviour", "").strip(),
             )
         )

@@ -263,13 +263,17 @@ class Judge:
         """What the stage's child may write and must not see.
 
         The reference stage writes the judge's private dir; candidate stages write
-        only their own build/tmp/out dirs and cannot see the private dir at all.
+        only their own build/tmp/out dirs and see neither the private dir nor other
+        evaluations' dirs.
         """
         base = self.config.sandbox
         if stage == "reference":
             writable, hidden = [workdir], []
         else:
-            writable, hidden = [workdir / d for d in _CANDIDATE_DIRS], [self._private]
+            # Other evaluations' dirs too: their outputs for the same trials would be answers to copy.
+            evals = self.root / "evals"
+            siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals else []
+            writable, hidden = [workdir / d for d in _CANDIDATE_DIRS], [self._private, *siblings]
         return base.model_copy(
             update={
                 "writable": [*map(str, writable), str(_cache_root()), *base.writable],

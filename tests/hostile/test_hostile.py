@@ -121,7 +121,8 @@ class World:
         return text
 
     def judge(self, case: Case, device: str) -> Judge:
-        cfg = JudgeConfig(**{"device": device, "run_timeout_s": 60, "compile_timeout_s": 300, "trials": 3, **case.config})
+        # The corpus is about containment, not speed: short timing on the GPU, no torch.compile baseline.
+        cfg = JudgeConfig(**{"device": device, "run_timeout_s": 60, "compile_timeout_s": 300, "trials": 3, "timing_runs": 20, "time_torch_compile": False, **case.config})
         key = cfg.model_dump_json()
         if case.fresh_judge or key not in self.judges:
             j = Judge(CORPUS / "tasks" / f"{case.task}.py", cfg, workdir=self.root / f"judge-{len(self.judges)}-{secrets.token_hex(3)}")
@@ -203,6 +204,8 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     if variant == "runtime":
         monkeypatch.setattr(static_checks, "errors", lambda findings: [])
     judge = world.judge(case, device)
+    if case.needs_prior_ok:
+        _judge_good(judge)
     (judge.root / "evals").mkdir(exist_ok=True)  # made by the first evaluation: not the candidate's doing
     before = world.snapshot(judge, skip=[judge.root / "reference"] if case.fresh_judge else [])
     task_copy = (judge.root / "reference" / "task.py").read_text()
@@ -213,6 +216,8 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     what = f"{case.path.name} ({case.behaviour}): got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
     assert verdict.category == expected, what
     assert verdict.message or verdict.ok, what
+    if verdict.ok and verdict.timings and verdict.timings.candidate:
+        assert verdict.timings.candidate.median_ms > 1e-3, f"no kernel launch takes {verdict.timings.candidate.median_ms} ms: faked timing"
     for stage, seconds in verdict.stage_seconds.items():
         if stage != "static":
             assert seconds <= _stage_limit(judge, stage) + GRACE_S, f"{stage} took {seconds:.0f} s: {what}"
@@ -251,6 +256,7 @@ def test_corpus_covers_every_behaviour_the_issue_names():
     named = {
         "python_loop", "gpu_spin", "fork_bomb", "memory_bomb", "stdout_flood", "write_delete_outside",
         "env_secrets", "network", "kill_parent", "monkeypatch", "swap_reference", "gpu_fake_timing",
+        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access",
     }
     assert named <= {c.path.stem for c in CASES}
 
@@ -270,7 +276,14 @@ def test_judges_still_work_after_the_hostile_corpus(device: str, world: World):
     judges = [j for j in world.judges.values() if j.device == device]
     if not judges:
         pytest.skip(f"no hostile case ran on {device}")
-    good = (CORPUS / "candidates" / "triton_relu_ok.py").read_text()
     for j in judges:
-        v = j.evaluate(good, filename="triton_relu_ok.py")
-        assert v.category == Category.OK, f"{v.category.value}: {v.message}"
+        _judge_good(j)
+
+
+def _judge_good(j: Judge) -> None:
+    """A known-good candidate through compile and correctness: enough to show the judge and its reference are intact."""
+    ev = j.start((CORPUS / "candidates" / "triton_relu_ok.py").read_text(), filename="triton_relu_ok.py")
+    for stage in (j.compile, j.correctness):
+        ev = stage(ev)
+    v = j.finish(ev)
+    assert v.category == Category.OK, f"{v.category.value}: {v.message}"
