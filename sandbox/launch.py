@@ -4,6 +4,7 @@ Used as ``python -m kernelfix.sandbox.launch SPEC_JSON -- CMD...`` by
 ``run_child``; runs in the child after fork, holding no locks and no threads.
 In order, each layer where the platform allows it (else a one-line note):
 
+0. die with the parent (the judge) if it dies;
 1. join the stage's cgroups (memory and process-count limits, kill-all);
 2. rlimits: CPU time, file size, open files, no core dumps;
 3. namespaces: network (no interfaces but a downed loopback), mount (see
@@ -221,6 +222,10 @@ def main(argv: list[str]) -> None:
         os._exit(2)
     spec = json.loads(argv[0])
     cmd = argv[2:]
+    # The stage dies with the judge that started it (its thread waits for us, so only a dead judge leaves).
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if spec.get("parent_pid") and os.getppid() != spec["parent_pid"]:
+        os._exit(125)  # the judge died before the line above took effect
     iso = spec.get("isolation") or {}
     setup = _Setup(iso)
     _join_cgroups(spec.get("cgroup_procs") or [], setup.notes)

@@ -192,6 +192,7 @@ def run_child(
             "file_size_bytes": limits.file_size_bytes,
             "open_files": limits.open_files,
         },
+        "parent_pid": os.getpid(),
         "cgroup_procs": cgroup.procs_files if cgroup else [],
         "isolation": isolation.launcher_spec(),
     }

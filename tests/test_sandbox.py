@@ -384,3 +384,26 @@ def test_stale_cgroups_of_dead_judges_are_swept():
     finally:
         cg.remove()
     assert not any(d.exists() for d in cg.dirs.values())
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["sandbox", "fallback"])
+def test_a_stage_dies_with_its_judge(tmp_path, isolated):
+    """kill -9 of the judge mid-stage: the stage's processes go too, they do not run on unowned."""
+    marker = f"{time.time_ns() % 10**9}.25"
+    iso = "Isolation(writable=[d])" if isolated else "Isolation.off()"
+    judge = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from kernelfix.sandbox import Isolation, Limits, run_child
+        d = {str(tmp_path)!r}
+        run_child(["sleep", {marker!r}], cwd=d, env={{"PATH": "/usr/bin:/bin"}}, limits=Limits(wall_s=120), isolation={iso})
+        """)])
+    deadline = time.monotonic() + 30
+    while not subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).stdout and time.monotonic() < deadline:
+        time.sleep(0.1)
+    judge.kill()
+    judge.wait()
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    for pid in left:
+        os.kill(int(pid), signal.SIGKILL)
+    assert not left
