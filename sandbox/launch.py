@@ -1,6 +1,6 @@
 """Put a child in its sandbox, then exec its command.
 
-Used as ``python -m kernelfix.sandbox.launch SPEC_JSON -- CMD...`` by
+Run as ``main([SPEC_JSON, "--", CMD...])`` in a fresh interpreter by
 ``run_child``; runs in the child after fork, holding no locks and no threads.
 In order, each layer where the platform allows it (else a one-line note):
 

@@ -102,6 +102,10 @@ class _Tail:
         return data.decode("utf-8", "replace")
 
 
+def _import_path() -> list[str]:
+    return [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+
+
 def _tree_pids(root: int) -> list[int]:
     """The child's session (``root`` leads it) and all descendants of ``root``, wherever they moved."""
     parent: dict[int, int] = {}
@@ -197,7 +201,10 @@ def run_child(
         "isolation": isolation.launcher_spec(),
     }
     token = new_token() if authenticate else None
-    launcher = [sys.executable, "-m", "kernelfix.sandbox.launch", json.dumps(spec), "--", *argv]
+    # The launcher imports kernelfix the way this process does, whatever ``env`` holds (its
+    # PYTHONPATH is the command's business, not the launcher's).
+    boot = f"import sys; sys.path[:0] = {_import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
+    launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(

@@ -105,7 +105,7 @@ def test_unwritable_dir_is_permission_denied(tmp_path):
     os.chown(d, 65534, 65534)
     out = run_child(
         [sys.executable, "-c", f"from kernelfix import atomic\ntry:\n    atomic.write_text({str(d / 'f.txt')!r}, 'new')\nexcept atomic.StorageError as e:\n    print(e)"],
-        cwd=tmp_path, env={"PATH": os.environ.get("PATH", "")}, limits=Limits(wall_s=30),
+        cwd=tmp_path, env={k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}, limits=Limits(wall_s=30),
         isolation=Isolation(network=False, pid=False, filesystem=False, cgroup=False, capabilities=True),
     )
     if not out.isolation.get("capabilities"):

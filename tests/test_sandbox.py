@@ -23,6 +23,10 @@ from kernelfix.sandbox import Isolation, Limits, probe, run_child
 from kernelfix.sandbox.channel import ChildChannel, MessageReader, new_token
 
 
+# PYTHONPATH too: on the device kernelfix is found through it
+_BASE_ENV = {k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}
+
+
 def _needs(*layers: str) -> None:
     report = probe()
     missing = [layer for layer in layers if not report.layers.get(layer)]
@@ -35,7 +39,7 @@ def _run(code: str, workdir: Path, *, isolation: Isolation | None = None, env: d
     return run_child(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=workdir,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})},
+        env={**_BASE_ENV, **(env or {})},
         limits=Limits(**lim),
         isolation=isolation if isolation is not None else Isolation(writable=[str(workdir)]),
     )
@@ -180,7 +184,7 @@ def test_no_capabilities_and_no_way_back(tmp_path):
 def test_environment_is_what_the_parent_passed(tmp_path):
     out = _run("import os; print(sorted(os.environ))", tmp_path, env={"TRITON_CACHE_DIR": "/x"})
     names = set(eval(out.stdout_tail))
-    assert names <= {"PATH", "TRITON_CACHE_DIR", "KERNELFIX_MSG_FD", "LC_CTYPE"}, names
+    assert names <= {"PATH", "PYTHONPATH", "TRITON_CACHE_DIR", "KERNELFIX_MSG_FD", "LC_CTYPE"}, names
 
 
 @pytest.mark.parametrize("isolated", [True, False], ids=["sandbox", "fallback"])
@@ -270,7 +274,7 @@ def test_forged_messages_are_told_apart(tmp_path):
     out = run_child(
         [sys.executable, "-c", code],
         cwd=tmp_path,
-        env={"PATH": os.environ.get("PATH", "")},
+        env=_BASE_ENV,
         limits=Limits(wall_s=30),
         isolation=Isolation(writable=[str(tmp_path)]),
         authenticate=True,
