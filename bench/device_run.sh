@@ -14,9 +14,9 @@ for step in "$@"; do
   case $step in
     probe) bash bench/device_probe.sh 2>&1 | tee "$OUT/probe.txt" ;;
     ncu) bash bench/ncu_capture.sh /tmp/kfout/ncu ;;
-    gpu-tests) python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
-    gpu-tests:*) python3 -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
-    hostile) python3 -m pytest -m gpu -q -s -rs -p no:cacheprovider -o addopts="" tests/hostile tests/test_sandbox.py 2>&1 | tee "$OUT/hostile.log" | grep -E "^\[cuda|sandbox on the device|^inside|PASS|FAIL|SKIP|passed|failed|Error" ;;
+    gpu-tests) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
+    gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
+    hostile) python3 -P -m pytest -m gpu -q -s -rs -p no:cacheprovider -o addopts="" --timeout 300 tests/hostile tests/test_sandbox.py 2>&1 | tee "$OUT/hostile.log" | grep -E "^\[cuda|sandbox on the device|^inside|PASS|FAIL|SKIP|passed|failed|Error" ;;
     judge-bench) python3 bench/judge_stages.py --out "$OUT/judge_stages.json" 2>&1 | tee "$OUT/judge_stages.log" ;;
     *) echo "unknown step $step" ;;
   esac

@@ -7,6 +7,10 @@
     [judge.tasks."19_ReLU"]        # per-task overrides, by task file stem
     extra_allowed_ops = ["mm"]
 
+    [agent]
+    max_turns = 8
+    target_speedup = 1.0
+
 Unknown keys are errors, so a typo never silently changes nothing.
 """
 
@@ -17,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernelfix.agent.config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
 
 
@@ -28,6 +33,7 @@ class KernelfixConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
 
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:

@@ -38,7 +38,7 @@ class Limits(BaseModel):
     max_processes: int | None = 4096  # tasks (processes and threads) alive at once, through the pids cgroup
     file_size_bytes: int = 16 << 30  # RLIMIT_FSIZE: no single file above this
     open_files: int = 4096
-    output_limit_bytes: int | None = 64 << 20  # stdout + stderr; more and the child is killed
+    output_limit_bytes: int | None = None  # stdout + stderr; more and the child is killed (the judge sets it)
     output_tail_bytes: int = 64 << 10  # kept per stream; the rest is counted and dropped
 
 
@@ -238,25 +238,31 @@ def run_child(
     peak = 0
     next_mem_check = 0.0
     watch_rss = limits.memory_bytes is not None and not (cgroup and cgroup.limits_memory)
-    while True:
-        rc = proc.poll()
-        if rc is not None:
-            break
-        now = time.monotonic()
-        if now - t0 > limits.wall_s:
-            timed_out = True
-            break
-        if limits.output_limit_bytes is not None and out.total + err.total > limits.output_limit_bytes:
-            output_exceeded = True
-            break
-        if watch_rss and now >= next_mem_check:
-            next_mem_check = now + 0.25
-            rss = _rss_bytes(_tree_pids(proc.pid))
-            peak = max(peak, rss)
-            if rss > limits.memory_bytes:
-                memory_exceeded = True
+    try:
+        while True:
+            rc = proc.poll()
+            if rc is not None:
                 break
-        time.sleep(poll_s)
+            now = time.monotonic()
+            if now - t0 > limits.wall_s:
+                timed_out = True
+                break
+            if limits.output_limit_bytes is not None and out.total + err.total > limits.output_limit_bytes:
+                output_exceeded = True
+                break
+            if watch_rss and now >= next_mem_check:
+                next_mem_check = now + 0.25
+                rss = _rss_bytes(_tree_pids(proc.pid))
+                peak = max(peak, rss)
+                if rss > limits.memory_bytes:
+                    memory_exceeded = True
+                    break
+            time.sleep(poll_s)
+    except BaseException:  # Ctrl-C or a stopping caller: nothing of the child's may outlive us
+        _kill_tree(proc.pid, cgroup)
+        if cgroup is not None:
+            cgroup.remove()
+        raise
     _kill_tree(proc.pid, cgroup)  # on a limit: now; after exit: leftovers (daemons, background work)
     rc = proc.wait()
     wall = time.monotonic() - t0

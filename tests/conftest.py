@@ -4,12 +4,15 @@ task's reference is computed once per test session."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm must not fetch its price list
 
 CORPUS = Path(__file__).parent / "corpus"
 HAS_CUDA = torch.cuda.is_available()
@@ -29,6 +32,7 @@ class Case:
     devices: list[str]
     task: str = "relu"
     config: dict = field(default_factory=dict)
+    warns: list[str] = field(default_factory=list)  # verdict warnings it must raise (e.g. precision)
     expect_runtime: str | None = None  # with the static checks bypassed: what runtime containment alone gives
     requires: list[str] = field(default_factory=list)  # sandbox layers the expectation depends on
     fresh_judge: bool = False  # needs a judge that has not computed its reference yet
@@ -44,16 +48,17 @@ class Case:
         return "load_inline" in self.path.read_text()
 
 
-_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|requires|fresh-judge|needs-prior-ok|behaviour): (.+)$", re.M)
+_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|warns|requires|fresh-judge|needs-prior-ok|behaviour): (.+)$", re.M)
 
 
 def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
     """Every candidate in ``directory`` with what its header says it must get.
 
     Headers (first 8 lines): ``# expect: CATEGORY`` (or ``expect-cpu`` / ``expect-cuda``),
-    ``# devices: cpu,cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``; for
-    the hostile corpus also ``# expect-runtime: CATEGORY``, ``# requires: LAYER, ...``,
-    ``# fresh-judge: yes``, ``# needs-prior-ok: yes`` and ``# behaviour: TEXT``.
+    ``# devices: cpu,cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``,
+    ``# warns: PREFIX, ...``; for the hostile corpus also ``# expect-runtime: CATEGORY``,
+    ``# requires: LAYER, ...``, ``# fresh-judge: yes``, ``# needs-prior-ok: yes`` and
+    ``# behaviour: TEXT``.
     """
     cases = []
     for path in sorted(directory.iterdir()):
@@ -77,6 +82,7 @@ def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
                 fresh_judge=fields.get("fresh-judge", "").strip() == "yes",
                 needs_prior_ok=fields.get("needs-prior-ok", "").strip() == "yes",
                 behaviour=fields.get("behaviour", "").strip(),
+                warns=[w.strip() for w in fields.get("warns", "").split(",") if w.strip()],
             )
         )
     return cases
@@ -99,3 +105,22 @@ def judges(tmp_path_factory):
     yield get
     for j in made.values():
         j.close()
+
+
+def case_named(name: str) -> Case:
+    return next(c for c in load_cases() if c.path.name == name)
+
+
+@pytest.fixture(scope="session")
+def verdicts(judges):
+    """Each corpus case judged once per device per session, whichever test asks first."""
+    cache: dict[tuple[str, str], object] = {}
+
+    def get(case: Case, device: str):
+        key = (case.path.name, device)
+        if key not in cache:
+            judge = judges(case.task, device, case.config)
+            cache[key] = judge.evaluate(case.path.read_text(), filename=case.path.name)
+        return cache[key]
+
+    return get

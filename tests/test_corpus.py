@@ -1,7 +1,8 @@
 """Every candidate in tests/corpus/candidates gets the category its header names.
 
 Headers: ``# expect: CATEGORY`` (or ``expect-cpu`` / ``expect-cuda``), optionally
-``# devices: cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``.
+``# devices: cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``,
+``# warns: precision`` (a warning it must raise; every other correct candidate must raise none).
 CPU cases run in CI (Triton under the interpreter; CUDA sources compiled and linked
 but not run); CUDA cases are marked ``gpu`` and run on the device.
 """
@@ -28,12 +29,18 @@ def _params():
 
 
 @pytest.mark.parametrize("case,device", list(_params()))
-def test_candidate_gets_its_category(case, device, judges):
-    judge = judges(case.task, device, case.config)
-    verdict = judge.evaluate(case.path.read_text(), filename=case.path.name)
+def test_candidate_gets_its_category(case, device, verdicts):
+    verdict = verdicts(case, device)
     expected = Category(case.expect[device])
+    print(f"\n[{device}] {case.id}: {verdict.category.value} (expected {expected.value}): {verdict.message}")
     assert verdict.category == expected, f"{case.id}: got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
     assert verdict.feedback.strip()
+    precision_warning = verdict.correctness.precision_warning if verdict.correctness else None
+    if "precision" in case.warns:
+        assert precision_warning and any(w.startswith("precision:") for w in verdict.warnings), f"{case.id}: no precision warning"
+        assert "float64" in verdict.feedback
+    elif expected == Category.OK:
+        assert precision_warning is None, f"{case.id}: false alarm: {precision_warning}"
     if expected == Category.OK:
         assert verdict.compiled and verdict.correct and verdict.legal
         assert verdict.correctness is not None and verdict.correctness.passed >= 5
@@ -51,7 +58,9 @@ def test_candidate_gets_its_category(case, device, judges):
     if expected.family.value == "correctness_error":
         assert verdict.correct is False
         assert verdict.correctness.trials and not all(t.ok for t in verdict.correctness.trials)
-    print(f"\n[{device}] {case.id}: {verdict.category.value}: {verdict.message}")
+    for line in verdict.feedback.splitlines():  # what the correctness checks saw, for the device run's log
+        if line.startswith(("Checks:", "  - precision:")):
+            print(f"    {line.strip()}")
 
 
 def test_corpus_covers_every_category_the_issue_names():
@@ -59,6 +68,7 @@ def test_corpus_covers_every_category_the_issue_names():
         "ok", "compile_error:syntax", "compile_error:nvcc", "correctness_error:numerical", "correctness_error:shape",
         "runtime_error:timeout", "runtime_error:crash", "cheating:disallowed_aten", "cheating:fallback",
         "cheating:side_stream", "cheating:output_caching", "cheating:input_mutation",
+        "correctness_error:input_dependent",
     }
     covered = {c.expect.get("cpu") for c in CASES} | {c.expect.get("cuda") for c in CASES}
     assert named <= covered, named - covered

@@ -14,8 +14,9 @@ from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.verdict import Category
 
 _CUDA_PATTERNS: list[tuple[re.Pattern[str], Category, str]] = [
-    (re.compile(r"illegal memory access|misaligned address|invalid address space|address out of bounds", re.I), Category.ILLEGAL_MEMORY_ACCESS, "illegal memory access"),
-    (re.compile(r"device-side assert|device side assert", re.I), Category.DEVICE_ASSERT, "device-side assert"),
+    (re.compile(r"illegal memory access|misaligned address|address space|address out of bounds|cudaErrorIllegalAddress", re.I), Category.ILLEGAL_MEMORY_ACCESS, "illegal memory access"),
+    # not "device-side assertions": torch appends that hint to every CUDA error
+    (re.compile(r"device-side assert triggered|device side assert triggered|cudaErrorAssert", re.I), Category.DEVICE_ASSERT, "device-side assert"),
     (re.compile(r"unspecified launch failure|too many resources requested for launch|invalid configuration argument|no kernel image is available|launch timed out|named symbol not found", re.I), Category.LAUNCH_FAILURE, "kernel launch failure"),
     (re.compile(r"CUDA out of memory|out of memory|OutOfMemoryError|can.t allocate memory|Cannot allocate memory", re.I), Category.OOM, "out of memory"),
     (re.compile(r"CUDA error|CUDA driver error|cudaError|AcceleratorError|Triton Error \[CUDA\]", re.I), Category.CUDA_ERROR, "CUDA error"),
@@ -46,34 +47,42 @@ def _first_line(text: str, limit: int = 300) -> str:
     return ""
 
 
+_PATHISH = re.compile(r"(?:/[^\s:()\"']+/)+(?=[^/\s:()\"']+)")
+
+
+def _short(line: str) -> str:
+    """Paths of the judge's build directories mean nothing to the model: keep file names."""
+    return _PATHISH.sub("", line)
+
+
 def build_errors(log: str, build_dir: Path | None = None, limit: int = 14) -> list[str]:
-    """The compiler's error lines, each followed by the offending source line when it can be found."""
+    """The compiler's error lines, each followed by the offending source lines when they can be found."""
     out: list[str] = []
     seen = set()
     for raw in log.splitlines():
         line = raw.rstrip()
         if not _ERROR_LINE.search(line) or line.startswith(("FAILED:", "ninja: build stopped")) or line in seen:
             continue
-        if "Error building extension" in line:
+        if "Error building extension" in line or re.search(r"errors? detected in the compilation", line):
             continue
         seen.add(line)
-        out.append(line[:400])
+        out.append(_short(line)[:400])
         m = _LOCATED.search(line)
         if m and build_dir is not None:
-            src = _source_line(build_dir, m["file"], int(m["l1"] or m["l2"]))
-            if src:
-                out.append(f"    > {src}")
+            out += [f"    {n:>4} | {text}" for n, text in _source_lines(build_dir, m["file"], int(m["l1"] or m["l2"]))]
         if len(out) >= limit:
             out.append("    ... (more errors in the full log)")
             break
     return out
 
 
-def _source_line(build_dir: Path, file: str, lineno: int) -> str | None:
-    """The offending line, read only from a regular file inside the build dir: the dir is
-    candidate-written, and a planted symlink or FIFO must not leak or stall anything."""
+def _source_lines(build_dir: Path, file: str, lineno: int) -> list[tuple[int, str]]:
+    """The reported line and the one before it (a missing ';' is reported on the next line).
+
+    Read only from a regular file inside the build dir: the dir is candidate-written,
+    and a planted symlink or FIFO must not leak the judge's files or stall it."""
     if not build_dir.is_dir() or build_dir.is_symlink():
-        return None
+        return []
     root = build_dir.resolve()
     p = Path(file)
     candidates = [p] if p.is_absolute() else []
@@ -86,8 +95,8 @@ def _source_line(build_dir: Path, file: str, lineno: int) -> str | None:
         except OSError:
             continue
         if 0 < lineno <= len(lines):
-            return lines[lineno - 1].strip()[:200]
-    return None
+            return [(n, lines[n - 1].rstrip()[:200]) for n in range(max(1, lineno - 1), lineno + 1)]
+    return []
 
 
 def _build_category(text: str) -> Category:
@@ -170,7 +179,11 @@ def _from_error(stage: str, err: dict, build_dir: Path | None) -> Failure:
     if kind == "exit":
         return Failure(Category.EXIT, f"the candidate raised SystemExit({text}) during {phase}: it must return, not exit")
     if "Error building extension" in text:
-        return Failure(_build_category(text), "the build failed", build_errors(text, build_dir))
+        cat = _build_category(text)
+        errors = build_errors(text, build_dir)
+        n = sum(1 for e in errors if not e.startswith("    "))
+        tool = {Category.NVCC: "nvcc", Category.HOST_CXX: "the host C++ compiler", Category.LINK: "the linker"}.get(cat, "the build")
+        return Failure(cat, f"{tool} reported {n} error{'s' if n != 1 else ''}" if n else "the build failed", errors)
     if "CompilationError" in mro or exc in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
         return Failure(Category.TRITON_COMPILE, f"Triton failed to compile a kernel: {_first_line(text, 600)}", _tail(tb, 6))
     if exc == "ImportError" and "undefined symbol" in text:
@@ -185,7 +198,17 @@ def _from_error(stage: str, err: dict, build_dir: Path | None) -> Failure:
 
 
 def _tail(tb: str, n: int) -> list[str]:
+    """The traceback's frames in the candidate's own file, and the error: not the judge's or importlib's."""
     lines = [line for line in tb.rstrip().splitlines() if line.strip()]
-    # keep the candidate's frames and the error, not the harness's
-    keep = [line for line in lines if "kernelfix/tools/harness.py" not in line and "tools/harness.py" not in line]
-    return keep[-n:]
+    keep: list[str] = []
+    in_candidate = False
+    for line in lines:
+        if line.lstrip().startswith("File "):
+            in_candidate = "candidate.py" in line
+            if in_candidate:
+                keep.append(line.strip().replace(line.strip().split('"')[1], "candidate.py") if '"' in line else line.strip())
+        elif in_candidate:
+            keep.append(line.rstrip())
+    if lines and (not keep or keep[-1].strip() != lines[-1].strip()):
+        keep.append(lines[-1].strip())
+    return [k for k in keep if k][-n:]

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox.isolation import Isolation
+from kernelfix.tools.verdict import InputVariant, PrecisionPolicy
 
 
 class TaskOverride(BaseModel):
@@ -16,6 +17,10 @@ class TaskOverride(BaseModel):
 
     atol: float | None = None
     rtol: float | None = None
+    rel_error_tol: float | None = None
+    input_variants: list[InputVariant] | None = None
+    float64_reference: bool | None = None
+    precision: PrecisionPolicy | None = None
     extra_allowed_ops: list[str] | None = None
     allow_libraries: bool | None = None
     allow_streams: bool | None = None
@@ -29,6 +34,21 @@ class JudgeConfig(BaseModel):
     seed: int = 1234
     atol: float = Field(1e-2, gt=0)
     rtol: float = Field(1e-2, ge=0)
+    rel_error_tol: float = Field(
+        1e-2, gt=0, description="cap on ||out - ref|| / ||ref - mean(ref)|| per output, beside the elementwise atol/rtol"
+    )
+    input_variants: list[InputVariant] = Field(
+        default_factory=lambda: ["scaled", "shifted", "heavy_tailed"],
+        description="extra correctness trials on the task's own inputs rescaled, shifted negative, redrawn heavy-tailed",
+    )
+    float64_reference: bool = Field(True, description="also run the reference in float64 for float32 tasks")
+    precision: PrecisionPolicy = Field(
+        "warn", description="a candidate far less accurate than the float32 reference vs float64: warn, fail, or off"
+    )
+    precision_factor: float = Field(10.0, gt=1, description="flag error vs float64 above this multiple of the float32 reference's")
+    precision_floor: float = Field(
+        3e-5, gt=0, description="and above this relative error norm (fp32 reorderings stay near 1e-6, fp16/TF32 inputs give ~3e-4)"
+    )
 
     extra_allowed_ops: list[str] = Field(default_factory=list, description="aten ops allowed beyond the default list")
     removed_allowed_ops: list[str] = Field(default_factory=list)

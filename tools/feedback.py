@@ -7,7 +7,8 @@ stay on disk.
 
 from __future__ import annotations
 
-from kernelfix.tools.verdict import SANDBOX_NOTE, Category, Family, TimingStats, Verdict
+from kernelfix.tools.input_variants import describe
+from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, TimingStats, Verdict
 
 
 def _ms(t: TimingStats | None) -> str:
@@ -15,7 +16,7 @@ def _ms(t: TimingStats | None) -> str:
 
 
 def _fmt_index(idx: list[int] | None) -> str:
-    return "(" + ", ".join(map(str, idx)) + ")" if idx else "?"
+    return "?" if idx is None else "(" + ", ".join(map(str, idx)) + ")"
 
 
 def render(v: Verdict) -> str:
@@ -23,6 +24,7 @@ def render(v: Verdict) -> str:
     fam = v.family
     if v.category == Category.OK:
         lines.append(_success(v))
+        lines += _checks(v.correctness)
     elif fam == Family.FORMAT:
         lines.append(f"Format error ({v.category.value.split(':')[1]}): {v.message}.")
         lines.append("Reply with one complete ```python block defining class ModelNew(nn.Module) with the same __init__ and forward signature as Model.")
@@ -72,6 +74,34 @@ def _success(v: Verdict) -> str:
     return " ".join(parts)
 
 
+def _checks(rep: CorrectnessReport | None) -> list[str]:
+    """What the correctness checks beyond atol/rtol saw, on a correct candidate: one line, two with a vacuous tolerance."""
+    if rep is None or not rep.trials:
+        return []
+    parts = []
+    norms = [t for t in rep.trials if t.rel_error_norm is not None]
+    if norms:
+        worst = max(norms, key=lambda t: t.rel_error_norm / (t.rel_error_tol or 1))
+        parts.append(f"relative error norm at most {worst.rel_error_norm:.2g} (trial {worst.trial}, limit {worst.rel_error_tol:.2g})")
+    varied = [t.variant for t in rep.trials if t.variant]
+    if varied:
+        parts.append(f"right on {len(varied)} varied-input trials ({', '.join(varied)})")
+    if rep.skipped_variants:
+        parts.append("not tried: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped_variants.items()))
+    f64 = [t for t in rep.trials if t.error_vs_float64 is not None]
+    if f64:
+        t = max(f64, key=lambda t: t.error_vs_float64)
+        parts.append(f"error vs float64 {t.error_vs_float64:.2g} on trial {t.trial} (the float32 reference's {t.reference_error_vs_float64:.2g})")
+    lines = ["Checks: " + "; ".join(parts) + "."] if parts else []
+    return lines + _vacuous(rep)
+
+
+def _vacuous(rep: CorrectnessReport | None) -> list[str]:
+    if rep is None or not rep.vacuous_tolerance:
+        return []
+    return [f"Note: atol/rtol alone prove nothing for this task: {rep.vacuous_tolerance}. The relative error norm decides."]
+
+
 def _correctness(v: Verdict) -> list[str]:
     rep = v.correctness
     failing = [t for t in rep.trials if not t.ok] if rep else []
@@ -79,16 +109,28 @@ def _correctness(v: Verdict) -> list[str]:
         return [f"Wrong output: {v.message}"]
     t = failing[0]
     n = len(rep.trials)
-    lines = [f"Wrong output on trial {t.trial} (seed {t.seed}; {len(failing)} of {n} trials fail): {t.problem}."]
-    if t.max_abs_error is not None and v.category == Category.NUMERICAL:
+    advice = []
+    if v.category == Category.INPUT_DEPENDENT:
+        where = describe(t.variant, t.variant_of) if t.variant else "varied inputs"
+        lines = [f"Right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}."]
+        advice = ["Compute the function for any input: nothing may rest on get_inputs()'s distribution (its mean, variance, range, a loss's expected value)."]
+    elif v.category == Category.PRECISION:
+        return [
+            f"Not accurate enough: {v.message}.",
+            'Compute in float32 as the task does: no fp16/bf16 casts; in Triton, tl.dot(a, b, input_precision="ieee") (on GPUs its default is TF32).',
+        ]
+    else:
+        lines = [f"Wrong output on trial {t.trial} (seed {t.seed}; {len(failing)} of {n} trials fail): {t.problem}."]
+    if t.max_abs_error is not None and t.category == Category.NUMERICAL and t.expected is not None:
+        norm = f", relative error norm {t.rel_error_norm:.3g} (limit {t.rel_error_tol:.3g})" if t.rel_error_norm is not None else ""
         lines.append(
             f"max abs error {t.max_abs_error:.3g}, max rel error {(t.max_rel_error or 0):.3g}, "
-            f"{t.mismatches} of {t.numel} elements off; worst at index {_fmt_index(t.worst_index)}: "
+            f"{t.mismatches} of {t.numel} elements outside atol/rtol{norm}; worst at index {_fmt_index(t.worst_index)}: "
             f"expected {t.expected:.6g}, got {t.actual:.6g}."
         )
     elif t.worst_index is not None and t.expected is not None:
         lines.append(f"first at index {_fmt_index(t.worst_index)}: expected {t.expected:.6g}, got {t.actual}.")
-    return lines
+    return lines + advice + _vacuous(rep)
 
 
 def _cheating(v: Verdict) -> list[str]:

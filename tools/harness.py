@@ -15,6 +15,7 @@ by the static checks before it ever runs here.
 
 from __future__ import annotations
 
+import copy
 import gc
 import importlib.util
 import json
@@ -179,8 +180,15 @@ def _trial_inputs(path: str, device: str):
 
 
 def stage_reference(spec: dict, chan: Channel) -> None:
-    """Inputs and reference outputs for every trial; the only stage that runs Model."""
+    """Inputs and reference outputs for every trial; the only stage that runs Model.
+
+    A trial with a ``variant`` takes an earlier trial's inputs through
+    kernelfix.tools.input_variants instead of calling get_inputs(). A trial with a
+    ``reference64`` path also gets a float64 reference when the task is float32.
+    """
     import torch
+
+    from kernelfix.tools import input_variants
 
     device = spec["device"]
     if device == "cuda":
@@ -188,21 +196,119 @@ def stage_reference(spec: dict, chan: Channel) -> None:
     task = _load_task(spec, chan)
     _phase(chan, "build_reference")
     model = _build(task.Model, task, spec["init_seed"], device)
+    model64, why64 = None, "switched off in config"
+    if spec.get("float64"):
+        try:  # copied before any forward: a stateful Model (running stats) starts where the float32 one does
+            model64, why64 = copy.deepcopy(model).double(), None
+        except Exception as e:
+            why64 = f"the model cannot be copied ({_short(e)})"
+    bases = {t["variant_of"] for t in spec["trials"] if t.get("variant")}
+    base_inputs: dict[int, list] = {}
+    unchanged: list[int] = []
     in_bytes = out_bytes = 0
     for trial in spec["trials"]:
         _phase(chan, "reference_trial", trial=trial["index"])
-        _seed_all(trial["seed"])
-        inputs = task.get_inputs()
-        if not isinstance(inputs, (list, tuple)):
-            raise _TaskProblem(f"get_inputs() returned {type(inputs).__name__}, not a list")
-        inputs = list(inputs)
-        torch.save(_to_cpu(inputs), trial["inputs"])
+        if trial.get("variant"):
+            inputs, changed = input_variants.apply(base_inputs[trial["variant_of"]], trial["variant"], trial["seed"])
+            if not changed:
+                unchanged.append(trial["index"])
+                continue
+        else:
+            _seed_all(trial["seed"])
+            inputs = task.get_inputs()
+            if not isinstance(inputs, (list, tuple)):
+                raise _TaskProblem(f"get_inputs() returned {type(inputs).__name__}, not a list")
+            inputs = list(inputs)
+        cpu_inputs = _to_cpu(inputs)
+        if trial["index"] in bases:
+            base_inputs[trial["index"]] = cpu_inputs
+        torch.save(cpu_inputs, trial["inputs"])
         with torch.no_grad():
             out = model(*_to_device(inputs, device))
         _sync(device)
         torch.save(_to_cpu(out), trial["reference"])
         in_bytes, out_bytes = _nbytes(inputs), _nbytes(out)
-    chan.send("result", input_bytes=in_bytes, output_bytes=out_bytes)
+        if model64 is not None and trial.get("reference64"):
+            _phase(chan, "reference_float64", trial=trial["index"])
+            try:
+                why64 = _not_float32(model, inputs, out)
+                if why64 is None:
+                    out64 = _forward_float64(model64, inputs, device)
+                    why64 = _float64_mismatch(out, out64)
+                if why64 is None:
+                    torch.save(_to_cpu(out64), trial["reference64"])
+            except Exception as e:  # an op without a float64 kernel, a forward that mixes dtypes
+                why64 = f"the reference fails in float64 ({_short(e)})"
+            if why64 is not None:
+                model64 = None
+    chan.send("result", input_bytes=in_bytes, output_bytes=out_bytes, unchanged_variants=unchanged, float64_note=why64)
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:200]}" if msg else type(e).__name__
+
+
+def _floating(obj: Any) -> list:
+    """The floating-point tensors in a (nested) value."""
+    import torch
+
+    from kernelfix.tools.compare import leaves
+
+    return [x for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+
+def _not_float32(model, inputs: list, out: Any) -> str | None:
+    """Why the task is not a float32 task (None when it is): float64 then means nothing."""
+    import torch
+
+    tensors = _floating(inputs) + _floating(out)
+    if hasattr(model, "parameters"):
+        tensors += [p for p in model.parameters() if p.is_floating_point()] + [b for b in model.buffers() if b.is_floating_point()]
+    other = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype != torch.float32})
+    if not tensors:
+        return "no floating-point inputs, weights or outputs"
+    if other:
+        return f"the task is not float32 throughout ({', '.join(other)})"
+    return None
+
+
+def _forward_float64(model64, inputs: list, device: str) -> Any:
+    import torch
+
+    def up(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device=device, dtype=torch.float64) if obj.dtype == torch.float32 else obj.to(device)
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(up(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: up(v) for k, v in obj.items()}
+        return obj
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # tensors the forward creates itself follow
+    try:
+        with torch.no_grad():
+            out = model64(*up(inputs))
+        _sync(device)
+    finally:
+        torch.set_default_dtype(previous)
+    return out
+
+
+def _float64_mismatch(out: Any, out64: Any) -> str | None:
+    import torch
+
+    from kernelfix.tools.compare import leaves
+
+    a, b = leaves(out), leaves(out64)
+    if len(a) != len(b):
+        return "the float64 reference returns a different structure"
+    for (path, x), (_, y) in zip(a, b):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            if not isinstance(y, torch.Tensor) or y.dtype != torch.float64 or y.shape != x.shape:
+                return f"the reference's {path} is not float64 when run in float64 (it casts)"
+    return None
 
 
 def stage_compile(spec: dict, chan: Channel) -> None:
@@ -218,36 +324,64 @@ def stage_compile(spec: dict, chan: Channel) -> None:
 
 
 def stage_correctness(spec: dict, chan: Channel) -> None:
+    """Run every trial (and the in-place stale-output check), recording the dispatcher
+    ops forward runs: legality is judged from this record, every call included."""
+    import contextlib
+
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     device = spec["device"]
     if device == "cuda":
         _bind_cuda()
+    record = spec.get("record_ops", True)
+    if record:
+        _mark_triton_launches()
     task = _load_task(spec, chan)
     _, cls, _ = _load_candidate(spec, chan)
     _phase(chan, "build_model")
     model = _build(cls, task, spec["init_seed"], device)
     outdir = Path(spec["outdir"])
     kept = []  # every trial's inputs stay alive: no trial gets an address an earlier one had
-    for k, trial in enumerate(spec["trials"]):
-        _phase(chan, "forward", trial=trial["index"], done=k, total=len(spec["trials"]))
-        inputs = _trial_inputs(trial["inputs"], device)
-        kept.append(inputs)
-        with torch.no_grad():
-            out = model(*inputs)
-        _sync(device)
-        torch.save(_to_cpu(out), outdir / f"out_{trial['index']}.pt")
-        torch.save(_to_cpu(inputs), outdir / f"inputs_after_{trial['index']}.pt")
-    if len(spec["trials"]) >= 2:
-        # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
-        _phase(chan, "inplace_check")
-        second = spec["trials"][1]
-        if _copy_into(kept[0], _trial_inputs(second["inputs"], device)):
+    recorder = profile(activities=[ProfilerActivity.CPU], record_shapes=False) if record else contextlib.nullcontext()
+    intact = True
+    with recorder as prof:
+        for k, trial in enumerate(spec["trials"]):
+            _phase(chan, "forward", trial=trial["index"], done=k, total=len(spec["trials"]))
+            inputs = _trial_inputs(trial["inputs"], device)
+            kept.append(inputs)
             with torch.no_grad():
-                out = model(*kept[0])
+                out = model(*inputs)
             _sync(device)
-            torch.save(_to_cpu(out), outdir / f"out_inplace_{second['index']}.pt")
-    chan.send("result", trials=len(spec["trials"]))
+            torch.save(_to_cpu(out), outdir / f"out_{trial['index']}.pt")
+            torch.save(_to_cpu(inputs), outdir / f"inputs_after_{trial['index']}.pt")
+        if len(spec["trials"]) >= 2:
+            # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
+            _phase(chan, "inplace_check")
+            second = spec["trials"][1]
+            if _copy_into(kept[0], _trial_inputs(second["inputs"], device)):
+                with torch.no_grad():
+                    out = model(*kept[0])
+                _sync(device)
+                torch.save(_to_cpu(out), outdir / f"out_inplace_{second['index']}.pt")
+        if record:
+            intact = bool(torch._C._autograd._profiler_enabled())
+    ops = _op_records(prof) if record else None
+    chan.send("result", trials=len(spec["trials"]), ops=ops, recorder_intact=intact)
+
+
+def _op_records(prof) -> list:
+    """(op name, names of its enclosing ops and ranges, count): the parent applies the allowlist."""
+    counts: dict[tuple[str, tuple[str, ...]], int] = {}
+    for ev in prof.events():
+        chain = []
+        p = ev.cpu_parent
+        while p is not None:
+            chain.append(p.name)
+            p = p.cpu_parent
+        key = (ev.name, tuple(chain))
+        counts[key] = counts.get(key, 0) + 1
+    return [[name, list(chain), n] for (name, chain), n in counts.items()]
 
 
 def _copy_into(dst: list, src: list) -> bool:
@@ -303,46 +437,6 @@ def _mark_triton_launches() -> None:
         pass
     for cls, attr in targets:
         wrap(cls, attr)
-
-
-def stage_legality(spec: dict, chan: Channel) -> None:
-    """Record every dispatcher op that runs during ModelNew.forward (twice: first call and a warm one)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    device = spec["device"]
-    if device == "cuda":
-        _bind_cuda()
-    profiler_enabled = torch.autograd.profiler._is_profiler_enabled if hasattr(torch.autograd.profiler, "_is_profiler_enabled") else None
-    _mark_triton_launches()
-    task = _load_task(spec, chan)
-    _, cls, _ = _load_candidate(spec, chan)
-    _phase(chan, "build_model")
-    model = _build(cls, task, spec["init_seed"], device)
-    trial = spec["trials"][0]
-    inputs = _trial_inputs(trial["inputs"], device)
-    _phase(chan, "forward", trial=trial["index"])
-    still_on = True
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
-        with torch.no_grad():
-            model(*inputs)
-            _sync(device)
-            out = model(*inputs)
-            _sync(device)
-        if profiler_enabled is not None:
-            still_on = bool(torch._C._autograd._profiler_enabled())
-    torch.save(_to_cpu(out), Path(spec["outdir"]) / f"out_{trial['index']}.pt")
-    counts: dict[tuple[str, tuple[str, ...]], int] = {}
-    for ev in prof.events():
-        chain = []
-        p = ev.cpu_parent
-        while p is not None:
-            chain.append(p.name)
-            p = p.cpu_parent
-        key = (ev.name, tuple(chain))
-        counts[key] = counts.get(key, 0) + 1
-    ops = [[name, list(chain), n] for (name, chain), n in counts.items()]
-    chan.send("result", ops=ops, profiler_intact=still_on)
 
 
 def _stats(times_ms: list[float]) -> dict[str, float]:
@@ -492,7 +586,6 @@ STAGES = {
     "reference": stage_reference,
     "compile": stage_compile,
     "correctness": stage_correctness,
-    "legality": stage_legality,
     "benchmark": stage_benchmark,
 }
 

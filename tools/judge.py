@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox import ChildOutcome, Isolation, Limits, credential_paths, run_child, scrubbed_env
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, static_checks
+from kernelfix.tools import feedback, input_variants, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
 from kernelfix.tools.classify import Failure, classify
-from kernelfix.tools.compare import compare, inputs_mutated
+from kernelfix.tools.compare import compare, inputs_mutated, leaves, relative_error, vacuous_tolerance
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import (
@@ -47,11 +47,13 @@ from kernelfix.tools.verdict import (
     Category,
     CompileReport,
     CorrectnessReport,
+    InputVariant,
     LegalityReport,
     Stage,
     StaticFinding,
     TimingStats,
     Timings,
+    TrialReport,
     Verdict,
 )
 
@@ -121,15 +123,26 @@ class _Trial:
     index: int
     seed: int
     inputs: Path  # private copy; candidates get their own
-    purpose: Literal["correctness", "legality", "fresh"]
+    purpose: Literal["correctness", "fresh", "varied"]
+    variant: InputVariant | None = None  # varied trials: how their inputs derive from trial variant_of's
+    variant_of: int | None = None
 
 
 @dataclass
 class _Reference:
     trials: list[_Trial]
     outputs: dict[int, Any] = field(default_factory=dict)
+    outputs64: dict[int, Any] = field(default_factory=dict)  # float64 reference, where the task allows one
+    noise: dict[int, float] = field(default_factory=dict)  # the float32 reference's own relative error vs float64
+    vacuous: str | None = None  # a trivial output that passes atol/rtol, on which trial
+    skipped_variants: dict[str, str] = field(default_factory=dict)
+    float64_note: str | None = None
     input_bytes: int = 0
     output_bytes: int = 0
+
+    def noise_for(self, t: _Trial) -> float:
+        """The trial's own, else the first trial's: it stands for the task's own input distribution."""
+        return self.noise.get(t.index, self.noise.get(0, 0.0))
 
 
 def resolve_device(requested: str | None) -> tuple[str, str | None]:
@@ -291,34 +304,60 @@ class Judge:
         with self._ref_lock:
             if self._ref is not None:
                 return self._ref
-            n = self.config.trials
-            seeds = [self.config.seed + 1009 * (i + 1) for i in range(n + 2)]
-            purposes: list[Literal["correctness", "legality", "fresh"]] = ["correctness"] * n + ["legality", "fresh"]
+            c = self.config
+            n = c.trials
+            purposes: list[Literal["correctness", "fresh", "varied"]] = ["correctness"] * n + ["fresh"] + ["varied"] * len(c.input_variants)
+            seeds = [c.seed + 1009 * (i + 1) for i in range(len(purposes))]
             inputs_dir = self._private / "inputs"
             inputs_dir.mkdir(exist_ok=True)
             trials = [_Trial(i, s, inputs_dir / f"inputs_{i}.pt", p) for i, (s, p) in enumerate(zip(seeds, purposes))]
+            for k, (t, variant) in enumerate(zip([t for t in trials if t.purpose == "varied"], c.input_variants)):
+                t.variant, t.variant_of = variant, k % n  # each varies a different trial's inputs
+            with_float64 = {0} | {t.index for t in trials if t.variant}  # the first trial stands for the task's own distribution
             spec = {
                 "task_path": str(self._task_copy),
+                "float64": c.float64_reference,
                 "trials": [
-                    {"index": t.index, "seed": t.seed, "inputs": str(t.inputs), "reference": str(self._private / f"ref_{t.index}.pt")}
+                    {
+                        "index": t.index, "seed": t.seed, "inputs": str(t.inputs), "reference": str(self._ref_path(t.index)),
+                        "variant": t.variant, "variant_of": t.variant_of,
+                        "reference64": str(self._ref_path(t.index, 64)) if c.float64_reference and t.index in with_float64 else None,
+                    }
                     for t in trials
                 ],
             }
             if on_event:
                 on_event(StageEvent(stage="reference", status="started", detail="computing reference outputs"))
-            outcome = self._run("reference", self._private, spec, self.config.run_timeout_s, on_event, "reference")
+            outcome = self._run("reference", self._private, spec, c.run_timeout_s, on_event, "reference")
             result = outcome.last("result")
             if result is None:
                 raise TaskError(self._reference_problem(outcome))
-            ref = _Reference(trials=trials, input_bytes=int(result["input_bytes"]), output_bytes=int(result["output_bytes"]))
+            ref = _Reference(trials=trials, input_bytes=int(result["input_bytes"]), output_bytes=int(result["output_bytes"]), float64_note=result.get("float64_note"))
+            unchanged = set(result.get("unchanged_variants") or [])
             for t in trials:
-                path = self._private / f"ref_{t.index}.pt"
-                ref.outputs[t.index] = torch.load(path, weights_only=True)
-                path.unlink()  # reference outputs live only in this process from here on
+                if t.index in unchanged:
+                    ref.skipped_variants[t.variant] = "no floating-point tensor inputs to vary"
+                    continue
+                ref.outputs[t.index] = _take(self._ref_path(t.index))  # reference outputs live only in this process from here on
+                if self._ref_path(t.index, 64).exists():
+                    ref.outputs64[t.index] = _take(self._ref_path(t.index, 64))
+                    ref.noise[t.index] = relative_error(ref.outputs64[t.index], ref.outputs[t.index]) or 0.0
+                if t.variant and not _finite(ref.outputs[t.index]):
+                    ref.skipped_variants[t.variant] = f"the reference is not finite on {input_variants.describe(t.variant, t.variant_of)}"
+                    del ref.outputs[t.index]
+                    ref.outputs64.pop(t.index, None)
+            ref.trials = [t for t in trials if t.index in ref.outputs]
+            for t in (t for t in ref.trials if t.purpose == "correctness"):
+                if why := vacuous_tolerance(ref.outputs[t.index], atol=c.atol, rtol=c.rtol):
+                    ref.vacuous = f"on trial {t.index} {why}"
+                    break
             self._ref = ref
             if on_event:
                 on_event(StageEvent(stage="reference", status="finished"))
             return ref
+
+    def _ref_path(self, index: int, bits: int = 32) -> Path:
+        return self._private / (f"ref_{index}.pt" if bits == 32 else f"ref{bits}_{index}.pt")
 
     def _reference_problem(self, outcome: ChildOutcome) -> str:
         err = outcome.last("error")
@@ -391,6 +430,7 @@ class Judge:
         """Import the candidate (building its extensions) and construct ModelNew."""
 
         def run() -> Evaluation:
+            self.reference(on_event)  # a broken task stops here, before any candidate code runs
             outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile", ev)
             result = outcome.last("result")
             err = outcome.last("error")
@@ -417,39 +457,71 @@ class Judge:
             out.append({"index": t.index, "seed": t.seed, "inputs": str(dst)})
         return out
 
+    def _compare(self, t: _Trial, out: Any) -> TrialReport:
+        """One trial's candidate output against its reference: elementwise, relative error norm, float64."""
+        ref, c = self.reference(), self.config
+        rep = compare(ref.outputs[t.index], out, atol=c.atol, rtol=c.rtol, trial=t.index, seed=t.seed, rel_error_tol=c.rel_error_tol, noise=ref.noise_for(t))
+        update: dict[str, Any] = {"variant": t.variant, "variant_of": t.variant_of}
+        if t.index in ref.outputs64:  # relative_error is None where the output does not line up
+            update |= {"error_vs_float64": relative_error(ref.outputs64[t.index], out), "reference_error_vs_float64": ref.noise[t.index]}
+        return rep.model_copy(update=update)
+
+    def _imprecise(self, report: CorrectnessReport) -> tuple[TrialReport, str] | None:
+        """The first trial whose error vs float64 is far above the float32 reference's own, with what to say."""
+        c = self.config
+        for t in report.trials:
+            e, own = t.error_vs_float64, t.reference_error_vs_float64
+            if e is not None and own is not None and e > max(c.precision_factor * own, c.precision_floor):
+                return t, (
+                    f"trial {t.trial}: relative error {e:.2g} against a float64 reference, where the float32 reference's own is {own:.2g}: "
+                    "fp16/bf16/TF32 arithmetic (or an approximation) inside a float32 task"
+                )
+        return None
+
     def correctness(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
-        """Run ModelNew on every correctness trial and compare with the reference here."""
+        """Run ModelNew on every correctness trial (the task's inputs, then their variants) and compare here."""
 
         def run() -> Evaluation:
             ref = self.reference(on_event)
-            trials = [t for t in ref.trials if t.purpose == "correctness"]
+            trials = [t for t in ref.trials if t.purpose in ("correctness", "varied")]  # correctness first: the in-place check uses the second
             wd = Path(ev.workdir)
             outdir = _fresh_dir(wd / "out" / "correctness")
-            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, trials), "outdir": str(outdir)}
+            spec = {
+                **self._candidate_spec(ev),
+                "trials": self._stage_inputs(ev, trials),
+                "outdir": str(outdir),
+                "record_ops": self.config.runtime_legality,
+            }
             outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness", ev)
-            report = CorrectnessReport(atol=self.config.atol, rtol=self.config.rtol)
+            c = self.config
+            report = CorrectnessReport(
+                atol=c.atol, rtol=c.rtol, rel_error_tol=c.rel_error_tol, vacuous_tolerance=ref.vacuous,
+                skipped_variants=dict(ref.skipped_variants), float64_note=ref.float64_note,
+            )
             ev.correctness = report
-            if outcome.last("result") is None:
+            result = outcome.last("result")
+            if result is None:
                 return self._fail_from(ev, "correctness", outcome, self.config.run_timeout_s)
+            self._record_ops(ev, result)
             for t in trials:
                 out = _load_output(outdir / f"out_{t.index}.pt")
                 if isinstance(out, _Unloadable):
                     return ev.fail("correctness", Category.OUTPUT_STRUCTURE, f"trial {t.index}: output is not a tensor or a tuple of tensors ({out.why})")
-                report.trials.append(compare(ref.outputs[t.index], out, atol=self.config.atol, rtol=self.config.rtol, trial=t.index, seed=t.seed))
+                report.trials.append(self._compare(t, out))
                 after = _load_output(outdir / f"inputs_after_{t.index}.pt")
                 if not isinstance(after, _Unloadable):
                     changed = inputs_mutated(torch.load(t.inputs, weights_only=True), after)
                     if changed:
                         report.input_mutated = True
                         report.mutated_inputs = sorted(set(report.mutated_inputs) | set(changed))
-            bad = [t for t in report.trials if not t.ok]
+            bad = [t for t in report.trials if not t.ok and t.variant is None]
             if bad:
                 return ev.fail("correctness", bad[0].category or Category.NUMERICAL, f"trial {bad[0].trial}: {bad[0].problem}")
-            if len(trials) >= 2:
+            if sum(t.variant is None for t in trials) >= 2:  # the harness reruns trials[1]'s contents in trials[0]'s tensors
                 second = trials[1]
                 inplace = _load_output(outdir / f"out_inplace_{second.index}.pt")
                 if not isinstance(inplace, _Unloadable):
-                    rep = compare(ref.outputs[second.index], inplace, atol=self.config.atol, rtol=self.config.rtol, trial=second.index, seed=second.seed)
+                    rep = self._compare(second, inplace)
                     if not rep.ok:
                         return ev.fail(
                             "correctness",
@@ -458,12 +530,46 @@ class Judge:
                         )
             if report.input_mutated:
                 return ev.fail("correctness", Category.INPUT_MUTATION, f"forward wrote to its input(s) {report.mutated_inputs}")
+            varied = [t for t in report.trials if not t.ok]
+            if varied:
+                t = varied[0]
+                where = input_variants.describe(t.variant, t.variant_of) if t.variant else "varied inputs"
+                return ev.fail("correctness", Category.INPUT_DEPENDENT, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}")
+            imprecise = self._imprecise(report) if c.precision != "off" else None
+            if imprecise is not None:
+                t, why = imprecise
+                if c.precision == "fail":
+                    report.trials[report.trials.index(t)] = t.model_copy(update={"ok": False, "category": Category.PRECISION, "problem": why})
+                    return ev.fail("correctness", Category.PRECISION, why)
+                report.precision_warning = why
+                ev.warnings.append(f"precision: {why}")
             return ev
 
         return self._timed(ev, "correctness", on_event, run)
 
+    def _record_ops(self, ev: Evaluation, result: dict[str, Any]) -> None:
+        """Keep the ops the correctness run recorded, sorted against the allowlist."""
+        report = ev.legality or LegalityReport()
+        ev.legality = report
+        if result.get("ops") is None:
+            return
+        all_ops: dict[str, int] = {}
+        forbidden: dict[str, int] = {}
+        for name, chain, count in result["ops"]:
+            if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
+                continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
+            if any(c.startswith("aten::") for c in chain):
+                continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
+            key = name.removeprefix("aten::")
+            all_ops[key] = all_ops.get(key, 0) + count
+            if not is_allowed(name, self.allowed_ops):
+                forbidden[key] = forbidden.get(key, 0) + count
+        report.aten_ops, report.forbidden_ops = all_ops, forbidden
+        report.runtime_checked = True
+        report.recorder_intact = bool(result.get("recorder_intact", True))
+
     def legality(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
-        """Record the aten ops ModelNew.forward runs and check them against the allowlist."""
+        """Judge the aten ops recorded during every correctness call against the allowlist."""
 
         def run() -> Evaluation:
             report = ev.legality or LegalityReport()
@@ -471,38 +577,15 @@ class Judge:
             if not self.config.runtime_legality:
                 report.note = "runtime legality check switched off in config"
                 return ev
-            ref = self.reference(on_event)
-            trial = next(t for t in ref.trials if t.purpose == "legality")
-            wd = Path(ev.workdir)
-            outdir = _fresh_dir(wd / "out" / "legality")
-            spec = {**self._candidate_spec(ev), "trials": self._stage_inputs(ev, [trial]), "outdir": str(outdir)}
-            outcome = self._run("legality", wd, spec, self.config.run_timeout_s, on_event, "legality", ev)
-            result = outcome.last("result")
-            if result is None:
-                return self._fail_from(ev, "legality", outcome, self.config.run_timeout_s)
-            report.runtime_checked = True
-            all_ops: dict[str, int] = {}
-            forbidden: dict[str, int] = {}
-            for name, chain, count in result["ops"]:
-                if not name.startswith("aten::") or any(c.startswith("kernelfix::triton") for c in chain):
-                    continue  # not an aten op, or Triton's own machinery (interpreter copies, autotuner timing)
-                if any(c.startswith("aten::") for c in chain):
-                    continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
-                key = name.removeprefix("aten::")
-                all_ops[key] = all_ops.get(key, 0) + count
-                if not is_allowed(name, self.allowed_ops):
-                    forbidden[key] = forbidden.get(key, 0) + count
-            report.aten_ops, report.forbidden_ops = all_ops, forbidden
-            if not result.get("profiler_intact", True):
+            if not report.runtime_checked:
+                report.note = "no op record (the correctness stage did not run)"
+                return ev
+            if not report.recorder_intact:
                 return ev.fail("legality", Category.TAMPERING, "the op recorder was switched off during forward")
-            out = _load_output(outdir / f"out_{trial.index}.pt")
-            rep = None if isinstance(out, _Unloadable) else compare(ref.outputs[trial.index], out, atol=self.config.atol, rtol=self.config.rtol, trial=trial.index, seed=trial.seed)
-            if forbidden:
-                top = ", ".join(sorted(forbidden, key=lambda k: -forbidden[k])[:5])
+            if report.forbidden_ops:
+                ops = report.forbidden_ops
+                top = ", ".join(sorted(ops, key=lambda k: -ops[k])[:5])
                 return ev.fail("legality", Category.DISALLOWED_ATEN, f"forward ran torch compute ops: {top}")
-            if rep is None or not rep.ok:
-                why = out.why if isinstance(out, _Unloadable) else rep.problem
-                return ev.fail("legality", Category.TAMPERING, f"forward gave a different (wrong) result while its ops were recorded: {why}")
             return ev
 
         return self._timed(ev, "legality", on_event, run)
@@ -554,7 +637,7 @@ class Judge:
             calls = max(1, int(ends[0].get("calls", 1)))
             t.wall_per_call_ms = (ends[0]["_t"] - starts[0]["_t"]) * 1e3 / calls
             out = _load_output(outdir / f"out_{fresh.index}.pt")
-            rep = None if isinstance(out, _Unloadable) else compare(ref.outputs[fresh.index], out, atol=c.atol, rtol=c.rtol, trial=fresh.index, seed=fresh.seed)
+            rep = None if isinstance(out, _Unloadable) else self._compare(fresh, out)
             if rep is None or not rep.ok:
                 why = out.why if isinstance(out, _Unloadable) else rep.problem
                 return ev.fail("benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({why})")
@@ -630,6 +713,17 @@ class Judge:
 class _Unloadable:
     def __init__(self, why: str):
         self.why = why
+
+
+def _take(path: Path) -> Any:
+    """Load a reference file the judge's own child wrote, and delete it."""
+    value = torch.load(path, weights_only=True)
+    path.unlink()
+    return value
+
+
+def _finite(obj: Any) -> bool:
+    return all(bool(torch.isfinite(x).all()) for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point())
 
 
 _CANDIDATE_DIRS = ("build", "tmp", "out")  # the only parts of an evaluation's workdir candidate code may write

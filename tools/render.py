@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kernelfix.tools.verdict import SANDBOX_NOTE, Category, Verdict
+from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Verdict
 
 
 def _flag(value: bool | None) -> Text:
@@ -18,6 +18,26 @@ def _flag(value: bool | None) -> Text:
 
 def _fmt(x: float | None, unit: str = "") -> str:
     return "n/a" if x is None else f"{x:.4g}{unit}"
+
+
+def _scale_rows(t: Table, rep: CorrectnessReport) -> None:
+    """The checks that no shortcut passes: relative error norm, varied inputs, float64."""
+    norms = [r for r in rep.trials if r.rel_error_norm is not None]
+    if norms:
+        worst = max(norms, key=lambda r: r.rel_error_norm / (r.rel_error_tol or 1))
+        t.add_row("rel error norm", f"{worst.rel_error_norm:.3g} worst (trial {worst.trial}; limit {_fmt(worst.rel_error_tol)})")
+    varied = [f"{r.variant} {'ok' if r.ok else 'FAIL'}" for r in rep.trials if r.variant]
+    varied += [f"{k} skipped ({why})" for k, why in rep.skipped_variants.items()]
+    if varied:
+        t.add_row("varied inputs", ", ".join(varied))
+    f64 = [r for r in rep.trials if r.error_vs_float64 is not None]
+    if f64:
+        r = max(f64, key=lambda r: r.error_vs_float64)
+        t.add_row("vs float64", f"{r.error_vs_float64:.2g} (trial {r.trial}; float32 reference {_fmt(r.reference_error_vs_float64)})")
+    elif rep.float64_note:
+        t.add_row("vs float64", Text(f"not compared: {rep.float64_note}", style="dim"))
+    if rep.vacuous_tolerance:
+        t.add_row("tolerance", Text(f"vacuous: {rep.vacuous_tolerance}", style="yellow"))
 
 
 def verdict_view(v: Verdict) -> Group:
@@ -34,6 +54,7 @@ def verdict_view(v: Verdict) -> Group:
     if v.correctness and v.correctness.trials:
         worst = max(v.correctness.trials, key=lambda r: r.max_abs_error or 0)
         t.add_row("trials", f"{v.correctness.passed}/{len(v.correctness.trials)} passed (atol {v.correctness.atol:g}, rtol {v.correctness.rtol:g}); max abs err {_fmt(worst.max_abs_error)}")
+        _scale_rows(t, v.correctness)
     if v.legality and v.legality.forbidden_ops:
         t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
     tm = v.timings

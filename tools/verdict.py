@@ -56,6 +56,8 @@ class Category(StrEnum):
     DTYPE = "correctness_error:dtype"
     NON_FINITE = "correctness_error:non_finite"
     NUMERICAL = "correctness_error:numerical"
+    INPUT_DEPENDENT = "correctness_error:input_dependent"  # right on get_inputs()'s distribution only
+    PRECISION = "correctness_error:precision"  # far less accurate than the float32 reference (when configured to fail)
 
     DISALLOWED_ATEN = "cheating:disallowed_aten"
     DISALLOWED_LIBRARY = "cheating:disallowed_library"
@@ -82,6 +84,8 @@ SANDBOX_NOTE = "sandbox: "
 
 Stage = Literal["extract", "static", "compile", "correctness", "legality", "benchmark", "profile"]
 Backend = Literal["cuda", "triton", "torch", "unknown"]
+InputVariant = Literal["scaled", "shifted", "heavy_tailed"]  # see kernelfix.tools.input_variants
+PrecisionPolicy = Literal["warn", "fail", "off"]
 
 
 class _Model(BaseModel):
@@ -124,14 +128,28 @@ class TrialReport(_Model):
     worst_output: int | None = None  # which output of a tuple
     expected: float | None = None
     actual: float | None = None
+    # ||out - ref|| / ||ref - mean(ref)||, worst output; None where undefined (an all-zero reference)
+    rel_error_norm: float | None = None
+    rel_error_tol: float | None = None  # the threshold it was held to
+    variant: InputVariant | None = None  # set on varied-input trials
+    variant_of: int | None = None  # the trial whose inputs it varies
+    error_vs_float64: float | None = None  # the candidate's relative error norm against the float64 reference
+    reference_error_vs_float64: float | None = None  # the float32 reference's own
 
 
 class CorrectnessReport(_Model):
     atol: float
     rtol: float
+    rel_error_tol: float | None = None
     trials: list[TrialReport] = Field(default_factory=list)
     input_mutated: bool = False
     mutated_inputs: list[int] = Field(default_factory=list)
+    # Set when a trivial output (zeros, the reference's mean) passes atol/rtol on a trial:
+    # then only the relative error norm tells a computed output from a guessed one.
+    vacuous_tolerance: str | None = None
+    skipped_variants: dict[str, str] = Field(default_factory=dict)  # variant -> why it did not run
+    float64_note: str | None = None  # why there is no float64 comparison, when there is none
+    precision_warning: str | None = None  # error far above the float32 reference's own (fp16/bf16/TF32 arithmetic?)
 
     @property
     def passed(self) -> int:
@@ -143,6 +161,7 @@ class LegalityReport(_Model):
     forbidden_ops: dict[str, int] = Field(default_factory=dict)
     static_findings: list[StaticFinding] = Field(default_factory=list)
     runtime_checked: bool = False
+    recorder_intact: bool = True  # False: the candidate switched the op recorder off
     note: str | None = None
 
 

@@ -22,7 +22,6 @@ import json
 import os
 import secrets
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 # devices: cuda
 # expect: runtime_error:timeout
-# config: {"run_timeout_s": 60}
+# config: {"run_timeout_s": 30}
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -7,20 +7,20 @@ import triton.language as tl
 
 
 @triton.jit
-def spin_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+def spin_kernel(x_ptr, y_ptr, flag_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    i = tl.program_id(0) * 0
-    while i >= 0:  # never false: an infinite loop inside the kernel
-        i += 1
-        if i > 1000:
-            i = 0
+    # Waits for a flag nobody sets. The atomic keeps the compiler from proving the loop
+    # side-effect free (an infinite loop without side effects is undefined, and gets removed).
+    while tl.atomic_add(flag_ptr, 0) == 0:
+        pass
     tl.store(y_ptr + offs, x, mask=mask)
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
         y = torch.empty_like(x)
-        spin_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+        spin_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, flag, x.numel(), BLOCK=1024)
         return y

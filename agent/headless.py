@@ -1,0 +1,127 @@
+"""Headless reporting: one line per finished turn, then a summary (rich).
+
+On a terminal a status line on stderr shows the turn and stage in progress;
+piped output gets only the turn lines and the summary.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kernelfix.agent.events import (
+    ModelRetry,
+    ModelReplied,
+    Notice,
+    SessionEnded,
+    SessionEvent,
+    SessionStarted,
+    StageUpdate,
+    TurnJudged,
+    TurnStarted,
+)
+from kernelfix.agent.state import Turn
+
+
+def _num(x: float | int | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def turn_line(turn: Turn, *, best_turn: int | None) -> Text:
+    v = turn.verdict
+    ok = turn.correct
+    line = Text()
+    line.append(f"turn {turn.index:>2} ", style="bold")
+    line.append(f"{turn.source:<9} ", style="dim")
+    line.append(f"{v.category.value:<36}", style="bold green" if ok else "red")
+    if v.speedup_eager is not None:
+        line.append(f" {v.speedup_eager:.2f}x eager", style="green")
+        if v.speedup_compile is not None:
+            line.append(f" {v.speedup_compile:.2f}x compile", style="green")
+    elif ok:
+        line.append(" not timed", style="dim")
+    elif v.message:
+        line.append(" " + v.message.splitlines()[0][:90])
+    u = turn.usage
+    stats = f"  [judge {_num(turn.judge_s, '.1f')}s"
+    if turn.source == "model":
+        stats += f", model {_num(u.latency_s, '.1f')}s, tokens {_num(u.prompt_tokens, 'd')}/{_num(u.completion_tokens, 'd')}"
+        if u.cost_usd:
+            stats += f", ${u.cost_usd:.4f}"
+    line.append(stats + "]", style="dim")
+    if best_turn == turn.index:
+        line.append("  best", style="bold green")
+    return line
+
+
+def summary(ended: SessionEnded, turns_seen: list[Turn]) -> Table:
+    o = ended.outcome
+    t = Table(title="session summary", show_header=False, title_justify="left", box=None, pad_edge=False)
+    t.add_column(style="bold cyan", no_wrap=True)
+    t.add_column()
+    status = "finished" if o.finished else "interrupted"
+    t.add_row("status", Text(f"{status}: {o.stop_reason or ''}", style="green" if o.success else "yellow"))
+    t.add_row("result", Text("a correct, legal kernel was found" if o.success else "no correct, legal kernel", style="bold green" if o.success else "bold red"))
+    if o.best_turn is not None:
+        speed = "not timed" if o.best_speedup_eager is None else f"{o.best_speedup_eager:.2f}x over eager" + (
+            f", {o.best_speedup_compile:.2f}x over torch.compile" if o.best_speedup_compile is not None else ""
+        )
+        t.add_row("best", f"turn {o.best_turn} ({speed}): {ended.session_dir}/best.py")
+    if turns_seen:
+        t.add_row("turns", f"{len(turns_seen)} judged in this run")
+    t.add_row("session", ended.session_dir)
+    if o.resumable:
+        t.add_row("continue", f"kernelfix resume {ended.session_dir}")
+    return t
+
+
+class HeadlessReporter:
+    """An event sink that prints turn lines and the summary."""
+
+    def __init__(self, console: Console | None = None, status_console: Console | None = None):
+        self.out = console or Console(highlight=False)
+        self.err = status_console or Console(stderr=True, highlight=False)
+        self.turns: list[Turn] = []
+        self._status = None
+        self._turn: int | None = None
+
+    def _set_status(self, text: str) -> None:
+        if not self.err.is_terminal:
+            return
+        if self._status is None:
+            self._status = self.err.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def _clear_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def __call__(self, e: SessionEvent) -> None:
+        if isinstance(e, SessionStarted):
+            what = f"resumed with {e.turns_done} judged turns" if e.resumed else "new session"
+            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}: {what} in {e.session_dir}"), soft_wrap=True)
+        elif isinstance(e, Notice):
+            self._clear_status()
+            self.out.print(Text.assemble(("note: ", "yellow"), e.text), soft_wrap=True)
+        elif isinstance(e, TurnStarted):
+            self._turn = e.turn
+            self._set_status(f"turn {e.turn}: {'waiting for the model' if e.source == 'model' else 'judging the ' + e.source + ' candidate'} ...")
+        elif isinstance(e, ModelReplied):
+            self._set_status(f"turn {e.turn}: judging ...")
+        elif isinstance(e, StageUpdate):
+            where = "task" if e.turn is None else f"turn {e.turn}"
+            self._set_status(f"{where}: {e.event.stage} {e.event.status} {e.event.detail}".rstrip() + " ...")
+        elif isinstance(e, ModelRetry):
+            self._clear_status()
+            self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"), soft_wrap=True)
+        elif isinstance(e, TurnJudged):
+            self._clear_status()
+            self.turns.append(e.turn)
+            self.out.print(turn_line(e.turn, best_turn=e.best_turn), soft_wrap=True)
+        elif isinstance(e, SessionEnded):
+            self._clear_status()
+            self.out.print(summary(e, self.turns))

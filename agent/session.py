@@ -1,0 +1,300 @@
+"""A session directory: settings, a git history of judged turns, the trajectory, the checkpoints.
+
+    SESSION_DIR/
+      session.json          settings the session started with (resume reads them)
+      task.py               the session's own copy of the task
+      turns/NNN/            candidate.py, verdict.json, reply.md   (one git commit per judged turn)
+      best.py               the best correct candidate, once there is one
+      trajectory.json       the whole session (kernelfix.agent.state.Trajectory), rewritten atomically
+      checkpoints.sqlite    LangGraph checkpoints: `kernelfix resume` continues from the last node
+      work/                 judge working directories (logs, builds); not in git
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import os
+import sqlite3
+import tempfile
+import time
+import types
+import typing
+import uuid
+from pathlib import Path
+
+import git
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kernelfix import __version__
+from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.state import SessionState, Trajectory, Turn
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.task import Task
+
+SETTINGS = "session.json"
+TRAJECTORY = "trajectory.json"
+CHECKPOINTS = "checkpoints.sqlite"
+TURN_TRAILER = "Kernelfix-Turn"
+_GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\n.lock\n*.tmp\n"
+_ACTOR = git.Actor("kernelfix", "kernelfix@localhost")
+
+
+class SessionError(Exception):
+    """The session directory cannot be used (bad input: exit 2)."""
+
+
+class SessionSettings(BaseModel):
+    """What a session started with; ``session.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    kernelfix_version: str
+    created_at: float
+    task_path: str  # the user's file; the session runs from its own copy
+    task_sha1: str
+    candidate_path: str | None = None  # --candidate, where it was
+    candidate_source: str | None = None  # its text, judged as turn 0 (kept here: the user's file may change)
+    candidate_name: str = "candidate.py"
+    model: str
+    agent: AgentConfig
+    judge: JudgeConfig
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would make the file private unlike its neighbours
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _checkpoint_types(model: type[BaseModel]) -> set[tuple[str, str]]:
+    """Every pydantic model and enum reachable from ``model``'s fields: what the checkpoint may rebuild."""
+    seen: set[type] = set()
+
+    def walk(tp: typing.Any) -> None:
+        origin = typing.get_origin(tp)
+        if origin is not None or isinstance(tp, types.UnionType):
+            for arg in typing.get_args(tp):
+                walk(arg)
+            return
+        if not isinstance(tp, type) or tp in seen:
+            return
+        if issubclass(tp, BaseModel):
+            seen.add(tp)
+            for field in tp.model_fields.values():
+                walk(field.annotation)
+        elif issubclass(tp, enum.Enum):
+            seen.add(tp)
+
+    walk(model)
+    return {(t.__module__, t.__qualname__) for t in seen}
+
+
+class SessionDir:
+    def __init__(self, path: str | Path, settings: SessionSettings):
+        self.path = Path(path).resolve()
+        self.settings = settings
+        self._lock_file = None
+
+    # ------------------------------------------------------------------ create / open
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        *,
+        task: Task,
+        model: str,
+        agent: AgentConfig,
+        judge: JudgeConfig,
+        candidate_source: str | None = None,
+        candidate_name: str = "candidate.py",
+        candidate_path: str | None = None,
+    ) -> "SessionDir":
+        p = Path(path)
+        if p.exists() and (not p.is_dir() or any(p.iterdir())):
+            hint = f"; to continue it: kernelfix resume {p}" if (p / SETTINGS).exists() else ""
+            raise SessionError(f"session directory {p} exists and is not empty{hint}")
+        p.mkdir(parents=True, exist_ok=True)
+        settings = SessionSettings(
+            session_id=uuid.uuid4().hex[:12],
+            kernelfix_version=__version__,
+            created_at=time.time(),
+            task_path=str(task.path),
+            task_sha1=task.sha1,
+            candidate_path=candidate_path,
+            candidate_source=candidate_source,
+            candidate_name=candidate_name,
+            model=model,
+            agent=agent,
+            judge=judge,
+        )
+        s = cls(p, settings)
+        (s.path / "task.py").write_text(task.source, encoding="utf-8")
+        (s.path / ".gitignore").write_text(_GITIGNORE)
+        s.save_settings()
+        git.Repo.init(s.path)
+        return s
+
+    @classmethod
+    def open(cls, path: str | Path) -> "SessionDir":
+        p = Path(path)
+        f = p / SETTINGS
+        if not f.is_file():
+            raise SessionError(f"{p} is not a kernelfix session (no {SETTINGS})")
+        try:
+            settings = SessionSettings.model_validate_json(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError, ValidationError) as e:
+            raise SessionError(f"cannot read {f}: {str(e).splitlines()[0]}") from None
+        if not (p / "task.py").is_file() or not (p / ".git").exists():
+            raise SessionError(f"session {p} is incomplete (task.py or its git repository is missing)")
+        return cls(p, settings)
+
+    def save_settings(self) -> None:
+        _atomic_write(self.path / SETTINGS, self.settings.model_dump_json(indent=2) + "\n")
+
+    def change_agent_settings(self, agent: AgentConfig) -> None:
+        """New limits for a resume, saved and committed on their own, so the history says what changed."""
+        old = self.settings.agent.model_dump()
+        changes = ", ".join(f"{k} {old[k]} -> {v}" for k, v in agent.model_dump().items() if old[k] != v)
+        if not changes:
+            return
+        self.settings = self.settings.model_copy(update={"agent": agent})
+        self.save_settings()
+        repo = self.repo
+        if repo.head.is_valid():  # before the first turn, that turn's commit takes the settings along
+            repo.index.add([SETTINGS])
+            repo.index.commit(f"settings: {changes}\n", author=_ACTOR, committer=_ACTOR)
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def task_path(self) -> Path:
+        return self.path / "task.py"
+
+    def task(self) -> Task:
+        """The session's copy of the task, named as the user's file (per-task config and messages use it)."""
+        user_path = Path(self.settings.task_path)
+        return Task.load(self.task_path).model_copy(update={"name": user_path.stem, "path": user_path})
+
+    @property
+    def work_dir(self) -> Path:
+        return self.path / "work"
+
+    def eval_dir(self, turn: int) -> Path:
+        return self.work_dir / f"turn-{turn:03d}"
+
+    def turn_dir(self, turn: int) -> Path:
+        return self.path / "turns" / f"{turn:03d}"
+
+    # ------------------------------------------------------------------ exclusivity
+
+    def lock(self) -> None:
+        """One process per session: a second `resume` of a running session is refused."""
+        if self._lock_file is not None:
+            return
+        f = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise SessionError(f"session {self.path} is in use by another kernelfix process") from None
+        self._lock_file = f
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpointer(self):
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(self.path / CHECKPOINTS, check_same_thread=False)
+        serde = JsonPlusSerializer(allowed_msgpack_modules=sorted(_checkpoint_types(SessionState)))
+        return SqliteSaver(conn, serde=serde)
+
+    # ------------------------------------------------------------------ git
+
+    @property
+    def repo(self) -> git.Repo:
+        return git.Repo(self.path)
+
+    def turn_commits(self) -> dict[int, str]:
+        """Judged turn -> commit sha, from the history."""
+        repo = self.repo
+        if not repo.head.is_valid():
+            return {}
+        found: dict[int, str] = {}
+        for c in repo.iter_commits():
+            for line in c.message.splitlines():
+                if line.startswith(f"{TURN_TRAILER}: "):
+                    found.setdefault(int(line.split(": ", 1)[1]), c.hexsha)
+        return found
+
+    def record_turn(self, turn: Turn, *, is_best: bool) -> str:
+        """Write the turn's files (and best.py) and commit them; once per turn, however often called."""
+        done = self.turn_commits().get(turn.index)
+        if done is not None:  # a resumed session re-ran this node after the commit
+            return done
+        d = self.turn_dir(turn.index)
+        d.mkdir(parents=True, exist_ok=True)
+        files = [d / "verdict.json"]
+        (d / "verdict.json").write_text(turn.verdict.model_dump_json(indent=2) + "\n")
+        if turn.code is not None:
+            (d / "candidate.py").write_text(turn.code)
+            files.append(d / "candidate.py")
+        if turn.reply is not None:
+            (d / "reply.md").write_text(turn.reply.content)
+            files.append(d / "reply.md")
+        if is_best and turn.code is not None:
+            (self.path / "best.py").write_text(turn.code)
+            files.append(self.path / "best.py")
+        repo = self.repo
+        files += [self.path / n for n in (SETTINGS, "task.py", ".gitignore")]
+        repo.index.add([str(f.relative_to(self.path)) for f in files])
+        commit = repo.index.commit(_commit_message(turn, is_best), author=_ACTOR, committer=_ACTOR)
+        return commit.hexsha
+
+    # ------------------------------------------------------------------ trajectory
+
+    def write_trajectory(self, traj: Trajectory) -> None:
+        _atomic_write(self.path / TRAJECTORY, traj.model_dump_json(indent=2) + "\n")
+
+    def read_trajectory(self) -> Trajectory | None:
+        f = self.path / TRAJECTORY
+        if not f.is_file():
+            return None
+        return Trajectory.model_validate_json(f.read_text(encoding="utf-8"))
+
+
+def _commit_message(turn: Turn, is_best: bool) -> str:
+    v = turn.verdict
+    head = f"turn {turn.index}: {v.category.value}"
+    if v.speedup_eager is not None:
+        head += f", {v.speedup_eager:.2f}x over eager"
+        if v.speedup_compile is not None:
+            head += f", {v.speedup_compile:.2f}x over torch.compile"
+    elif turn.correct:
+        head += f" (not timed on {v.device})"
+    if is_best:
+        head += " [best]"
+    body = (v.message or "").strip().splitlines()
+    lines = [head, ""]
+    if body:
+        lines += [body[0][:200], ""]
+    lines += [f"Kernelfix-Source: {turn.source}", f"{TURN_TRAILER}: {turn.index}"]
+    return "\n".join(lines) + "\n"

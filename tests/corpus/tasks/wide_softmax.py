@@ -1,0 +1,21 @@
+"""Softmax over wide rows: every output is below 2e-3, so an all-zeros output is
+within atol=1e-2 of the reference everywhere (the elementwise check is vacuous)."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(16, 32768)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,53 @@
+"""The loop's rules: best candidate, goal, budgets, max turns."""
+
+from __future__ import annotations
+
+from kernelfix.agent import policy
+from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.state import SessionState, Turn, Usage
+from kernelfix.tools.verdict import Category, Verdict
+
+
+def t(index: int, category: Category = Category.OK, speedup: float | None = None, **kw) -> Turn:
+    v = Verdict(category=category, task="relu", device="cuda" if speedup is not None else "cpu", speedup_eager=speedup)
+    return Turn(index=index, source=kw.pop("source", "model"), verdict=v, started_at=0.0, **kw)
+
+
+def test_best_is_kept_unless_strictly_faster_and_correct():
+    first = t(1, speedup=1.2)
+    assert policy.is_better(first, None)
+    assert not policy.is_better(t(2, Category.NUMERICAL), first)
+    assert not policy.is_better(t(3, speedup=1.1), first)  # slower
+    assert not policy.is_better(t(4, speedup=1.2), first)  # a tie keeps the earlier
+    assert policy.is_better(t(5, speedup=1.3), first)
+    assert not policy.is_better(t(6, Category.DISALLOWED_ATEN), None)  # illegal is never best
+    untimed = t(7)
+    assert policy.is_better(untimed, None)
+    assert not policy.is_better(t(8), untimed)
+    assert policy.is_better(t(9, speedup=0.5), untimed)  # a timed kernel beats an untimed one
+
+
+def test_goal_needs_the_target_speedup_where_timing_exists():
+    cfg = AgentConfig(target_speedup=1.5)
+    assert not policy.goal_met(t(1, speedup=1.4), cfg, timed=True)
+    assert policy.goal_met(t(1, speedup=1.5), cfg, timed=True)
+    assert not policy.goal_met(t(1, Category.NUMERICAL), cfg, timed=True)
+    assert policy.goal_met(t(1), cfg, timed=False)
+    assert not policy.goal_met(t(1), cfg.model_copy(update={"untimed_goal": False}), timed=False)
+
+
+def test_budgets_and_max_turns():
+    turns = [
+        t(0, Category.SYNTAX, source="candidate", wall_s=5.0),
+        t(1, Category.NUMERICAL, usage=Usage(prompt_tokens=900, completion_tokens=200, cost_usd=0.01, attempts=1), wall_s=30.0),
+        t(2, Category.NUMERICAL, usage=Usage(prompt_tokens=1500, completion_tokens=300, cost_usd=0.02, attempts=1), wall_s=40.0),
+    ]
+    state = SessionState(turns=turns)
+    assert state.model_turns == 2
+    assert policy.max_turns_reached(state, AgentConfig(max_turns=2)) == "max turns reached: 2 of 2 model turns"
+    assert policy.max_turns_reached(state, AgentConfig(max_turns=3)) is None
+    assert policy.budget_spent(state, AgentConfig()) is None
+    assert "token budget spent: 2900 of 2900" in policy.budget_spent(state, AgentConfig(max_tokens=2900))
+    assert "cost budget" in policy.budget_spent(state, AgentConfig(max_cost_usd=0.03))
+    assert policy.budget_spent(state, AgentConfig(max_cost_usd=0.031)) is None
+    assert "time budget" in policy.budget_spent(state, AgentConfig(max_wall_s=75))

@@ -1,0 +1,54 @@
+"""Config files: kernelfix.toml or [tool.kernelfix], per-task overrides, typos rejected."""
+
+import pytest
+
+from kernelfix.config import ConfigError, load_config
+from kernelfix.tools.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
+
+
+def test_defaults_without_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config()
+    assert cfg.judge.trials == 5 and cfg.judge.atol == 1e-2 and cfg.judge.rtol == 1e-2 and cfg.judge.timing_runs == 100
+
+
+def test_kernelfix_toml_and_task_overrides(tmp_path, monkeypatch):
+    (tmp_path / "kernelfix.toml").write_text(
+        '[judge]\ntrials = 7\natol = 0.001\n[judge.tasks."gemm"]\natol = 0.05\nextra_allowed_ops = ["mm"]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    judge = load_config().judge
+    assert judge.trials == 7 and judge.atol == 0.001
+    gemm = judge.for_task("gemm")
+    assert gemm.atol == 0.05 and gemm.trials == 7 and gemm.extra_allowed_ops == ["mm"]
+    assert judge.for_task("other") is judge
+
+
+def test_pyproject_tool_section(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.kernelfix.judge]\nrtol = 0.2\n')
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    assert load_config().judge.rtol == 0.2
+
+
+def test_typos_and_bad_values_are_errors(tmp_path):
+    bad = tmp_path / "kernelfix.toml"
+    bad.write_text("[judge]\ntrails = 3\n")
+    with pytest.raises(ConfigError, match="trails"):
+        load_config(bad)
+    bad.write_text("[judge]\ntrials = 0\n")
+    with pytest.raises(ConfigError, match="trials"):
+        load_config(bad)
+    bad.write_text("not toml [")
+    with pytest.raises(ConfigError):
+        load_config(bad)
+
+
+def test_allowlist():
+    assert is_allowed("aten::empty_like") and is_allowed("aten.view.default") and is_allowed("aten::_cast_Float")
+    assert not is_allowed("aten::mm") and not is_allowed("aten::relu")
+    assert is_allowed("mylib::my_kernel")  # the candidate's own custom op; what it calls is checked separately
+    allowed = make_allowed(extra=["aten::mm"], remove=["clone"])
+    assert is_allowed("aten::mm", allowed) and not is_allowed("aten::clone", allowed)
+    assert {"empty", "view", "copy_", "contiguous", "item"} <= DEFAULT_ALLOWED
