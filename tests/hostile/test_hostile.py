@@ -122,8 +122,10 @@ class World:
         return text
 
     def judge(self, case: Case, device: str) -> Judge:
-        # The corpus is about containment, not speed: short timing on the GPU, no torch.compile baseline.
-        cfg = JudgeConfig(**{"device": device, "run_timeout_s": 60, "compile_timeout_s": 300, "trials": 3, "timing_runs": 20, "time_torch_compile": False, **case.config})
+        # The corpus is about containment, not accuracy or speed: fewer trials, no varied inputs or
+        # float64 reference, short timing on the GPU, no torch.compile baseline.
+        lean = {"trials": 3, "input_variants": [], "float64_reference": False, "timing_runs": 20, "time_torch_compile": False}
+        cfg = JudgeConfig(**{"device": device, "run_timeout_s": 60, "compile_timeout_s": 300, **lean, **case.config})
         key = cfg.model_dump_json()
         if case.fresh_judge or key not in self.judges:
             j = Judge(CORPUS / "tasks" / f"{case.task}.py", cfg, workdir=self.root / f"judge-{len(self.judges)}-{secrets.token_hex(3)}")
