@@ -1,7 +1,7 @@
 # behaviour: GPU memory bomb: 1 GiB device buffers, touched, until the device is full
 # devices: cuda
 # expect: runtime_error:oom
-# config: {"run_timeout_s": 15, "max_processes": 128, "memory_limit_gb": 4, "output_limit_mb": 16}
+# config: {"run_timeout_s": 15, "max_processes": 128, "output_limit_mb": 16}
 import torch
 import torch.nn as nn
 

@@ -1,7 +1,7 @@
 # behaviour: infinite GPU loop on every block of a large grid
 # devices: cuda
 # expect: runtime_error:timeout
-# config: {"run_timeout_s": 15, "max_processes": 128, "memory_limit_gb": 4, "output_limit_mb": 16}
+# config: {"run_timeout_s": 15, "max_processes": 128, "output_limit_mb": 16}
 import torch
 import torch.nn as nn
 import triton
