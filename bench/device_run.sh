@@ -18,6 +18,7 @@ for step in "$@"; do
     gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     batch) bash bench/batch_demo.sh "$OUT" /tmp/kfout/batch ;;
     profile) PROFILE_ARTIFACTS=/tmp/kfout/profile python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 600 tests/test_profile_gpu.py 2>&1 | tee "$OUT/profile_gpu.log" | grep -E "^\[cuda\]|summary:|warnings:|passed|failed|Error" ;;
+    hostile) python3 -P -m pytest -m gpu -q -s -rs -p no:cacheprovider -o addopts="" --timeout 300 tests/hostile tests/test_sandbox.py 2>&1 | tee "$OUT/hostile.log" | grep -E "^\[cuda|sandbox on the device|^inside|PASS|FAIL|SKIP|passed|failed|Error" ;;
     judge-bench) python3 bench/judge_stages.py --out "$OUT/judge_stages.json" 2>&1 | tee "$OUT/judge_stages.log" ;;
     *) echo "unknown step $step" ;;
   esac

@@ -1,8 +1,10 @@
-"""Run untrusted code in a child process: own process group, scrubbed
-environment, own work directory, wall/CPU/memory/output limits, killed as a
-group. Results come back over a dedicated pipe, never over stdout."""
+"""Run untrusted code in a child process: own cgroup, namespaces and work
+directory, scrubbed environment, no capabilities, wall/CPU/memory/process/output
+limits, killed as a whole. Results come back over an authenticated pipe, never
+over stdout."""
 
 from kernelfix.sandbox.env import scrubbed_env
+from kernelfix.sandbox.isolation import Isolation, SandboxReport, credential_paths, probe
 from kernelfix.sandbox.process import ChildOutcome, Limits, run_child
 
-__all__ = ["ChildOutcome", "Limits", "run_child", "scrubbed_env"]
+__all__ = ["ChildOutcome", "Isolation", "Limits", "SandboxReport", "credential_paths", "probe", "run_child", "scrubbed_env"]

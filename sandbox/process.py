@@ -1,10 +1,11 @@
 """Spawn one child under limits and watch it until it ends.
 
-The child starts through ``kernelfix.sandbox.launch``, which applies rlimits and
-then execs the real command, so nothing unsafe runs between fork and exec in
-this (threaded) process. The child is the leader of a new session; on timeout,
-memory overrun or after it exits, the whole session is killed, so grandchildren
-it left behind die with it.
+The child starts through ``kernelfix.sandbox.launch``, which joins the child's
+cgroup, applies rlimits and the isolation layers, then execs the real command,
+so nothing unsafe runs between fork and exec in this (threaded) process. The
+child is the leader of a new session; on timeout, memory or output overrun,
+or after it exits, everything it started is killed: its PID namespace, its
+cgroup, its session and its descendants, whichever exist.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MSG_FD_ENV = "KERNELFIX_MSG_FD"
+from kernelfix.sandbox.cgroup import Cgroup
+from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV, MessageReader, new_token
+from kernelfix.sandbox.isolation import Isolation
 
 
 class Limits(BaseModel):
@@ -31,9 +34,11 @@ class Limits(BaseModel):
 
     wall_s: float = 120.0
     cpu_s: int | None = None  # RLIMIT_CPU; None: 4x wall
-    memory_bytes: int | None = None  # host RSS of the whole process session
+    memory_bytes: int | None = None  # host memory of everything the child starts (cgroup, else RSS watchdog)
+    max_processes: int | None = 4096  # tasks (processes and threads) alive at once, through the pids cgroup
     file_size_bytes: int = 16 << 30  # RLIMIT_FSIZE: no single file above this
     open_files: int = 4096
+    output_limit_bytes: int | None = None  # stdout + stderr; more and the child is killed (the judge sets it)
     output_tail_bytes: int = 64 << 10  # kept per stream; the rest is counted and dropped
 
 
@@ -45,6 +50,8 @@ class ChildOutcome(BaseModel):
     signal: str | None = None
     timed_out: bool = False
     memory_exceeded: bool = False
+    output_exceeded: bool = False
+    process_limit_hit: bool = False  # a fork or thread was refused at Limits.max_processes
     peak_rss_bytes: int = 0
     wall_s: float
     stdout_tail: str = ""
@@ -52,11 +59,14 @@ class ChildOutcome(BaseModel):
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     messages: list[dict[str, Any]] = Field(default_factory=list)
+    forged_messages: list[str] = Field(default_factory=list)  # lines on the pipe without the child's token
+    isolation: dict[str, bool] = Field(default_factory=dict)  # layer -> set up for this child
+    sandbox_notes: list[str] = Field(default_factory=list)  # one line per layer that fell short
     launch_error: str | None = None
 
     @property
     def killed_by_us(self) -> bool:
-        return self.timed_out or self.memory_exceeded
+        return self.timed_out or self.memory_exceeded or self.output_exceeded
 
     def last(self, kind: str) -> dict[str, Any] | None:
         for m in reversed(self.messages):
@@ -92,51 +102,14 @@ class _Tail:
         return data.decode("utf-8", "replace")
 
 
-class _Messages:
-    """JSON lines from the child's message pipe, each stamped with its arrival time."""
-
-    def __init__(self, fd: int, t0: float, on_message: Callable[[dict[str, Any]], None] | None):
-        self.items: list[dict[str, Any]] = []
-        self.t0 = t0
-        self.on_message = on_message
-        self.file = os.fdopen(fd, "rb", buffering=0)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        buf = b""
-        try:
-            while chunk := self.file.read(65536):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    self._take(line)
-                if len(buf) > 64 << 20:  # a child flooding the channel without newlines
-                    buf = b""
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.file.close()
-
-    def _take(self, line: bytes) -> None:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            msg = {"type": "garbage", "raw": line[:200].decode("utf-8", "replace")}
-        if not isinstance(msg, dict):
-            msg = {"type": "garbage", "raw": repr(msg)[:200]}
-        msg["_t"] = time.monotonic() - self.t0
-        self.items.append(msg)
-        if self.on_message is not None:
-            try:
-                self.on_message(msg)
-            except Exception:  # a UI callback must never break the judge
-                pass
+def _import_path() -> list[str]:
+    return [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
 
 
-def _session_pids(sid: int) -> list[int]:
-    """Processes whose session id is ``sid`` (the child and all it spawned that did not setsid)."""
-    pids = []
+def _tree_pids(root: int) -> list[int]:
+    """The child's session (``root`` leads it) and all descendants of ``root``, wherever they moved."""
+    parent: dict[int, int] = {}
+    session: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -147,9 +120,18 @@ def _session_pids(sid: int) -> list[int]:
             continue
         # the command name may hold spaces and parentheses: split after the last ')'
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
+        if len(fields) > 3:
+            pid = int(entry.name)
+            parent[pid], session[pid] = int(fields[1]), int(fields[3])
+    found = {p for p, sid in session.items() if sid == root}
+    if root in parent:
+        found.add(root)
+    grew = True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in found and p not in found}
+        found |= new
+        grew = bool(new)
+    return sorted(found)
 
 
 def _rss_bytes(pids: Sequence[int]) -> int:
@@ -164,17 +146,23 @@ def _rss_bytes(pids: Sequence[int]) -> int:
     return total
 
 
-def _kill_session(sid: int) -> None:
+def _kill_tree(root: int, cgroup: Cgroup | None) -> None:
+    """Kill the child and everything it started: its process group, session, descendants and cgroup.
+
+    Killing the launcher's init (PID 1 of the child's namespace) also kills every
+    process in that namespace.
+    """
     try:
-        os.killpg(sid, signal.SIGKILL)
+        os.killpg(root, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    # members that moved to another process group but kept the session
-    for pid in _session_pids(sid):
+    for pid in _tree_pids(root):
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    if cgroup is not None:
+        cgroup.kill_all()
 
 
 def run_child(
@@ -183,27 +171,47 @@ def run_child(
     cwd: str | Path,
     env: dict[str, str],
     limits: Limits,
+    isolation: Isolation | None = None,
+    authenticate: bool = False,
     on_message: Callable[[dict[str, Any]], None] | None = None,
     poll_s: float = 0.05,
 ) -> ChildOutcome:
-    """Run ``argv`` to completion (or its limits) and report what happened."""
+    """Run ``argv`` to completion (or its limits) and report what happened.
+
+    ``isolation``: the layers to set up (default: none beyond session and rlimits).
+    ``authenticate``: the child reads a token from stdin (``ChildChannel.open``) and
+    every message must carry it; others land in ``forged_messages``.
+    """
+    isolation = isolation or Isolation.off()
+    cgroup, notes = None, []
+    if isolation.cgroup:
+        cgroup, notes = Cgroup.create(memory_bytes=limits.memory_bytes, max_pids=limits.max_processes)
     read_fd, write_fd = os.pipe()
     os.set_inheritable(write_fd, True)
     env = dict(env)
     env[MSG_FD_ENV] = str(write_fd)
     spec = {
-        "cpu_s": limits.cpu_s if limits.cpu_s is not None else int(limits.wall_s * 4) + 10,
-        "file_size_bytes": limits.file_size_bytes,
-        "open_files": limits.open_files,
+        "rlimits": {
+            "cpu_s": limits.cpu_s if limits.cpu_s is not None else int(limits.wall_s * 4) + 10,
+            "file_size_bytes": limits.file_size_bytes,
+            "open_files": limits.open_files,
+        },
+        "parent_pid": os.getpid(),
+        "cgroup_procs": cgroup.procs_files if cgroup else [],
+        "isolation": isolation.launcher_spec(),
     }
-    launcher = [sys.executable, "-m", "kernelfix.sandbox.launch", json.dumps(spec), "--", *argv]
+    token = new_token() if authenticate else None
+    # The launcher imports kernelfix the way this process does, whatever ``env`` holds (its
+    # PYTHONPATH is the command's business, not the launcher's).
+    boot = f"import sys; sys.path[:0] = {_import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
+    launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
     t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
             launcher,
             cwd=str(cwd),
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if token else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=(write_fd,),
@@ -212,15 +220,24 @@ def run_child(
     except OSError as e:
         os.close(read_fd)
         os.close(write_fd)
-        return ChildOutcome(argv=list(argv), returncode=None, wall_s=0.0, launch_error=str(e))
+        if cgroup is not None:
+            cgroup.remove()
+        return ChildOutcome(argv=list(argv), returncode=None, wall_s=0.0, launch_error=str(e), sandbox_notes=notes)
     os.close(write_fd)  # else the reader never sees EOF
-    messages = _Messages(read_fd, t0, on_message)
+    if token:
+        try:  # a few bytes: fits the pipe buffer, never blocks
+            proc.stdin.write(token.encode() + b"\n")
+            proc.stdin.close()
+        except OSError:
+            pass
+    messages = MessageReader(read_fd, t0, token, on_message)
     out = _Tail(proc.stdout, limits.output_tail_bytes)
     err = _Tail(proc.stderr, limits.output_tail_bytes)
 
-    timed_out = memory_exceeded = False
+    timed_out = memory_exceeded = output_exceeded = False
     peak = 0
     next_mem_check = 0.0
+    watch_rss = limits.memory_bytes is not None and not (cgroup and cgroup.limits_memory)
     try:
         while True:
             rc = proc.poll()
@@ -229,25 +246,43 @@ def run_child(
             now = time.monotonic()
             if now - t0 > limits.wall_s:
                 timed_out = True
-                _kill_session(proc.pid)
                 break
-            if limits.memory_bytes is not None and now >= next_mem_check:
+            if limits.output_limit_bytes is not None and out.total + err.total > limits.output_limit_bytes:
+                output_exceeded = True
+                break
+            if watch_rss and now >= next_mem_check:
                 next_mem_check = now + 0.25
-                rss = _rss_bytes(_session_pids(proc.pid))
+                rss = _rss_bytes(_tree_pids(proc.pid))
                 peak = max(peak, rss)
                 if rss > limits.memory_bytes:
                     memory_exceeded = True
-                    _kill_session(proc.pid)
                     break
             time.sleep(poll_s)
-    except BaseException:  # Ctrl-C or a stopping caller: the child's session must not outlive us
-        _kill_session(proc.pid)
+    except BaseException:  # Ctrl-C or a stopping caller: nothing of the child's may outlive us
+        _kill_tree(proc.pid, cgroup)
+        if cgroup is not None:
+            cgroup.remove()
         raise
+    _kill_tree(proc.pid, cgroup)  # on a limit: now; after exit: leftovers (daemons, background work)
     rc = proc.wait()
     wall = time.monotonic() - t0
-    _kill_session(proc.pid)  # leftovers: daemons, background work
+    # A leftover holding the pipes open (only possible without a PID namespace or cgroup) must
+    # not hold us up: what it writes after the child is gone is not the child's.
+    drain_until = time.monotonic() + 2.0
     for t in (messages.thread, out.thread, err.thread):
-        t.join(timeout=5)
+        t.join(timeout=max(0.0, drain_until - time.monotonic()))
+    process_limit_hit = False
+    if cgroup is not None:
+        stats = cgroup.stats()
+        cgroup.remove()
+        peak = max(peak, stats.peak_memory_bytes)
+        memory_exceeded = memory_exceeded or stats.oom_kills > 0
+        process_limit_hit = stats.pids_limit_hits > 0
+    report = next((m for m in messages.items if m.get("type") == LAUNCHER_MESSAGE), None)
+    layers = dict(report.get("layers") or {}) if report else {}
+    if isolation.cgroup:
+        layers["cgroup"] = cgroup is not None
+    notes += list(report.get("notes") or []) if report else []
     sig = None
     if rc is not None and rc < 0:
         try:
@@ -260,11 +295,16 @@ def run_child(
         signal=sig,
         timed_out=timed_out,
         memory_exceeded=memory_exceeded,
+        output_exceeded=output_exceeded,
+        process_limit_hit=process_limit_hit,
         peak_rss_bytes=peak,
         wall_s=wall,
         stdout_tail=out.text(),
         stderr_tail=err.text(),
         stdout_bytes=out.total,
         stderr_bytes=err.total,
-        messages=messages.items,
+        messages=[m for m in messages.items if m is not report],
+        forged_messages=messages.forged,
+        isolation=layers,
+        sandbox_notes=notes,
     )

@@ -33,6 +33,11 @@ class Case:
     task: str = "relu"
     config: dict = field(default_factory=dict)
     warns: list[str] = field(default_factory=list)  # verdict warnings it must raise (e.g. precision)
+    expect_runtime: str | None = None  # with the static checks bypassed: what runtime containment alone gives
+    requires: list[str] = field(default_factory=list)  # sandbox layers the expectation depends on
+    fresh_judge: bool = False  # needs a judge that has not computed its reference yet
+    needs_prior_ok: bool = False  # needs an earlier correct evaluation on the same judge
+    behaviour: str = ""
 
     @property
     def id(self) -> str:
@@ -43,12 +48,20 @@ class Case:
         return "load_inline" in self.path.read_text()
 
 
-_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|devices|task|config|warns): (.+)$", re.M)
+_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|warns|requires|fresh-judge|needs-prior-ok|behaviour): (.+)$", re.M)
 
 
-def load_cases() -> list[Case]:
+def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
+    """Every candidate in ``directory`` with what its header says it must get.
+
+    Headers (first 8 lines): ``# expect: CATEGORY`` (or ``expect-cpu`` / ``expect-cuda``),
+    ``# devices: cpu,cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``,
+    ``# warns: PREFIX, ...``; for the hostile corpus also ``# expect-runtime: CATEGORY``,
+    ``# requires: LAYER, ...``, ``# fresh-judge: yes``, ``# needs-prior-ok: yes`` and
+    ``# behaviour: TEXT``.
+    """
     cases = []
-    for path in sorted((CORPUS / "candidates").iterdir()):
+    for path in sorted(directory.iterdir()):
         head = "\n".join(path.read_text().splitlines()[:8])
         fields = dict(_HEADER.findall(head))
         expect = {}
@@ -58,8 +71,19 @@ def load_cases() -> list[Case]:
                 expect[dev] = value.strip()
         devices = [d.strip() for d in fields.get("devices", "cpu,cuda").split(",")]
         cases.append(
-            Case(path=path, expect=expect, devices=[d for d in devices if d in expect], task=fields.get("task", "relu").strip(), config=json.loads(fields.get("config", "{}")),
-                 warns=[w.strip() for w in fields.get("warns", "").split(",") if w.strip()])
+            Case(
+                path=path,
+                expect=expect,
+                devices=[d for d in devices if d in expect],
+                task=fields.get("task", "relu").strip(),
+                config=json.loads(fields.get("config", "{}")),
+                expect_runtime=fields.get("expect-runtime", "").strip() or None,
+                requires=[r.strip() for r in fields.get("requires", "").split(",") if r.strip()],
+                fresh_judge=fields.get("fresh-judge", "").strip() == "yes",
+                needs_prior_ok=fields.get("needs-prior-ok", "").strip() == "yes",
+                behaviour=fields.get("behaviour", "").strip(),
+                warns=[w.strip() for w in fields.get("warns", "").split(",") if w.strip()],
+            )
         )
     return cases
 

@@ -1,10 +1,27 @@
-"""The child-process sandbox: limits, group kill, output caps, the message pipe, scrubbed env."""
+"""The child-process sandbox: limits, group kill, output caps, the message pipe, scrubbed env;
+then each isolation layer seen from inside a real child: what it can write, see, reach and
+start, and what is left of it afterwards. Small children (no torch), so these run in seconds.
 
+Where this machine cannot give a layer (not root, no cgroups), the tests that need it skip with
+the sandbox's own note; ``test_hostile`` fails instead on a root machine that lost a layer.
+"""
+
+from __future__ import annotations
+
+import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import textwrap
 import time
+from pathlib import Path
 
-from kernelfix.sandbox import Limits, run_child, scrubbed_env
+import pytest
+
+from kernelfix.sandbox import Isolation, Limits, probe, run_child, scrubbed_env
+from kernelfix.sandbox.channel import ChildChannel, MessageReader, new_token
 
 
 def py(code: str, tmp_path, **limits):
@@ -68,3 +85,395 @@ def test_launch_failure_is_reported(tmp_path):
     out = run_child(["/nonexistent/binary"], cwd=tmp_path, env=scrubbed_env(), limits=Limits())
     assert out.returncode != 0
     assert os.path.exists(tmp_path)
+
+
+# ------------------------------------------------------------------ isolation layers
+
+# PYTHONPATH too: on the device kernelfix is found through it
+_BASE_ENV = {k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}
+
+
+def _needs(*layers: str) -> None:
+    report = probe()
+    missing = [layer for layer in layers if not report.layers.get(layer)]
+    if missing:
+        pytest.skip(f"this machine does not give {missing}: {'; '.join(report.notes)}")
+
+
+def _run(code: str, workdir: Path, *, isolation: Isolation | None = None, env: dict | None = None, **limits):
+    lim = {"wall_s": 30.0, "memory_bytes": 1 << 30, "max_processes": 64, **limits}
+    return run_child(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=workdir,
+        env={**_BASE_ENV, **(env or {})},
+        limits=Limits(**lim),
+        isolation=isolation if isolation is not None else Isolation(writable=[str(workdir)]),
+    )
+
+
+def test_probe_reports_every_layer_with_a_note_for_each_missing_one():
+    report = probe()
+    assert set(report.layers) == {"network", "pid", "filesystem", "capabilities", "cgroup"}
+    for layer, active in report.layers.items():
+        if not active:
+            assert any(layer in n or "cgroup" in n for n in report.notes), (layer, report.notes)
+
+
+def test_isolation_off_sets_up_nothing(tmp_path):
+    out = _run("print('hi')", tmp_path, isolation=Isolation.off())
+    assert out.returncode == 0 and out.stdout_tail == "hi\n"
+    assert not any(out.isolation.values()) and out.sandbox_notes == []
+
+
+def test_filesystem_is_read_only_outside_the_writable_dirs(tmp_path):
+    _needs("filesystem")
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (outside / "canary").write_text("intact")
+    out = _run(
+        f"""
+        import os, errno
+        results = []
+        for action in (lambda: open({str(outside / 'canary')!r}, 'a').write('x'),
+                       lambda: os.remove({str(outside / 'canary')!r}),
+                       lambda: open({str(outside / 'new')!r}, 'w'),
+                       lambda: os.mkdir('/var/tmp/kernelfix-escape'),
+                       lambda: open('/etc/kernelfix-escape', 'w')):
+            try:
+                action(); results.append('WROTE')
+            except OSError as e:
+                results.append(errno.errorcode[e.errno])
+        open('mine.txt', 'w').write('ok')  # its own dir, relative to its cwd
+        open('/dev/shm/scratch', 'w').write('ok')
+        print(results)
+        """,
+        work,
+        isolation=Isolation(writable=[str(work)]),
+    )
+    assert out.returncode == 0, out.stderr_tail
+    assert out.stdout_tail.strip() == str(["EROFS"] * 5)
+    assert (outside / "canary").read_text() == "intact" and not (outside / "new").exists()
+    assert (work / "mine.txt").read_text() == "ok"
+    assert not Path("/etc/kernelfix-escape").exists() and not Path("/var/tmp/kernelfix-escape").exists()
+
+
+def test_hidden_paths_cannot_be_read(tmp_path):
+    _needs("filesystem", "capabilities")
+    work, private = tmp_path / "work", tmp_path / "private"
+    work.mkdir()
+    private.mkdir()
+    (private / "reference.pt").write_text("answers")
+    secret = tmp_path / "id_rsa"
+    secret.write_text("KEY")
+    out = _run(
+        f"""
+        import os
+        try:
+            print(os.listdir({str(private)!r}))
+        except OSError as e:
+            print('dir', type(e).__name__)
+        print('file', repr(open({str(secret)!r}).read()))
+        """,
+        work,
+        isolation=Isolation(writable=[str(work)], hidden=[str(private), str(secret)]),
+    )
+    assert out.stdout_tail.splitlines() == ["dir PermissionError", "file ''"], out.stderr_tail
+
+
+def test_dev_holds_only_harmless_devices(tmp_path):
+    _needs("filesystem")
+    out = _run("import os; print(sorted(os.listdir('/dev')))", tmp_path)
+    devs = set(eval(out.stdout_tail))
+    assert {"null", "zero", "urandom", "shm"} <= devs
+    assert not any(d.startswith(("sd", "vd", "nvme", "loop", "mem", "kmsg", "port")) for d in devs), devs
+
+
+def test_network_is_unreachable(tmp_path):
+    _needs("network")
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        out = _run(
+            f"""
+            import socket
+            try:
+                socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')
+            except OSError as e:
+                print(e.errno)
+            """,
+            tmp_path,
+        )
+    finally:
+        server.close()
+    import errno
+
+    assert out.stdout_tail.strip() == str(errno.ENETUNREACH), out.stdout_tail + out.stderr_tail
+
+
+def test_pid_namespace_hides_and_shields_the_parent(tmp_path):
+    _needs("pid", "filesystem")
+    out = _run(
+        """
+        import os, signal
+        print(os.getppid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+        for pid in (os.getppid(), 1):
+            os.kill(pid, signal.SIGKILL)  # init of the namespace ignores it
+        print('alive')
+        """,
+        tmp_path,
+    )
+    lines = out.stdout_tail.splitlines()
+    assert lines == ["1 [1, 2]", "alive"], out.stdout_tail + out.stderr_tail
+    assert out.returncode == 0
+
+
+def test_no_capabilities_and_no_way_back(tmp_path):
+    _needs("capabilities", "filesystem")
+    out = _run(
+        """
+        import subprocess
+        caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapBnd', 'CapPrm'))]
+        print(caps)
+        r = subprocess.run(['mount', '-o', 'remount,rw', '/'], capture_output=True)
+        print(r.returncode != 0)
+        """,
+        tmp_path,
+    )
+    assert out.stdout_tail.splitlines() == [str(["0000000000000000"] * 3), "True"], out.stdout_tail + out.stderr_tail
+
+
+def test_environment_is_what_the_parent_passed(tmp_path):
+    out = _run("import os; print(sorted(os.environ))", tmp_path, env={"TRITON_CACHE_DIR": "/x"})
+    names = set(eval(out.stdout_tail))
+    assert names <= {"PATH", "PYTHONPATH", "TRITON_CACHE_DIR", "KERNELFIX_MSG_FD", "LC_CTYPE"}, names
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["sandbox", "fallback"])
+def test_nothing_the_child_started_outlives_it(tmp_path, isolated):
+    marker = f"{time.time_ns() % 10**9}.5"  # a unique sleep duration to find leftovers by
+    out = _run(
+        f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()  # leaves the session: a classic daemon
+            if os.fork() == 0:
+                os.execvp('sleep', ['sleep', {marker!r}])
+            os._exit(0)
+        time.sleep(0.3)
+        print('parent leaves')
+        """,
+        tmp_path,
+        isolation=Isolation(writable=[str(tmp_path)]) if isolated else Isolation.off(),
+    )
+    assert out.stdout_tail == "parent leaves\n"
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    for pid in left:  # clean up before failing
+        os.kill(int(pid), signal.SIGKILL)
+    if not isolated and left:
+        pytest.xfail("without a PID namespace or cgroup a setsid'd grandchild escapes the session kill")
+    assert not left
+
+
+def test_memory_limit_kills_and_says_so(tmp_path):
+    out = _run("x = []\nwhile True: x.append(bytearray(32 << 20))", tmp_path, memory_bytes=256 << 20)
+    assert out.memory_exceeded and out.returncode != 0
+
+
+def test_process_limit_refuses_a_fork_bomb(tmp_path):
+    _needs("cgroup")
+    out = _run(
+        """
+        import os
+        n = 0
+        for _ in range(500):
+            try:
+                if os.fork() == 0:
+                    import time; time.sleep(30)
+                n += 1
+            except OSError:
+                break
+        print(n)
+        """,
+        tmp_path,
+        max_processes=32,
+    )
+    assert out.process_limit_hit
+    assert int(out.stdout_tail) < 32
+
+
+def test_output_limit_kills_a_flood(tmp_path):
+    out = _run("import sys\nwhile True: sys.stdout.write('x' * 65536)", tmp_path, output_limit_bytes=4 << 20)
+    assert out.output_exceeded and out.timed_out is False
+    assert out.stdout_bytes >= 4 << 20 and len(out.stdout_tail) <= 64 << 10
+
+
+def test_wall_limit(tmp_path):
+    out = _run("while True: pass", tmp_path, wall_s=1.0)
+    assert out.timed_out and out.signal == "SIGKILL"
+
+
+def test_signal_of_the_command_is_relayed(tmp_path):
+    _needs("pid")
+    out = _run("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", tmp_path)
+    assert out.signal == "SIGSEGV"
+
+
+def test_forged_messages_are_told_apart(tmp_path):
+    """The trusted child reads its token first; whatever writes the pipe without it is a forger."""
+    code = textwrap.dedent(
+        """
+        import os
+        from kernelfix.sandbox.channel import ChildChannel, MSG_FD_ENV
+        chan = ChildChannel.open()
+        chan.send('hello')
+        os.write(int(os.environ[MSG_FD_ENV]), b'{"type": "result", "forged": true}\\n')
+        os.write(int(os.environ[MSG_FD_ENV]), b'{"type": "sandbox", "layers": {}}\\n')
+        chan.send('result', ok=True)
+        """
+    )
+    out = run_child(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=_BASE_ENV,
+        limits=Limits(wall_s=30),
+        isolation=Isolation(writable=[str(tmp_path)]),
+        authenticate=True,
+    )
+    assert [m["type"] for m in out.messages] == ["hello", "result"], out.stderr_tail
+    assert out.last("result") == {"type": "result", "ok": True, "_t": out.last("result")["_t"]}
+    assert len(out.forged_messages) == 2  # the late "sandbox" report too: only the launcher's, first, is trusted
+
+
+def test_message_reader_keeps_the_launcher_report_only_before_the_child_speaks():
+    token = new_token()
+    r, w = os.pipe()
+    reader = MessageReader(r, time.monotonic(), token, None)
+    os.write(w, b'{"type": "sandbox", "layers": {"network": true}}\n')
+    chan = ChildChannel(w, token)
+    chan.send("hello")
+    os.write(w, b"no token at all\n")
+    os.close(w)
+    reader.thread.join(5)
+    assert [m["type"] for m in reader.items] == ["sandbox", "hello"]
+    assert reader.forged == ["no token at all"]
+
+
+_GPU_PROBE = r'''
+import json, os, subprocess, sys, tempfile
+out = {}
+import torch
+out["cuda"] = torch.cuda.is_available()
+x = torch.randn(1 << 20, device="cuda")
+out["sum_ok"] = abs((x * 2).sum().item() - 2 * x.sum().item()) < 1.0
+import triton, triton.language as tl
+
+@triton.jit
+def add_one(p, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(p + o, tl.load(p + o, mask=m) + 1.0, mask=m)
+
+y = torch.zeros(4096, device="cuda")
+add_one[(4,)](y, y.numel(), BLOCK=1024)
+out["triton_ok"] = bool((y == 1).all().item())
+src = os.path.join(os.environ["TMPDIR"], "k.cu")
+open(src, "w").write("__global__ void k(float* p) { p[threadIdx.x] = 1.f; }\n")
+r = subprocess.run(["nvcc", "-c", src, "-o", src + ".o"], capture_output=True, text=True)
+out["nvcc_ok"] = r.returncode == 0 and os.path.exists(src + ".o")
+out["nvcc_err"] = r.stderr[-300:]
+out["devices"] = sorted(os.listdir("/dev"))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.gpu
+def test_cuda_triton_and_nvcc_work_inside_the_full_sandbox(tmp_path):
+    """On the device: every layer asked for, and the GPU, Triton's JIT and nvcc still work."""
+    from kernelfix.sandbox import scrubbed_env
+
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "cache").mkdir()
+    env = scrubbed_env({"HOME": str(tmp_path / "tmp"), "TMPDIR": str(tmp_path / "tmp"), "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    out = run_child(
+        [sys.executable, "-c", _GPU_PROBE],
+        cwd=tmp_path,
+        env=env,
+        limits=Limits(wall_s=300, memory_bytes=32 << 30),
+        isolation=Isolation(writable=[str(tmp_path / "tmp"), str(tmp_path / "cache")]),
+    )
+    print(f"\nsandbox on the device: layers={out.isolation} notes={out.sandbox_notes}")
+    assert out.returncode == 0, out.stderr_tail[-3000:]
+    res = json.loads(out.stdout_tail.strip().splitlines()[-1])
+    print(f"inside: {res}")
+    assert res["cuda"] and res["sum_ok"] and res["triton_ok"], res
+    assert res["nvcc_ok"], res["nvcc_err"]
+    assert out.isolation.get("network") and out.isolation.get("pid") and out.isolation.get("filesystem") and out.isolation.get("capabilities"), out.sandbox_notes
+
+
+def test_without_privileges_each_layer_falls_back_with_a_note(tmp_path):
+    """Root without capabilities cannot unshare or drop anything: the judge still judges, and the
+    verdict's warnings say, one line per layer, what was not isolated."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to take the capabilities away")
+    corpus = Path(__file__).parent / "corpus"
+    r = subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
+         sys.executable, "-m", "kernelfix", "eval", str(corpus / "tasks" / "relu.py"), str(corpus / "candidates" / "triton_relu_ok.py"),
+         "--device", "cpu", "--trials", "2", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KERNELFIX_CACHE": str(tmp_path / "cache")},
+    )
+    verdict = json.loads(r.stdout)
+    assert verdict["category"] == "ok", r.stderr[-2000:]
+    notes = [w for w in verdict["warnings"] if w.startswith("sandbox: ")]
+    assert "sandbox: network not isolated: unshare(CLONE_NEWNET) failed: EPERM" in notes, notes
+    for what in ("filesystem not isolated", "processes not isolated", "capabilities not dropped"):
+        assert any(what in n for n in notes), (what, notes)
+    assert "sandbox:" not in verdict["feedback"]
+
+
+def test_stale_cgroups_of_dead_judges_are_swept():
+    _needs("cgroup")
+    from kernelfix.sandbox import cgroup
+
+    cg, _ = cgroup.Cgroup.create(memory_bytes=1 << 30, max_pids=16)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    stale = [d.parent / f"{cgroup.PREFIX}{dead}-0000" for d in cg.dirs.values()]
+    for d in stale:
+        d.mkdir()
+    try:
+        assert cgroup.sweep_stale() >= len(stale)
+        assert not any(d.exists() for d in stale)
+        assert all(d.exists() for d in cg.dirs.values())  # a live judge's group stays
+    finally:
+        cg.remove()
+    assert not any(d.exists() for d in cg.dirs.values())
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["sandbox", "fallback"])
+def test_a_stage_dies_with_its_judge(tmp_path, isolated):
+    """kill -9 of the judge mid-stage: the stage's processes go too, they do not run on unowned."""
+    marker = f"{time.time_ns() % 10**9}.25"
+    iso = "Isolation(writable=[d])" if isolated else "Isolation.off()"
+    judge = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from kernelfix.sandbox import Isolation, Limits, run_child
+        d = {str(tmp_path)!r}
+        run_child(["sleep", {marker!r}], cwd=d, env={{"PATH": "/usr/bin:/bin"}}, limits=Limits(wall_s=120), isolation={iso})
+        """)])
+    deadline = time.monotonic() + 30
+    while not subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).stdout and time.monotonic() < deadline:
+        time.sleep(0.1)
+    judge.kill()
+    judge.wait()
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    for pid in left:
+        os.kill(int(pid), signal.SIGKILL)
+    assert not left

@@ -77,11 +77,19 @@ def build_errors(log: str, build_dir: Path | None = None, limit: int = 14) -> li
 
 
 def _source_lines(build_dir: Path, file: str, lineno: int) -> list[tuple[int, str]]:
-    """The reported line and the one before it (a missing ';' is reported on the next line)."""
+    """The reported line and the one before it (a missing ';' is reported on the next line).
+
+    Read only from a regular file inside the build dir: the dir is candidate-written,
+    and a planted symlink or FIFO must not leak the judge's files or stall it."""
+    if not build_dir.is_dir() or build_dir.is_symlink():
+        return []
+    root = build_dir.resolve()
     p = Path(file)
     candidates = [p] if p.is_absolute() else []
-    candidates += list(build_dir.rglob(p.name))[:3] if build_dir.exists() else []
+    candidates += list(build_dir.rglob(p.name))[:3]
     for c in candidates:
+        if c.is_symlink() or not c.is_file() or not c.resolve().is_relative_to(root) or c.stat().st_size > 16 << 20:
+            continue
         try:
             lines = c.read_text(errors="replace").splitlines()
         except OSError:
@@ -109,11 +117,23 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
     """Why the stage's child did not deliver a result."""
     if outcome.launch_error:
         return Failure(Category.SANDBOX, f"could not start the {stage} worker: {outcome.launch_error}")
+    if outcome.forged_messages:
+        n = len(outcome.forged_messages)
+        return Failure(
+            Category.TAMPERING,
+            f"wrote {n} forged message{'s' if n > 1 else ''} on the judge's result channel",
+            [f"forged: {m[:160]}" for m in outcome.forged_messages[:3]],
+        )
+    if outcome.output_exceeded:
+        total = (outcome.stdout_bytes + outcome.stderr_bytes) / 2**20
+        return Failure(Category.RESOURCE_LIMIT, f"printed {total:.0f} MiB to stdout/stderr during {_phase(outcome) or stage}, over the output limit (killed)")
+    if outcome.process_limit_hit:
+        return Failure(Category.RESOURCE_LIMIT, f"tried to run more processes or threads than the limit allows during {_phase(outcome) or stage} (a fork bomb, or a thread per element?)")
     if outcome.timed_out:
         cat = Category.COMPILE_TIMEOUT if stage == "compile" else Category.RUN_TIMEOUT
         return Failure(cat, f"{stage} did not finish within {timeout_s:g} s (killed)")
     if outcome.memory_exceeded:
-        return Failure(Category.OOM, f"host memory use passed the limit ({outcome.peak_rss_bytes / 2**30:.1f} GiB); killed")
+        return Failure(Category.OOM, f"host memory use passed the limit (peak {outcome.peak_rss_bytes / 2**30:.1f} GiB); killed")
     err = outcome.last("error")
     if err is not None:
         return _from_error(stage, err, build_dir)
@@ -121,7 +141,7 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
     if outcome.signal in ("SIGXCPU",):
         return Failure(Category.RUN_TIMEOUT, "CPU time limit exceeded (killed)")
     if outcome.signal in ("SIGXFSZ",):
-        return Failure(Category.CRASH, "wrote a file above the size limit (killed)")
+        return Failure(Category.RESOURCE_LIMIT, "wrote a file above the size limit (killed)")
     cuda = cuda_category(stderr)
     if cuda is not None:
         return Failure(cuda[0], f"{cuda[1]}: {_last_cuda_line(stderr)}")

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelfix.sandbox.isolation import Isolation
 from kernelfix.tools.verdict import InputVariant, PrecisionPolicy
 
 
@@ -78,7 +79,14 @@ class JudgeConfig(BaseModel):
     compile_timeout_s: float = 900.0
     run_timeout_s: float = 300.0
     bench_timeout_s: float = 900.0
-    memory_limit_gb: float | None = Field(None, description="host RSS cap per child; None: 3/4 of RAM, at most 64")
+    memory_limit_gb: float | None = Field(None, description="host memory cap per child; None: 3/4 of RAM, at most 64")
+    max_processes: int = Field(4096, ge=16, description="processes and threads alive at once per child (pids cgroup)")
+    output_limit_mb: float = Field(64.0, gt=0, description="stdout + stderr per child; more and it is killed")
+    sandbox: Isolation = Field(
+        default_factory=Isolation,
+        description="isolation layers for every child; `writable`/`hidden` add to the judge's own (work dir, caches; reference dir, credentials)",
+    )
+    hide_credentials: bool = Field(True, description="hide ~/.ssh, ~/.aws, .env files and the like from candidates")
 
     tasks: dict[str, TaskOverride] = Field(default_factory=dict)
 

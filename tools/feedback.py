@@ -9,7 +9,7 @@ stay on disk and in the verdict.
 from __future__ import annotations
 
 from kernelfix.tools.input_variants import describe
-from kernelfix.tools.verdict import Category, CorrectnessReport, Family, TimingStats, Verdict
+from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, TimingStats, Verdict
 
 
 def _ms(t: TimingStats | None) -> str:
@@ -41,6 +41,8 @@ def render(v: Verdict) -> str:
             lines.append("Check index bounds and masks against the tensor sizes, and that pointers are to contiguous tensors of the dtype you assume.")
         elif v.category == Category.RUN_TIMEOUT:
             lines.append("The kernel or its launch loop did not terminate: check loop bounds and grid size.")
+        elif v.category == Category.RESOURCE_LIMIT:
+            lines.append("Stay within the sandbox's limits: no mass printing, no extra processes, no huge files.")
     elif fam == Family.CORRECTNESS:
         lines += _correctness(v)
     elif fam == Family.CHEATING:
@@ -49,7 +51,7 @@ def render(v: Verdict) -> str:
         lines.append(f"Compiled; not run: {v.message}")
     else:
         lines.append(f"Judge problem ({v.category.value}), not caused by your code: {v.message}")
-    warns = [w for w in v.warnings if w]
+    warns = [w for w in v.warnings if w and not w.startswith(SANDBOX_NOTE)]  # the judge's own limits are not the model's business
     if warns and v.category not in (Category.DISALLOWED_ATEN,):
         lines.append("Warnings:")
         lines += [f"  - {w}" for w in warns[:6]]

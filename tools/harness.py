@@ -1,8 +1,10 @@
 """Child side of the judge: run one stage for one candidate, in its own process.
 
-``python -m kernelfix.tools.harness SPEC.json``. Results go to the parent over
-the message pipe (fd in KERNELFIX_MSG_FD) as JSON lines, and tensors as files
-under the stage's output directory; stdout and stderr are only logs.
+``python -m kernelfix.tools.harness SPEC.json``, inside the sandbox. Results go
+to the parent over the message pipe (fd in KERNELFIX_MSG_FD) as JSON lines,
+each carrying the token this process read from stdin before any candidate code
+existed, and tensors as files under the stage's output directory; stdout and
+stderr are only logs.
 
 What decides the verdict stays out of the candidate's reach: the reference runs
 in another process, outputs are compared in the parent, and the functions this
@@ -25,25 +27,13 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from kernelfix.sandbox.channel import ChildChannel as Channel
+
 # Bound before the candidate exists, so replacing the module attributes later changes nothing here.
 _perf_counter = time.perf_counter
-_os_write = os.write
-_json_dumps = json.dumps
 _exit = os._exit
 
 PHASE = "start"
-
-
-class Channel:
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def send(self, type_: str, **payload: Any) -> None:
-        data = (_json_dumps({"type": type_, **payload}, default=str) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            n = _os_write(self.fd, view)
-            view = view[n:]
 
 
 def _phase(chan: Channel, name: str, **extra: Any) -> None:
@@ -675,8 +665,8 @@ STAGES = {
 
 
 def main() -> None:
+    chan = Channel.open()  # first: the token is on stdin, which the candidate must never read
     spec = json.loads(Path(sys.argv[1]).read_text())
-    chan = Channel(int(os.environ["KERNELFIX_MSG_FD"]))
     chan.send("hello", pid=os.getpid(), stage=spec["stage"])
     code = 0
     try:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.sandbox import ChildOutcome, Limits, run_child, scrubbed_env
+from kernelfix.sandbox import ChildOutcome, Isolation, Limits, credential_paths, run_child, scrubbed_env
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import bottleneck, feedback, input_variants, ncu, ncu_csv, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
@@ -44,6 +44,7 @@ from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.device_lease import GPU_STAGES, DeviceLease, visible_gpu
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import (
+    SANDBOX_NOTE,
     Backend,
     Category,
     CompileReport,
@@ -76,7 +77,12 @@ EventSink = Callable[[StageEvent], None]
 
 
 class Evaluation(BaseModel):
-    """One candidate on its way through the stages. Serializable, so the agent can checkpoint it."""
+    """One candidate on its way through the stages. Serializable, so the agent can checkpoint it.
+
+    ``workdir`` belongs to the judge (candidate source, specs, input copies, logs);
+    candidate code may write only its ``build``, ``tmp`` and ``out`` subdirectories
+    (and the shared caches), and sees the rest read-only.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -192,6 +198,7 @@ class Judge:
         self._task_copy.write_text(self.task.source)
         self._ref: _Reference | None = None
         self._ref_lock = threading.Lock()
+        self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
 
     # ------------------------------------------------------------------ plumbing
 
@@ -208,7 +215,7 @@ class Judge:
     def _env(self, workdir: Path) -> dict[str, str]:
         cache = _cache_root()
         extra = {
-            "HOME": str(workdir),
+            "HOME": str(workdir / "tmp"),
             "TMPDIR": str(workdir / "tmp"),
             "TORCH_EXTENSIONS_DIR": str(workdir / "build"),
             "TRITON_CACHE_DIR": str(cache / "triton"),
@@ -230,9 +237,11 @@ class Judge:
         on_event: EventSink | None,
         ui_stage: Stage | Literal["reference"],
         wrap: Sequence[str] = (),
+        ev: Evaluation | None = None,
     ) -> ChildOutcome:
         """Run one harness stage in a sandboxed child; ``wrap``: a command (a profiler) that runs the child."""
-        (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+        for d in _CANDIDATE_DIRS:
+            _own_dir(workdir / d)
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         spec = {"stage": stage, "device": self.device, "init_seed": self.config.seed, **spec}
         spec_path = workdir / f"{stage}.spec.json"
@@ -243,15 +252,31 @@ class Judge:
                 return
             on_event(StageEvent(stage=ui_stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
 
-        limits = Limits(wall_s=timeout_s, memory_bytes=_memory_limit(self.config))
+        c = self.config
+        limits = Limits(
+            wall_s=timeout_s,
+            memory_bytes=_memory_limit(c),
+            max_processes=c.max_processes,
+            output_limit_bytes=int(c.output_limit_mb * 2**20),
+        )
         argv = [*wrap, sys.executable, "-m", "kernelfix.tools.harness", str(spec_path)]
+        iso = self._isolation(stage, workdir)
+
+        def child() -> ChildOutcome:
+            return run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, isolation=iso, authenticate=True, on_message=relay)
+
         lease = self._lease.hold(f"{self.task.name} {stage}") if self._lease is not None and stage in GPU_STAGES else contextlib.nullcontext()
         with lease:
-            outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
+            outcome = child()
             # (a wrapping profiler may not pass the message pipe on: no hello there is no sign of trouble)
             if not wrap and outcome.last("hello") is None and outcome.last("error") is None and not outcome.killed_by_us and outcome.signal is None:
                 # The worker died before running anything of the candidate's: infrastructure, retried once.
-                outcome = run_child(argv, cwd=workdir, env=self._env(workdir), limits=limits, on_message=relay)
+                outcome = child()
+        if outcome.forged_messages:
+            # Nothing the child said can be trusted: no result, so the stage fails as tampering.
+            outcome.messages = [m for m in outcome.messages if m.get("type") in ("hello", "phase")]
+        if ev is not None:
+            ev.warnings += [SANDBOX_NOTE + n for n in outcome.sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
         log = workdir / "logs" / f"{stage}.log"
         log.write_text(
             f"$ {' '.join(argv)}\nreturncode={outcome.returncode} signal={outcome.signal} "
@@ -259,8 +284,32 @@ class Judge:
             f"--- stdout ({outcome.stdout_bytes} bytes, tail) ---\n{outcome.stdout_tail}\n"
             f"--- stderr ({outcome.stderr_bytes} bytes, tail) ---\n{outcome.stderr_tail}\n"
             f"--- messages ---\n" + "\n".join(json.dumps(m, default=str)[:4000] for m in outcome.messages) + "\n"
+            + "".join(f"--- forged ---\n{m}\n" for m in outcome.forged_messages[:20])
+            + f"--- sandbox ---\nlayers={outcome.isolation} notes={outcome.sandbox_notes}\n"
         )
         return outcome
+
+    def _isolation(self, stage: str, workdir: Path) -> Isolation:
+        """What the stage's child may write and must not see.
+
+        The reference stage writes the judge's private dir; candidate stages write
+        only their own build/tmp/out dirs and see neither the private dir nor other
+        evaluations' dirs.
+        """
+        base = self.config.sandbox
+        if stage == "reference":
+            writable, hidden = [workdir], []
+        else:
+            # Other evaluations' dirs too: their outputs for the same trials would be answers to copy.
+            evals = self.root / "evals"
+            siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals else []
+            writable, hidden = [workdir / d for d in _CANDIDATE_DIRS], [self._private, *siblings]
+        return base.model_copy(
+            update={
+                "writable": [*map(str, writable), str(_cache_root()), *base.writable],
+                "hidden": [*map(str, hidden), *self._credentials, *base.hidden],
+            }
+        )
 
     # ------------------------------------------------------------------ reference
 
@@ -399,7 +448,7 @@ class Judge:
 
         def run() -> Evaluation:
             self.reference(on_event)  # a broken task stops here, before any candidate code runs
-            outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile")
+            outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile", ev=ev)
             result = outcome.last("result")
             err = outcome.last("error")
             if result is not None:
@@ -453,15 +502,14 @@ class Judge:
             ref = self.reference(on_event)
             trials = [t for t in ref.trials if t.purpose in ("correctness", "varied")]  # correctness first: the in-place check uses the second
             wd = Path(ev.workdir)
-            outdir = wd / "out" / "correctness"
-            outdir.mkdir(parents=True, exist_ok=True)
+            outdir = _fresh_dir(wd / "out" / "correctness")
             spec = {
                 **self._candidate_spec(ev),
                 "trials": self._stage_inputs(ev, trials),
                 "outdir": str(outdir),
                 "record_ops": self.config.runtime_legality,
             }
-            outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness")
+            outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness", ev=ev)
             c = self.config
             report = CorrectnessReport(
                 atol=c.atol, rtol=c.rtol, rel_error_tol=c.rel_error_tol, vacuous_tolerance=ref.vacuous,
@@ -570,8 +618,7 @@ class Judge:
             timing = next(t for t in ref.trials if t.purpose == "correctness")
             fresh = next(t for t in ref.trials if t.purpose == "fresh")
             wd = Path(ev.workdir)
-            outdir = wd / "out" / "benchmark"
-            outdir.mkdir(parents=True, exist_ok=True)
+            outdir = _fresh_dir(wd / "out" / "benchmark")
             c = self.config
             spec = {
                 **self._candidate_spec(ev),
@@ -583,7 +630,7 @@ class Judge:
                 "time_torch_compile": c.time_torch_compile,
                 "flush_l2": c.flush_l2,
             }
-            outcome = self._run("benchmark", wd, spec, c.bench_timeout_s, on_event, "benchmark")
+            outcome = self._run("benchmark", wd, spec, c.bench_timeout_s, on_event, "benchmark", ev=ev)
             base, cand = outcome.last("baseline"), outcome.last("candidate_timing")
             if base is not None:
                 ev.timings = Timings(
@@ -676,7 +723,7 @@ class Judge:
             for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
                 log.unlink(missing_ok=True)
                 wrap = ncu.command(path, log, c.profile_max_kernels, extra_metrics=extra_metrics)
-                outcome = self._run("profile_ncu", wd, spec, c.profile_timeout_s, on_event, "profile", wrap=wrap)
+                outcome = self._run("profile_ncu", wd, spec, c.profile_timeout_s, on_event, "profile", wrap=wrap, ev=ev)
                 text = log.read_text(errors="replace") if log.exists() else ""
                 parsed = ncu_csv.parse(text if '"ID",' in text else text + "\n" + outcome.stdout_tail)
                 problem = ncu.diagnose(outcome, parsed, c.profile_timeout_s)
@@ -690,7 +737,7 @@ class Judge:
         assert problem is not None
         # Said once, as a warning; then the kernel list torch.profiler sees, where that works.
         ev.warnings.append(f"no Nsight Compute profile: {problem.message}")
-        outcome = self._run("profile_torch", wd, spec, c.run_timeout_s, on_event, "profile")
+        outcome = self._run("profile_torch", wd, spec, c.run_timeout_s, on_event, "profile", ev=ev)
         result = _stage_result(outcome, outdir / "profile_torch.json")
         if result.get("kernels") is not None:
             ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message)
@@ -767,14 +814,53 @@ def _finite(obj: Any) -> bool:
     return all(bool(torch.isfinite(x).all()) for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point())
 
 
+_CANDIDATE_DIRS = ("build", "tmp", "out")  # the only parts of an evaluation's workdir candidate code may write
+_MAX_OUTPUT_FILE = 64 << 30
+
+
+def _own_dir(path: Path) -> Path:
+    """``path`` as a real directory: whatever candidate code left there (a symlink, a FIFO) is removed first."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _fresh_dir(path: Path) -> Path:
+    """An empty directory for one stage's outputs: nothing a previous stage planted survives."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    _own_dir(path.parent)
+    path.mkdir()
+    return path
+
+
 def _load_output(path: Path) -> Any:
-    """A candidate-written file, loaded without executing anything it contains."""
+    """A candidate-written file, loaded without executing anything it contains.
+
+    Only a regular file, opened without following links and without blocking: a
+    symlink to the judge's files, a FIFO or a device must not stall or fool the judge.
+    """
+    import stat
+
     try:
-        return torch.load(path, weights_only=True)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return _Unloadable("no output was written")
-    except Exception as e:  # pickled objects, subclasses, garbage
-        return _Unloadable(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+    except OSError as e:
+        return _Unloadable(f"output is not a regular file ({e.strerror})")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return _Unloadable("output is not a regular file")
+        if st.st_size > _MAX_OUTPUT_FILE:
+            return _Unloadable(f"output file is {st.st_size / 2**30:.1f} GiB")
+        try:
+            return torch.load(f, weights_only=True)
+        except Exception as e:  # pickled objects, subclasses, garbage
+            return _Unloadable(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
 
 
 def _stage_result(outcome: ChildOutcome, path: Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kernelfix.tools.verdict import Category, CorrectnessReport, Verdict
+from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Verdict
 
 
 def _flag(value: bool | None) -> Text:
@@ -75,4 +75,7 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("stage time", ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()))
     if v.logs_dir:
         t.add_row("logs", v.logs_dir)
+    gaps = [w.removeprefix(SANDBOX_NOTE) for w in v.warnings if w.startswith(SANDBOX_NOTE)]
+    if gaps:
+        t.add_row("sandbox", Text("\n".join(gaps), style="yellow"))
     return Group(Panel(t, title=title, title_align="left"), Panel(Text(v.feedback), title="feedback", title_align="left"))

@@ -30,11 +30,17 @@ _TAMPER_MODULES = {
     "subprocess": "subprocess (running other programs)",
     "pickle": "pickle",
     "marshal": "marshal",
+    "__main__": "__main__ (the judge's harness)",
 }
 _THREAD_MODULES = {"threading", "multiprocessing", "concurrent", "asyncio", "_thread"}
 _TAMPER_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
 _SYS_ATTRS = {"modules", "_getframe", "settrace", "setprofile", "meta_path", "path_hooks", "addaudithook"}
-_OS_ATTRS = {"kill", "killpg", "getppid", "fork", "forkpty", "setsid", "setpgid", "system", "popen", "execv", "execve", "execvp", "spawnv", "dup2"}
+_OS_ATTRS = {"kill", "killpg", "getppid", "fork", "forkpty", "setsid", "setpgid", "system", "popen", "dup2", "pidfd_open", "register_at_fork"}
+_OS_PREFIXES = ("exec", "spawn", "posix_spawn")  # execv, execlpe, spawnvp, posix_spawnp, ...
+
+
+def _os_tamper(name: str) -> bool:
+    return name in _OS_ATTRS or name.startswith(_OS_PREFIXES)
 _TORCH_PRIVATE = re.compile(r"^torch\.(_C|_dynamo|_inductor|overrides|profiler|autograd\.profiler|utils\._python_dispatch|_subclasses|fx)\b")
 _STREAM_ATTRS = {"Stream", "stream", "ExternalStream", "StreamContext", "set_stream"}
 
@@ -216,6 +222,10 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
                 mods = [a.name for a in node.names]
             else:
                 mods = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys", "posix"):
+                for a in node.names:
+                    if (node.module == "sys" and a.name in _SYS_ATTRS) or (node.module != "sys" and _os_tamper(a.name)):
+                        error("tampering", Category.TAMPERING, f"imports {node.module}.{a.name}", node.lineno)
             for m in mods:
                 top = m.split(".")[0]
                 if top in _TAMPER_MODULES:
@@ -254,12 +264,14 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
             if d:
                 if d.startswith("sys.") and d.split(".")[1] in _SYS_ATTRS:
                     error("tampering", Category.TAMPERING, f"uses {d}", node.lineno)
-                elif d.startswith("os.") and d.split(".")[1] in _OS_ATTRS:
+                elif d.startswith(("os.", "posix.")) and _os_tamper(d.split(".")[1]):
                     error("tampering", Category.TAMPERING, f"uses {d}", node.lineno)
                 elif _TORCH_PRIVATE.match(d):
                     error("tampering", Category.TAMPERING, f"uses {d} (torch internals the judge relies on)", node.lineno)
             if node.attr in ("__globals__", "__code__", "__closure__", "__builtins__", "__subclasses__", "f_back", "f_globals", "f_locals"):
                 error("tampering", Category.TAMPERING, f"uses .{node.attr} (reaching into other code)", node.lineno)
+            elif node.attr == "__dict__" and aliases.is_module_root((_dotted(node.value) or "").split(".")[0]):
+                error("tampering", Category.TAMPERING, f"uses {aliases.resolve(_dotted(node))} (monkeypatching a module)", node.lineno)
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             error("tampering", Category.TAMPERING, "uses __builtins__", node.lineno)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__torch_function__", "__torch_dispatch__"):

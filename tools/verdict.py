@@ -45,6 +45,7 @@ class Category(StrEnum):
     DEVICE_ASSERT = "runtime_error:device_assert"
     CUDA_ERROR = "runtime_error:cuda_error"
     OOM = "runtime_error:oom"
+    RESOURCE_LIMIT = "runtime_error:resource_limit"  # output, process-count or file-size limit
     RUN_TIMEOUT = "runtime_error:timeout"
     CRASH = "runtime_error:crash"
     EXIT = "runtime_error:exit"
@@ -77,6 +78,9 @@ class Category(StrEnum):
     def family(self) -> Family:
         return Family(self.value.split(":", 1)[0])
 
+
+# Prefix of warnings about the judge's sandbox (a layer this machine could not set up).
+SANDBOX_NOTE = "sandbox: "
 
 Stage = Literal["extract", "static", "compile", "correctness", "legality", "benchmark", "profile"]
 Backend = Literal["cuda", "triton", "torch", "unknown"]

@@ -1,0 +1,292 @@
+"""The hostile corpus: candidates that try to hang, exhaust, escape, spy on or fool the judge.
+
+Each gets its classified verdict, within its time limits, and leaves no trace:
+nothing outside its own dirs changes (canary files in a fake home and repo, the
+judge's private and other evaluations' dirs, /tmp), no fake API key from the
+judge's environment or credential files turns up anywhere, no request reaches a
+server on this machine's loopback, no process of it outlives its stage, and
+the judge judges the next candidate normally.
+
+Every case runs twice where its header has ``expect-runtime``: as the judge
+runs it, and with the static checks bypassed, so that runtime containment
+alone is shown to hold for code that gets past them. Cases whose containment
+needs a sandbox layer this machine lacks (``requires``) are skipped with the
+sandbox's own note. CUDA cases (``devices: cuda``) run on the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS, Case, load_cases
+from kernelfix.sandbox import probe
+from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
+from kernelfix.tools import static_checks
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.judge import Judge
+from kernelfix.tools.verdict import Category, Verdict
+
+HERE = Path(__file__).parent
+CASES = load_cases(HERE / "candidates")
+MARK = "kfcanary" + secrets.token_hex(4)  # in every fake secret; never in anything the candidate could leave behind
+GRACE_S = 20.0  # process start-up and teardown on top of a stage's own limit
+
+
+def _params():
+    for case in CASES:
+        for device in case.devices:
+            # Runtime containment does not depend on the device: on the GPU (scarce) the
+            # static-bypass variant runs only for the GPU-specific cases.
+            both = case.expect_runtime and (device == "cpu" or case.devices == ["cuda"])
+            for variant in ["judge", "runtime"] if both else ["judge"]:
+                marks = [pytest.mark.gpu] if device == "cuda" else []
+                yield pytest.param(case, device, variant, id=f"{device}-{variant}-{case.path.stem}", marks=marks)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        self.hits: list[str] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                server.hits.append(self.path)
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"reached")
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def _tree(root: Path, skip: list[Path]) -> dict[str, tuple]:
+    """path -> (kind, size, sha1) for everything under ``root``, links not followed."""
+    out: dict[str, tuple] = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames[:] = [n for n in dirnames if not any((d / n) == s for s in skip)]
+        for name in dirnames + filenames:
+            p = d / name
+            if any(p == s for s in skip):
+                continue
+            if p.is_symlink():
+                out[str(p)] = ("link", os.readlink(p))
+            elif p.is_file():
+                out[str(p)] = ("file", p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest())
+            else:
+                out[str(p)] = ("dir",)
+    return out
+
+
+@dataclass
+class World:
+    """Everything a hostile candidate might reach for, and the judges it runs under."""
+
+    root: Path
+    home: Path
+    repo: Path
+    outside: Path
+    cache: Path
+    server: _Server
+    judges: dict[str, Judge] = field(default_factory=dict)
+
+    @property
+    def secret_files(self) -> list[Path]:
+        return [self.home / ".env", self.home / ".ssh" / "id_rsa", self.home / ".netrc"]
+
+    def source(self, case: Case) -> str:
+        text = case.path.read_text()
+        for key, value in {
+            "__CANARY_DIRS__": json.dumps([str(self.home), str(self.repo)]),
+            "__OUTSIDE_FILE__": str(self.outside / "planted.txt"),
+            "__KEY_MARK__": MARK,
+            "__SECRET_FILES__": json.dumps([str(p) for p in self.secret_files]),
+            "__PORT__": str(self.server.server_address[1]),
+        }.items():
+            text = text.replace(key, value)
+        return text
+
+    def judge(self, case: Case, device: str) -> Judge:
+        # The corpus is about containment, not accuracy or speed: fewer trials, no varied inputs or
+        # float64 reference, short timing on the GPU, no torch.compile baseline.
+        lean = {"trials": 3, "input_variants": [], "float64_reference": False, "timing_runs": 20, "time_torch_compile": False}
+        cfg = JudgeConfig(**{"device": device, "run_timeout_s": 60, "compile_timeout_s": 300, **lean, **case.config})
+        key = cfg.model_dump_json()
+        if case.fresh_judge or key not in self.judges:
+            j = Judge(CORPUS / "tasks" / f"{case.task}.py", cfg, workdir=self.root / f"judge-{len(self.judges)}-{secrets.token_hex(3)}")
+            if case.fresh_judge:
+                return j
+            j.reference()  # its files exist before the candidate runs: any change to them is the candidate's
+            self.judges[key] = j
+        return self.judges[key]
+
+    def snapshot(self, judge: Judge, skip: list[Path] = ()) -> dict[str, tuple]:
+        """What must not change: the fake home and repo, /tmp's canary dir, the judge's own dirs."""
+        snap: dict[str, tuple] = {}
+        for root in (self.home, self.repo, self.outside, judge.root):
+            snap.update(_tree(root, [*skip, self.cache]))
+        return snap
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    home, repo, outside, cache = root / "home", root / "repo", root / "outside", root / "cache"
+    for d in (home / ".ssh", repo / ".git", outside, cache):
+        d.mkdir(parents=True)
+    key = f"sk-{MARK}-{secrets.token_hex(16)}"
+    (home / ".bashrc").write_text("export PATH=$PATH\n")
+    (home / ".env").write_text(f"OPENAI_API_KEY={key}\n")
+    (home / ".ssh" / "id_rsa").write_text(f"-----BEGIN KEY----- {MARK} -----END KEY-----\n")
+    (home / ".netrc").write_text(f"machine api.example.com login me password {MARK}\n")
+    (repo / "kernel.py").write_text("print('the user work')\n")
+    (repo / ".git" / "config").write_text("[core]\n")
+    server = _Server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    w = World(root=root, home=home, repo=repo, outside=outside, cache=cache, server=server)
+    with pytest.MonkeyPatch.context() as mp:
+        # The judge's environment holds keys (under names the scrubber must recognise, and under
+        # names it merely does not keep), and its home holds credential files.
+        mp.setenv("HOME", str(home))
+        mp.setenv("KERNELFIX_CACHE", str(cache))
+        mp.setenv("OPENAI_API_KEY", key)
+        mp.setenv("ANTHROPIC_API_KEY", f"sk-ant-{MARK}")
+        mp.setenv("KERNELFIX_API_TOKEN", f"{MARK}-token")
+        mp.setenv("DEPLOY_PW", f"{MARK}-pw")
+        yield w
+    server.shutdown()
+    for j in w.judges.values():
+        j.close()
+
+
+def _live_processes_under(root: Path) -> list[str]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry.name}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(root)):
+            found.append(f"{entry.name} in {cwd}")
+    return found
+
+
+def _leftover_cgroups() -> list[str]:
+    mine = f"{CGROUP_PREFIX}{os.getpid()}-"
+    return [str(p) for p in Path("/sys/fs/cgroup").glob(f"**/{mine}*")] if Path("/sys/fs/cgroup").exists() else []
+
+
+def _stage_limit(judge: Judge, stage: str) -> float:
+    c = judge.config
+    return {"compile": c.compile_timeout_s, "benchmark": c.bench_timeout_s}.get(stage, c.run_timeout_s)
+
+
+@pytest.mark.parametrize("case,device,variant", list(_params()))
+def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, world: World, monkeypatch):
+    layers = probe()
+    missing = [layer for layer in case.requires if not layers.layers.get(layer)]
+    if missing:
+        pytest.skip(f"needs sandbox layers {missing} this machine lacks: {'; '.join(layers.notes)}")
+    if variant == "runtime":
+        monkeypatch.setattr(static_checks, "errors", lambda findings: [])
+    judge = world.judge(case, device)
+    if case.needs_prior_ok:
+        _judge_good(judge)
+    (judge.root / "evals").mkdir(exist_ok=True)  # made by the first evaluation: not the candidate's doing
+    before = world.snapshot(judge, skip=[judge.root / "reference"] if case.fresh_judge else [])
+    task_copy = (judge.root / "reference" / "task.py").read_text()
+
+    verdict: Verdict = judge.evaluate(world.source(case), filename=case.path.name)
+
+    expected = Category(case.expect_runtime if variant == "runtime" else case.expect[device])
+    what = f"{case.path.name} ({case.behaviour}): got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
+    assert verdict.category == expected, what
+    assert verdict.message or verdict.ok, what
+    if verdict.ok and verdict.timings and verdict.timings.candidate:
+        assert verdict.timings.candidate.median_ms > 1e-3, f"no kernel launch takes {verdict.timings.candidate.median_ms} ms: faked timing"
+    for stage, seconds in verdict.stage_seconds.items():
+        if stage != "static":
+            assert seconds <= _stage_limit(judge, stage) + GRACE_S, f"{stage} took {seconds:.0f} s: {what}"
+
+    evaldir = Path(verdict.logs_dir).parent
+    after = world.snapshot(judge, skip=[evaldir, *([judge.root / "reference"] if case.fresh_judge else [])])
+    changed = sorted(set(before.items()) ^ set(after.items()))
+    assert not changed, f"changed outside the candidate's dirs: {changed[:10]}"
+    assert (judge.root / "reference" / "task.py").read_text() == task_copy
+    assert not (world.outside / "planted.txt").exists()
+
+    leaked = [
+        str(p)
+        for p in evaldir.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.name != "candidate.py" and MARK.encode() in _read_head(p)  # its source holds MARK to search for
+    ]
+    assert not leaked, f"a fake secret reached {leaked}"
+    assert MARK not in verdict.model_dump_json()
+    assert not world.server.hits, f"the candidate reached the network: {world.server.hits}"
+    assert not _live_processes_under(judge.root), "a process of the candidate outlived its stage"
+    assert not _leftover_cgroups()
+    if case.fresh_judge:
+        judge.close()
+    print(f"\n[{device}/{variant}] {case.path.stem}: {verdict.category.value}: {verdict.message}")
+
+
+def _read_head(p: Path, limit: int = 64 << 20) -> bytes:
+    try:
+        with p.open("rb") as f:
+            return f.read(limit)
+    except OSError:
+        return b""
+
+
+def test_corpus_covers_every_behaviour_the_issue_names():
+    named = {
+        "python_loop", "gpu_spin", "fork_bomb", "memory_bomb", "stdout_flood", "write_delete_outside",
+        "env_secrets", "network", "kill_parent", "monkeypatch", "swap_reference", "gpu_fake_timing",
+        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access",
+    }
+    assert named <= {c.path.stem for c in CASES}
+
+
+def test_sandbox_layers_all_present_on_a_root_linux_machine():
+    """CI runs as root on a machine with namespaces and cgroups: a silently lost layer must fail here,
+    not merely skip the hostile cases that depend on it."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: layers depend on user namespaces and cgroup delegation")
+    report = probe()
+    assert report.has("network", "pid", "filesystem", "capabilities", "cgroup"), report.notes
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_judges_still_work_after_the_hostile_corpus(device: str, world: World):
+    """Runs after the corpus (file order): every judge it used judges a good candidate normally."""
+    judges = [j for j in world.judges.values() if j.device == device]
+    if not judges:
+        pytest.skip(f"no hostile case ran on {device}")
+    for j in judges:
+        _judge_good(j)
+
+
+def _judge_good(j: Judge) -> None:
+    """A known-good candidate through compile and correctness: enough to show the judge and its reference are intact."""
+    ev = j.start((CORPUS / "candidates" / "triton_relu_ok.py").read_text(), filename="triton_relu_ok.py")
+    for stage in (j.compile, j.correctness):
+        ev = stage(ev)
+    v = j.finish(ev)
+    assert v.category == Category.OK, f"{v.category.value}: {v.message}"
