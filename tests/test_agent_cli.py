@@ -24,7 +24,7 @@ def kernelfix(*args: str, **kw) -> subprocess.Popen:
 def test_demo_killed_mid_turn_resumes_without_losing_a_turn(tmp_path):
     session = tmp_path / "demo"
     proc = kernelfix("optimize", *DEMO, "--session-dir", str(session))
-    running = session / "work" / "turn-002" / "correctness.spec.json"  # turn 2's correctness child is starting
+    running = session / "work" / "turn-002" / "out" / "correctness"  # made just before turn 2's correctness child starts
     deadline = time.monotonic() + 240
     while not running.exists():
         assert proc.poll() is None, proc.communicate()[0]

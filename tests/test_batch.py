@@ -107,7 +107,7 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     proc = batch_cli(*args)
     relu = next(iter(plan([str(TASK)], settings(out.resolve(), model=f"replay:{replays}")))).session_dir
     deadline = time.monotonic() + 300
-    while not (relu / "work" / "turn-002" / "correctness.spec.json").exists():
+    while not (relu / "work" / "turn-002" / "out" / "correctness").exists():
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "relu's second turn never reached its correctness stage"
         time.sleep(0.05)

@@ -31,7 +31,9 @@ class JudgeConfig(BaseModel):
 
     device: Literal["cuda", "cpu"] | None = Field(None, description="None: cuda when available, else cpu")
     trials: int = Field(5, ge=1, description="correctness trials, each with fresh inputs under its own seed")
-    seed: int = 1234
+    seed: int | None = Field(
+        None, description="base of the trial and weight seeds; None: drawn at random per judge, so no candidate can know its inputs in advance"
+    )
     atol: float = Field(1e-2, gt=0)
     rtol: float = Field(1e-2, ge=0)
     rel_error_tol: float = Field(

@@ -155,6 +155,7 @@ class _TaskProblem(Exception):
 def _load_candidate(spec: dict, chan: Channel):
     from kernelfix.tools import build
 
+    _withdraw_inputs(spec)
     build.install(Path(spec["build_dir"]), spec["device"])
     _phase(chan, "import_candidate")
     t0 = _perf_counter()
@@ -169,11 +170,40 @@ class _NoModelNew(Exception):
     pass
 
 
+_WITHDRAWN: dict[str, Any] = {}
+
+
+def _withdraw_inputs(spec: dict) -> None:
+    """Load every trial's inputs, then delete the files and the spec, before candidate code runs:
+    code run at import time can neither read the inputs nor learn their seeds from disk."""
+    import torch
+
+    for trial in spec.get("trials", []):
+        path = trial.get("inputs")
+        if path and path not in _WITHDRAWN:
+            _WITHDRAWN[path] = torch.load(path, weights_only=True)
+            Path(path).unlink(missing_ok=True)
+    Path(sys.argv[1]).unlink(missing_ok=True)
+
+
 def _trial_inputs(path: str, device: str):
     import torch
 
-    inputs = torch.load(path, weights_only=True)
-    return _to_device(inputs, device)
+    inputs = _WITHDRAWN[path] if path in _WITHDRAWN else torch.load(path, weights_only=True)
+    return _to_device(_clone(inputs), device)
+
+
+def _clone(obj: Any) -> Any:
+    """A fresh copy: a candidate that writes to one trial's tensors cannot change a later use of them."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    return obj
 
 
 # --------------------------------------------------------------------------- stages

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import os
 import shutil
 import sys
@@ -188,6 +189,8 @@ class Judge:
         # GPU stages queue per device, across processes, so timed runs never share a GPU.
         self._lease = DeviceLease(_cache_root() / "locks", gpu or visible_gpu()) if self.device == "cuda" else None
         self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
+        # Unpredictable unless the user fixes it: code run at import cannot regenerate the trials' inputs.
+        self.seed = self.config.seed if self.config.seed is not None else secrets.randbelow(2**30)
         self._own_root = workdir is None
         self.root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kernelfix-judge-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -243,8 +246,10 @@ class Judge:
         for d in _CANDIDATE_DIRS:
             _own_dir(workdir / d)
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
-        spec = {"stage": stage, "device": self.device, "init_seed": self.config.seed, **spec}
-        spec_path = workdir / f"{stage}.spec.json"
+        spec = {"stage": stage, "device": self.device, "init_seed": self.seed, **spec}
+        spec_path = workdir / "handoff" / f"{stage}.spec.json"
+        if spec_path.is_symlink() or spec_path.exists():
+            spec_path.unlink()  # never write through something an earlier stage's candidate planted
         spec_path.write_text(json.dumps(spec, default=str))
 
         def relay(msg: dict[str, Any]) -> None:
@@ -324,7 +329,7 @@ class Judge:
             c = self.config
             n = c.trials
             purposes: list[Literal["correctness", "fresh", "varied"]] = ["correctness"] * n + ["fresh"] + ["varied"] * len(c.input_variants)
-            seeds = [c.seed + 1009 * (i + 1) for i in range(len(purposes))]
+            seeds = [self.seed + 1009 * (i + 1) for i in range(len(purposes))]
             inputs_dir = self._private / "inputs"
             inputs_dir.mkdir(exist_ok=True)
             trials = [_Trial(i, s, inputs_dir / f"inputs_{i}.pt", p) for i, (s, p) in enumerate(zip(seeds, purposes))]
@@ -465,8 +470,7 @@ class Judge:
 
     def _stage_inputs(self, ev: Evaluation, trials: list[_Trial]) -> list[dict[str, Any]]:
         """Give the candidate its own copies of the inputs; the judge keeps the originals."""
-        d = Path(ev.workdir) / "inputs"
-        d.mkdir(exist_ok=True)
+        d = _fresh_dir(Path(ev.workdir) / "handoff")
         out = []
         for t in trials:
             dst = d / t.inputs.name
@@ -512,7 +516,7 @@ class Judge:
             outcome = self._run("correctness", wd, spec, self.config.run_timeout_s, on_event, "correctness", ev=ev)
             c = self.config
             report = CorrectnessReport(
-                atol=c.atol, rtol=c.rtol, rel_error_tol=c.rel_error_tol, vacuous_tolerance=ref.vacuous,
+                atol=c.atol, rtol=c.rtol, init_seed=self.seed, rel_error_tol=c.rel_error_tol, vacuous_tolerance=ref.vacuous,
                 skipped_variants=dict(ref.skipped_variants), float64_note=ref.float64_note,
             )
             ev.correctness = report
@@ -814,7 +818,9 @@ def _finite(obj: Any) -> bool:
     return all(bool(torch.isfinite(x).all()) for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point())
 
 
-_CANDIDATE_DIRS = ("build", "tmp", "out")  # the only parts of an evaluation's workdir candidate code may write
+# The only parts of an evaluation's workdir candidate code may write. "handoff" holds a stage's
+# spec and input copies, which the harness reads and deletes before it imports the candidate.
+_CANDIDATE_DIRS = ("build", "tmp", "out", "handoff")
 _MAX_OUTPUT_FILE = 64 << 30
 
 

@@ -140,6 +140,7 @@ class TrialReport(_Model):
 class CorrectnessReport(_Model):
     atol: float
     rtol: float
+    init_seed: int | None = None  # the seed both models' weights were built under
     rel_error_tol: float | None = None
     trials: list[TrialReport] = Field(default_factory=list)
     input_mutated: bool = False
