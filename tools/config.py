@@ -19,6 +19,27 @@ class TaskOverride(BaseModel):
     allow_streams: bool | None = None
 
 
+class BuildOptions(BaseModel):
+    """How kernelfix builds a candidate's C++/CUDA extensions. All off is stock torch
+    (still into the evaluation's own directory). None of these changes what the code means."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cache: bool = Field(True, description="reuse a finished extension built from identical sources, flags and toolchain")
+    object_cache: bool = Field(True, description="reuse a compiled translation unit (binding or kernel) seen before")
+    host_pch: bool = Field(True, description="precompiled torch/extension.h for the host binding TU (gcc)")
+    split_nvcc: bool = Field(True, description="run nvcc's host and device front ends in parallel")
+    local_arch: bool = Field(True, description="build only for this machine's GPU arch (no PTX for other GPUs)")
+
+    @classmethod
+    def stock(cls) -> "BuildOptions":
+        return cls(cache=False, object_cache=False, host_pch=False, split_nvcc=False, local_arch=False)
+
+    @property
+    def replaces_ninja(self) -> bool:
+        return self.cache or self.object_cache or self.host_pch or self.split_nvcc
+
+
 class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +71,8 @@ class JudgeConfig(BaseModel):
     run_timeout_s: float = 300.0
     bench_timeout_s: float = 900.0
     memory_limit_gb: float | None = Field(None, description="host RSS cap per child; None: 3/4 of RAM, at most 64")
+
+    build: BuildOptions = Field(default_factory=BuildOptions)
 
     tasks: dict[str, TaskOverride] = Field(default_factory=dict)
 

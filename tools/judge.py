@@ -37,6 +37,7 @@ from kernelfix.sandbox import ChildOutcome, Limits, run_child, scrubbed_env
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import feedback, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
+from kernelfix.tools.cache_dir import CACHE_ENV, cache_root
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.compare import compare, inputs_mutated
 from kernelfix.tools.config import JudgeConfig
@@ -46,6 +47,7 @@ from kernelfix.tools.verdict import (
     Category,
     CompileReport,
     CorrectnessReport,
+    ExtensionBuild,
     LegalityReport,
     Stage,
     StaticFinding,
@@ -145,12 +147,6 @@ def _memory_limit(config: JudgeConfig) -> int:
     return int(min(total * 3 // 4, 64 << 30))
 
 
-def _cache_root() -> Path:
-    root = Path(os.environ.get("KERNELFIX_CACHE", Path.home() / ".cache" / "kernelfix"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 class Judge:
     """Judges candidates for one task. Thread-safe; the reference is computed once."""
 
@@ -183,8 +179,9 @@ class Judge:
         self.close()
 
     def _env(self, workdir: Path) -> dict[str, str]:
-        cache = _cache_root()
+        cache = cache_root()
         extra = {
+            CACHE_ENV: str(cache),  # the child's HOME is its workdir; the build cache is shared
             "HOME": str(workdir),
             "TMPDIR": str(workdir / "tmp"),
             "TORCH_EXTENSIONS_DIR": str(workdir / "build"),
@@ -311,7 +308,12 @@ class Judge:
 
     def _candidate_spec(self, ev: Evaluation) -> dict[str, Any]:
         wd = Path(ev.workdir)
-        return {"task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build")}
+        return {
+            "task_path": str(wd / "task.py"),
+            "candidate_path": str(ev.candidate_path),
+            "build_dir": str(wd / "build"),
+            "build": self.config.build.model_dump(),
+        }
 
     def _fail_from(self, ev: Evaluation, stage: Stage, outcome: ChildOutcome, timeout_s: float) -> Evaluation:
         f: Failure = classify(stage, outcome, timeout_s=timeout_s, build_dir=Path(ev.workdir) / "build")
@@ -346,15 +348,23 @@ class Judge:
             outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile")
             result = outcome.last("result")
             err = outcome.last("error")
+            extensions = _extension_builds(outcome)
+            cached = bool(extensions) and all(b.cached for b in extensions)
+            log_path = str(Path(ev.workdir) / "logs" / "compile.log")
             if result is not None:
                 ev.compiled = True
-                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, cached=cached, extensions=extensions, log_path=log_path)
                 return ev
             if err is not None and err.get("kind") == "gpu_required":
                 ev.compiled = True
-                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, note="built for the GPU; not loadable here", log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+                ev.compile = CompileReport(
+                    backend=ev.backend, seconds=outcome.wall_s, ok=True, cached=cached, extensions=extensions, note="built for the GPU; not loadable here", log_path=log_path
+                )
                 return ev.fail("correctness", Category.NO_GPU, f"{err.get('message')}; correctness, legality and timing need a CUDA GPU")
-            return self._fail_from(ev, "compile", outcome, self.config.compile_timeout_s)
+            failed = self._fail_from(ev, "compile", outcome, self.config.compile_timeout_s)
+            if failed.compile is not None:
+                failed.compile.extensions = extensions
+            return failed
 
         return self._timed(ev, "compile", on_event, run)
 
@@ -584,6 +594,18 @@ class Judge:
         for stage in (self.compile, self.correctness, self.legality, self.benchmark):
             ev = stage(ev, on_event)
         return self.finish(ev)
+
+
+def _extension_builds(outcome: ChildOutcome) -> list[ExtensionBuild]:
+    """What the child reported about its extension builds; informational, so garbage is dropped."""
+    msg = outcome.last("builds")
+    out = []
+    for b in (msg or {}).get("builds") or []:
+        try:
+            out.append(ExtensionBuild.model_validate(b))
+        except ValueError:
+            continue
+    return out
 
 
 class _Unloadable:
