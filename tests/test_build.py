@@ -259,3 +259,17 @@ def test_host_pch_gives_the_same_object(tmp_path):
     assert (bd / "pch.o").read_bytes() == (bd / "plain.o").read_bytes()
     # another extension name: the same PCH serves it
     assert host_pch.include_args(f"{base.replace('kf_twice', 'kf_other')} o.o", src, store) == extra
+
+
+@pytest.mark.torch_build
+def test_judge_reports_a_cached_compile(judges):
+    """A resubmitted candidate is not compiled again, and the verdict says so."""
+    source = (Path(__file__).parent / "corpus" / "candidates" / "cpp_relu_ok.py").read_text()
+    judge = judges("relu", "cpu")
+    first = judge.evaluate(source, filename="cpp_relu_ok.py")
+    second = judge.evaluate(source, filename="cpp_relu_ok.py")
+    assert first.ok and second.ok, (first.message, second.message)
+    assert [e.name for e in second.compile.extensions] == ["relu_cpp_ext"]
+    assert second.compile.cached and second.compile.extensions[0].cached
+    if not first.compile.cached:  # unless an earlier test built it in this session
+        assert first.compile.extensions[0].objects_built == 1
