@@ -17,6 +17,7 @@ for step in "$@"; do
     gpu-tests) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     judge-bench) python3 bench/judge_stages.py --out "$OUT/judge_stages.json" 2>&1 | tee "$OUT/judge_stages.log" ;;
+    compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     *) echo "unknown step $step" ;;
   esac
 done

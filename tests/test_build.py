@@ -77,6 +77,17 @@ def test_identical_extension_is_built_once_across_processes(tmp_path):
     assert (tmp_path / "build-b" / "kf_probe_ext" / "kf_probe_ext.so").is_file()
 
 
+def test_damaged_cache_entry_is_rebuilt_and_replaced(tmp_path):
+    cache = tmp_path / "cache"
+    _probe(tmp_path, cache, kwargs=_inline(), name="a")
+    (so,) = (cache / "build" / "ext").glob("*/*/kf_probe_ext.so")
+    so.write_bytes(b"not a library")  # a torn copy, or a candidate scribbling on the cache
+    rebuilt = _probe(tmp_path, cache, kwargs=_inline(), name="b")
+    assert rebuilt["value"] == 42 and not rebuilt["records"][0]["cached"]
+    again = _probe(tmp_path, cache, kwargs=_inline(), name="c")
+    assert again["value"] == 42 and again["records"][0]["cached"]
+
+
 def test_any_change_that_matters_misses_the_cache(tmp_path):
     cache = tmp_path / "cache"
     _probe(tmp_path, cache, kwargs=_inline(), name="a")

@@ -167,7 +167,7 @@ def install(build_root: Path, device: str, options: BuildOptions | None = None) 
             # CPU torch knows no GPU arch to target; build for Hopper like the device.
             os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
         try:
-            return original(name, cpp_sources, cuda_sources, *args, **kwargs)
+            original(name, cpp_sources, cuda_sources, *args, **kwargs)
         except (ImportError, OSError) as e:
             built = list(Path(kwargs["build_directory"]).glob("*.so"))
             if built:
@@ -175,5 +175,7 @@ def install(build_root: Path, device: str, options: BuildOptions | None = None) 
                     f"compiled and linked {built[0].name}; loading it needs CUDA torch and a GPU ({e})"
                 ) from None
             raise
+        # Some CUDA extensions even load here (no torch CUDA symbols); their kernels still cannot run.
+        raise GpuRequired(f"compiled and linked {_sanitize(name)}; running its CUDA kernels needs a GPU")
 
     ce.load_inline = load_inline

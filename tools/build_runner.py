@@ -21,16 +21,14 @@ would, with ninja-style ``FAILED:`` blocks, so the judge classifies it as before
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from kernelfix.tools import host_pch, ninja_file, nvcc_pipeline
 from kernelfix.tools.cache_dir import cache_root
@@ -62,7 +60,6 @@ class _EdgeResult:
     output: str = ""
     reused: bool = False
     notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 class BuildFailed(RuntimeError):
@@ -119,15 +116,13 @@ class _Build:
         self.notes: list[str] = []
         self.built = 0
         self.reused = 0
-        self._common: str | None = None  # what every key shares; None: not cacheable
+        self._common: str | None = None  # what every key shares; "": not cacheable
 
     def common_key(self) -> str | None:
         if self._common is None:
             headers = _header_digest(_user_include_dirs(self.edges), self.dir)
-            if headers is None:
-                return None
-            self._common = digest("kernelfix-build", BUILD_SCHEME, _tools(self.edges), torch_identity(), python_abi(), headers)
-        return self._common
+            self._common = "" if headers is None else digest("kernelfix-build", BUILD_SCHEME, _tools(self.edges), torch_identity(), python_abi(), headers)
+        return self._common or None
 
     def _normalized(self, command: str) -> str:
         return command.replace(str(self.dir), "<build>")
@@ -142,31 +137,31 @@ class _Build:
         return r.returncode == 0, r.stdout.decode("utf-8", "replace")
 
     def _compile(self, edge: ninja_file.Edge) -> _EdgeResult:
-        t0 = time.monotonic()
         out = self.dir / edge.outputs[0]
-        key = None
-        if self.options.object_cache and self.common_key() is not None:
-            key = digest("obj", self.common_key(), edge.rule, self._normalized(edge.command), self._source_digests(edge))
-            hit = self._object_hit(key, out)
-            if hit:
-                return _EdgeResult(ok=True, reused=True, seconds=time.monotonic() - t0)
-        if key is not None:
-            with self.stores.obj.lock(key):
-                if self._object_hit(key, out):
-                    return _EdgeResult(ok=True, reused=True, seconds=time.monotonic() - t0)
-                res = self._compile_now(edge)
-                if res.ok:
-                    self._publish_object(key, out)
-        else:
+        common = self.common_key() if self.options.object_cache else None
+        if common is None:
+            return self._compile_now(edge)
+        key = digest("obj", common, edge.rule, self._normalized(edge.command), self._source_digests(edge))
+        obj = self.stores.obj
+        if obj.fetch_file(key, out):
+            return _EdgeResult(ok=True, reused=True)
+        with obj.lock(key):
+            if obj.fetch_file(key, out):
+                return _EdgeResult(ok=True, reused=True)
+            obj.discard(key)
             res = self._compile_now(edge)
-        res.seconds = time.monotonic() - t0
+            if res.ok:
+                obj.put_file(key, out)
         return res
 
     def _compile_now(self, edge: ninja_file.Edge) -> _EdgeResult:
         notes: list[str] = []
         if edge.rule == "cuda_compile" and self.options.split_nvcc:
             r = nvcc_pipeline.compile_split(shlex.split(edge.command), self.dir, dict(os.environ))
-            notes.append("nvcc front ends in parallel" if r.mode == "split" else (r.note or "plain nvcc"))
+            if r.mode == "split":
+                notes.append("nvcc front ends in parallel; nvcc steps: " + ", ".join(f"{s.tool} {s.seconds:.1f}s" for s in r.steps))
+            else:
+                notes.append(r.note or "plain nvcc")
             return _EdgeResult(ok=r.ok, output=r.output, notes=notes)
         command = edge.command
         if edge.rule == "compile" and self.options.host_pch and edge.inputs:
@@ -180,29 +175,6 @@ class _Build:
                 notes.append("precompiled torch/extension.h")
         ok, output = self._run_shell(command)
         return _EdgeResult(ok=ok, output=output, notes=notes)
-
-    def _object_hit(self, key: str, out: Path) -> bool:
-        entry = self.stores.obj.get(key)
-        if entry is None:
-            return False
-        try:
-            meta = json.loads((entry / "meta.json").read_text())
-            if file_sha256(entry / "object.o") != meta["sha256"]:
-                return False
-            _copy_into(entry / "object.o", out)
-        except (OSError, ValueError, KeyError):
-            return False
-        return True
-
-    def _publish_object(self, key: str, out: Path) -> None:
-        def fill(d: Path) -> None:
-            shutil.copyfile(out, d / "object.o")
-            (d / "meta.json").write_text(json.dumps({"sha256": file_sha256(d / "object.o"), "output": out.name}))
-
-        try:
-            self.stores.obj.publish(key, fill)
-        except OSError:
-            pass  # a full disk loses a cache entry, never the build
 
     # ------------------------------------------------------------------ the whole graph
 
@@ -245,12 +217,6 @@ def _workers() -> int:
     return (os.cpu_count() or 2) + 2  # ninja's default
 
 
-def _copy_into(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.kf-tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
 def run(
     build_directory: str,
     verbose: bool,
@@ -281,44 +247,19 @@ def run(
             build.run()
         else:
             ext = build.stores.ext
-            if _extension_hit(ext, key, bd / target):
+            if ext.fetch_file(key, bd / target):
                 record(ExtensionBuild(name=name, cached=True, seconds=round(time.monotonic() - t0, 3)))
                 return
             with ext.lock(key):
-                if _extension_hit(ext, key, bd / target):
+                if ext.fetch_file(key, bd / target):
                     record(ExtensionBuild(name=name, cached=True, seconds=round(time.monotonic() - t0, 3), notes=["waited for a concurrent identical build"]))
                     return
+                ext.discard(key)
                 build.run()
-                _publish_extension(ext, key, bd / target)
+                ext.put_file(key, bd / target)
     except BuildFailed as e:
         record(ExtensionBuild(name=name, seconds=round(time.monotonic() - t0, 3), objects_built=build.built, objects_reused=build.reused, notes=build.notes))
         raise RuntimeError(f"{error_prefix}: {e}") from None
     if verbose:
         print("\n".join(build.log), flush=True)
     record(ExtensionBuild(name=name, seconds=round(time.monotonic() - t0, 3), objects_built=build.built, objects_reused=build.reused, notes=build.notes))
-
-
-def _extension_hit(store: Store, key: str, dst: Path) -> bool:
-    entry = store.get(key)
-    if entry is None:
-        return False
-    try:
-        meta = json.loads((entry / "meta.json").read_text())
-        src = entry / meta["file"]
-        if file_sha256(src) != meta["sha256"]:
-            return False  # torn or tampered entry: rebuild, and the new entry cannot replace it, but the build is right
-        _copy_into(src, dst)
-    except (OSError, ValueError, KeyError):
-        return False
-    return True
-
-
-def _publish_extension(store: Store, key: str, built: Path) -> None:
-    def fill(d: Path) -> None:
-        shutil.copyfile(built, d / built.name)
-        (d / "meta.json").write_text(json.dumps({"file": built.name, "sha256": file_sha256(d / built.name), "scheme": BUILD_SCHEME}))
-
-    try:
-        store.publish(key, fill)
-    except OSError:
-        pass

@@ -29,7 +29,9 @@ class BuildOptions(BaseModel):
     object_cache: bool = Field(True, description="reuse a compiled translation unit (binding or kernel) seen before")
     host_pch: bool = Field(True, description="precompiled torch/extension.h for the host binding TU (gcc)")
     split_nvcc: bool = Field(True, description="run nvcc's host and device front ends in parallel")
-    local_arch: bool = Field(True, description="build only for this machine's GPU arch (no PTX for other GPUs)")
+    local_arch: bool = Field(
+        False, description="build only for this machine's GPU arch, without PTX for newer GPUs (measured: saves well under a second)"
+    )
 
     @classmethod
     def stock(cls) -> "BuildOptions":

@@ -24,6 +24,7 @@ from kernelfix.tools.toolchain import is_gcc, tool_identity, torch_identity
 
 PCH_SCHEME = 1
 HEADER = "kf_torch_extension.h"
+FAILED = "failed.txt"  # an entry that records a failed PCH build
 _FIRST_LINE = "#include <torch/extension.h>"
 _ORDER_SENSITIVE = ("-include", "-imacros", "-x", "-E", "-S", "-M", "-MM")
 
@@ -82,14 +83,18 @@ def include_args(command: str, source: Path, store: Store) -> list[str] | None:
     if entry is None:
         with store.lock(key):
             entry = store.get(key) or store.publish(key, lambda d: _build(flags, d))
+    failed = entry / FAILED
+    if failed.exists():  # built once and failed: not retried for every TU with these flags
+        raise PchError(failed.read_text()[:2000])
     return ["-include", str(entry / HEADER)]
+
 
 
 def _build(flags: list[str], d: Path) -> None:
     header = d / HEADER
     header.write_text(_FIRST_LINE + "\n")
-    # The .gch records the directory it was built in only through -I paths, which are absolute.
     cmd = [*flags, "-x", "c++-header", str(header), "-o", str(header) + ".gch"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise PchError(f"building the torch/extension.h PCH failed: {(r.stdout + r.stderr).strip()[-2000:]}")
+        (d / FAILED).write_text(f"building the torch/extension.h PCH failed: {(r.stdout + r.stderr).strip()[-2000:]}")
+        Path(str(header) + ".gch").unlink(missing_ok=True)

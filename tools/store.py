@@ -63,6 +63,42 @@ class Store:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def put_file(self, key: str, src: Path) -> None:
+        """Publish one file with its checksum; a failure (full disk) only loses the cache entry."""
+
+        def fill(d: Path) -> None:
+            shutil.copyfile(src, d / src.name)
+            (d / "meta.json").write_text(json.dumps({"file": src.name, "sha256": file_sha256(d / src.name)}))
+
+        try:
+            self.publish(key, fill)
+        except OSError:
+            pass
+
+    def fetch_file(self, key: str, dst: Path) -> bool:
+        """Copy the entry's file to ``dst`` (atomically) if it is there and its checksum holds."""
+        entry = self.get(key)
+        if entry is None:
+            return False
+        try:
+            meta = json.loads((entry / "meta.json").read_text())
+            src = entry / meta["file"]
+            if file_sha256(src) != meta["sha256"]:
+                return False  # torn or tampered with; see discard
+            tmp = dst.with_name(f".{dst.name}.{uuid.uuid4().hex[:8]}")
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return True
+
+    def discard(self, key: str) -> None:
+        """Remove an entry (one that failed its checksum), so a rebuild can take its place.
+        Call under the key's lock."""
+        entry = self.get(key)
+        if entry is not None:
+            shutil.rmtree(entry, ignore_errors=True)
+
     def publish(self, key: str, fill: Callable[[Path], None]) -> Path:
         """Create the entry from what ``fill(tmpdir)`` writes; if another process won the race, keep theirs."""
         final = self.path(key)
