@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -66,7 +66,6 @@ class _Plan:
     final: list[_Step]  # host compile, rm
     module_id: str | None = None  # cudafe++'s module id file
     extra_output: str = ""  # what nvcc's driver itself printed
-    pre_cudafe: list[_Step] = field(default_factory=list)
 
 
 def _strip_depfile(argv: list[str]) -> list[str]:
@@ -182,6 +181,7 @@ class _Runner:
         self.steps, self.cwd, self.env = steps, cwd, env
         self.proc: subprocess.Popen | None = None
         self.cancelled = False
+        self._lock = threading.Lock()  # a cancel never misses a step that is just starting
         self.failed: _Step | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -191,12 +191,13 @@ class _Runner:
 
     def _run(self) -> None:
         for s in self.steps:
-            if self.cancelled:
-                return
             t0 = time.monotonic()
-            self.proc = subprocess.Popen(
-                ["/bin/sh", "-c", s.command], cwd=self.cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            with self._lock:
+                if self.cancelled:
+                    return
+                self.proc = subprocess.Popen(
+                    ["/bin/sh", "-c", s.command], cwd=self.cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                )
             out, _ = self.proc.communicate()
             s.seconds = time.monotonic() - t0
             s.output = out.decode("utf-8", "replace")
@@ -206,8 +207,9 @@ class _Runner:
                 return
 
     def cancel(self) -> None:
-        self.cancelled = True
-        p = self.proc
+        with self._lock:
+            self.cancelled = True
+            p = self.proc
         if p is not None and p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
