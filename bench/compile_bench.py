@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CANDIDATES = HERE / "candidates"
+CANDIDATES = HERE / "compile_candidates"
 STOCK = {"cache": False, "object_cache": False, "host_pch": False, "split_nvcc": False, "local_arch": False}
 ALL = {"cache": True, "object_cache": True, "host_pch": True, "split_nvcc": True, "local_arch": False}  # kernelfix's defaults
 LEVERS = {
@@ -183,7 +183,7 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where the JSON and markdown go (default $OUT)")
     ap.add_argument("--jobs", type=int, default=5, help="builds at once in the cold phases (default 5)")
-    ap.add_argument("--candidates", help="comma-separated candidate names (default: all in bench/candidates)")
+    ap.add_argument("--candidates", help="comma-separated candidate names (default: all in bench/compile_candidates)")
     ap.add_argument("--levers", help="candidate for the lever breakdown (default: the first)")
     ap.add_argument("--no-levers", action="store_true", help="skip the lever breakdown")
     ap.add_argument("--workdir", help="keep builds here (default: a temp dir)")
