@@ -184,6 +184,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where the JSON and markdown go (default $OUT)")
     ap.add_argument("--jobs", type=int, default=5, help="builds at once in the cold phases (default 5)")
     ap.add_argument("--candidates", help="comma-separated candidate names (default: all in bench/compile_candidates)")
+    ap.add_argument("--candidate-dir", default=str(CANDIDATES), help=argparse.SUPPRESS)  # for testing the driver
     ap.add_argument("--levers", help="candidate for the lever breakdown (default: the first)")
     ap.add_argument("--no-levers", action="store_true", help="skip the lever breakdown")
     ap.add_argument("--workdir", help="keep builds here (default: a temp dir)")
@@ -194,8 +195,9 @@ def main() -> int:
 
     import torch
 
-    names = args.candidates.split(",") if args.candidates else sorted(p.stem for p in CANDIDATES.glob("*.py"))
-    cands = {n: CANDIDATES / f"{n}.py" for n in names}
+    cdir = Path(args.candidate_dir)
+    names = args.candidates.split(",") if args.candidates else sorted(p.stem for p in cdir.glob("*.py"))
+    cands = {n: cdir / f"{n}.py" for n in names}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kf-compile-bench-"))
