@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +18,21 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: lit
 
 CORPUS = Path(__file__).parent / "corpus"
 HAS_CUDA = torch.cuda.is_available()
+
+
+def pytest_configure(config):
+    # One build cache per test session (the judge hands it to every child): tests see cold
+    # builds, share them with each other, and never touch the user's cache. Set
+    # KERNELFIX_CACHE to reuse one across sessions.
+    if not os.environ.get("KERNELFIX_CACHE"):
+        os.environ["KERNELFIX_CACHE"] = config._kernelfix_cache = tempfile.mkdtemp(prefix="kernelfix-test-cache-")
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_kernelfix_cache", None)
+    if made:  # precompiled headers are hundreds of MB
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop("KERNELFIX_CACHE", None)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -26,6 +26,29 @@ class TaskOverride(BaseModel):
     allow_streams: bool | None = None
 
 
+class BuildOptions(BaseModel):
+    """How kernelfix builds a candidate's C++/CUDA extensions. All off is stock torch
+    (still into the evaluation's own directory). None of these changes what the code means."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cache: bool = Field(True, description="reuse a finished extension built from identical sources, flags and toolchain")
+    object_cache: bool = Field(True, description="reuse a compiled translation unit (binding or kernel) seen before")
+    host_pch: bool = Field(True, description="precompiled torch/extension.h for the host binding TU (gcc)")
+    split_nvcc: bool = Field(True, description="run nvcc's host and device front ends in parallel")
+    local_arch: bool = Field(
+        False, description="build only for this machine's GPU arch, without PTX for newer GPUs (measured: saves well under a second)"
+    )
+
+    @classmethod
+    def stock(cls) -> "BuildOptions":
+        return cls(cache=False, object_cache=False, host_pch=False, split_nvcc=False, local_arch=False)
+
+    @property
+    def replaces_ninja(self) -> bool:
+        return self.cache or self.object_cache or self.host_pch or self.split_nvcc
+
+
 class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -89,6 +112,8 @@ class JudgeConfig(BaseModel):
         description="isolation layers for every child; `writable`/`hidden` add to the judge's own (work dir, caches; reference dir, credentials)",
     )
     hide_credentials: bool = Field(True, description="hide ~/.ssh, ~/.aws, .env files and the like from candidates")
+
+    build: BuildOptions = Field(default_factory=BuildOptions)
 
     tasks: dict[str, TaskOverride] = Field(default_factory=dict)
 

@@ -154,12 +154,17 @@ class _TaskProblem(Exception):
 
 def _load_candidate(spec: dict, chan: Channel):
     from kernelfix.tools import build
+    from kernelfix.tools.config import BuildOptions
 
     _withdraw_inputs(spec)
-    build.install(Path(spec["build_dir"]), spec["device"])
+    build.install(Path(spec["build_dir"]), spec["device"], BuildOptions(**spec.get("build", {})))
     _phase(chan, "import_candidate")
     t0 = _perf_counter()
-    mod = _load_module(spec["candidate_path"], "kernelfix_candidate")
+    try:
+        mod = _load_module(spec["candidate_path"], "kernelfix_candidate")
+    finally:
+        # What each extension build did (cache hit or not), for the compile report; sent on failure too.
+        chan.send("builds", builds=[b.model_dump() for b in build.records()])
     cls = getattr(mod, "ModelNew", None)
     if cls is None:
         raise _NoModelNew("the candidate module defines no ModelNew")

@@ -39,6 +39,7 @@ from kernelfix.sandbox import ChildOutcome, Isolation, Limits, credential_paths,
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import bottleneck, feedback, input_variants, ncu, ncu_csv, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
+from kernelfix.tools.cache_dir import CACHE_ENV, cache_root
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.compare import compare, inputs_mutated, leaves, relative_error, vacuous_tolerance
 from kernelfix.tools.config import JudgeConfig
@@ -50,6 +51,7 @@ from kernelfix.tools.verdict import (
     Category,
     CompileReport,
     CorrectnessReport,
+    ExtensionBuild,
     InputVariant,
     LegalityReport,
     ProfileReport,
@@ -169,12 +171,6 @@ def _memory_limit(config: JudgeConfig) -> int:
     return int(min(total * 3 // 4, 64 << 30))
 
 
-def _cache_root() -> Path:
-    root = Path(os.environ.get("KERNELFIX_CACHE", Path.home() / ".cache" / "kernelfix"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 class Judge:
     """Judges candidates for one task. Thread-safe; the reference is computed once."""
 
@@ -187,7 +183,7 @@ class Judge:
         self.device, self.device_notice = resolve_device(self.config.device)
         self.gpu = gpu
         # GPU stages queue per device, across processes, so timed runs never share a GPU.
-        self._lease = DeviceLease(_cache_root() / "locks", gpu or visible_gpu()) if self.device == "cuda" else None
+        self._lease = DeviceLease(cache_root() / "locks", gpu or visible_gpu()) if self.device == "cuda" else None
         self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
         # Unpredictable unless the user fixes it: code run at import cannot regenerate the trials' inputs.
         self.seed = self.config.seed if self.config.seed is not None else secrets.randbelow(2**30)
@@ -216,8 +212,9 @@ class Judge:
         self.close()
 
     def _env(self, workdir: Path) -> dict[str, str]:
-        cache = _cache_root()
+        cache = cache_root()
         extra = {
+            CACHE_ENV: str(cache),  # the child's HOME is its own tmp dir; the build cache is shared
             "HOME": str(workdir / "tmp"),
             "TMPDIR": str(workdir / "tmp"),
             "TORCH_EXTENSIONS_DIR": str(workdir / "build"),
@@ -311,7 +308,7 @@ class Judge:
             writable, hidden = [workdir / d for d in _CANDIDATE_DIRS], [self._private, *siblings]
         return base.model_copy(
             update={
-                "writable": [*map(str, writable), str(_cache_root()), *base.writable],
+                "writable": [*map(str, writable), str(cache_root()), *base.writable],
                 "hidden": [*map(str, hidden), *self._credentials, *base.hidden],
             }
         )
@@ -421,7 +418,12 @@ class Judge:
 
     def _candidate_spec(self, ev: Evaluation) -> dict[str, Any]:
         wd = Path(ev.workdir)
-        return {"task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build")}
+        return {
+            "task_path": str(wd / "task.py"),
+            "candidate_path": str(ev.candidate_path),
+            "build_dir": str(wd / "build"),
+            "build": self.config.build.model_dump(),
+        }
 
     def _fail_from(self, ev: Evaluation, stage: Stage, outcome: ChildOutcome, timeout_s: float) -> Evaluation:
         f: Failure = classify(stage, outcome, timeout_s=timeout_s, build_dir=Path(ev.workdir) / "build")
@@ -456,15 +458,23 @@ class Judge:
             outcome = self._run("compile", Path(ev.workdir), self._candidate_spec(ev), self.config.compile_timeout_s, on_event, "compile", ev=ev)
             result = outcome.last("result")
             err = outcome.last("error")
+            extensions = _extension_builds(outcome)
+            cached = bool(extensions) and all(b.cached for b in extensions)
+            log_path = str(Path(ev.workdir) / "logs" / "compile.log")
             if result is not None:
                 ev.compiled = True
-                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, cached=cached, extensions=extensions, log_path=log_path)
                 return ev
             if err is not None and err.get("kind") == "gpu_required":
                 ev.compiled = True
-                ev.compile = CompileReport(backend=ev.backend, seconds=outcome.wall_s, ok=True, note="built for the GPU; not loadable here", log_path=str(Path(ev.workdir) / "logs" / "compile.log"))
+                ev.compile = CompileReport(
+                    backend=ev.backend, seconds=outcome.wall_s, ok=True, cached=cached, extensions=extensions, note="built for the GPU; not loadable here", log_path=log_path
+                )
                 return ev.fail("correctness", Category.NO_GPU, f"{err.get('message')}; correctness, legality and timing need a CUDA GPU")
-            return self._fail_from(ev, "compile", outcome, self.config.compile_timeout_s)
+            failed = self._fail_from(ev, "compile", outcome, self.config.compile_timeout_s)
+            if failed.compile is not None:
+                failed.compile.extensions = extensions
+            return failed
 
         return self._timed(ev, "compile", on_event, run)
 
@@ -800,6 +810,18 @@ class Judge:
         for name in STAGES:
             ev = getattr(self, name)(ev, on_event)
         return self.finish(ev)
+
+
+def _extension_builds(outcome: ChildOutcome) -> list[ExtensionBuild]:
+    """What the child reported about its extension builds; informational, so garbage is dropped."""
+    msg = outcome.last("builds")
+    out = []
+    for b in (msg or {}).get("builds") or []:
+        try:
+            out.append(ExtensionBuild.model_validate(b))
+        except ValueError:
+            continue
+    return out
 
 
 class _Unloadable:

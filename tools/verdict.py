@@ -102,13 +102,25 @@ class StaticFinding(_Model):
     category: Category | None = None  # set for errors: the verdict they force
 
 
+class ExtensionBuild(_Model):
+    """One C++/CUDA extension the candidate loaded while it was imported."""
+
+    name: str
+    cached: bool = False  # the finished extension came from the build cache
+    seconds: float
+    objects_built: int = 0
+    objects_reused: int = 0  # translation units taken from the object cache
+    notes: list[str] = Field(default_factory=list)  # levers used, fallbacks taken
+
+
 class CompileReport(_Model):
     backend: Backend
     seconds: float
     ok: bool
     errors: list[str] = Field(default_factory=list)  # the failing compiler lines, trimmed
     log_path: str | None = None
-    cached: bool = False  # the build came from kernelfix's content-addressed cache
+    cached: bool = False  # every extension came from kernelfix's content-addressed cache
+    extensions: list[ExtensionBuild] = Field(default_factory=list)
     note: str | None = None
 
 

@@ -1,0 +1,68 @@
+"""What the compilers and torch are, for cache keys, and where CUDA lives."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+
+def find_cuda_home() -> str | None:
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            return os.environ[env]
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda"
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        home = Path(os.path.realpath(nvcc)).parent.parent
+        if (home / "include" / "cuda_runtime.h").exists():
+            return str(home)
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def tool_identity(executable: str) -> str:
+    """``executable --version`` plus where it really lives: a different compiler is a different key."""
+    path = shutil.which(executable) or executable
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        version = (r.stdout or r.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        version = f"unavailable: {e}"
+    try:
+        st = os.stat(os.path.realpath(path))
+        stamp = f"{os.path.realpath(path)} {st.st_size} {int(st.st_mtime)}"
+    except OSError:
+        stamp = path
+    return f"{stamp}\n{version}"
+
+
+@functools.lru_cache(maxsize=8)
+def is_gcc(executable: str) -> bool:
+    """True for GNU g++ (PCH here uses gcc's .gch files); clang and others are left alone."""
+    try:
+        r = subprocess.run([shutil.which(executable) or executable, "-v"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = r.stdout + r.stderr
+    return "COLLECT_GCC=" in text and "gcc version" in text
+
+
+@functools.lru_cache(maxsize=1)
+def torch_identity() -> str:
+    import torch
+
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    return " ".join(
+        str(x)
+        for x in (torch.__version__, torch.version.git_version, torch.version.cuda, abi, Path(torch.__file__).parent)
+    )
+
+
+def python_abi() -> str:
+    return f"{sys.implementation.cache_tag} {sysconfig.get_config_var('SOABI')}"
