@@ -8,4 +8,4 @@ unshare --net --mount --pid --fork --mount-proc python3 -c "import torch; print(
 echo "== cgroups"; mount | grep -i cgroup | head; ls /sys/fs/cgroup | head -20
 echo "== devices"; ls -la /dev/nvidia* 2>&1 | head
 echo "== counters"; cat /proc/driver/nvidia/params 2>/dev/null | grep -i RmProfilingAdminOnly
-echo "== kernelfix sandbox"; python3 -c "from kernelfix.sandbox import probe; r = probe(); print('layers:', r.layers); [print('note:', n) for n in r.notes]" 2>&1 | tail -8
+echo "== kernelfix sandbox"; python3 -P -c "from kernelfix.sandbox import probe; r = probe(); print('layers:', r.layers); [print('note:', n) for n in r.notes]" 2>&1 | tail -8

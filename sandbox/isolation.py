@@ -80,3 +80,49 @@ def probe() -> SandboxReport:
             isolation=Isolation(writable=[d]),
         )
     return SandboxReport(layers=out.isolation, notes=out.sandbox_notes)
+
+
+# Tried in this order when CUDA fails inside the full sandbox: the cheapest loss of isolation first.
+_GPU_FALLBACKS: tuple[tuple[str, dict], ...] = (
+    ("every /dev node visible", {"devices": ["*"]}),
+    ("capabilities kept", {"capabilities": False}),
+    ("filesystem not isolated", {"filesystem": False}),
+    ("PID namespace off", {"pid": False}),
+    ("network not isolated", {"network": False}),
+    ("no isolation", {"network": False, "pid": False, "filesystem": False, "capabilities": False, "cgroup": False}),
+)
+_CUDA_CHECK = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize(); print('cuda ok')"
+
+
+def _cuda_runs(iso: Isolation, python: str) -> tuple[bool, str]:
+    from kernelfix.sandbox.process import Limits, run_child
+
+    with tempfile.TemporaryDirectory(prefix="kernelfix-gpu-probe-") as d:
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "HOME")}
+        out = run_child([python, "-c", _CUDA_CHECK], cwd=d, env=env, limits=Limits(wall_s=120), isolation=iso.model_copy(update={"writable": [d, *iso.writable]}))
+    return ("cuda ok" in out.stdout_tail), (out.stderr_tail.strip().splitlines() or [f"exit {out.returncode}"])[-1][:200]
+
+
+@functools.lru_cache(maxsize=8)
+def _gpu_layers(settings_json: str, python: str) -> tuple[str, str | None]:
+    base = Isolation.model_validate_json(settings_json)
+    ok, why = _cuda_runs(base, python)
+    if ok:
+        return settings_json, None
+    for label, change in _GPU_FALLBACKS:
+        trial = base.model_copy(update=change)
+        if _cuda_runs(trial, python)[0]:
+            return trial.model_dump_json(), f"CUDA fails inside the full sandbox here ({why}); running with {label}"
+    return base.model_copy(update=dict(_GPU_FALLBACKS[-1][1])).model_dump_json(), f"CUDA fails inside the sandbox here ({why}); running without isolation"
+
+
+def for_gpu(iso: Isolation, python: str | None = None) -> tuple[Isolation, str | None]:
+    """``iso`` minus the layers that keep CUDA from working on this machine, and a note saying which.
+
+    Checked once per process and settings (a child that initialises CUDA, about a second):
+    a sandbox that breaks the GPU would turn every candidate into a runtime error.
+    """
+    key = iso.model_copy(update={"writable": [], "hidden": []}).model_dump_json()
+    chosen, note = _gpu_layers(key, python or sys.executable)
+    layers = Isolation.model_validate_json(chosen)
+    return iso.model_copy(update=layers.model_dump(exclude={"writable", "hidden"})), note

@@ -36,6 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox import ChildOutcome, Isolation, Limits, credential_paths, run_child, scrubbed_env
+from kernelfix.sandbox.isolation import for_gpu
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import bottleneck, feedback, input_variants, ncu, ncu_csv, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
@@ -184,6 +185,7 @@ class Judge:
         self.gpu = gpu
         # GPU stages queue per device, across processes, so timed runs never share a GPU.
         self._lease = DeviceLease(cache_root() / "locks", gpu or visible_gpu()) if self.device == "cuda" else None
+        self._gpu_sandbox_notes: list[str] = []  # layers the GPU needed turned off on this machine
         self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
         # Unpredictable unless the user fixes it: code run at import cannot regenerate the trials' inputs.
         self.seed = self.config.seed if self.config.seed is not None else secrets.randbelow(2**30)
@@ -278,7 +280,8 @@ class Judge:
             # Nothing the child said can be trusted: no result, so the stage fails as tampering.
             outcome.messages = [m for m in outcome.messages if m.get("type") in ("hello", "phase")]
         if ev is not None:
-            ev.warnings += [SANDBOX_NOTE + n for n in outcome.sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
+            notes = [*outcome.sandbox_notes, *self._gpu_sandbox_notes]
+            ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]
         log = workdir / "logs" / f"{stage}.log"
         log.write_text(
             f"$ {' '.join(argv)}\nreturncode={outcome.returncode} signal={outcome.signal} "
@@ -306,12 +309,17 @@ class Judge:
             evals = self.root / "evals"
             siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals else []
             writable, hidden = [workdir / d for d in _CANDIDATE_DIRS], [self._private, *siblings]
-        return base.model_copy(
+        iso = base.model_copy(
             update={
                 "writable": [*map(str, writable), str(cache_root()), *base.writable],
                 "hidden": [*map(str, hidden), *self._credentials, *base.hidden],
             }
         )
+        if self.device == "cuda":
+            iso, note = for_gpu(iso)
+            if note and note not in self._gpu_sandbox_notes:
+                self._gpu_sandbox_notes.append(note)
+        return iso
 
     # ------------------------------------------------------------------ reference
 
