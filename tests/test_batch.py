@@ -246,7 +246,7 @@ def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
     lock = tmp_path / "cache" / "locks" / "gpu-3.lock"
     seen = {}
 
-    def fake_run_child(argv, *, cwd, env, limits, on_message=None):
+    def fake_run_child(argv, *, cwd, env, limits, on_message=None, **_sandbox):
         with open(lock, "a+") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
