@@ -2,15 +2,27 @@
 # Run kernelfix's GPU work on the lent device, from the repo root: bench/device_run.sh STEP...
 # Installs the carried wheels (.whl, built by ../shared/tools/device-wheels) and kernelfix
 # itself, then runs each STEP, logging under $OUT (at most 8 files come back: small logs
-# plain, everything else in one tarball).
+# plain, everything else in one tarball). STEP@SECONDS bounds a step, so one slow step
+# can't eat the call's whole device time and the later steps still report.
 set -o pipefail
 : "${OUT:?OUT must be set}"
+if [ "$1" = "--one" ]; then set -- "$2"; else
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --target /tmp/kf . >/dev/null || exit 1
 export PYTHONPATH=/tmp/kf:/tmp/site LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
 mkdir -p /tmp/kfout
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
+  case $step in
+    *@*) timeout -k 10 "${step#*@}" bash "$0" --one "${step%@*}" || echo "=== ${step%@*} ended with $? (124: out of time)" ;;
+    *) bash "$0" --one "$step" ;;
+  esac
+done
+  tar czf "$OUT/artifacts.tgz" -C /tmp/kfout . 2>/dev/null
+  ls -la "$OUT"
+  exit 0
+fi
+for step in "$@"; do
   case $step in
     probe) bash bench/device_probe.sh 2>&1 | tee "$OUT/probe.txt" ;;
     ncu) bash bench/ncu_capture.sh /tmp/kfout/ncu ;;
@@ -26,5 +38,3 @@ for step in "$@"; do
     *) echo "unknown step $step" ;;
   esac
 done
-tar czf "$OUT/artifacts.tgz" -C /tmp/kfout . 2>/dev/null
-ls -la "$OUT"

@@ -21,6 +21,12 @@ from kernelfix.sandbox import linux
 # like stay out: root without capabilities may still write to a disk it can open.
 DEFAULT_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "nvidia*", "nvidia-caps", "dxg")
 SHM_SIZE = "1g"
+# /proc stays writable: the NVIDIA driver (570+) names its threads through
+# /proc/self/task/<tid>/comm while CUDA starts, and a read-only /proc turns that into
+# cudaErrorOperatingSystem (304). What a writable /proc would expose of the host is
+# closed one path at a time, as container runtimes do.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/kallsyms")
 
 
 def _mountinfo() -> list[tuple[str, set[str]]]:
@@ -102,7 +108,7 @@ def build(writable: list[str], hidden: list[str], devices: list[str]) -> list[st
             hidden_points.append(h)
         except OSError as e:
             notes.append(f"not hidden: {h}: {e.strerror or e}")
-    keep_rw = [*writable, "/dev/shm"]
+    keep_rw = [*writable, "/dev/shm", "/proc"]
     failed = []
     done = set()
     for point, opts in _mountinfo():
@@ -119,10 +125,33 @@ def build(writable: list[str], hidden: list[str], devices: list[str]) -> list[st
                 failed.append(f"{point} ({e.strerror or e})")
     if failed:
         notes.append("filesystem partly writable: could not make read-only " + ", ".join(failed[:5]))
+    notes += protect_proc()
     os.chdir(cwd)  # the old cwd is on the (now read-only) parent mount; re-enter through the writable bind
     return notes
 
 
-def mount_proc() -> None:
-    """A /proc showing only this PID namespace, read-only (no /proc/sys, /proc/sysrq-trigger writes)."""
-    linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC | linux.MS_RDONLY)
+def protect_proc() -> list[str]:
+    """Make /proc's host-wide knobs read-only and hide its kernel secrets; the rest stays writable (see PROC_READ_ONLY)."""
+    failed = []
+    for path in PROC_READ_ONLY:
+        if not os.path.exists(path):
+            continue
+        try:
+            linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
+            linux.mount(None, path, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+        except OSError as e:
+            failed.append(f"{path} ({e.strerror or e})")
+    for path in PROC_HIDDEN:
+        if not os.path.exists(path):
+            continue
+        try:
+            _hide(path)
+        except OSError as e:
+            failed.append(f"{path} ({e.strerror or e})")
+    return ["/proc not fully protected: " + ", ".join(failed)] if failed else []
+
+
+def mount_proc() -> list[str]:
+    """A /proc showing only this PID namespace; writable for the driver, its host-wide knobs read-only."""
+    linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    return protect_proc()

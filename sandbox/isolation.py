@@ -82,15 +82,7 @@ def probe() -> SandboxReport:
     return SandboxReport(layers=out.isolation, notes=out.sandbox_notes)
 
 
-# Tried in this order when CUDA fails inside the full sandbox: the cheapest loss of isolation first.
-_GPU_FALLBACKS: tuple[tuple[str, dict], ...] = (
-    ("every /dev node visible", {"devices": ["*"]}),
-    ("capabilities kept", {"capabilities": False}),
-    ("filesystem not isolated", {"filesystem": False}),
-    ("PID namespace off", {"pid": False}),
-    ("network not isolated", {"network": False}),
-    ("no isolation", {"network": False, "pid": False, "filesystem": False, "capabilities": False, "cgroup": False}),
-)
+LAYERS = ("network", "pid", "filesystem", "capabilities", "cgroup")
 _CUDA_CHECK = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize(); print('cuda ok')"
 
 
@@ -105,15 +97,22 @@ def _cuda_runs(iso: Isolation, python: str) -> tuple[bool, str]:
 
 @functools.lru_cache(maxsize=8)
 def _gpu_layers(settings_json: str, python: str) -> tuple[str, str | None]:
+    """The settings CUDA works under: all asked for if it can; else each layer that works on its own, together."""
     base = Isolation.model_validate_json(settings_json)
     ok, why = _cuda_runs(base, python)
     if ok:
         return settings_json, None
-    for label, change in _GPU_FALLBACKS:
-        trial = base.model_copy(update=change)
+    asked = [layer for layer in LAYERS if getattr(base, layer)]
+    # One layer at a time, so two layers that each break CUDA (seen on a Firecracker H100:
+    # the PID namespace's and the mount namespace's read-only /proc) don't hide the others that work.
+    alone = {layer: _cuda_runs(base.model_copy(update={k: k == layer for k in LAYERS}), python)[0] for layer in asked}
+    kept = [layer for layer in asked if alone[layer]]
+    dropped = [layer for layer in asked if not alone[layer]]
+    if kept:
+        trial = base.model_copy(update={k: k in kept for k in LAYERS})
         if _cuda_runs(trial, python)[0]:
-            return trial.model_dump_json(), f"CUDA fails inside the full sandbox here ({why}); running with {label}"
-    return base.model_copy(update=dict(_GPU_FALLBACKS[-1][1])).model_dump_json(), f"CUDA fails inside the sandbox here ({why}); running without isolation"
+            return trial.model_dump_json(), f"CUDA fails inside the full sandbox here ({why}); running without its {', '.join(dropped)} layer(s)"
+    return base.model_copy(update=dict.fromkeys(LAYERS, False)).model_dump_json(), f"CUDA fails inside the sandbox here ({why}); running without isolation"
 
 
 def for_gpu(iso: Isolation, python: str | None = None) -> tuple[Isolation, str | None]:

@@ -174,7 +174,7 @@ def _init(setup: _Setup, cmd: list[str], status_w: int) -> None:
     try:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
-            fsview.mount_proc()
+            setup.notes += fsview.mount_proc()
         except OSError as e:
             setup.notes.append(f"/proc shows the host's processes: {e}")
         setup.drop_capabilities()

@@ -232,6 +232,35 @@ def test_pid_namespace_hides_and_shields_the_parent(tmp_path):
     assert out.returncode == 0
 
 
+def test_proc_lets_a_thread_name_itself_but_not_the_host_be_changed(tmp_path):
+    """The NVIDIA driver writes /proc/self/task/<tid>/comm while CUDA starts (read-only /proc: error 304)."""
+    _needs("pid", "filesystem")
+    out = _run(
+        """
+        import os, threading
+        path = f'/proc/self/task/{threading.get_native_id()}/comm'
+        with open(path, 'w') as f:
+            f.write('kf-probe')
+        print(open(path).read().strip())
+        for knob in ('/proc/sys/kernel/hostname', '/proc/sysrq-trigger'):
+            try:
+                with open(knob, 'w') as f:
+                    f.write('x')
+                print('wrote', knob)
+            except OSError as e:
+                print(knob, e.errno)
+        print(len(open('/proc/kallsyms').read()) if os.path.exists('/proc/kallsyms') else 0)
+        """,
+        tmp_path,
+    )
+    import errno
+
+    lines = out.stdout_tail.splitlines()
+    assert lines[:2] == ["kf-probe", f"/proc/sys/kernel/hostname {errno.EROFS}"], out.stdout_tail + out.stderr_tail
+    assert lines[2] in (f"/proc/sysrq-trigger {errno.EROFS}", f"/proc/sysrq-trigger {errno.ENOENT}"), lines[2]  # absent on some kernels
+    assert lines[3] == "0", "kallsyms is hidden"
+
+
 def test_no_capabilities_and_no_way_back(tmp_path):
     _needs("capabilities", "filesystem")
     out = _run(
@@ -477,3 +506,35 @@ def test_a_stage_dies_with_its_judge(tmp_path, isolated):
     for pid in left:
         os.kill(int(pid), signal.SIGKILL)
     assert not left
+
+
+def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
+    """The search behind for_gpu, against a machine where the PID and mount namespaces each break CUDA."""
+    from kernelfix.sandbox import isolation
+
+    tried = []
+
+    def fake_cuda_runs(iso, python):
+        tried.append(iso)
+        ok = not (iso.pid or iso.filesystem)
+        return ok, "" if ok else "RuntimeError: ... Error 304"
+
+    monkeypatch.setattr(isolation, "_cuda_runs", fake_cuda_runs)
+    isolation._gpu_layers.cache_clear()
+    chosen, note = isolation.for_gpu(Isolation(writable=["/w"]), python="py-a")
+    assert (chosen.network, chosen.capabilities, chosen.cgroup, chosen.pid, chosen.filesystem) == (True, True, True, False, False)
+    assert chosen.writable == ["/w"]
+    assert "without its pid, filesystem layer(s)" in note and "Error 304" in note
+    n = len(tried)
+    isolation.for_gpu(Isolation(writable=["/other"]), python="py-a")
+    assert len(tried) == n, "probed once per settings and interpreter, whatever the writable dirs"
+
+    monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (True, ""))
+    isolation._gpu_layers.cache_clear()
+    assert isolation.for_gpu(Isolation(), python="py-b") == (Isolation(), None)
+
+    monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (not any(getattr(iso, k) for k in isolation.LAYERS), "no"))
+    isolation._gpu_layers.cache_clear()
+    chosen, note = isolation.for_gpu(Isolation(), python="py-c")
+    assert not any(getattr(chosen, k) for k in isolation.LAYERS) and "without isolation" in note
+    isolation._gpu_layers.cache_clear()
