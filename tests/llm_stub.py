@@ -2,7 +2,7 @@
 as vLLM or SGLang would, and can kill the client process at an exact point of a reply.
 
     server = StubLLM(replies)                 # reply i answers the request that carries i assistant messages
-    server.plan[1] = Action.KILL_ON_REQUEST   # what to do when reply 1 is asked for next
+    server.plan[1] = Action.KILL_MID_STREAM   # what to do when reply 1 is asked for next
     server.victim = proc.pid
     ... kernelfix optimize --model openai/stub --api-base server.url --api-key-env ...
     server.deliveries                         # (reply index, complete?) per request, in order
@@ -23,9 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Action(enum.Enum):
-    KILL_ON_REQUEST = "kill_on_request"  # the request arrived; nothing of the reply is sent
     KILL_MID_STREAM = "kill_mid_stream"  # half of the reply's chunks are sent, then the kill
-    HOLD = "hold"  # never answer (the test kills the client meanwhile); the handler waits for ``release``
 
 
 @dataclass
@@ -40,7 +38,6 @@ class StubLLM:
         self.chunks = chunks
         self.plan: dict[int, Action] = {}  # consumed: each action applies to one request
         self.victim: int | None = None
-        self.release = threading.Event()
         self.deliveries: list[Delivery] = []
         self.killed = threading.Event()
         self._lock = threading.Lock()
@@ -67,7 +64,6 @@ class StubLLM:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.release.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -85,12 +81,6 @@ class StubLLM:
             action = self.plan.pop(index, None)
             delivery = Delivery(index)
             self.deliveries.append(delivery)
-        if action is Action.KILL_ON_REQUEST:
-            self._kill()
-            return
-        if action is Action.HOLD:
-            self.release.wait(timeout=120)
-            return
         text = self.replies[index]
         step = -(-len(text) // self.chunks)
         pieces = [text[i : i + step] for i in range(0, len(text), step)]
