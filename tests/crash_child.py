@@ -4,6 +4,8 @@
                                                            feedback node has not returned yet)
     python tests/crash_child.py after_writes:NODE ARGS...  once NODE's writes are in the checkpoint
                                                            database, before the next checkpoint
+    python tests/crash_child.py in_commit:N ARGS...        mid-way through turn N's git commit: the
+                                                           branch's lock file written, not renamed over
 
 Some moments are too short to hit from outside (the gap between a node's saved writes and the
 next checkpoint is milliseconds); wrapping the real function and killing the process right after
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 
 def _die() -> None:
@@ -48,6 +51,25 @@ def main() -> int:
                 _die()
 
         SqliteSaver.put_writes = put_then_die
+    elif kind == "in_commit":
+        from git.util import LockedFD
+
+        from kernelfix.agent.session import SessionDir
+
+        record_turn, commit = SessionDir.record_turn, LockedFD.commit
+        armed = False
+
+        def record_armed(self, turn, *, is_best):
+            nonlocal armed
+            armed = turn.index == int(arg)
+            return record_turn(self, turn, is_best=is_best)
+
+        def commit_or_die(self):
+            if armed and "refs" in Path(self._filepath).parts:
+                _die()
+            return commit(self)
+
+        SessionDir.record_turn, LockedFD.commit = record_armed, commit_or_die
     else:
         raise SystemExit(f"unknown kill point {at}")
     from kernelfix.cli import main as kernelfix

@@ -202,26 +202,33 @@ def test_killed_at_each_point_resumes_without_losing_or_repeating_a_turn(tmp_pat
         after_kill(session, survivors, "mid-reply")
         assert sorted(survivors.commits) == [0]
 
-        # 2. Turn 1 committed; the feedback node has not returned (trajectory.json lags the history).
+        # 2. Mid-way through turn 1's git commit: git's lock on the branch is left behind.
+        run = resume(session, die_at="in_commit:1")
+        assert run.ended() == -signal.SIGKILL, run.output
+        assert list((session / ".git").rglob("*.lock")), "the kill did not land inside the commit"
+        after_kill(session, survivors, "mid-commit")
+        assert sorted(survivors.commits) == [0]
+
+        # 3. Turn 1 committed; the feedback node has not returned (trajectory.json lags the history).
         run = resume(session, die_at="after_commit:1")
         assert run.ended() == -signal.SIGKILL, run.output
         after_kill(session, survivors, "after turn 1's commit")
         assert sorted(survivors.commits) == [0, 1] and trajectory_turns(session) == [0]
 
-        # 3. The feedback node re-ran (its commit reused); its writes are saved, the next checkpoint is not.
+        # 4. The feedback node re-ran (its commit reused); its writes are saved, the next checkpoint is not.
         run = resume(session, die_at="after_writes:feedback")
         assert run.ended() == -signal.SIGKILL, run.output
         after_kill(session, survivors, "after feedback's writes")
         assert trajectory_turns(session) == [0, 1]
 
-        # 4. Mid-judge: turn 2's correctness stage has started (turn 1 checkpointed, reply 1 taken).
+        # 5. Mid-judge: turn 2's correctness stage has started (turn 1 checkpointed, reply 1 taken).
         run = resume(session)
         run.wait_until((session / "work" / "turn-002" / "out" / "correctness").exists, "turn 2 reached its correctness stage")
         run.kill()
         after_kill(session, survivors, "mid-judge")
         assert sorted(survivors.commits) == [0, 1]
 
-        # 5. The last resume finishes the session.
+        # 6. The last resume finishes the session.
         run = resume(session)
         rc = run.ended()
         assert rc == EXIT_OK, run.output
