@@ -128,9 +128,11 @@ class SessionDir:
         )
         # Built beside its place and renamed into it: a kill leaves no session or a whole one, never
         # a directory that is neither resumable nor empty enough for a new `optimize`.
-        p.parent.mkdir(parents=True, exist_ok=True)
         building = p.with_name(f".{p.name}.{settings.session_id}{_BUILDING_SUFFIX}")
         try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            for stale in p.parent.glob(f".{p.name}.*{_BUILDING_SUFFIX}"):  # from a create that was killed
+                shutil.rmtree(stale, ignore_errors=True)
             building.mkdir()
             s = cls(building, settings)
             atomic.write_text(building / "task.py", task.source)

@@ -4,6 +4,8 @@
                                                            feedback node has not returned yet)
     python tests/crash_child.py after_writes:NODE ARGS...  once NODE's writes are in the checkpoint
                                                            database, before the next checkpoint
+    python tests/crash_child.py in_create ARGS...          once the new session directory is built,
+                                                           before it is renamed into place
     python tests/crash_child.py in_commit:N ARGS...        mid-way through turn N's git commit: the
                                                            branch's lock file written, not renamed over
 
@@ -70,6 +72,16 @@ def main() -> int:
             return commit(self)
 
         SessionDir.record_turn, LockedFD.commit = record_armed, commit_or_die
+    elif kind == "in_create":
+        import git
+
+        init = git.Repo.init
+
+        def init_then_die(*a, **kw):
+            init(*a, **kw)
+            _die()
+
+        git.Repo.init = init_then_die
     else:
         raise SystemExit(f"unknown kill point {at}")
     from kernelfix.cli import main as kernelfix

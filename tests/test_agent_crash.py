@@ -29,9 +29,12 @@ import git
 import pytest
 
 from agent_support import REPO, TASK, check_session_dir
-from kernelfix.agent.session import TURN_TRAILER
+from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.session import TURN_TRAILER, SessionDir
 from kernelfix.agent.state import Trajectory
 from kernelfix.cli import EXIT_OK
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.task import Task
 from llm_stub import Action, StubLLM
 
 DEMO_REPLAY = REPO / "examples" / "replays" / "relu.jsonl"
@@ -86,9 +89,10 @@ class Run:
         return rc
 
 
-def optimize(session: Path, *model_args: str, candidate: Path | None = None, task: Path = TASK) -> Run:
+def optimize(session: Path, *model_args: str, candidate: Path | None = None, task: Path = TASK, die_at: str | None = None) -> Run:
     extra = ["--candidate", str(candidate)] if candidate else []
-    return Run("optimize", str(task), *model_args, *extra, "--headless", "--device", "cpu", "--no-shape-block", "--session-dir", str(session))
+    args = ["optimize", str(task), *model_args, *extra, "--headless", "--device", "cpu", "--no-shape-block", "--session-dir", str(session)]
+    return Run(*args, die_at=die_at)
 
 
 def resume(session: Path, die_at: str | None = None) -> Run:
@@ -241,6 +245,18 @@ def test_killed_at_each_point_resumes_without_losing_or_repeating_a_turn(tmp_pat
     traj = final_checks(session, survivors, ["compile_error:syntax", *DEMO_CATEGORIES], 0, "chosen kill points")
     assert [t.reply.content for t in traj.turns[1:]] == DEMO_REPLIES
     assert fingerprint([task, candidate]) == before
+
+
+def test_killed_while_creating_leaves_no_half_session(tmp_path):
+    """A directory neither resumable nor empty would stop both `resume` and a new `optimize` on that path."""
+    session = tmp_path / "s"
+    run = optimize(session, "--model", f"replay:{DEMO_REPLAY}", die_at="in_create")
+    assert run.ended() == -signal.SIGKILL, run.output
+    assert not session.exists()
+    assert [p.name.endswith(".kfnew") for p in tmp_path.iterdir()] == [True]  # the built one, never renamed in
+    store = SessionDir.create(session, task=Task.load(TASK), model="replay:x", agent=AgentConfig(), judge=JudgeConfig(device="cpu"))
+    assert SessionDir.open(session).settings.session_id == store.settings.session_id
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]  # the leftover was cleared
 
 
 def test_killed_at_random_times_resumes_without_losing_a_turn(tmp_path):
