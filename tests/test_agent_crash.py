@@ -262,13 +262,18 @@ def test_killed_while_creating_leaves_no_half_session(tmp_path):
 def test_killed_at_random_times_resumes_without_losing_a_turn(tmp_path):
     """Three kills at random times, then a resume to the end; about 30 to 50 s on two cores."""
     seed = int(os.environ.get("KERNELFIX_CRASH_SEED") or random.SystemRandom().randrange(2**32))
-    rng = random.Random(seed)
-    context = f"seed {seed} (rerun with KERNELFIX_CRASH_SEED={seed})"
+    delays = [round(random.Random(seed).uniform(0.5, 10.0), 2) for _ in range(3)]
+    try:
+        _kill_and_resume(tmp_path, delays)
+    except BaseException as e:
+        raise AssertionError(f"seed {seed}: kills at {delays} s (rerun with KERNELFIX_CRASH_SEED={seed}): {e}") from e
+
+
+def _kill_and_resume(tmp_path: Path, delays: list[float]) -> None:
     task = Path(shutil.copy(TASK, tmp_path / "relu_task.py"))
     before = fingerprint([task])
     session = tmp_path / "s"
     survivors = Survivors()
-    delays = [round(rng.uniform(0.5, 10.0), 2) for _ in range(3)]
     run = optimize(session, "--model", f"replay:{DEMO_REPLAY}", task=task)
     for n, delay in enumerate(delays):
         try:
@@ -277,9 +282,9 @@ def test_killed_at_random_times_resumes_without_losing_a_turn(tmp_path):
             run.kill()
         else:
             run.ended()
-        after_kill(session, survivors, f"{context}, kill {n + 1} at {delay} s")
+        after_kill(session, survivors, f"kill {n + 1}")
         run = resume(session) if session.exists() else optimize(session, "--model", f"replay:{DEMO_REPLAY}", task=task)
     rc = run.ended()
-    assert rc == EXIT_OK, f"{context}, kills at {delays} s:\n{run.output}"
-    final_checks(session, survivors, DEMO_CATEGORIES, 1, f"{context}, kills at {delays} s")
-    assert fingerprint([task]) == before, context
+    assert rc == EXIT_OK, run.output
+    final_checks(session, survivors, DEMO_CATEGORIES, 1, "after the last resume")
+    assert fingerprint([task]) == before
