@@ -149,7 +149,7 @@ class Session:
             )
             if judge.device_notice:
                 self.emit(Notice(text=judge.device_notice))
-            if inp is not None or graph.get_state(cfg).next:
+            if inp is not None or _unfinished(graph.get_state(cfg)):
                 graph.invoke(inp, cfg, durability="sync")
             state = SessionState.model_validate(graph.get_state(cfg).values)
             self._writer(judge)(state, True)
@@ -177,7 +177,7 @@ class Session:
             s = self.store.settings
             return SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name), SessionState(), False
         state = SessionState.model_validate(snap.values)
-        if not snap.next and state.stop_kind in _REOPENABLE:
+        if not _unfinished(snap) and state.stop_kind in _REOPENABLE:
             # Ended on a limit: the router decides again, under limits a resume may have raised.
             graph.update_state(cfg, {"next_step": None, "stop_reason": None, "stop_kind": None}, as_node="feedback")
         return None, state, True
@@ -196,6 +196,17 @@ class Session:
         traj.outcome.resumable = resumable
         self.store.write_trajectory(traj)
         self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(self.store.path)))
+
+
+def _unfinished(snap) -> bool:
+    """Whether the graph has steps left to run from this checkpoint.
+
+    ``snap.next`` alone is not enough: it leaves out nodes whose writes were saved before
+    the process died but before the next checkpoint was made (a kill in that gap). Those
+    nodes are in ``snap.tasks``; ``invoke(None)`` applies their writes and goes on, where
+    treating the session as ended would stop it with no stop reason and no further turn.
+    """
+    return bool(snap.next or snap.tasks)
 
 
 def _interruption(e: BaseException) -> tuple[str, bool]:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import enum
 import fcntl
+import logging
 import os
+import shutil
 import sqlite3
-import tempfile
 import time
 import types
 import typing
@@ -26,7 +27,7 @@ from pathlib import Path
 import git
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from kernelfix import __version__
+from kernelfix import __version__, atomic
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import SessionState, Trajectory, Turn
 from kernelfix.tools.config import JudgeConfig
@@ -36,8 +37,10 @@ SETTINGS = "session.json"
 TRAJECTORY = "trajectory.json"
 CHECKPOINTS = "checkpoints.sqlite"
 TURN_TRAILER = "Kernelfix-Turn"
-_GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\n.lock\n*.tmp\n"
+_GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\n.lock\n*.tmp\n*.kftmp\n"
+_BUILDING_SUFFIX = ".kfnew"  # a session directory being created
 _ACTOR = git.Actor("kernelfix", "kernelfix@localhost")
+log = logging.getLogger(__name__)
 
 
 class SessionError(Exception):
@@ -60,22 +63,6 @@ class SessionSettings(BaseModel):
     model: str
     agent: AgentConfig
     judge: JudgeConfig
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would make the file private unlike its neighbours
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _checkpoint_types(model: type[BaseModel]) -> set[tuple[str, str]]:
@@ -126,7 +113,6 @@ class SessionDir:
         if p.exists() and (not p.is_dir() or any(p.iterdir())):
             hint = f"; to continue it: kernelfix resume {p}" if (p / SETTINGS).exists() else ""
             raise SessionError(f"session directory {p} exists and is not empty{hint}")
-        p.mkdir(parents=True, exist_ok=True)
         settings = SessionSettings(
             session_id=uuid.uuid4().hex[:12],
             kernelfix_version=__version__,
@@ -140,11 +126,26 @@ class SessionDir:
             agent=agent,
             judge=judge,
         )
-        s = cls(p, settings)
-        (s.path / "task.py").write_text(task.source, encoding="utf-8")
-        (s.path / ".gitignore").write_text(_GITIGNORE)
-        s.save_settings()
-        git.Repo.init(s.path)
+        # Built beside its place and renamed into it: a kill leaves no session or a whole one, never
+        # a directory that is neither resumable nor empty enough for a new `optimize`.
+        building = p.with_name(f".{p.name}.{settings.session_id}{_BUILDING_SUFFIX}")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            for stale in p.parent.glob(f".{p.name}.*{_BUILDING_SUFFIX}"):  # from a create that was killed
+                shutil.rmtree(stale, ignore_errors=True)
+            building.mkdir()
+            s = cls(building, settings)
+            atomic.write_text(building / "task.py", task.source)
+            atomic.write_text(building / ".gitignore", _GITIGNORE)
+            s.save_settings()
+            git.Repo.init(building)
+            os.rename(building, p)  # replaces p when it is an empty directory
+        except BaseException as e:
+            shutil.rmtree(building, ignore_errors=True)
+            if isinstance(e, OSError):
+                raise SessionError(f"cannot create session directory {p}: {e}") from None
+            raise
+        s.path = p.resolve()
         return s
 
     @classmethod
@@ -162,7 +163,7 @@ class SessionDir:
         return cls(p, settings)
 
     def save_settings(self) -> None:
-        _atomic_write(self.path / SETTINGS, self.settings.model_dump_json(indent=2) + "\n")
+        atomic.write_json(self.path / SETTINGS, self.settings)
 
     def change_agent_settings(self, agent: AgentConfig) -> None:
         """New limits for a resume, saved and committed on their own, so the history says what changed."""
@@ -211,6 +212,22 @@ class SessionDir:
             f.close()
             raise SessionError(f"session {self.path} is in use by another kernelfix process") from None
         self._lock_file = f
+        self._clear_leftovers()
+
+    def _clear_leftovers(self) -> None:
+        """What a kernelfix process killed mid-write left behind; safe to remove only under the lock.
+
+        Git's lock files (``index.lock``, ``HEAD.lock``, a branch's ``.lock``) from a commit cut
+        short would make every later commit fail with "Lock at ... could not be obtained"; the files
+        they guard are intact (git writes the lock file and renames it over). Temp files of
+        :mod:`kernelfix.atomic` writes are never the current version of anything.
+        """
+        git_dir = self.path / ".git"
+        for lock in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")]:
+            log.info("removing %s, left by a kernelfix process that was killed mid-commit", lock)
+            lock.unlink(missing_ok=True)
+        for d in [self.path, *self.path.glob("turns/*")]:
+            atomic.remove_stale_temps(d, older_than_s=0)
 
     def unlock(self) -> None:
         if self._lock_file is not None:
@@ -253,15 +270,15 @@ class SessionDir:
         d = self.turn_dir(turn.index)
         d.mkdir(parents=True, exist_ok=True)
         files = [d / "verdict.json"]
-        (d / "verdict.json").write_text(turn.verdict.model_dump_json(indent=2) + "\n")
+        atomic.write_json(d / "verdict.json", turn.verdict)
         if turn.code is not None:
-            (d / "candidate.py").write_text(turn.code)
+            atomic.write_text(d / "candidate.py", turn.code)
             files.append(d / "candidate.py")
         if turn.reply is not None:
-            (d / "reply.md").write_text(turn.reply.content)
+            atomic.write_text(d / "reply.md", turn.reply.content)
             files.append(d / "reply.md")
         if is_best and turn.code is not None:
-            (self.path / "best.py").write_text(turn.code)
+            atomic.write_text(self.path / "best.py", turn.code)
             files.append(self.path / "best.py")
         repo = self.repo
         files += [self.path / n for n in (SETTINGS, "task.py", ".gitignore")]
@@ -272,7 +289,7 @@ class SessionDir:
     # ------------------------------------------------------------------ trajectory
 
     def write_trajectory(self, traj: Trajectory) -> None:
-        _atomic_write(self.path / TRAJECTORY, traj.model_dump_json(indent=2) + "\n")
+        atomic.write_json(self.path / TRAJECTORY, traj)
 
     def read_trajectory(self) -> Trajectory | None:
         f = self.path / TRAJECTORY

@@ -3,6 +3,7 @@ whenever the writer is killed (kill -9 included) and, after fsync, across power 
 
     write_text(path, text)          # temp file in the same dir, fsync, rename over, fsync the dir
     write_json(path, model_or_obj)
+    with replacing(path) as f: ...  # streaming writers (parquet, plots): same guarantees
     append_line(path, json_line)    # JSONL logs: a torn last line is cut off before the next append
     read_lines(path)                # complete lines only
 
@@ -18,8 +19,10 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _TEMP_SUFFIX = ".kftmp"
 
@@ -57,37 +60,54 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_bytes(path: str | Path, data: bytes, *, fsync: bool = True) -> None:
-    """Replace ``path``'s content with ``data``, all or nothing. Keeps an existing file's permissions."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{_TEMP_SUFFIX}")
+def _new_file_mode(path: Path) -> int:
+    """An existing file's permissions, else what the umask gives a new file."""
     try:
-        mode = path.stat().st_mode & 0o7777
+        return path.stat().st_mode & 0o7777
     except FileNotFoundError:
         umask = os.umask(0)
         os.umask(umask)
-        mode = 0o666 & ~umask
+        return 0o666 & ~umask
+    except OSError as e:
+        raise StorageError(path, e) from None
+
+
+@contextmanager
+def replacing(path: str | Path, *, fsync: bool = True) -> Iterator[IO[bytes]]:
+    """A binary file to write ``path``'s new content into; it replaces ``path`` when the block
+    ends normally; when the block raises it is removed, and when the process dies it stays as a
+    hidden temp file (:func:`remove_stale_temps`); ``path`` is untouched in both cases.
+    For writers that stream to a file object (pyarrow, matplotlib, large JSONL)."""
+    path = Path(path)
+    mode = _new_file_mode(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{_TEMP_SUFFIX}")
+    try:
+        f = open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb")
     except OSError as e:
         raise StorageError(path, e) from None
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+        with f:
+            yield f
+            f.flush()
             if fsync:
-                os.fsync(fd)  # ENOSPC can surface only here, on some file systems
-        finally:
-            os.close(fd)
+                os.fsync(f.fileno())  # ENOSPC can surface only here, on some file systems
         os.replace(tmp, path)
         if fsync:
             _fsync_dir(path.parent)
-    except OSError as e:
+    except BaseException as e:
         try:
             tmp.unlink()
         except OSError:
             pass
-        raise StorageError(path, e) from None
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(path, e) from None
+        raise
+
+
+def write_bytes(path: str | Path, data: bytes, *, fsync: bool = True) -> None:
+    """Replace ``path``'s content with ``data``, all or nothing. Keeps an existing file's permissions."""
+    with replacing(path, fsync=fsync) as f:
+        f.write(data)
 
 
 def write_text(path: str | Path, text: str, *, encoding: str = "utf-8", fsync: bool = True) -> None:

@@ -40,6 +40,21 @@ def test_write_json_takes_pydantic_models(tmp_path):
     assert Verdict.model_validate_json((tmp_path / "v.json").read_text()) == v
 
 
+def test_replacing_streams_and_leaves_the_old_file_when_the_writer_fails(tmp_path):
+    p = tmp_path / "export.jsonl"
+    atomic.write_text(p, "old\n")
+    with pytest.raises(RuntimeError, match="writer broke"):
+        with atomic.replacing(p) as f:
+            f.write(b"half a ")
+            raise RuntimeError("writer broke")
+    assert p.read_text() == "old\n"
+    with atomic.replacing(p) as f:
+        for i in range(3):
+            f.write(f"{i}\n".encode())
+    assert p.read_text() == "0\n1\n2\n"
+    assert [q.name for q in tmp_path.iterdir()] == ["export.jsonl"]
+
+
 def test_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(atomic.StorageError, match="the directory does not exist"):
         atomic.write_text(tmp_path / "nope" / "f.txt", "x")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelfix import atomic
 from kernelfix.agent.batch.report import FAST_P, Summary, TaskOutcome, fast_fraction
 
 SPEEDUP, TURNS, FAST_P_CURVE = "speedup.png", "turns_to_correct.png", "fast_p.png"
@@ -57,7 +58,7 @@ def speedup_plot(plt, rows: list[TaskOutcome], path: Path) -> None:
         ax.legend()
     ax.set_title("Speedup distribution")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -79,7 +80,7 @@ def turns_plot(plt, rows: list[TaskOutcome], path: Path) -> None:
     ax.set_ylabel("tasks")
     ax.set_title(f"Turns to first correct ({len(rows)} tasks)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
 
 
@@ -100,8 +101,13 @@ def fast_p_plot(plt, rows: list[TaskOutcome], path: Path) -> None:
         ax.legend()
     ax.set_title("fast_p")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
+
+
+def _save(fig, path: Path) -> None:
+    with atomic.replacing(path) as f:  # a kill mid-render leaves the previous plot, not half a PNG
+        fig.savefig(f, dpi=110, format="png")
 
 
 def write_plots(out: Path, summary: Summary) -> list[str]:

@@ -15,7 +15,6 @@ Definitions (docs/batch.md says the same):
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.agent.session import _atomic_write
+from kernelfix import atomic
 from kernelfix.agent.state import Trajectory
 from kernelfix.agent.batch.worker import TaskResult, read_trajectory
 
@@ -263,5 +262,5 @@ def markdown(s: Summary, plots: list[str]) -> str:
 
 
 def write(out: Path, s: Summary, plots: list[str]) -> None:
-    _atomic_write(out / "summary.json", json.dumps({**s.model_dump(mode="json"), "plots": plots}, indent=2) + "\n")
-    _atomic_write(out / "summary.md", markdown(s, plots))
+    atomic.write_json(out / "summary.json", {**s.model_dump(mode="json"), "plots": plots})
+    atomic.write_text(out / "summary.md", markdown(s, plots))

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelfix.agent.session import _atomic_write
+from kernelfix import atomic
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.worker import TaskResult, finished_result, prior_state
 
@@ -69,10 +69,10 @@ class OutDir:
 
     def write_plan(self, jobs: list[Job]) -> None:
         text = "[\n" + ",\n".join(j.model_dump_json() for j in jobs) + "\n]\n"
-        _atomic_write(self.path / "plan.json", text)
+        atomic.write_text(self.path / "plan.json", text)
 
     def write_result(self, result: TaskResult) -> None:
-        _atomic_write(self.result_path(result.name), result.model_dump_json(indent=2) + "\n")
+        atomic.write_json(self.result_path(result.name), result)
 
 
 def pending(jobs: list[Job], done: JobDone) -> list[Job]:

@@ -20,7 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kernelfix.agent.session import SETTINGS, TRAJECTORY, SessionDir, SessionError, _atomic_write
+from kernelfix import atomic
+from kernelfix.agent.session import SETTINGS, TRAJECTORY, SessionDir, SessionError
 from kernelfix.agent.state import Trajectory
 from kernelfix.agent.batch.plan import Job
 
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         _die_with_parent(args.parent)
     job = Job.model_validate_json(sys.stdin.read())
     res = run_logged(job, Path(args.log), gpu=args.gpu)
-    _atomic_write(Path(args.result), res.model_dump_json(indent=2) + "\n")
+    atomic.write_json(Path(args.result), res)
     return 0
 
 

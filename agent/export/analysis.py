@@ -3,13 +3,12 @@ token-length histograms and verdict categories of what was kept."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.agent.session import _atomic_write
+from kernelfix import atomic
 from kernelfix.agent.export.filters import FilterReport
 from kernelfix.agent.export.records import Record
 
@@ -111,5 +110,5 @@ def markdown(a: Analysis) -> str:
 
 
 def write(directory: Path, a: Analysis) -> None:
-    _atomic_write(directory / "ANALYSIS.json", json.dumps(a.model_dump(mode="json"), indent=2) + "\n")
-    _atomic_write(directory / "ANALYSIS.md", markdown(a))
+    atomic.write_json(directory / "ANALYSIS.json", a.model_dump(mode="json"))
+    atomic.write_text(directory / "ANALYSIS.md", markdown(a))

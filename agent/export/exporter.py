@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import types
 import typing
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernelfix import atomic
 from kernelfix.agent.session import SETTINGS, TRAJECTORY
 from kernelfix.agent.state import Trajectory
 from kernelfix.agent.export import analysis, tokens
@@ -76,15 +75,10 @@ def _dump(r: Record) -> dict:
 
 
 def _write_atomically(out: Path, write) -> None:
+    """``write(f)`` streams the whole file into ``f``; ``out`` is replaced only once it is complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic.replacing(out) as f:
+        write(f)
 
 
 def _pyarrow():
@@ -118,13 +112,12 @@ def write_records(records: list[Record], out: Path, fmt: Format) -> None:
         # One row per session; messages as a list of structs, metadata as a struct (nested turns kept),
         # typed from the pydantic models so every file has one schema, whatever its values.
         schema = pa.schema([("messages", pa.list_(_arrow_type(pa, Message))), ("metadata", _arrow_type(pa, Metadata))])
-        _write_atomically(out, lambda tmp: pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp))
+        _write_atomically(out, lambda f: pq.write_table(pa.Table.from_pylist(rows, schema=schema), f))
         return
 
-    def jsonl(tmp: Path) -> None:
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    def jsonl(f) -> None:
+        for row in rows:
+            f.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
 
     _write_atomically(out, jsonl)
 
