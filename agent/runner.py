@@ -194,7 +194,10 @@ class Session:
         state = state.model_copy(update={"stop_reason": reason, "stop_kind": None})
         traj = self.trajectory(state, finished=False, device=judge.device)
         traj.outcome.resumable = resumable
-        self.store.write_trajectory(traj)
+        try:
+            self.store.write_trajectory(traj)
+        except OSError:  # the disk that failed the run may fail this too: the original error is the one to raise
+            log.exception("cannot record the interruption in %s", self.store.path)
         self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(self.store.path)))
 
 

@@ -170,6 +170,9 @@ def _run_session(session, headless: bool) -> int:
     except KeyboardInterrupt:
         print(f"kernelfix: continue the session with: kernelfix resume {session.store.path}", file=sys.stderr)
         raise
+    except OSError as e:  # a full disk, a read-only or vanished session dir: the checkpoints hold every judged turn
+        print(f"kernelfix: the session could not write its records: {e}\nkernelfix: judged turns are kept up to the last checkpoint; fix the cause, then: kernelfix resume {session.store.path}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK if outcome.success else EXIT_FAIL
 
 

@@ -109,3 +109,31 @@ def test_a_task_that_does_not_run_stops_before_any_model_turn(tmp_path, capsys):
     assert "No module named 'this_module_does_not_exist'" in capsys.readouterr().err
     traj = Trajectory.model_validate_json((tmp_path / "s" / "trajectory.json").read_text())
     assert traj.turns == [] and not traj.outcome.finished and not traj.outcome.resumable
+
+
+def test_a_full_disk_mid_session_is_a_clear_message_and_the_session_resumes(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from kernelfix import atomic
+    from kernelfix.agent.session import SessionDir
+
+    replay = write_replay(tmp_path / "r.jsonl", [NO_CODE, NO_CODE])
+    real = SessionDir.write_trajectory
+
+    def full_disk(self, traj):
+        if traj.turns:  # the first judged turn's record: the disk fills up here
+            raise atomic.StorageError(self.path / "trajectory.json", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        real(self, traj)
+
+    monkeypatch.setattr(SessionDir, "write_trajectory", full_disk)
+    args = ["--model", f"replay:{replay}", "--headless", "--device", "cpu", "--no-shape-block", "--max-turns", "2"]
+    rc = main(["optimize", str(TASK), *args, "--session-dir", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert rc == EXIT_FAIL
+    assert "could not write its records" in err and "kernelfix resume" in err and "Traceback" not in err
+
+    monkeypatch.setattr(SessionDir, "write_trajectory", real)  # space freed
+    rc = main(["resume", str(tmp_path / "s"), "--headless"])
+    assert rc == EXIT_FAIL  # the replies hold no code: the session ends unsuccessful, but it ends
+    traj = check_session_dir(tmp_path / "s")
+    assert [t.index for t in traj.turns] == [1, 2] and traj.outcome.finished
