@@ -32,7 +32,7 @@ for step in "$@"; do
     profile) PROFILE_ARTIFACTS=/tmp/kfout/profile python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 600 tests/test_profile_gpu.py 2>&1 | tee "$OUT/profile_gpu.log" | grep -E "^\[cuda\]|summary:|warnings:|passed|failed|Error" ;;
     hostile) python3 -P -m pytest -m gpu -q -s -rs -p no:cacheprovider -o addopts="" --timeout 300 tests/hostile tests/test_sandbox.py 2>&1 | tee "$OUT/hostile.log" | grep -E "^\[cuda|sandbox on the device|^inside|PASS|FAIL|SKIP|passed|failed|Error" ;;
     sandbox-gpu) python3 -P bench/sandbox_gpu_probe.py 2>&1 | tee "$OUT/sandbox_gpu.log" ;;
-    corpus) python3 -P -m pytest -m gpu -q -rA -n 6 -p no:cacheprovider -o addopts="" --timeout 400 tests/test_corpus.py tests/test_correctness_checks.py tests/test_agent_gpu.py tests/hostile tests/test_sandbox.py 2>&1 > "$OUT/corpus_gpu.log"; grep -E "^\[cuda|^FAILED|^ERROR|passed|failed|sandbox on the device" "$OUT/corpus_gpu.log" | sort | uniq | head -120 ;;
+    corpus) python3 -P -m pytest -m gpu -v -rA -n 6 --durations 15 -p no:cacheprovider -o addopts="" --timeout 400 tests/test_corpus.py tests/test_correctness_checks.py tests/test_agent_gpu.py tests/hostile tests/test_sandbox.py > "$OUT/corpus_gpu.log" 2>&1; grep -E "PASSED|FAILED|ERROR|passed|failed|slowest|^[0-9.]+s call" "$OUT/corpus_gpu.log" | tail -150 ;;
     judge-bench) python3 bench/judge_stages.py --out "$OUT/judge_stages.json" 2>&1 | tee "$OUT/judge_stages.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     *) echo "unknown step $step" ;;
