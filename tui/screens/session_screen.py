@@ -103,7 +103,7 @@ class SessionScreen(Screen):
             app.error = event.worker.error
             self.view.running = False
             self.view.activity = f"stopped by an error: {type(event.worker.error).__name__}: {event.worker.error}"
-            self.notify(self.view.activity, severity="error", timeout=30)
+            self.notify(self.view.activity, severity="error", timeout=30, markup=False)
         self._request = None
         self._dirty = True
         self.refresh_bindings()
@@ -115,7 +115,7 @@ class SessionScreen(Screen):
         if isinstance(message.event, SessionEnded):
             self._request = None
             self.refresh_bindings()
-        if self._request == "pausing after the current turn" and self.view.paused:
+        if self._request == "pausing after this turn" and self.view.paused:
             self._request = None
         self._dirty = True
 
@@ -164,7 +164,7 @@ class SessionScreen(Screen):
             self._ask("resuming")
         else:
             controls.pause()
-            self._ask("pausing after the current turn")
+            self._ask("pausing after this turn")
 
     def action_edit(self) -> None:
         index = self.query_one(TurnList).selected_turn()
@@ -188,25 +188,25 @@ class SessionScreen(Screen):
         def add(text: str | None) -> None:
             if text:
                 self.session.controls.hint(text)
-                self._ask(f"hint for the next prompt: {text[:40]}")
-                self.notify(f"hint added to the next prompt: {text}")
+                self._ask(f"hint queued: {text[:40]}")
+                self.notify(f"hint added to the next prompt: {text}", markup=False)
 
         self.app.push_screen(HintScreen(), add)
 
     def action_accept(self) -> None:
         self.session.controls.accept()
         self._leave_when_done = True
-        self._ask("accepting the best after the current turn, then leaving")
+        self._ask("accepting the best after this turn, then leaving")
 
     def action_stop(self) -> None:
         self.session.controls.stop()
-        self._ask("stopping after the current turn")
+        self._ask("stopping after this turn")
 
     def action_resume(self) -> None:
         try:
             session = self._resume(Path(self.view.session_dir), self.relay)
         except Exception as e:  # a locked session, a model that cannot be made: say why, stay here
-            self.notify(f"cannot resume: {e}", severity="error", timeout=15)
+            self.notify(f"cannot resume: {e}", severity="error", timeout=15, markup=False)
             return
         self._start(session)
 
@@ -218,7 +218,7 @@ class SessionScreen(Screen):
             # The worker thread cannot be killed mid-turn; the session ends cleanly after it and stays resumable.
             self.session.controls.stop()
             self._leave_when_done = True
-            self._ask("stopping after the current turn, then leaving")
+            self._ask("stopping after this turn, then leaving")
         else:
             self.app.exit(self.app.outcome)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -36,7 +37,7 @@ class SessionsScreen(Screen):
         self.sessions: list[SessionSummary] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"kernelfix · sessions in {self.root}", id="header")
+        yield Static(Text(f"kernelfix · sessions in {self.root}"), id="header")
         yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
         yield Static("", id="stage")
         yield Footer()
@@ -56,7 +57,7 @@ class SessionsScreen(Screen):
         table.clear()
         self.sessions = find_sessions(self.root)
         for s in self.sessions:
-            table.add_row(s.task, str(s.turns), _result(s), s.best, s.updated, s.model, key=s.path)
+            table.add_row(*(Text(c) for c in (s.task, str(s.turns), _result(s), s.best, s.updated, s.model)), key=s.path)
         if self.sessions:
             table.move_cursor(row=min(row, len(self.sessions) - 1))
         self._describe()
@@ -73,7 +74,7 @@ class SessionsScreen(Screen):
             text = f"no sessions under {self.root}" if not self.sessions else ""
         else:
             text = f"{s.status}: {s.stop_reason or '-'}  ({s.path})"
-        self.query_one("#stage", Static).update(text)
+        self.query_one("#stage", Static).update(Text(text))
 
     def _selected(self) -> SessionSummary | None:
         row = self.query_one(DataTable).cursor_row

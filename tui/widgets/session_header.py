@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import Static
 
 from kernelfix.tui.view_model import SessionView
@@ -31,4 +32,4 @@ def header_text(view: SessionView) -> str:
 
 class SessionHeader(Static):
     def show(self, view: SessionView) -> None:
-        self.update(header_text(view))
+        self.update(Text(header_text(view)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import Static
 
 from kernelfix.tui.view_model import SessionView
@@ -20,4 +21,4 @@ def activity_text(view: SessionView, request: str | None) -> str:
 
 class StageBar(Static):
     def show(self, view: SessionView, request: str | None) -> None:
-        self.update(activity_text(view, request))
+        self.update(Text(activity_text(view, request)))  # Text: brackets are not markup
