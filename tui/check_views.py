@@ -33,14 +33,13 @@ def correctness_view(v: Verdict | None) -> RenderableType:
         f"{rep.passed}/{len(rep.trials)} trials passed; atol {rep.atol:g}, rtol {rep.rtol:g}, rel error norm limit {_g(rep.rel_error_tol)}"
         + (f"; {numel} elements per output" if numel else "")
     ))
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("trial", "max abs", "max rel", "mismatches", "rel norm", "worst at"):
-        t.add_column(col, no_wrap=True, overflow="ellipsis")
+    # Five narrow columns fit the 50 columns an 80-column terminal leaves; the worst index follows below.
+    t = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1, 0, 0))
+    for col in ("trial", "max abs", "max rel", "bad", "rel norm"):
+        t.add_column(col, no_wrap=True)
     for r in rep.trials:
         name = ("✓ " if r.ok else "✗ ") + f"{r.trial}" + (f" {r.variant}" if r.variant else "")
-        worst = "-" if r.worst_index is None else "(" + ",".join(map(str, r.worst_index)) + ")"
-        mismatch = "-" if r.mismatches is None else str(r.mismatches)
-        t.add_row(name, _g(r.max_abs_error), _g(r.max_rel_error), mismatch, _g(r.rel_error_norm), worst)
+        t.add_row(name, _g(r.max_abs_error), _g(r.max_rel_error), "-" if r.mismatches is None else str(r.mismatches), _g(r.rel_error_norm))
     parts.append(t)
     bad = [r for r in rep.trials if not r.ok]
     if bad:
@@ -49,7 +48,9 @@ def correctness_view(v: Verdict | None) -> RenderableType:
         if w.worst_index is not None:
             line += f" at index ({', '.join(map(str, w.worst_index))}): expected {_g(w.expected)}, got {_g(w.actual)}"
         parts.append(Text(line, style="bold"))
-        parts.extend(Text(f"✗ trial {r.trial}: {r.problem}") for r in bad[:5] if r.problem)
+        first = next((r for r in bad if r.problem), None)
+        if first is not None:
+            parts.append(Text(f"✗ trial {first.trial}: {first.problem}" + (f" (and {len(bad) - 1} more failing trials)" if len(bad) > 1 else "")))
     for k, why in rep.skipped_variants.items():
         parts.append(Text(f"variant {k} skipped: {why}", style="dim"))
     f64 = [r for r in rep.trials if r.error_vs_float64 is not None]

@@ -18,7 +18,7 @@ def candidate_view(turn: Turn) -> RenderableType:
     if turn.code is None:
         why = turn.verdict.message if turn.verdict and turn.verdict.message else "no code was extracted from the reply"
         return Text(f"no candidate: {why}", style="italic")
-    return Syntax(turn.code, "python", line_numbers=True, word_wrap=False, theme="ansi_dark")
+    return Syntax(turn.code, "python", line_numbers=True, word_wrap=True, theme="ansi_dark")  # wrapped: no sideways scrolling at 80 columns
 
 
 def diff_text(before: str, after: str, before_name: str, after_name: str) -> str:

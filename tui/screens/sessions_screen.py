@@ -103,5 +103,8 @@ class SessionsScreen(Screen):
         self.app.push_screen(screen)
         screen.call_after_refresh(screen.action_resume)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self._resume is not None if action == "resume" else True
+
     def action_quit(self) -> None:
         self.app.exit(None)
