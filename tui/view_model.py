@@ -133,7 +133,9 @@ class SessionView:
             live.activity = "judging..."
         elif isinstance(e, StageUpdate):
             if e.turn is None:
-                self.activity = stage_text(e.event)
+                done = e.event.stage == "reference" and e.event.status == "finished"
+                # after the reference, the shape pass for the first prompt runs without events of its own
+                self.activity = "reference done; preparing the first prompt..." if done else stage_text(e.event)
             else:
                 self._live(e.turn).activity = stage_text(e.event)
         elif isinstance(e, TurnJudged):

@@ -11,6 +11,7 @@ from textual.widgets import Collapsible, Static, TabbedContent, TabPane
 from kernelfix.tui.check_views import correctness_view
 from kernelfix.tui.code_views import candidate_view, diff_view, log_view
 from kernelfix.tui.perf_views import performance_view, profile_view
+from kernelfix.tui.turn_text import BEST_MARK, LIVE_MARK, mark
 from kernelfix.tui.view_model import SessionView
 
 # (pane id, tab label); the number keys 1-7 pick them in this order.
@@ -31,6 +32,7 @@ class TurnDetail(Vertical):
         self._shown: tuple | None = None
 
     def compose(self) -> ComposeResult:
+        yield Static(id="turn-title")  # which turn the tabs show, in words: the list's highlight is colour alone
         with TabbedContent(initial="code", id="tabs"):
             with TabPane("reply", id="reply"):
                 with VerticalScroll():
@@ -55,6 +57,7 @@ class TurnDetail(Vertical):
             return
         self._shown = key
         body = self.query_one
+        body("#turn-title", Static).update(_title(view, turn, live))
         if turn is None and live is None:
             for pane, _ in TABS[1:]:
                 body(f"#{pane}-body", Static).update(Text("no turn yet", style="italic"))
@@ -81,6 +84,16 @@ class TurnDetail(Vertical):
         fold.title = f"reasoning ({len(reasoning)} chars)" if reasoning else "reasoning (none)"
         self.query_one("#reasoning", Static).update(Text(reasoning))
         self.query_one("#reply-body", Static).update(Markdown(content) if content else Text(empty, style="italic"))
+
+
+def _title(view: SessionView, turn, live) -> Text:
+    if turn is not None:
+        m = mark(turn)
+        best = f" {BEST_MARK}best" if turn.index == view.best_turn else ""
+        return Text(f"turn {turn.index} ({turn.source}): {m} {turn.verdict.category.value}{best}", style="bold")
+    if live is not None:
+        return Text(f"turn {live.index} ({live.source}): {LIVE_MARK} in progress", style="bold")
+    return Text("no turn yet", style="bold")
 
 
 def _no_reply(source: str) -> str:
