@@ -299,7 +299,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return EXIT_OK
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("session", "task", "turns", "status", "result", "best", "updated (UTC)"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col != "session", overflow="fold")  # the path folds; the short columns stay whole
     for s in found:
         result = ("✓ found" if s.success else "✗ none") + (", resumable" if s.resumable else "")
         t.add_row(s.path, s.task, str(s.turns), s.status, result, s.best, s.updated)

@@ -112,3 +112,17 @@ def test_profile_pane_over_a_real_ncu_capture():
 def test_session_list_reads_settings_and_trajectory():
     [s] = find_sessions(SESSION.parent)
     assert (s.task, s.turns, s.status, s.success, s.best, s.resumable) == ("relu", 3, "finished", True, "turn 3, untimed", False)
+
+
+def test_sessions_command_lists_off_a_terminal(capsys):
+    import json
+
+    from kernelfix.cli import EXIT_OK, EXIT_USAGE, main
+
+    assert main(["sessions", str(SESSION.parent), "--json"]) == EXIT_OK
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["task"], row["turns"], row["best"]) == ("relu", 3, "turn 3, untimed")
+    assert main(["sessions", str(SESSION.parent)]) == EXIT_OK  # pytest's stdin is no terminal: a table
+    out = capsys.readouterr().out
+    assert "relu" in out and "✓ found" in out and "turn 3, untimed" in out
+    assert main(["sessions", str(SESSION / "no-such")]) == EXIT_USAGE
