@@ -148,15 +148,51 @@ def _model(cfg):
         raise UsageError(str(e)) from None
 
 
-def _run_session(session, headless: bool) -> int:
+def _use_tui(headless: bool) -> bool:
+    """The terminal UI, unless --headless or not on a terminal (a pipe, CI, a batch child)."""
+    if headless:
+        return False
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return True
+    print("kernelfix: not a terminal; running headless", file=sys.stderr)
+    return False
+
+
+def _event_sink(tui: bool):
+    from kernelfix.agent.headless import HeadlessReporter
+
+    if not tui:
+        return HeadlessReporter()
+    from kernelfix.tui.relay import EventRelay
+
+    return EventRelay()
+
+
+def _run_in_tui(session, relay):
+    """Run the session under the app; re-raise what stopped it, so both front ends exit alike."""
+    from kernelfix.tui.app import KernelfixApp
+
+    app = KernelfixApp(session=session, relay=relay)
+    app.run()
+    if app.error is not None:
+        raise app.error
+    if app.outcome is None:  # the app closed before the session said how it ended
+        traj = session.store.read_trajectory()
+        return traj.outcome if traj is not None else None
+    return app.outcome
+
+
+def _run_session(session, sink) -> int:
+    """Run under the terminal UI when ``sink`` is its EventRelay, else headless."""
     from kernelfix.agent.models import ModelError
     from kernelfix.agent.session import SessionError
     from kernelfix.tools.task import TaskError
 
-    if not headless:
-        print("kernelfix: the terminal UI is not available yet; running headless", file=sys.stderr)
+    from kernelfix.agent.headless import HeadlessReporter
+
+    tui = not isinstance(sink, HeadlessReporter)  # no textual import for a headless run
     try:
-        outcome = session.run()
+        outcome = _run_in_tui(session, sink) if tui else session.run()
     except ModelError as e:
         print(f"kernelfix: {e}\nkernelfix: the session is kept; continue it with: kernelfix resume {session.store.path}", file=sys.stderr)
         if e.kind == "config":
@@ -173,11 +209,13 @@ def _run_session(session, headless: bool) -> int:
     except OSError as e:  # a full disk, a read-only or vanished session dir: the checkpoints hold every judged turn
         print(f"kernelfix: the session could not write its records: {e}\nkernelfix: judged turns are kept up to the last checkpoint; fix the cause, then: kernelfix resume {session.store.path}", file=sys.stderr)
         return EXIT_FAIL
-    return EXIT_OK if outcome.success else EXIT_FAIL
+    if tui and outcome is not None:
+        print(f"kernelfix: {session.store.path}: " + ("a correct, legal kernel was found" if outcome.success else "no correct, legal kernel")
+              + (f"; best is turn {outcome.best_turn}: {session.store.path}/best.py" if outcome.best_turn is not None else ""), file=sys.stderr)
+    return EXIT_OK if outcome is not None and outcome.success else EXIT_FAIL
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelfix.agent.headless import HeadlessReporter
     from kernelfix.agent.runner import Session
     from kernelfix.agent.session import SessionError
     from kernelfix.tools.task import Task, TaskError
@@ -197,6 +235,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read candidate {args.candidate}: {e}") from None
     model = _model(agent_cfg)
     session_dir = args.session_dir or Path("sessions") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    sink = _event_sink(_use_tui(args.headless))
     try:
         session = Session.create(
             session_dir,
@@ -207,20 +246,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             candidate=candidate,
             candidate_name=Path(args.candidate).name if args.candidate else "candidate.py",
             candidate_path=str(Path(args.candidate).resolve()) if args.candidate else None,
-            on_event=HeadlessReporter(),
+            on_event=sink,
         )
     except (TaskError, SessionError) as e:
         raise UsageError(str(e)) from None
-    return _run_session(session, args.headless)
+    return _run_session(session, sink)
 
 
-def cmd_resume(args: argparse.Namespace) -> int:
-    from kernelfix.agent.headless import HeadlessReporter
+def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
+    """A stored session ready to run again under the limits in ``args``; locked until its run ends."""
     from kernelfix.agent.runner import Session
     from kernelfix.agent.session import SessionDir, SessionError
 
     try:
-        store = SessionDir.open(args.session_dir)
+        store = SessionDir.open(session_dir)
         store.lock()
     except SessionError as e:
         raise UsageError(str(e)) from None
@@ -231,7 +270,44 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except BaseException:
         store.unlock()
         raise
-    return _run_session(Session(store, model, on_event=HeadlessReporter()), args.headless)
+    return Session(store, model, on_event=on_event)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    sink = _event_sink(_use_tui(args.headless))
+    return _run_session(_open_for_resume(args.session_dir, args, sink), sink)
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kernelfix.tui.session_list import find_sessions
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a folder of sessions")
+    if not (args.list or args.json) and sys.stdin.isatty() and sys.stdout.isatty():
+        from kernelfix.tui.app import KernelfixApp
+
+        app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
+        app.run()
+        if app.error is not None:
+            print(f"kernelfix: the resumed session stopped: {app.error}", file=sys.stderr)
+            return EXIT_FAIL
+        return EXIT_OK
+    found = find_sessions(root)
+    if args.json:
+        sys.stdout.write("[" + ",\n".join(s.model_dump_json() for s in found) + "]\n")
+        return EXIT_OK
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("session", "task", "turns", "status", "result", "best", "updated (UTC)"):
+        t.add_column(col, no_wrap=col != "session", overflow="fold")  # the path folds; the short columns stay whole
+    for s in found:
+        result = ("✓ found" if s.success else "✗ none") + (", resumable" if s.resumable else "")
+        t.add_row(s.path, s.task, str(s.turns), s.status, result, s.best, s.updated)
+    Console(highlight=False).print(t if found else f"no sessions under {root}", soft_wrap=True)
+    return EXIT_OK
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -509,6 +585,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_dir", metavar="SESSION_DIR")
     _session_args(p)
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser(
+        "sessions",
+        help="list earlier sessions; on a terminal, browse their history and resume one",
+        description=(
+            "List the sessions under ROOT (default ./sessions; a batch's OUT works too). On a terminal this opens "
+            "the terminal UI: enter shows a session's turns, r resumes it (under the limits given here, as "
+            "`kernelfix resume` would). --list prints a table instead."
+        ),
+        epilog="Exit codes: 0 listed, 1 a resumed session stopped on an error, 2 bad usage.",
+    )
+    p.add_argument("root", nargs="?", default="sessions", metavar="ROOT", help="folder holding sessions (default ./sessions)")
+    p.add_argument("--list", action="store_true", help="print a table, even on a terminal")
+    p.add_argument("--json", action="store_true", help="print the list as JSON (implies --list)")
+    _limit_args(p)
+    p.set_defaults(func=cmd_sessions)
 
     _batch_parsers(sub)
     return parser

@@ -1,1 +1,1 @@
-"""The Textual terminal UI (kernelfix.tui)."""
+"""The Textual terminal UI (kernelfix.tui): ``kernelfix.tui.app.KernelfixApp``."""

@@ -1,0 +1,1 @@
+"""The session screen's widgets."""
