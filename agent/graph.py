@@ -14,6 +14,8 @@ node re-run after a kill changes nothing twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -36,7 +38,7 @@ from kernelfix.agent.events import (
     TurnJudged,
     TurnStarted,
 )
-from kernelfix.agent.models import ChatModel, ReplayExhausted
+from kernelfix.agent.models import ChatModel, ModelReply, ReplayExhausted
 from kernelfix.agent.session import SessionDir
 from kernelfix.agent.shapes import shape_block
 from kernelfix.agent.state import ChatMessage, SessionState, Turn
@@ -125,13 +127,20 @@ def build_graph(rt: Runtime) -> StateGraph:
         messages = prompting.build_messages(system, task_msg, state.turns, hints)
         started = time.time()
         rt.emit(TurnStarted(turn=index, source="model"))
+        prompt_sha = hashlib.sha256(json.dumps([m.model_dump(mode="json") for m in messages], sort_keys=True).encode()).hexdigest()
         try:
-            reply = rt.model.complete(
-                messages,
-                call_index=state.model_calls,
-                on_delta=lambda ch, text: rt.emit(ModelDelta(turn=index, channel=ch, text=text)),
-                on_retry=lambda n, err, wait: rt.emit(ModelRetry(turn=index, attempt=n, error=err, wait_s=wait)),
-            )
+            journaled = rt.store.journaled_reply(state.model_calls, prompt_sha)
+            if journaled is not None:  # received before a kill, never checkpointed: not asked (or paid for) again
+                reply = ModelReply.model_validate(journaled)
+                rt.emit(Notice(text=f"turn {index}: the model's reply was received before the interruption; using it"))
+            else:
+                reply = rt.model.complete(
+                    messages,
+                    call_index=state.model_calls,
+                    on_delta=lambda ch, text: rt.emit(ModelDelta(turn=index, channel=ch, text=text)),
+                    on_retry=lambda n, err, wait: rt.emit(ModelRetry(turn=index, attempt=n, error=err, wait_s=wait)),
+                )
+                rt.store.journal_reply(state.model_calls, prompt_sha, reply)
         except ReplayExhausted as e:
             return {"next_step": "end", "stop_kind": "replay_end", "stop_reason": str(e)}
         except BaseException:

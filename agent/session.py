@@ -7,6 +7,7 @@
       best.py               the best correct candidate, once there is one
       trajectory.json       the whole session (kernelfix.agent.state.Trajectory), rewritten atomically
       checkpoints.sqlite    LangGraph checkpoints: `kernelfix resume` continues from the last node
+      replies.jsonl         every model reply as it arrived, so a kill before its checkpoint never pays for it twice
       work/                 judge working directories (logs, builds); not in git
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -35,9 +37,10 @@ from kernelfix.tools.task import Task
 
 SETTINGS = "session.json"
 TRAJECTORY = "trajectory.json"
+REPLIES = "replies.jsonl"
 CHECKPOINTS = "checkpoints.sqlite"
 TURN_TRAILER = "Kernelfix-Turn"
-_GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\n.lock\n*.tmp\n*.kftmp\n"
+_GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\nreplies.jsonl\n.lock\n*.tmp\n*.kftmp\n"
 _BUILDING_SUFFIX = ".kfnew"  # a session directory being created
 _ACTOR = git.Actor("kernelfix", "kernelfix@localhost")
 log = logging.getLogger(__name__)
@@ -290,6 +293,26 @@ class SessionDir:
 
     def write_trajectory(self, traj: Trajectory) -> None:
         atomic.write_json(self.path / TRAJECTORY, traj)
+
+    def journal_reply(self, call_index: int, prompt_sha: str, reply: BaseModel) -> None:
+        """Record a model reply the moment it arrives (before the graph checkpoints it)."""
+        line = json.dumps({"call_index": call_index, "prompt_sha256": prompt_sha, "reply": reply.model_dump(mode="json")})
+        atomic.append_line(self.path / REPLIES, line)
+
+    def journaled_reply(self, call_index: int, prompt_sha: str) -> dict | None:
+        """The reply already received for this call and prompt, if the process died before its checkpoint."""
+        f = self.path / REPLIES
+        if not f.is_file():
+            return None
+        found = None
+        for raw in f.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(raw)
+            except ValueError:  # a torn last line from a kill mid-append
+                continue
+            if rec.get("call_index") == call_index and rec.get("prompt_sha256") == prompt_sha:
+                found = rec.get("reply")
+        return found
 
     def read_trajectory(self) -> Trajectory | None:
         f = self.path / TRAJECTORY

@@ -8,6 +8,8 @@
                                                            before it is renamed into place
     python tests/crash_child.py in_commit:N ARGS...        mid-way through turn N's git commit: the
                                                            branch's lock file written, not renamed over
+    python tests/crash_child.py after_reply:N ARGS...      once model reply N (0-based) is journaled,
+                                                           before the graph checkpoints it
 
 Some moments are too short to hit from outside (the gap between a node's saved writes and the
 next checkpoint is milliseconds); wrapping the real function and killing the process right after
@@ -53,6 +55,17 @@ def main() -> int:
                 _die()
 
         SqliteSaver.put_writes = put_then_die
+    elif kind == "after_reply":
+        from kernelfix.agent.session import SessionDir
+
+        journal_reply = SessionDir.journal_reply
+
+        def journal_then_die(self, call_index, prompt_sha, reply):
+            journal_reply(self, call_index, prompt_sha, reply)
+            if call_index == int(arg):
+                _die()
+
+        SessionDir.journal_reply = journal_then_die
     elif kind == "in_commit":
         from git.util import LockedFD
 

@@ -32,7 +32,7 @@ from agent_support import REPO, TASK, check_session_dir
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.session import TURN_TRAILER, SessionDir
 from kernelfix.agent.state import Trajectory
-from kernelfix.cli import EXIT_OK
+from kernelfix.cli import EXIT_FAIL, EXIT_OK
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from llm_stub import Action, StubLLM
@@ -288,3 +288,20 @@ def _kill_and_resume(tmp_path: Path, delays: list[float]) -> None:
     assert rc == EXIT_OK, run.output
     final_checks(session, survivors, DEMO_CATEGORIES, 1, "after the last resume")
     assert fingerprint([task]) == before
+
+
+def test_a_reply_received_before_a_kill_is_not_asked_for_again(tmp_path):
+    """Killed after the model's reply arrived but before its checkpoint: resume uses the journaled reply."""
+    replay = tmp_path / "replies.jsonl"
+    shutil.copy(DEMO_REPLAY, replay)
+    session = tmp_path / "s"
+    run = optimize(session, "--model", f"replay:{replay}", "--max-turns", "1", die_at="after_reply:0")
+    assert run.ended() == -signal.SIGKILL, run.output
+    # Were the model asked again, it would now answer with no code at all.
+    replay.write_text(json.dumps({"content": "I cannot help with that."}) + "\n")
+    again = resume(session)
+    assert again.ended() == EXIT_FAIL, again.output  # one broken turn, then max turns: no kernel, but it ends
+    assert "received before the interruption" in again.output
+    traj = check_session_dir(session)
+    assert [(t.index, t.verdict.category.value) for t in traj.turns] == [(1, DEMO_CATEGORIES[0])]
+    assert traj.turns[0].reply.content == DEMO_REPLIES[0]
