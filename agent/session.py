@@ -305,20 +305,13 @@ class SessionDir:
         if not f.is_file():
             return None
         found = None
-        for raw in f.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(raw)
-            except ValueError:  # a torn last line from a kill mid-append
-                continue
-            if rec.get("call_index") == call_index and rec.get("prompt_sha256") == prompt_sha:
-                found = rec.get("reply")
+        for rec in map(json.loads, atomic.read_lines(f)):  # complete lines only: a kill mid-append tears the last
+            if rec["call_index"] == call_index and rec["prompt_sha256"] == prompt_sha:
+                found = rec["reply"]
         return found
 
     def read_trajectory(self) -> Trajectory | None:
-        f = self.path / TRAJECTORY
-        if not f.is_file():
-            return None
-        return Trajectory.model_validate_json(f.read_text(encoding="utf-8"))
+        return read_trajectory(self.path)
 
 
 def _commit_message(turn: Turn, is_best: bool) -> str:
@@ -338,3 +331,11 @@ def _commit_message(turn: Turn, is_best: bool) -> str:
         lines += [body[0][:200], ""]
     lines += [f"Kernelfix-Source: {turn.source}", f"{TURN_TRAILER}: {turn.index}"]
     return "\n".join(lines) + "\n"
+
+
+def read_trajectory(session_dir: str | Path) -> Trajectory | None:
+    """A session directory's trajectory.json, or None before its first write."""
+    f = Path(session_dir) / TRAJECTORY
+    if not f.is_file():
+        return None
+    return Trajectory.model_validate_json(f.read_text(encoding="utf-8"))

@@ -148,11 +148,15 @@ def _model(cfg):
         raise UsageError(str(e)) from None
 
 
+def _on_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def _use_tui(headless: bool) -> bool:
     """The terminal UI, unless --headless or not on a terminal (a pipe, CI, a batch child)."""
     if headless:
         return False
-    if sys.stdin.isatty() and sys.stdout.isatty():
+    if _on_terminal():
         return True
     print("kernelfix: not a terminal; running headless", file=sys.stderr)
     return False
@@ -287,7 +291,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     root = Path(args.root)
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder of sessions")
-    if not (args.list or args.json) and sys.stdin.isatty() and sys.stdout.isatty():
+    if not (args.list or args.json) and _on_terminal():
         from kernelfix.tui.app import KernelfixApp
 
         app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
@@ -304,8 +308,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     for col in ("session", "task", "turns", "status", "result", "best", "updated (UTC)"):
         t.add_column(col, no_wrap=col != "session", overflow="fold")  # the path folds; the short columns stay whole
     for s in found:
-        result = ("✓ found" if s.success else "✗ none") + (", resumable" if s.resumable else "")
-        t.add_row(s.path, s.task, str(s.turns), s.status, result, s.best, s.updated)
+        t.add_row(s.path, s.task, str(s.turns), s.status, s.result, s.best, s.updated)
     Console(highlight=False).print(t if found else f"no sessions under {root}", soft_wrap=True)
     return EXIT_OK
 

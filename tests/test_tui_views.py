@@ -14,7 +14,8 @@ from kernelfix.tools.judge import StageEvent
 from kernelfix.tools.verdict import TimingStats, Timings
 from kernelfix.tui.check_views import correctness_view
 from kernelfix.tui.perf_views import performance_view, profile_view, speedup_chart
-from kernelfix.tui.session_list import find_sessions, load_trajectory
+from kernelfix.agent.session import read_trajectory
+from kernelfix.tui.session_list import find_sessions
 from kernelfix.tui.turn_text import turn_label
 from kernelfix.tui.view_model import SessionView, stage_text
 
@@ -29,7 +30,7 @@ def text(renderable, width: int = 50) -> str:
 
 
 def recorded_turns():
-    return load_trajectory(SESSION).turns
+    return read_trajectory(SESSION).turns
 
 
 def timed(turn, candidate_ms: float, eager_ms: float, compiled_ms: float):
@@ -66,7 +67,7 @@ def test_events_fold_into_the_view():
     assert v.live.activity == "checking 1/5..." and v.tokens() == (100, 20)
     v.apply(TurnJudged(turn=turns[0], best_turn=None))
     assert v.live is None and [t.index for t in v.turns] == [1]
-    v.apply(SessionEnded(outcome=load_trajectory(SESSION).outcome, session_dir="/s"))
+    v.apply(SessionEnded(outcome=read_trajectory(SESSION).outcome, session_dir="/s"))
     assert not v.running and v.activity.startswith("finished: goal met")
 
 

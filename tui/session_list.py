@@ -30,6 +30,13 @@ class SessionSummary(BaseModel):
     def updated(self) -> str:
         return "-" if self.updated_at is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.updated_at))
 
+    @property
+    def result(self) -> str:
+        """What the session found, in words (the list's result column, on screen and in `--list`)."""
+        if self.status.startswith("unreadable") or self.status == "not started":
+            return self.status
+        return ("✓ found" if self.success else "✗ none") + (", resumable" if self.resumable else "")
+
 
 def _dirs(root: Path, depth: int):
     if (root / SETTINGS).is_file():
@@ -78,10 +85,3 @@ def find_sessions(root: str | Path) -> list[SessionSummary]:
     """Every session under ``root`` (itself one, or up to three folders down), newest first."""
     found = [summarize(p) for p in _dirs(Path(root), MAX_DEPTH)]
     return sorted(found, key=lambda s: s.updated_at or 0.0, reverse=True)
-
-
-def load_trajectory(path: str | Path) -> Trajectory | None:
-    f = Path(path) / TRAJECTORY
-    if not f.is_file():
-        return None
-    return Trajectory.model_validate_json(f.read_text(encoding="utf-8"))

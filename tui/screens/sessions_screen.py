@@ -10,16 +10,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from kernelfix.agent.session import SETTINGS, SessionSettings
+from kernelfix.agent.session import SETTINGS, SessionSettings, read_trajectory
 from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
-from kernelfix.tui.session_list import SessionSummary, find_sessions, load_trajectory
+from kernelfix.tui.session_list import SessionSummary, find_sessions
 from kernelfix.tui.view_model import SessionView, short_model
-
-
-def _result(s: SessionSummary) -> str:
-    if s.status.startswith("unreadable") or s.status == "not started":
-        return s.status
-    return ("✓ found" if s.success else "✗ none") + (", resumable" if s.resumable else "")
 
 
 class SessionsScreen(Screen):
@@ -57,7 +51,7 @@ class SessionsScreen(Screen):
         table.clear()
         self.sessions = find_sessions(self.root)
         for s in self.sessions:
-            table.add_row(*(Text(c) for c in (s.task, str(s.turns), _result(s), s.best, s.updated, s.model)), key=s.path)
+            table.add_row(*(Text(c) for c in (s.task, str(s.turns), s.result, s.best, s.updated, s.model)), key=s.path)
         if self.sessions:
             table.move_cursor(row=min(row, len(self.sessions) - 1))
         self._describe()
@@ -81,7 +75,7 @@ class SessionsScreen(Screen):
         return self.sessions[row] if self.sessions and 0 <= row < len(self.sessions) else None
 
     def _screen_for(self, s: SessionSummary) -> SessionScreen:
-        traj = load_trajectory(s.path)
+        traj = read_trajectory(s.path)
         if traj is not None:
             view = SessionView.from_trajectory(traj, s.path)
         else:  # created, never run: what its settings say
