@@ -8,7 +8,7 @@ set -o pipefail
 : "${OUT:?OUT must be set}"
 if [ "$1" = "--one" ]; then set -- "$2"; else
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --target /tmp/kf . >/dev/null || exit 1
+python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --upgrade --target /tmp/kf . >/dev/null || exit 1
 export PYTHONPATH=/tmp/kf:/tmp/site LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
 mkdir -p /tmp/kfout
 for step in "$@"; do
@@ -33,6 +33,7 @@ for step in "$@"; do
     hostile) python3 -P -m pytest -m gpu -q -s -rs -p no:cacheprovider -o addopts="" --timeout 300 tests/hostile tests/test_sandbox.py 2>&1 | tee "$OUT/hostile.log" | grep -E "^\[cuda|sandbox on the device|^inside|PASS|FAIL|SKIP|passed|failed|Error" ;;
     sandbox-gpu) python3 -P bench/sandbox_gpu_probe.py 2>&1 | tee "$OUT/sandbox_gpu.log" ;;
     corpus) python3 -P -m pytest -m gpu -v -rA -n 6 --durations 15 -p no:cacheprovider -o addopts="" --timeout 400 tests/test_corpus.py tests/test_correctness_checks.py tests/test_agent_gpu.py tests/hostile tests/test_sandbox.py > "$OUT/corpus_gpu.log" 2>&1; grep -E "PASSED|FAILED|ERROR|passed|failed|slowest|^[0-9.]+s call" "$OUT/corpus_gpu.log" | tail -150 ;;
+    corpus-list:*) python3 -P -m pytest -m gpu -v -rA -n 8 --durations 20 -p no:cacheprovider -o addopts="" --timeout 400 $(cat "${step#corpus-list:}") > "$OUT/corpus_rest.log" 2>&1; grep -E "PASSED|FAILED|ERROR|passed|failed|slowest|^[0-9.]+s call" "$OUT/corpus_rest.log" | tail -150 ;;
     judge-bench) python3 bench/judge_stages.py --out "$OUT/judge_stages.json" 2>&1 | tee "$OUT/judge_stages.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     *) echo "unknown step $step" ;;

@@ -429,8 +429,10 @@ def test_cuda_triton_and_nvcc_work_inside_the_full_sandbox(tmp_path):
     (tmp_path / "tmp").mkdir()
     (tmp_path / "cache").mkdir()
     env = scrubbed_env({"HOME": str(tmp_path / "tmp"), "TMPDIR": str(tmp_path / "tmp"), "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    probe = tmp_path / "tmp" / "probe.py"  # a file, not -c: Triton's @jit reads its function's source
+    probe.write_text(_GPU_PROBE)
     out = run_child(
-        [sys.executable, "-c", _GPU_PROBE],
+        [sys.executable, str(probe)],
         cwd=tmp_path,
         env=env,
         limits=Limits(wall_s=300, memory_bytes=32 << 30),
