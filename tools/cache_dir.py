@@ -14,3 +14,18 @@ def cache_root() -> Path:
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kernelfix")
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+# The parts of the cache that judged code writes: the CUDA build store and Triton's and
+# Inductor's caches. The rest (the GPU lease's lock files and their hold log) stays
+# read-only to every child, so a candidate cannot unlink a lock and time beside another run.
+COMPILER_CACHES = ("build", "triton", "inductor")
+
+
+def compiler_caches() -> list[Path]:
+    """The cache dirs a judge's child may write, created (a bind mount needs its target)."""
+    root = cache_root()
+    dirs = [root / name for name in COMPILER_CACHES]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return dirs

@@ -40,7 +40,7 @@ from kernelfix.sandbox.isolation import for_gpu
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import bottleneck, feedback, input_variants, ncu, ncu_csv, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
-from kernelfix.tools.cache_dir import CACHE_ENV, cache_root
+from kernelfix.tools.cache_dir import CACHE_ENV, cache_root, compiler_caches
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.compare import compare, inputs_mutated, leaves, relative_error, vacuous_tolerance
 from kernelfix.tools.config import JudgeConfig
@@ -311,7 +311,7 @@ class Judge:
             writable, hidden = [workdir / d for d in _CANDIDATE_DIRS], [self._private, *siblings]
         iso = base.model_copy(
             update={
-                "writable": [*map(str, writable), str(cache_root()), *base.writable],
+                "writable": [*map(str, writable), *map(str, compiler_caches()), *base.writable],
                 "hidden": [*map(str, hidden), *self._credentials, *base.hidden],
             }
         )

@@ -31,6 +31,7 @@ from conftest import CORPUS, Case, load_cases
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
 from kernelfix.tools import static_checks
+from kernelfix.tools.cache_dir import COMPILER_CACHES
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict
@@ -140,6 +141,10 @@ class World:
         snap: dict[str, tuple] = {}
         for root in (self.home, self.repo, self.outside, judge.root):
             snap.update(_tree(root, [*skip, self.cache]))
+        # The cache too, but for the compiler caches judged code may write and the lease's
+        # hold log, which the judge itself appends to.
+        own = [self.cache / name for name in COMPILER_CACHES] + list((self.cache / "locks").glob("gpu-*.log"))
+        snap.update(_tree(self.cache, [*skip, *own]))
         return snap
 
 
@@ -147,8 +152,9 @@ class World:
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     home, repo, outside, cache = root / "home", root / "repo", root / "outside", root / "cache"
-    for d in (home / ".ssh", repo / ".git", outside, cache):
+    for d in (home / ".ssh", repo / ".git", outside, cache / "locks"):
         d.mkdir(parents=True)
+    (cache / "locks" / "gpu-canary.lock").touch()  # a lease lock of another GPU, for cache_sabotage to aim at
     key = f"sk-{MARK}-{secrets.token_hex(16)}"
     (home / ".bashrc").write_text("export PATH=$PATH\n")
     (home / ".env").write_text(f"OPENAI_API_KEY={key}\n")
@@ -259,7 +265,7 @@ def test_corpus_covers_every_behaviour_the_issue_names():
     named = {
         "python_loop", "gpu_spin", "fork_bomb", "memory_bomb", "stdout_flood", "write_delete_outside",
         "env_secrets", "network", "kill_parent", "monkeypatch", "swap_reference", "gpu_fake_timing",
-        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access",
+        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access", "cache_sabotage",
     }
     assert named <= {c.path.stem for c in CASES}
 
