@@ -113,7 +113,7 @@ class World:
     def source(self, case: Case) -> str:
         text = case.path.read_text()
         for key, value in {
-            "__CANARY_DIRS__": json.dumps([str(self.home), str(self.repo)]),
+            "__CANARY_DIRS__": json.dumps([str(self.home), str(self.repo), str(self.cache / "locks")]),
             "__OUTSIDE_FILE__": str(self.outside / "planted.txt"),
             "__KEY_MARK__": MARK,
             "__SECRET_FILES__": json.dumps([str(p) for p in self.secret_files]),
@@ -154,7 +154,7 @@ def world(tmp_path_factory):
     home, repo, outside, cache = root / "home", root / "repo", root / "outside", root / "cache"
     for d in (home / ".ssh", repo / ".git", outside, cache / "locks"):
         d.mkdir(parents=True)
-    (cache / "locks" / "gpu-canary.lock").touch()  # a lease lock of another GPU, for cache_sabotage to aim at
+    (cache / "locks" / "gpu-canary.lock").touch()  # a lease lock of another GPU, for write_delete_outside to aim at
     key = f"sk-{MARK}-{secrets.token_hex(16)}"
     (home / ".bashrc").write_text("export PATH=$PATH\n")
     (home / ".env").write_text(f"OPENAI_API_KEY={key}\n")
@@ -265,7 +265,7 @@ def test_corpus_covers_every_behaviour_the_issue_names():
     named = {
         "python_loop", "gpu_spin", "fork_bomb", "memory_bomb", "stdout_flood", "write_delete_outside",
         "env_secrets", "network", "kill_parent", "monkeypatch", "swap_reference", "gpu_fake_timing",
-        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access", "cache_sabotage",
+        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access",
     }
     assert named <= {c.path.stem for c in CASES}
 

@@ -1,7 +1,8 @@
-# behaviour: writes, overwrites and deletes files outside its work dir (user's home and repo, the judge's dirs, /tmp)
+# behaviour: writes, overwrites and deletes files outside its work dir (user's home and repo, the judge's dirs, /tmp, the cache's GPU lease locks)
 # expect: ok
 # requires: filesystem
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ def relu(x):
 
 CANARY_DIRS = [Path(d) for d in json.loads('__CANARY_DIRS__')]
 OUTSIDE_FILE = Path("__OUTSIDE_FILE__")
+CACHE = Path(os.environ.get("KERNELFIX_CACHE", "/nonexistent"))  # writable only in its compiler caches
 HERE = Path(__file__).resolve().parent  # the evaluation's dir: the judge's, not the candidate's
 JUDGE_ROOT = HERE.parent.parent
 
@@ -48,6 +50,7 @@ def _attempts():
         if d != HERE:
             yield f"rmtree {d}", lambda d=d: shutil.rmtree(d)
     yield f"create {OUTSIDE_FILE}", lambda: OUTSIDE_FILE.write_text("candidate was here")
+    yield f"create {CACHE}/planted.txt", lambda: (CACHE / "planted.txt").write_text("candidate was here")
 
 
 ESCAPED = []
