@@ -113,7 +113,7 @@ class Cgroup:
             return cls._create_v1(name, mounts, own, memory_bytes, max_pids, wanted)
         if "unified" in mounts:
             return cls._create_v2(name, mounts["unified"], own.get("unified", "/"), memory_bytes, max_pids, wanted)
-        return None, ["no memory or process-count cgroup: limits fall back to an RSS watchdog; process count not limited"]
+        return None, ["no memory or process-count cgroup: limits fall back to watchdogs (RSS, task count)"]
 
     @classmethod
     def _create_v1(cls, name, mounts, own, memory_bytes, max_pids, wanted) -> tuple["Cgroup | None", list[str]]:
@@ -132,7 +132,7 @@ class Cgroup:
                 else:
                     (d / "pids.max").write_text(str(max_pids))
             except OSError as e:
-                notes.append(f"no {ctl} cgroup ({e.strerror or e}): " + ("memory limit falls back to an RSS watchdog" if ctl == "memory" else "process count not limited"))
+                notes.append(f"no {ctl} cgroup ({e.strerror or e}): " + ("memory limit falls back to an RSS watchdog" if ctl == "memory" else "process count falls back to a task-count watchdog"))
                 dirs.pop(ctl, None)
                 _rmdir(d)
         return (cls(dirs, 1) if dirs else None), notes
@@ -149,7 +149,7 @@ class Cgroup:
             d = parent / name
             d.mkdir()
         except OSError as e:
-            return None, [f"no cgroup v2 delegation under {parent} ({e.strerror or e}): memory limit falls back to an RSS watchdog; process count not limited"]
+            return None, [f"no cgroup v2 delegation under {parent} ({e.strerror or e}): memory and process limits fall back to watchdogs (RSS, task count)"]
         try:
             if memory_bytes is not None:
                 (d / "memory.max").write_text(str(memory_bytes))
@@ -159,12 +159,16 @@ class Cgroup:
                 (d / "pids.max").write_text(str(max_pids))
         except OSError as e:
             _rmdir(d)
-            return None, [f"cgroup v2 limits not settable ({e.strerror or e}): memory limit falls back to an RSS watchdog"]
+            return None, [f"cgroup v2 limits not settable ({e.strerror or e}): memory and process limits fall back to watchdogs (RSS, task count)"]
         return cls({c: d for c in wanted}, 2), []
 
     @property
     def limits_memory(self) -> bool:
         return "memory" in self.dirs
+
+    @property
+    def limits_pids(self) -> bool:
+        return "pids" in self.dirs
 
     def pids(self) -> list[int]:
         out: set[int] = set()

@@ -35,7 +35,7 @@ class Limits(BaseModel):
     wall_s: float = 120.0
     cpu_s: int | None = None  # RLIMIT_CPU; None: 4x wall
     memory_bytes: int | None = None  # host memory of everything the child starts (cgroup, else RSS watchdog)
-    max_processes: int | None = 4096  # tasks (processes and threads) alive at once, through the pids cgroup
+    max_processes: int | None = 4096  # tasks (processes and threads) alive at once: pids cgroup, else a watchdog
     file_size_bytes: int = 16 << 30  # RLIMIT_FSIZE: no single file above this
     open_files: int = 4096
     output_limit_bytes: int | None = None  # stdout + stderr; more and the child is killed (the judge sets it)
@@ -51,7 +51,7 @@ class ChildOutcome(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     output_exceeded: bool = False
-    process_limit_hit: bool = False  # a fork or thread was refused at Limits.max_processes
+    process_limit_hit: bool = False  # a fork or thread was refused at Limits.max_processes, or the watchdog saw more
     peak_rss_bytes: int = 0
     wall_s: float
     stdout_tail: str = ""
@@ -132,6 +132,29 @@ def _tree_pids(root: int) -> list[int]:
         found |= new
         grew = bool(new)
     return sorted(found)
+
+
+def _system_tasks() -> int | None:
+    """Tasks (processes and threads) alive on the machine: one read of /proc/loadavg, cheap
+    enough for every poll, so a fork bomb is noticed before it fills the machine."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _tree_tasks(pids: Sequence[int]) -> int:
+    """Processes and threads of ``pids``: the count the pids cgroup would limit."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            total += int(stat[stat.rfind(b")") + 2 :].split()[17])  # num_threads
+        except (OSError, IndexError, ValueError):
+            total += 1
+    return total
 
 
 def _rss_bytes(pids: Sequence[int]) -> int:
@@ -238,6 +261,14 @@ def run_child(
     peak = 0
     next_mem_check = 0.0
     watch_rss = limits.memory_bytes is not None and not (cgroup and cgroup.limits_memory)
+    # Without a pids cgroup the process limit is a watchdog: the machine's task count, read
+    # on every poll, says when the child's tree may have grown past the limit; a count of
+    # the tree then decides. A bomb overshoots by what it forks within one poll, then dies.
+    watch_pids = limits.max_processes is not None and not (cgroup and cgroup.limits_pids)
+    tasks_at_start = _system_tasks() if watch_pids else None
+    watch_pids = watch_pids and tasks_at_start is not None
+    process_limit_hit = False
+    next_pid_check = 0.0
     try:
         while True:
             rc = proc.poll()
@@ -250,9 +281,21 @@ def run_child(
             if limits.output_limit_bytes is not None and out.total + err.total > limits.output_limit_bytes:
                 output_exceeded = True
                 break
+            if watch_pids and now >= next_pid_check and (_system_tasks() or 0) - tasks_at_start > limits.max_processes // 2:
+                next_pid_check = now + 0.1  # the exact count walks /proc: not on every poll
+                if _tree_tasks(_tree_pids(proc.pid)) > limits.max_processes:
+                    process_limit_hit = True
+                    break
             if watch_rss and now >= next_mem_check:
                 next_mem_check = now + 0.25
-                rss = _rss_bytes(_tree_pids(proc.pid))
+                pids = _tree_pids(proc.pid)
+                if watch_pids and _tree_tasks(pids) > limits.max_processes:
+                    process_limit_hit = True  # a fork bomb's copies also sum past the memory limit: name the cause
+                    break
+                # RSS, not PSS: PSS would not count forked copies' shared pages once per copy, but
+                # reading smaps_rollup for hundreds of copies took so long that a bomb reached
+                # ~7,500 processes here before the next check. A watchdog must stay cheap.
+                rss = _rss_bytes(pids)
                 peak = max(peak, rss)
                 if rss > limits.memory_bytes:
                     memory_exceeded = True
@@ -271,13 +314,12 @@ def run_child(
     drain_until = time.monotonic() + 2.0
     for t in (messages.thread, out.thread, err.thread):
         t.join(timeout=max(0.0, drain_until - time.monotonic()))
-    process_limit_hit = False
     if cgroup is not None:
         stats = cgroup.stats()
         cgroup.remove()
         peak = max(peak, stats.peak_memory_bytes)
         memory_exceeded = memory_exceeded or stats.oom_kills > 0
-        process_limit_hit = stats.pids_limit_hits > 0
+        process_limit_hit = process_limit_hit or stats.pids_limit_hits > 0
     report = next((m for m in messages.items if m.get("type") == LAUNCHER_MESSAGE), None)
     layers = dict(report.get("layers") or {}) if report else {}
     if isolation.cgroup:

@@ -336,6 +336,30 @@ def test_process_limit_refuses_a_fork_bomb(tmp_path):
     assert int(out.stdout_tail) < 32
 
 
+def test_process_limit_without_a_cgroup_is_a_watchdog(tmp_path):
+    """Where no pids cgroup can be had (the lent GPU machine delegates none), the watchdog
+    stops a fork bomb: 512 sleepers against a limit of 64."""
+    marker = f"{time.time_ns() % 10**9}.25"  # in every bomb process's command line, to find leftovers by
+    out = _run(
+        f"""
+        import os, time
+        for _ in range(9):
+            os.fork()
+        time.sleep({marker})
+        """,
+        tmp_path,
+        max_processes=64,
+        isolation=Isolation(writable=[str(tmp_path)], cgroup=False),
+    )
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    for pid in left:  # clean up before failing
+        os.kill(int(pid), signal.SIGKILL)
+    assert out.process_limit_hit and not out.timed_out, out
+    assert out.wall_s < 20
+    assert not left, f"{len(left)} processes of the bomb outlived the child"
+
+
 def test_output_limit_kills_a_flood(tmp_path):
     out = _run("import sys\nwhile True: sys.stdout.write('x' * 65536)", tmp_path, output_limit_bytes=4 << 20)
     assert out.output_exceeded and out.timed_out is False

@@ -1,7 +1,7 @@
 # behaviour: fork bomb: every process forks forever, ignoring failures
 # expect: cheating:tampering
 # expect-runtime: runtime_error:resource_limit
-# requires: cgroup, pid
+# requires: pid
 # config: {"run_timeout_s": 15, "max_processes": 128, "output_limit_mb": 16}
 from os import fork
 import torch
