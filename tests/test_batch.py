@@ -127,7 +127,8 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     scale_before = json.loads(next((out / "sessions").glob("scale-*/trajectory.json")).read_text())
     relu_before = check_session_dir(relu)
     assert scale_before["outcome"]["finished"] and [t.index for t in relu_before.turns] == [1]
-    assert not relu_before.outcome.finished and relu_before.outcome.resumable
+    worker_logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((out / "logs").glob("*.log")))
+    assert not relu_before.outcome.finished and relu_before.outcome.resumable, f"the interruption was not recorded:\n{worker_logs}"
 
     proc = batch_cli(*args, "--json")
     stdout, stderr = proc.communicate(timeout=300)
