@@ -281,17 +281,18 @@ def run_child(
             if limits.output_limit_bytes is not None and out.total + err.total > limits.output_limit_bytes:
                 output_exceeded = True
                 break
-            if watch_pids and now >= next_pid_check and (_system_tasks() or 0) - tasks_at_start > limits.max_processes // 2:
-                next_pid_check = now + 0.1  # the exact count walks /proc: not on every poll
-                if _tree_tasks(_tree_pids(proc.pid)) > limits.max_processes:
+            pids_due = watch_pids and now >= next_pid_check and (_system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
+            rss_due = watch_rss and now >= next_mem_check
+            if pids_due or rss_due:  # one walk of /proc serves both checks
+                pids = _tree_pids(proc.pid)
+                # Tasks first: a fork bomb's copies also sum past the memory limit; name the cause.
+                if watch_pids and _tree_tasks(pids) > limits.max_processes:
                     process_limit_hit = True
                     break
-            if watch_rss and now >= next_mem_check:
+                if pids_due:
+                    next_pid_check = now + 0.1  # the exact count walks /proc: not on every poll
+            if rss_due:
                 next_mem_check = now + 0.25
-                pids = _tree_pids(proc.pid)
-                if watch_pids and _tree_tasks(pids) > limits.max_processes:
-                    process_limit_hit = True  # a fork bomb's copies also sum past the memory limit: name the cause
-                    break
                 # RSS, not PSS: PSS would not count forked copies' shared pages once per copy, but
                 # reading smaps_rollup for hundreds of copies took so long that a bomb reached
                 # ~7,500 processes here before the next check. A watchdog must stay cheap.

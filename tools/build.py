@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.tools import build_runner
-from kernelfix.tools.cache_dir import cache_root
+from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.store import Store, digest
 from kernelfix.tools.toolchain import find_cuda_home, tool_identity
@@ -71,7 +71,7 @@ def records() -> list[ExtensionBuild]:
 def _stub_store() -> Store:
     # In the shared cache, named by content: every evaluation's build flags point at the
     # same directories, so the object and extension caches can match across evaluations.
-    return Store(cache_root() / "build" / "cpu-stubs")
+    return Store(cache_root() / BUILD_CACHE / "cpu-stubs")
 
 
 def _stub_lib_dir() -> Path:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelfix.tools import host_pch, ninja_file, nvcc_pipeline
-from kernelfix.tools.cache_dir import cache_root
+from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.store import Store, digest, file_sha256
 from kernelfix.tools.toolchain import python_abi, tool_identity, torch_identity
@@ -50,7 +50,7 @@ class _Stores:
 
     @classmethod
     def under(cls, root: Path) -> "_Stores":
-        b = root / "build"
+        b = root / BUILD_CACHE
         return cls(ext=Store(b / "ext"), obj=Store(b / "obj"), pch=Store(b / "pch"))
 
 

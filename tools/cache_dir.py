@@ -19,7 +19,8 @@ def cache_root() -> Path:
 # The parts of the cache that judged code writes: the CUDA build store and Triton's and
 # Inductor's caches. The rest (the GPU lease's lock files and their hold log) stays
 # read-only to every child, so a candidate cannot unlink a lock and time beside another run.
-COMPILER_CACHES = ("build", "triton", "inductor")
+BUILD_CACHE, TRITON_CACHE, INDUCTOR_CACHE = "build", "triton", "inductor"
+COMPILER_CACHES = (BUILD_CACHE, TRITON_CACHE, INDUCTOR_CACHE)
 
 
 def compiler_caches() -> list[Path]:

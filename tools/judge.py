@@ -40,7 +40,7 @@ from kernelfix.sandbox.isolation import for_gpu
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import bottleneck, feedback, input_variants, ncu, ncu_csv, static_checks
 from kernelfix.tools.allowlist import is_allowed, make_allowed
-from kernelfix.tools.cache_dir import CACHE_ENV, cache_root, compiler_caches
+from kernelfix.tools.cache_dir import CACHE_ENV, INDUCTOR_CACHE, TRITON_CACHE, cache_root, compiler_caches
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.compare import compare, inputs_mutated, leaves, relative_error, vacuous_tolerance
 from kernelfix.tools.config import JudgeConfig
@@ -220,8 +220,8 @@ class Judge:
             "HOME": str(workdir / "tmp"),
             "TMPDIR": str(workdir / "tmp"),
             "TORCH_EXTENSIONS_DIR": str(workdir / "build"),
-            "TRITON_CACHE_DIR": str(cache / "triton"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "TRITON_CACHE_DIR": str(cache / TRITON_CACHE),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / INDUCTOR_CACHE),
         }
         if self.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from kernelfix.agent.session import SETTINGS, TRAJECTORY, SessionSettings
-from kernelfix.agent.state import Trajectory
+from kernelfix.agent.session import SETTINGS, SessionSettings, read_trajectory
 from kernelfix.tui.view_model import short_model
 
 MAX_DEPTH = 3  # sessions/X, or a batch's OUT/sessions/X
@@ -59,11 +58,11 @@ def summarize(path: Path) -> SessionSummary:
         return SessionSummary(path=str(path), task="?", model="?", turns=0, status=f"unreadable: {str(e).splitlines()[0]}")
     base = dict(path=str(path), task=Path(settings.task_path).stem, model=short_model(settings.model), updated_at=settings.created_at)
     try:
-        traj = Trajectory.model_validate_json((path / TRAJECTORY).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return SessionSummary(**base, turns=0, status="not started", resumable=True)
+        traj = read_trajectory(path)
     except (OSError, ValueError, ValidationError) as e:
         return SessionSummary(**base, turns=0, status=f"unreadable: {str(e).splitlines()[0]}")
+    if traj is None:
+        return SessionSummary(**base, turns=0, status="not started", resumable=True)
     o = traj.outcome
     best = "-"
     if o.best_turn is not None:
