@@ -9,6 +9,8 @@ back: only the answer's content.
 
 from __future__ import annotations
 
+from kernelfix.tools.correctness.tolerance import describe
+
 import functools
 from collections.abc import Sequence
 from importlib import resources
@@ -47,7 +49,7 @@ def system_prompt(judge: JudgeConfig, device: str) -> str:
         if device == "cuda"
         else f"on {device} times nothing (timing needs a CUDA GPU)"
     )
-    return render("system", allowed_ops=allowed, atol=f"{judge.atol:g}", rtol=f"{judge.rtol:g}", timing=timing)
+    return render("system", allowed_ops=allowed, tolerance=describe(judge.atol, judge.rtol), timing=timing)
 
 
 def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str) -> str:
