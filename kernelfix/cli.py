@@ -606,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sessions)
 
     _batch_parsers(sub)
+    from kernelfix import cli_baseline
+
+    cli_baseline.add_parser(sub, _common_judge_args)
     return parser
 
 

@@ -18,6 +18,7 @@ verdicts, never the candidate's.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Callable
@@ -122,6 +123,12 @@ class Reference:
                 raise err
         return self.ensure()
 
+    def cgroup_dirs(self) -> list[str]:
+        """The running worker's cgroup directories (it lives as long as the judge; nothing else may linger)."""
+        w = self._worker
+        cg = w.child.cgroup if w is not None and w.alive else None
+        return [str(d) for d in cg.dirs.values()] if cg is not None else []
+
     def close(self) -> None:
         with self._lock:
             if self._worker is not None:
@@ -224,22 +231,26 @@ class Reference:
 
     # ------------------------------------------------------------------ baselines
 
-    def baseline(self, lease: Callable[[str], Any]) -> baselines.Baseline:
+    def baseline(
+        self, lease: Callable[[str], Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False
+    ) -> baselines.Baseline:
         """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
-        (torch.compile's compilation outside the GPU lease, the timing inside it)."""
+        (torch.compile's compilation outside the GPU lease, under ``warm_gate`` when given, the
+        timing inside it). ``fresh``: measure even when the disk cache has them."""
         with self._lock:
             if self._baseline is not None:
                 return self._baseline
             ready = self.ensure()
             key = baselines.key(self.judge.task, self.config, ready)
-            cached = baselines.load(key)
+            cached = None if fresh else baselines.load(key)
             if cached is not None:
                 self._baseline = cached
                 return cached
             timing = baselines.timing_settings(self.config)
             trial = self.trials[0]
             if self.config.time_torch_compile:
-                self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
+                with warm_gate() if warm_gate is not None else contextlib.nullcontext():
+                    self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
             with lease("baseline"):
                 msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
             base = baselines.Baseline.model_validate(msg)
