@@ -24,11 +24,11 @@ def kernelfix(*args: str, **kw) -> subprocess.Popen:
 def test_demo_killed_mid_turn_resumes_without_losing_a_turn(tmp_path):
     session = tmp_path / "demo"
     proc = kernelfix("optimize", *DEMO, "--session-dir", str(session))
-    running = session / "work" / "turn-002" / "out" / "correctness"  # made just before turn 2's correctness child starts
+    running = session / "work" / "turn-002" / "logs"  # made as turn 2's candidate worker starts
     deadline = time.monotonic() + 240
     while not running.exists():
         assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "turn 2 never reached its correctness stage"
+        assert time.monotonic() < deadline, "turn 2 was never judged"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -67,6 +67,7 @@ class Evaluation(BaseModel):
     profile: ProfileReport | None = None
     warnings: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
+    breakdown: dict[str, float] = Field(default_factory=dict)  # inside the stages: "correctness.trials" etc.
     stages_done: list[str] = Field(default_factory=list)
 
     @property

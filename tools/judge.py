@@ -265,6 +265,7 @@ class Judge:
             profile=ev.profile,
             warnings=[*ev.warnings, *notes],
             stage_seconds=dict(ev.stage_seconds),
+            breakdown=dict(ev.breakdown),
             logs_dir=str(Path(ev.workdir) / "logs"),
         )
         v.feedback = feedback.render(v)

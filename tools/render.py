@@ -73,6 +73,8 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("profile", v.profile.summary or v.profile.note or "")
     if v.stage_seconds:
         t.add_row("stage time", ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()))
+    if v.breakdown:
+        t.add_row("inside stages", ", ".join(f"{k} {s:.1f}s" for k, s in v.breakdown.items()))
     if v.logs_dir:
         t.add_row("logs", v.logs_dir)
     gaps = [w.removeprefix(SANDBOX_NOTE) for w in v.warnings if w.startswith(SANDBOX_NOTE)]

@@ -290,6 +290,7 @@ class Verdict(_Model):
     profile: ProfileReport | None = None
     warnings: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
+    breakdown: dict[str, float] = Field(default_factory=dict)  # seconds inside the stages (reference wait, warm-up, trials, baseline, timing)
     logs_dir: str | None = None
 
     @property

@@ -71,7 +71,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     except ReferenceUnavailable as e:
         return ev.fail("correctness", e.category, e.message)
     finally:
-        ev.stage_seconds |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.trials": round(time.monotonic() - t2, 3)}
+        ev.breakdown |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.trials": round(time.monotonic() - t2, 3)}
     report.vacuous_tolerance, report.skipped_variants, report.float64_note = ref.vacuous, dict(ref.skipped_variants), ref.float64_note
     return _decide(judge, ev, report, stale)
 

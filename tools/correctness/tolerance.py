@@ -31,7 +31,7 @@ def tolerance(dtype, atol: float | None = None, rtol: float | None = None) -> tu
 def describe(atol: float | None, rtol: float | None) -> str:
     """For reports and prompts: what tolerance applies."""
     if atol is not None and rtol is not None:
-        return f"atol={atol:g}, rtol={rtol:g}"
+        return f"atol {atol:g}, rtol {rtol:g}"
     by = ", ".join(f"{k} {v:g}" for k, v in DTYPE_TOLERANCE.items() if k in ("float32", "float16", "bfloat16"))
     fixed = ", ".join(f"{n}={v:g}" for n, v in (("atol", atol), ("rtol", rtol)) if v is not None)
     return f"atol = rtol by output dtype ({by})" + (f", except {fixed}" if fixed else "")

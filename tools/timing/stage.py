@@ -44,7 +44,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
         base = ref.baseline(judge.lease)
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
-    ev.stage_seconds["benchmark.baseline"] = round(time.monotonic() - t0, 3)
+    ev.breakdown["benchmark.baseline"] = round(time.monotonic() - t0, 3)
     ev.timings = _timings(base, c.flush_l2)
     run = judge.run_for(ev, on_event)
     timing_trial = next(t for t in ref.trials if t.purpose == "correctness")
@@ -71,7 +71,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
     finally:
-        ev.stage_seconds["benchmark.candidate"] = round(time.monotonic() - t1, 3)
+        ev.breakdown["benchmark.candidate"] = round(time.monotonic() - t1, 3)
         if run.handle.alive:
             run.release(slots, outs)
         try:
