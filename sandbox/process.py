@@ -64,7 +64,8 @@ class ChildOutcome(BaseModel):
     isolation: dict[str, bool] = Field(default_factory=dict)  # layer -> set up for this child
     sandbox_notes: list[str] = Field(default_factory=list)  # one line per layer that fell short
     launch_error: str | None = None
-    deadline: str | None = None  # the stage deadline that ended it (a hang), when one did
+    deadline: str | None = None  # the stage deadline that ended it, when one did
+    hung: bool = False  # that deadline was a hang's (no progress), not a stage's overall limit
     oom_kills_during: int = 0  # the kernel's OOM kills, machine-wide, while the child lived (/proc/vmstat)
 
     @property
@@ -276,6 +277,7 @@ class Child:
         self.cgroup, self.notes = None, []
         self.timed_out = self.memory_exceeded = self.output_exceeded = self.process_limit_hit = False
         self.deadline_note: str | None = None  # set when ``kill(reason)`` ended it (a stage's own deadline)
+        self.hung = False
         self.peak = 0
         self.launch_error: str | None = None
         self.proc: subprocess.Popen | None = None
@@ -465,18 +467,20 @@ class Child:
                 isolation=layers,
                 sandbox_notes=notes,
                 deadline=self.deadline_note,
+                hung=self.hung,
                 oom_kills_during=max(0, (_oom_kills() or 0) - (self._oom_at_start or 0)) if self._oom_at_start is not None else 0,
             )
             self._done.set()
 
     # ------------------------------------------------------------------ control
 
-    def kill(self, deadline: str | None = None) -> None:
-        """End the child and everything it started; ``deadline``: the stage deadline that ran out, for the record."""
+    def kill(self, deadline: str | None = None, *, hung: bool = False) -> None:
+        """End the child and everything it started; ``deadline``: the stage deadline that ran out, for
+        the record (``hung``: the code stopped making progress, rather than running out of its time)."""
         if self._done.is_set():
             return
         if deadline is not None and self.deadline_note is None:
-            self.deadline_note = deadline
+            self.deadline_note, self.hung = deadline, hung
             self.timed_out = True
         self._done.set()  # wakes the watcher, which kills and records
         if threading.current_thread() is not getattr(self, "_watcher", None):
@@ -500,7 +504,7 @@ class Child:
         return self.requests.send({"type": kind, **payload}, fds)
 
     def wait_message(
-        self, kinds: Sequence[str], *, since: int = 0, until: Callable[[], str | None] | None = None
+        self, kinds: Sequence[str], *, since: int = 0, until: Callable[[], tuple[str, bool] | None] | None = None
     ) -> tuple[dict[str, Any] | None, int]:
         """The first message of one of ``kinds`` (or an ``error``) at or after index ``since``, and
         the index after it. None when the child ended first, or when ``until()`` named a
@@ -522,7 +526,7 @@ class Child:
                 return None, n
             why = until() if until is not None else None
             if why is not None:
-                self.kill(deadline=why)
+                self.kill(deadline=why[0], hung=why[1])
                 return None, since
 
 

@@ -130,7 +130,9 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
     if outcome.process_limit_hit:
         return Failure(Category.RESOURCE_LIMIT, f"tried to run more processes or threads than the limit allows during {_phase(outcome) or stage} (a fork bomb, or a thread per element?)")
     if outcome.timed_out:
-        cat = Category.COMPILE_TIMEOUT if stage == "compile" else Category.RUN_TIMEOUT
+        # A hang (no progress, no compiler running) is the code's runtime fault even at import;
+        # a build that outran the compile limit is a compile timeout.
+        cat = Category.COMPILE_TIMEOUT if stage == "compile" and not outcome.hung else Category.RUN_TIMEOUT
         return Failure(cat, f"{outcome.deadline or f'{stage} did not finish within {timeout_s:g} s'} (killed)")
     fault = machine_fault(outcome)
     if fault is not None:

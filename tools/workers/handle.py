@@ -40,17 +40,19 @@ class Deadline:
         self.start = self.last = time.monotonic()
         self.active = 0.0
 
-    def check(self, handle: "WorkerHandle") -> str | None:
+    def check(self, handle: "WorkerHandle") -> tuple[str, bool] | None:
+        """(why, hung) once waiting must end: ``hung`` when the code itself stopped making progress
+        (time outside compilers, or no message), not when a stage's overall limit ran out."""
         now = time.monotonic()
         if not handle.compiling:
             self.active += now - self.last
         self.last = now
         if self.active > self.limit_s:
-            return f"{self.what} did not finish within {self.limit_s:.3g} s"
+            return f"{self.what} did not finish within {self.limit_s:.3g} s" + (" with no compiler running" if handle.compiled_any else ""), True
         if self.hard_s is not None and now - self.start > self.hard_s:
-            return f"{self.what} did not finish within {self.hard_s:.3g} s"
+            return f"{self.what} did not finish within {self.hard_s:.3g} s", False
         if self.idle_s is not None and now - max(self.start, handle.last_message_at) > self.idle_s:
-            return f"{self.what} made no progress for {self.idle_s:.3g} s"
+            return f"{self.what} made no progress for {self.idle_s:.3g} s", True
         return None
 
 
@@ -75,6 +77,7 @@ class WorkerHandle:
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(json.dumps(spec, default=str))
         self.compiling = False
+        self.compiled_any = False  # a compiler ran at some point (then a hang message says it was not running)
         self.last_message_at = time.monotonic()
         self.on_phase = on_phase
         self._ids = 0
@@ -88,6 +91,7 @@ class WorkerHandle:
         kind = msg.get("type")
         if kind == "compiler":
             self.compiling = bool(msg.get("running"))
+            self.compiled_any = True
         elif kind == "phase" and self.on_phase is not None:
             self.on_phase(msg)
 
@@ -136,7 +140,7 @@ class WorkerHandle:
         return self.child.messages.snapshot()[mark:] if self.child.launch_error is None else []
 
     def _kill(self, why: str) -> ChildOutcome:
-        self.child.kill(deadline=why)
+        self.child.kill(deadline=why, hung=True)
         return self.child.outcome()
 
     def close(self) -> ChildOutcome | None:
