@@ -16,6 +16,7 @@ import torch
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm must not fetch its price list
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "corpus"
 HAS_CUDA = torch.cuda.is_available()
 

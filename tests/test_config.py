@@ -66,3 +66,21 @@ def test_interactive_sessions_profile_by_default_unless_told_not_to(tmp_path, mo
     assert _judge_config(argparse.Namespace(**{**vars(args), "profile": False}), profile_by_default=True).profile is False
     (tmp_path / "kernelfix.toml").write_text("[judge]\nprofile = false\n")
     assert _judge_config(args, profile_by_default=True).profile is False
+
+
+def test_every_package_directory_is_installed():
+    """A non-editable install (a wheel, pip install --target) carries only the packages pyproject lists:
+    a subpackage left out works in the editable checkout and breaks everywhere else."""
+    import tomllib
+
+    from conftest import REPO_ROOT
+
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    listed = set(data["tool"]["setuptools"]["packages"])
+    dirs = data["tool"]["setuptools"]["package-dir"]
+    found = set()
+    for pkg, d in dirs.items():
+        for init in (REPO_ROOT / d).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO_ROOT / d)
+            found.add(".".join([pkg, *rel.parts]))
+    assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"
