@@ -17,7 +17,9 @@ written inputs, a varied input, then precision (a warning unless configured).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kernelfix.tools.candidate_run import CandidateRun
@@ -71,7 +73,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     except ReferenceUnavailable as e:
         return ev.fail("correctness", e.category, e.message)
     finally:
-        ev.breakdown |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.trials": round(time.monotonic() - t2, 3)}
+        ev.breakdown |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.held": round(time.monotonic() - t2, 3)}
     report.vacuous_tolerance, report.skipped_variants, report.float64_note = ref.vacuous, dict(ref.skipped_variants), ref.float64_note
     return _decide(judge, ev, report, stale)
 
@@ -87,11 +89,14 @@ def _trials(judge: "Judge", ev: Evaluation, run: CandidateRun, report: Correctne
     held: list[int] = []
 
     def one(t: TrialPlan, into: int | None = None) -> TrialReport | None:
-        p, fds = ref.prepare(t, into)
+        with _clock(ev, "correctness.prepare"):
+            p, fds = ref.prepare(t, into)
         if p.skipped is not None:
             return None
-        out = run.forward(p, fds)
-        checked = ref.check(t, out, p.slot if into is None else None)
+        with _clock(ev, "correctness.forward"):
+            out = run.forward(p, fds)
+        with _clock(ev, "correctness.check"):
+            checked = ref.check(t, out, p.slot if into is None else None)
         if checked.mutated:
             report.input_mutated = True
             report.mutated_inputs = sorted(set(report.mutated_inputs) | set(checked.mutated))
@@ -127,10 +132,21 @@ def _trials(judge: "Judge", ev: Evaluation, run: CandidateRun, report: Correctne
             rep = one(t)
             if rep is not None:
                 report.trials.append(rep)
-        legality_stage.record(ev, run.ops(), judge.allowed_ops)
+        with _clock(ev, "correctness.ops"):
+            legality_stage.record(ev, run.ops(), judge.allowed_ops)
     finally:
         _release(judge, run, held, [])
     return stale
+
+
+@contextlib.contextmanager
+def _clock(ev: Evaluation, key: str) -> Iterator[None]:
+    """Add the block's seconds to the evaluation's breakdown under ``key``."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + time.monotonic() - t0, 3)
 
 
 def _release(judge: "Judge", run: CandidateRun, slots: list, outs: list) -> None:

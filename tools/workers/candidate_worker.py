@@ -51,7 +51,7 @@ class _Inputs:
     @classmethod
     def bind(cls, arena: Arena, specs: list[TensorSpec], skeleton: Any, device: str) -> "_Inputs":
         views = [read(arena, s) for s in specs]
-        copies = arena.device != device and device.startswith("cuda")  # a host arena on a GPU machine
+        copies = arena.spec.kind == "host" and device.startswith("cuda")  # a host arena on a GPU machine: copy in and out
         local = [v.to(device) for v in views] if copies else views
         return cls(arena, views, local, unflatten(skeleton, local), copies)
 
