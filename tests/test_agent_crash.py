@@ -227,7 +227,7 @@ def test_killed_at_each_point_resumes_without_losing_or_repeating_a_turn(tmp_pat
 
         # 5. Mid-judge: turn 2's correctness stage has started (turn 1 checkpointed, reply 1 taken).
         run = resume(session)
-        run.wait_until((session / "work" / "turn-002" / "out" / "correctness").exists, "turn 2 reached its correctness stage")
+        run.wait_until((session / "work" / "turn-002" / "logs").exists, "turn 2 started its candidate worker")
         run.kill()
         after_kill(session, survivors, "mid-judge")
         assert sorted(survivors.commits) == [0, 1]
