@@ -149,6 +149,7 @@ class CandidateRunner:
     def trial(self, req: dict[str, Any], fds: list[int]) -> None:
         import torch
 
+        t_open = perf_counter()
         slot = int(req["slot"])
         fds = list(fds)
         specs = [TensorSpec.model_validate(s) for s in req["input_specs"]]
@@ -167,6 +168,7 @@ class CandidateRunner:
             self.prof = profile(activities=[ProfilerActivity.CPU], record_shapes=False)
             self.prof.start()
         index = int(req["index"])
+        open_ms = (perf_counter() - t_open) * 1e3
         self.w.phase("forward", trial=index)
         t0 = perf_counter()
         with torch.profiler.record_function(FORWARD_RANGE):
@@ -174,7 +176,8 @@ class CandidateRunner:
         sync(self.device)
         ms = (perf_counter() - t0) * 1e3
         self.w.phase("handoff", trial=index)
-        reply = CandidateOutput(index=index, out=int(req["out"]), forward_ms=ms)
+        t1 = perf_counter()
+        reply = CandidateOutput(index=index, out=int(req["out"]), forward_ms=ms, open_ms=open_ms)
         try:
             reply.skeleton, leaves = flatten(out)
             reply.specs = [spec_of(t) for t in leaves]
@@ -193,6 +196,9 @@ class CandidateRunner:
         inputs.write_back()
         sync(self.device)
         del out
+        reply.handoff_ms = (perf_counter() - t1) * 1e3
+        if self.device.startswith("cuda"):
+            reply.allocated = int(torch.cuda.memory_allocated())
         self.w.chan.send("output", id=req.get("id"), **reply.model_dump())
 
     def ops(self, req: dict[str, Any], fds: list[int]) -> None:

@@ -110,6 +110,9 @@ class CandidateOutput(_Msg):
     copied: bool = False  # leaves matched the expected layouts and their values are in the out arena
     unsupported: str | None = None  # the output could not be carried (not tensors, numbers or containers)
     forward_ms: float = 0.0
+    open_ms: float = 0.0  # mapping the arenas and binding the inputs
+    handoff_ms: float = 0.0  # copying the outputs into the output arena
+    allocated: int | None = None  # the worker's live GPU allocations after the forward (diagnostics)
 
 
 class Checked(_Msg):
