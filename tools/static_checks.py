@@ -62,6 +62,8 @@ _COMPUTE_METHODS = set(
     add_ mul_ sub_ div_ relu_ masked_fill lerp dot outer addcmul addcdiv""".split()
 )
 _CXX_ATEN = re.compile(r"\b(?:at|torch)::(?!cuda\b|Tensor\b|kFloat|kHalf|kBFloat16|kInt|kLong|kCUDA|kCPU|ScalarType|TensorOptions|Device|IntArrayRef|Scalar\b|dtype\b|indexing\b|nn\b)(\w+)\s*\(")
+# C++ that steps around the dispatcher's Python key would hide its aten calls from the op recorder.
+_CXX_DISPATCH = re.compile(r"\b(ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|AutoDispatchBelow\w*|DispatchKeySet|_DisableTorchDispatch|RecordFunctionGuard|enableRecordFunction|tls_set_dispatch_key\w*)\b")
 _CXX_LIBRARY = re.compile(r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::cuda::blas)\b|#include\s*[<\"](cublas|cudnn)")
 _CXX_STREAM = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamBeginCapture)\b")
 _CXX_THREAD = re.compile(r"\b(std::thread|std::async|pthread_create|std::jthread)\b")
@@ -285,6 +287,8 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
             error("side_stream", Category.SIDE_STREAM, f"C++ source uses {m.group(0)}: launch on the current stream (at::cuda::getCurrentCUDAStream())", line)
         if not config.allow_streams and (m := _CXX_THREAD.search(text)):
             error("threads", Category.THREADS, f"C++ source uses {m.group(0)}", line)
+        if m := _CXX_DISPATCH.search(text):
+            error("tampering", Category.TAMPERING, f"C++ source uses {m.group(0)} (steering around the dispatcher)", line)
         for m in _CXX_ATEN.finditer(text):
             if m.group(1) not in allowed and not m.group(1)[0].isupper():
                 warn("cxx_torch_op", f"C++ source calls {m.group(0).rstrip('(').strip()}: a torch op, not a custom kernel", line)

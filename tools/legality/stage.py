@@ -1,8 +1,8 @@
 """The legality stage: the aten ops recorded in every judged forward, against the allowlist.
 
 The candidate's worker records the dispatcher ops of every forward call of the
-correctness stage (torch.profiler, nested ops included) inside a range of its
-own; ops nested in an allowed op (``zeros`` -> ``zero_``) and Triton's own
+correctness stage (``legality.recorder``: a dispatch mode, so ops its C++ calls
+count too); ops nested in another op (``zeros`` -> ``zero_``) and Triton's own
 machinery (the interpreter's copies, the autotuner) are not the candidate's.
 """
 
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from kernelfix.tools.allowlist import is_allowed
 from kernelfix.tools.evaluation import Evaluation
 from kernelfix.tools.verdict import Category, LegalityReport
-from kernelfix.tools.workers.protocol import FORWARD_RANGE, TRITON_RANGE
 
 if TYPE_CHECKING:
     from kernelfix.tools.judge import Judge
@@ -27,11 +26,9 @@ def record(ev: Evaluation, result: dict[str, Any], allowed: frozenset[str]) -> N
         return
     all_ops: dict[str, int] = {}
     forbidden: dict[str, int] = {}
-    for name, chain, count in result["ops"]:
-        if not name.startswith("aten::") or FORWARD_RANGE not in chain or any(c.startswith(TRITON_RANGE) for c in chain):
-            continue  # not an aten op, not inside a judged forward, or Triton's own machinery
-        if any(c.startswith("aten::") for c in chain):
-            continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
+    for name, count in dict(result["ops"]).items():
+        if not str(name).startswith("aten::"):
+            continue  # the candidate's own custom ops: what they call inside is counted on its own
         key = name.removeprefix("aten::")
         all_ops[key] = all_ops.get(key, 0) + count
         if not is_allowed(name, allowed):

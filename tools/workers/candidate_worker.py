@@ -30,7 +30,7 @@ from typing import Any
 from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
 from kernelfix.tools.workers.child import Cuda, Worker, build_model, load_module, load_task, nbytes, perf_counter, seed_all, sync, to_device
-from kernelfix.tools.workers.protocol import FORWARD_RANGE, TRITON_RANGE, CandidateOutput, CandidateSpec
+from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec
 
 
 
@@ -74,8 +74,7 @@ class CandidateRunner:
         self.device = spec.device
         self.slots: dict[int, _Inputs] = {}
         self.outs: dict[int, tuple[Arena, list[TensorSpec]]] = {}
-        self.prof = None
-        self.intact = True
+        self.recorder = None
 
     # ------------------------------------------------------------------ compile
 
@@ -88,7 +87,10 @@ class CandidateRunner:
         if self.device.startswith("cuda"):
             Cuda.bind()
         if self.spec.record_ops:
-            _mark_triton_launches()
+            from kernelfix.tools.legality.recorder import OpRecorder, suspend_in_triton
+
+            self.recorder = OpRecorder()
+            suspend_in_triton(self.recorder)
         self.task = load_task(self.w, self.spec.task_path)
         build.install(Path(self.spec.build_dir), self.device, BuildOptions(**self.spec.build))
         _watch_compilers(self.w)
@@ -162,17 +164,11 @@ class CandidateRunner:
         expected = [TensorSpec.model_validate(s) for s in req["expected_specs"]]
         self.outs[int(req["out"])] = (out_arena, expected)
         inputs = self.slots[slot]
-        if self.spec.record_ops and self.prof is None:
-            from torch.profiler import ProfilerActivity, profile
-
-            self.prof = profile(activities=[ProfilerActivity.CPU], record_shapes=False)
-            self.prof.start()
         index = int(req["index"])
         open_ms = (perf_counter() - t_open) * 1e3
         self.w.phase("forward", trial=index)
         t0 = perf_counter()
-        with torch.profiler.record_function(FORWARD_RANGE):
-            out = self.model(*inputs.obj)
+        out = self.recorder.run(self.model, *inputs.obj) if self.recorder is not None else self.model(*inputs.obj)
         sync(self.device)
         ms = (perf_counter() - t0) * 1e3
         self.w.phase("handoff", trial=index)
@@ -202,15 +198,8 @@ class CandidateRunner:
         self.w.chan.send("output", id=req.get("id"), **reply.model_dump())
 
     def ops(self, req: dict[str, Any], fds: list[int]) -> None:
-        import torch
-
-        ops = None
-        if self.prof is not None:
-            self.intact = bool(torch._C._autograd._profiler_enabled())
-            self.prof.stop()
-            ops = _op_records(self.prof)
-            self.prof = None
-        self.w.chan.send("ops", id=req.get("id"), ops=ops, recorder_intact=self.intact)
+        r = self.recorder
+        self.w.chan.send("ops", id=req.get("id"), ops=r.ops() if r is not None else None, recorder_intact=r.intact if r is not None else True)
 
     def time(self, req: dict[str, Any], fds: list[int]) -> None:
         from kernelfix.tools.timing.clock import l2_flush_buffer, time_cuda
@@ -254,20 +243,6 @@ class CandidateRunner:
         self.w.chan.send("released", id=req.get("id"))
 
 
-def _op_records(prof) -> list:
-    """(op name, names of its enclosing ops and ranges, count): the parent applies the allowlist."""
-    counts: dict[tuple[str, tuple[str, ...]], int] = {}
-    for ev in prof.events():
-        chain = []
-        p = ev.cpu_parent
-        while p is not None:
-            chain.append(p.name)
-            p = p.cpu_parent
-        key = (ev.name, tuple(chain))
-        counts[key] = counts.get(key, 0) + 1
-    return [[name, list(chain), n] for (name, chain), n in counts.items()]
-
-
 def _watch_compilers(w: Worker) -> None:
     """Tell the judge while a compiler runs (an extension build, a Triton kernel's compilation):
     a hang deadline counts only the time outside them; the compile limit counts all of it."""
@@ -301,48 +276,6 @@ def _watch_compilers(w: Worker) -> None:
     except ImportError:
         return
     tc.compile = tcc.compile = watched(tcc.compile)  # JITFunction imports it from triton.compiler when it binds
-
-
-def _mark_triton_launches() -> None:
-    """Wrap Triton's launch paths in a profiler range: the aten ops Triton runs
-    itself (the interpreter's copies, the autotuner's benchmarking) are not the
-    candidate's, and the parent ignores ops nested in this range."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return
-    import torch
-
-    def wrap(cls, attr):
-        orig = getattr(cls, attr)
-
-        def run(self, *args, **kwargs):
-            with torch.profiler.record_function(TRITON_RANGE):
-                return orig(self, *args, **kwargs)
-
-        setattr(cls, attr, run)
-
-    targets = []
-    try:
-        from triton.runtime.jit import JITFunction
-
-        targets.append((JITFunction, "run"))
-    except ImportError:
-        pass
-    try:
-        from triton.runtime.autotuner import Autotuner, Heuristics
-
-        targets += [(Autotuner, "run"), (Heuristics, "run")]
-    except ImportError:
-        pass
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        targets.append((InterpretedFunction, "run"))
-    except ImportError:
-        pass
-    for cls, attr in targets:
-        wrap(cls, attr)
 
 
 def main() -> None:

@@ -16,9 +16,6 @@ from kernelfix.tools.verdict import InputVariant, TrialReport
 
 Purpose = Literal["correctness", "fresh", "varied"]
 
-FORWARD_RANGE = "kernelfix::forward"  # the op record counts only what runs inside this profiler range
-TRITON_RANGE = "kernelfix::triton"  # Triton's own machinery inside it (interpreter copies, autotuner) is not the candidate's
-
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="ignore")
