@@ -1,12 +1,15 @@
-for t in 88_MinGPTNewGelu:gelu_triton 19_ReLU:relu_triton; do
+# One task twice through `kernelfix eval`, keeping the logs: every message of the candidate's worker
+# with its arrival time, and the verdict's breakdown. A diagnostic for the judge's own overheads.
+for t in ${DIAG_TASKS:-88_MinGPTNewGelu:gelu_triton 88_MinGPTNewGelu:gelu_triton 19_ReLU:relu_triton}; do
   rm -rf /tmp/wd; python3 -P -m kernelfix eval tests/kernelbench/level1/${t%%:*}.py bench/candidates/${t##*:}.py --json --workdir /tmp/wd > /tmp/v.json
-  python3 -c "import json; v=json.load(open('/tmp/v.json')); print(v['category'], (v['message'] or '')[:200], v['breakdown'])"
-  grep -h '"type": "output"\|"type": "ops"\|"phase": "forward"' /tmp/wd/evals/*/logs/candidate.log | python3 -c "
-import sys, json
-for line in sys.stdin:
+  python3 -c "import json; v=json.load(open('/tmp/v.json')); print('##', '${t}', v['category'], (v['message'] or '')[:200], v['stage_seconds'], v['breakdown'])"
+  python3 - /tmp/wd/evals/*/logs/candidate.log <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
     m = json.loads(line)
-    if m['type'] == 'output': print('output', m['index'], 'open', round(m['open_ms']), 'fwd', round(m['forward_ms']), 'handoff', round(m['handoff_ms']), 'alloc GiB', round((m['allocated'] or 0)/2**30, 2), 't', round(m['_t'], 2))
-    elif m['type'] == 'phase': print('  forward start t', round(m['_t'], 2))
-    else: print('ops t', round(m['_t'], 2))
-"
+    keep = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in m.items() if k in ("type", "phase", "index", "open_ms", "forward_ms", "handoff_ms", "allocated", "_t", "done", "trial")}
+    print(keep)
+PY
 done

@@ -80,33 +80,35 @@ def contiguous_spec(t) -> TensorSpec:
 
 
 def flatten(obj: Any) -> tuple[Skeleton, list[Any]]:
+    leaves: list[Any] = []
+    return _walk(obj, leaves), leaves
+
+
+def _walk(o: Any, leaves: list[Any]) -> Skeleton:
+    # A module-level function, not a closure: a recursive closure over ``leaves`` is a reference
+    # cycle, and it kept every forward's outputs alive until Python's cyclic GC came round.
     import torch
 
-    leaves: list[Any] = []
-
-    def walk(o: Any) -> Skeleton:
-        if isinstance(o, torch.Tensor):
-            leaves.append(o)
-            return {"t": len(leaves) - 1}
-        if isinstance(o, bool) or o is None or isinstance(o, (int, float, str)):
-            return {"v": o}
-        if isinstance(o, list):
-            return {"l": [walk(x) for x in o]}
-        if isinstance(o, tuple):
-            return {"u": [walk(x) for x in o]}
-        if isinstance(o, dict):
-            if not all(isinstance(k, (str, int, float, bool)) or k is None for k in o):
-                raise UnsupportedValue("a dict with keys that are not numbers or strings")
-            return {"d": [[k, walk(v)] for k, v in o.items()]}
-        if isinstance(o, torch.dtype):
-            return {"dtype": dtype_name(o)}
-        if isinstance(o, torch.device):
-            return {"device": str(o)}
-        if isinstance(o, torch.Size):
-            return {"size": list(o)}
-        raise UnsupportedValue(f"a value of type {type(o).__module__}.{type(o).__qualname__}")
-
-    return walk(obj), leaves
+    if isinstance(o, torch.Tensor):
+        leaves.append(o)
+        return {"t": len(leaves) - 1}
+    if isinstance(o, bool) or o is None or isinstance(o, (int, float, str)):
+        return {"v": o}
+    if isinstance(o, list):
+        return {"l": [_walk(x, leaves) for x in o]}
+    if isinstance(o, tuple):
+        return {"u": [_walk(x, leaves) for x in o]}
+    if isinstance(o, dict):
+        if not all(isinstance(k, (str, int, float, bool)) or k is None for k in o):
+            raise UnsupportedValue("a dict with keys that are not numbers or strings")
+        return {"d": [[k, _walk(v, leaves)] for k, v in o.items()]}
+    if isinstance(o, torch.dtype):
+        return {"dtype": dtype_name(o)}
+    if isinstance(o, torch.device):
+        return {"device": str(o)}
+    if isinstance(o, torch.Size):
+        return {"size": list(o)}
+    raise UnsupportedValue(f"a value of type {type(o).__module__}.{type(o).__qualname__}")
 
 
 def unflatten(skel: Skeleton, leaves: list[Any]) -> Any:
