@@ -122,6 +122,9 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def generate(state: SessionState) -> Update:
         index = _next_index(state)
+        wd = rt.store.eval_dir(index)
+        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
+        rt.judge.prestart(wd)  # its worker starts Python, torch and CUDA while the model writes
         hints = rt.controls.take_hints()
         task_msg = prompting.task_prompt(task.name, task.source, shape_block=state.shape_block, goal=prompting.goal_text(rt.config, rt.judge.device))
         messages = prompting.build_messages(system, task_msg, state.turns, hints)
@@ -173,7 +176,8 @@ def build_graph(rt: Runtime) -> StateGraph:
     def extract(state: SessionState) -> Update:
         turn = state.current.model_copy(deep=True)
         wd = rt.store.eval_dir(turn.index)
-        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
+        if not rt.judge.has_standby(wd):
+            shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
         if turn.source == "model":
             ev = rt.judge.start(turn.reply.content, filename="reply.md", workdir=wd)
         else:

@@ -161,6 +161,8 @@ class Session:
                 self._record_interruption(e, graph, cfg, judge)
             raise
         finally:
+            if judge is not None and self._judge is None:
+                judge.close()  # its reference worker and any standby candidate worker end with the session
             saver.conn.close()
             store.unlock()
 

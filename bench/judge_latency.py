@@ -8,10 +8,12 @@ Runs on the GPU (every number in docs/judge.md came from the H100). In one run:
    candidate: the task's import, Model, its trials' reference outputs, the eager and
    torch.compile baselines (torch.compile's compilation included), the Triton build;
 2. ``cold_triton``: a Triton kernel not seen before (another block size), same judge;
-3. ``warm_triton``: the same Triton kernel again, 5 times (the median is the goal's
-   figure: every trial and variant, legality and timing included);
-4. ``cold_cuda`` / ``warm_cuda``: a load_inline CUDA kernel, its first build, then 5
-   verdicts with the extension from the build cache;
+3. ``warm_triton``: the same Triton kernel again, 5 times, as ``kernelfix eval`` runs it
+   (every trial and variant, legality and timing included); ``warm_triton_pre``: the
+   same as the agent loop runs it, the candidate's worker started while the model
+   writes (``Judge.prestart``), the clock started when the candidate is submitted;
+4. ``cold_cuda`` / ``warm_cuda`` / ``warm_cuda_pre``: a load_inline CUDA kernel, its
+   first build, then verdicts with the extension from the build cache;
 5. hangs, side by side: a GPU kernel that spins, a Python loop in forward, an
    import that sleeps (no compiler running): each verdict and its time;
 6. ``--big``: 19_ReLU (6 GiB in, 6 GiB out) and 23_Softmax at their sizes;
@@ -50,9 +52,14 @@ def _row(name: str, t0: float, v) -> dict:
     }
 
 
-def judge_once(judge, name: str, source: str) -> dict:
+def judge_once(judge, name: str, source: str, *, prestart: bool = False) -> dict:
+    """One verdict, timed from submission. ``prestart``: as the agent loop runs it, the candidate's
+    worker was started while the model wrote its reply (here: started and waited for before the clock)."""
+    wd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=judge.root))
+    if prestart:
+        judge.prestart(wd, wait=True)
     t0 = time.monotonic()
-    v = judge.evaluate(source, filename=f"{name}.py")
+    v = judge.evaluate(source, filename=f"{name}.py", workdir=wd)
     row = _row(name, t0, v)
     print(f"{name:<14} {row['seconds']:7.2f} s  {row['category']:<34} stages {_fmt(v.stage_seconds)}  inside {_fmt(v.breakdown)}", flush=True)
     return row
@@ -84,6 +91,7 @@ def main() -> int:
     ap.add_argument("--old-judge", metavar="DIR", help="an earlier kernelfix installed with pip install --target DIR")
     ap.add_argument("--big", action="store_true", help="also 19_ReLU and 23_Softmax (6 GiB in, 6 GiB out)")
     ap.add_argument("--skip-hangs", action="store_true")
+    ap.add_argument("--skip-cuda", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-bench-cache-"))  # cold caches
     import torch
@@ -101,9 +109,14 @@ def main() -> int:
         rows.append(judge_once(judge, "cold_triton", triton_src.replace("BLOCK=4096", "BLOCK=2048").replace("cdiv(n, 4096)", "cdiv(n, 2048)")))
         for i in range(args.repeat):
             rows.append(judge_once(judge, "warm_triton", triton_src))
-        rows.append(judge_once(judge, "cold_cuda", cuda_src))
         for i in range(args.repeat):
-            rows.append(judge_once(judge, "warm_cuda", cuda_src))
+            rows.append(judge_once(judge, "warm_triton_pre", triton_src, prestart=True))
+        if not args.skip_cuda:
+            rows.append(judge_once(judge, "cold_cuda", cuda_src))
+            for i in range(args.repeat):
+                rows.append(judge_once(judge, "warm_cuda", cuda_src))
+            for i in range(args.repeat):
+                rows.append(judge_once(judge, "warm_cuda_pre", cuda_src, prestart=True))
     if args.old_judge:
         rows.append(old_judge(Path(args.old_judge), gelu, CANDS / "gelu_triton.py"))
     if not args.skip_hangs:
@@ -123,7 +136,6 @@ def main() -> int:
         for task, cand in (("19_ReLU", "relu_triton"), ("23_Softmax", "softmax_triton")):
             with Judge(KB / f"{task}.py", JudgeConfig()) as j:
                 rows.append(judge_once(j, f"{task}", (CANDS / f"{cand}.py").read_text()))
-                rows.append(judge_once(j, f"{task}_warm", (CANDS / f"{cand}.py").read_text()))
     Path(args.out).write_text(json.dumps(rows, indent=2))
     print("\ncase            verdicts  median s   min s   max s")
     for name in dict.fromkeys(r["case"] for r in rows):

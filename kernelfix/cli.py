@@ -93,6 +93,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             verdict = judge.evaluate(source, filename=cand_path.name, on_event=show)
         except TaskError as e:
             raise UsageError(str(e)) from None
+        finally:
+            judge.close()  # the reference worker; the evaluation's files stay in the workdir
     if args.json:
         sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
     else:

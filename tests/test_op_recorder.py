@@ -64,3 +64,17 @@ def test_cpp_that_steps_around_the_dispatcher_is_refused():
     )
     errs = static_checks.errors(static_checks.check(src, JudgeConfig()))
     assert errs and errs[0].category.value == "cheating:tampering" and "ExcludeDispatchKeyGuard" in errs[0].message
+
+
+def test_first_use_imports_no_compiler_stack():
+    """TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo unless told not to, and its
+    first call imports torch._dynamo: 6 s inside the first judged forward on the H100."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\nfrom kernelfix.tools.legality.recorder import OpRecorder\n"
+        "OpRecorder().run(lambda a: a * 2, torch.ones(2))\nprint('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr

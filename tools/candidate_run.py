@@ -28,7 +28,7 @@ from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec, Pre
 
 
 class CandidateRun:
-    def __init__(self, judge: Any, workdir: Path, candidate_path: Path, on_phase=None):
+    def __init__(self, judge: Any, workdir: Path, candidate_path: Path, on_phase=None, *, standby: bool = False):
         c = judge.config
         self.judge, self.config, self.workdir = judge, c, workdir
         for d in sandboxing.CANDIDATE_DIRS:
@@ -37,7 +37,7 @@ class CandidateRun:
         spec = CandidateSpec(
             task_path=str(workdir / "task.py"), candidate_path=str(candidate_path), build_dir=str(workdir / "build"),
             build=c.build.model_dump(), device=judge.device, init_seed=judge.seed, record_ops=c.runtime_legality,
-            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if judge.device == "cuda" else 0,
+            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if judge.device == "cuda" else 0, standby=standby,
         )
         evals = judge.root / "evals"
         siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals and evals.is_dir() else []
@@ -54,6 +54,14 @@ class CandidateRun:
         )
         self.built_msg: dict[str, Any] | None = None
         self.warmed_msg: dict[str, Any] | None = None
+        self.standby = standby
+
+    def go(self, on_phase=None) -> None:
+        """Hand a standby worker its candidate (it is on disk now): import, build, warm up."""
+        if self.standby:
+            self.standby = False
+            self.handle.on_phase = on_phase or self.handle.on_phase
+            self.handle.child.send("go")
 
     # ------------------------------------------------------------------ deadlines
 

@@ -45,6 +45,7 @@ from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness import stage as correctness_stage
 from kernelfix.tools.device_lease import DeviceLease, visible_gpu
 from kernelfix.tools.evaluation import STAGES, Evaluation, EventSink, StageEvent
+from kernelfix.tools.workers.handle import Deadline, WorkerGone
 from kernelfix.tools.legality import stage as legality_stage
 from kernelfix.tools.profile import stage as profile_stage
 from kernelfix.tools.reference import Reference
@@ -92,13 +93,15 @@ class Judge:
         self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
         self.ref = Reference(self)
         self._runs: dict[str, CandidateRun] = {}
+        self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
 
     def close(self) -> None:
         with self._runs_lock:
-            runs, self._runs = list(self._runs.values()), {}
+            runs, self._runs = [*self._runs.values(), *self._standby.values()], {}
+            self._standby = {}
         for run in runs:
             run.close()
         self.ref.close()
@@ -121,25 +124,55 @@ class Judge:
             return contextlib.nullcontext()
         return self._lease.hold(f"{self.task.name} {what}")
 
+    def prestart(self, workdir: str | Path, *, wait: bool = False) -> None:
+        """Start a candidate worker now for the evaluation that will use ``workdir`` (the agent calls
+        this while the model writes its reply): Python, torch and CUDA are up by the time the candidate
+        arrives, and the reference starts too. An evaluation of another workdir ignores it."""
+        wd = Path(workdir).resolve()
+        self.ref.start_background()
+        with self._runs_lock:
+            if wd in self._standby:
+                return
+            wd.mkdir(parents=True, exist_ok=True)
+            (wd / "task.py").write_text(self.task.source)
+            run = self._standby[wd] = CandidateRun(self, wd, wd / "candidate.py", standby=True)
+        if wait:  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
+            try:
+                run.handle.expect(["standby"], Deadline("standby", self.config.import_timeout_s))
+            except WorkerGone:
+                pass
+
+    def has_standby(self, workdir: str | Path) -> bool:
+        return Path(workdir).resolve() in self._standby
+
     def run_for(self, ev: Evaluation, on_event: EventSink | None = None) -> CandidateRun:
-        """The evaluation's candidate worker; started (or, after a resume, started again) on first use."""
+        """The evaluation's candidate worker: one started ahead for its workdir, else a new one
+        (and after a resume from a checkpoint, a new one again)."""
+        stage = "compile" if not ev.stages_done else "correctness"
+
+        def relay(msg: dict) -> None:
+            if on_event is not None:
+                on_event(StageEvent(stage=stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
+
         with self._runs_lock:
             run = self._runs.get(ev.id)
             if run is None:
-                stage = "compile" if not ev.stages_done else "correctness"
-
-                def relay(msg: dict) -> None:
-                    if on_event is not None:
-                        on_event(StageEvent(stage=stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
-
-                run = CandidateRun(self, Path(ev.workdir), ev.candidate_path, on_phase=relay)
+                run = self._standby.pop(Path(ev.workdir).resolve(), None)
+                if run is not None and run.handle.alive:
+                    run.go(relay)
+                else:
+                    run = CandidateRun(self, Path(ev.workdir), ev.candidate_path, on_phase=relay)
                 self._runs[ev.id] = run
             return run
 
     def release(self, ev: Evaluation) -> None:
-        """End the evaluation's worker (finish does this; a failed stage too: its context may be poisoned)."""
+        """End the evaluation's worker (finish does this; a failed stage too: its context may be poisoned),
+        and a standby one its workdir never used (a reply with no code)."""
         with self._runs_lock:
             run = self._runs.pop(ev.id, None)
+            idle = self._standby.pop(Path(ev.workdir).resolve(), None)
+        if idle is not None:
+            idle.close()
         out = run.close() if run is not None else None
         if out is not None:
             ev.warnings += [SANDBOX_NOTE + n for n in out.sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]

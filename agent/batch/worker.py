@@ -151,8 +151,8 @@ def run_task(job: Job, *, gpu: str | None = None, on_event=None) -> TaskResult:
         store, run = _open_or_create(job, prior, lambda: make_model(job.model, job.agent, api_key=api_key), on_event)
         # the session's own settings, as `kernelfix resume` uses them
         model = make_model(store.settings.model, store.settings.agent, api_key=api_key)
-        judge = Judge(store.task(), store.settings.judge, workdir=store.work_dir, gpu=gpu)
-        outcome = Session(store, model, on_event=on_event, judge=judge).run()
+        with Judge(store.task(), store.settings.judge, workdir=store.work_dir, gpu=gpu) as judge:
+            outcome = Session(store, model, on_event=on_event, judge=judge).run()
         return result("finished" if outcome.finished else "unfinished")
     except KeyboardInterrupt:
         raise TaskInterrupted(result("unfinished", "interrupted")) from None

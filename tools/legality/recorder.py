@@ -28,6 +28,12 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 
 class OpRecorder(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Else torch wraps __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo: 6 s inside the first judged forward on the H100. Nothing compiles here.
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.counts: Counter[str] = Counter()

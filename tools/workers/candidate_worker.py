@@ -78,11 +78,10 @@ class CandidateRunner:
 
     # ------------------------------------------------------------------ compile
 
-    def build(self) -> None:
-        import torch
-
-        from kernelfix.tools import build
-        from kernelfix.tools.config import BuildOptions
+    def start(self) -> None:
+        """What needs no candidate: torch, CUDA, Triton, the recorder. A standby worker (started while
+        the model is still writing its reply) then waits for ``go``: the candidate exists by then."""
+        import torch  # noqa: F401
 
         if self.device.startswith("cuda"):
             Cuda.bind()
@@ -91,6 +90,22 @@ class CandidateRunner:
 
             self.recorder = OpRecorder()
             suspend_in_triton(self.recorder)
+        if self.spec.standby:
+            self.w.chan.send("standby")
+            self.w.requests = self.w.chan.requests()
+            while True:
+                got = self.w.requests.recv()
+                if got is None or got[0].get("type") == "exit":
+                    raise SystemExit(0)
+                if got[0].get("type") == "go":
+                    break
+
+    def build(self) -> None:
+        import torch
+
+        from kernelfix.tools import build
+        from kernelfix.tools.config import BuildOptions
+
         self.task = load_task(self.w, self.spec.task_path)
         build.install(Path(self.spec.build_dir), self.device, BuildOptions(**self.spec.build))
         _watch_compilers(self.w)
@@ -283,6 +298,7 @@ def main() -> None:
 
     def body(w: Worker) -> None:
         runner = CandidateRunner(w, CandidateSpec.model_validate(w.spec))
+        runner.start()
         runner.build()
         runner.warmup()
         w.serve({"trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})

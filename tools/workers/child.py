@@ -48,7 +48,8 @@ class Worker:
     def serve(self, handlers: dict[str, Callable[[dict[str, Any], list[int]], None]]) -> None:
         """Answer requests until ``exit`` or EOF. A handler's exception ends the worker (a CUDA
         fault poisons the process's context: nothing after it is trustworthy)."""
-        self.requests = self.chan.requests()
+        if self.requests is None:
+            self.requests = self.chan.requests()
         while True:
             got = self.requests.recv()
             if got is None:

@@ -95,6 +95,7 @@ class CandidateSpec(_Msg):
     init_seed: int
     record_ops: bool = True
     warmup_max_bytes: int = 0  # warm up (first-call compilation) on own inputs when they are this small; 0: never
+    standby: bool = False  # started ahead of its candidate: Python, torch, CUDA up, then wait for "go"
 
 
 class CandidateOutput(_Msg):
