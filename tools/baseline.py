@@ -136,7 +136,7 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
         with Judge(task, config) as judge:  # its own temporary root: nothing of it is kept but the row
             judge.reference()
             ref = judge.ref
-            det = ref.determinism(ref.trials[0])
+            det = ref.determinism(ref.trials[0], judge.lease)
             row.inputs_equal, row.deterministic = det["inputs_equal"], det["inputs_equal"] and det["outputs_equal"]
             row.rel_error_between_runs = det.get("rel_error")
             row.vacuous, row.ref_ms, row.draw = ref.vacuous, det.get("ref_ms"), det.get("draw_note")

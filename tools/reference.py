@@ -60,8 +60,11 @@ class Reference:
         self._baseline: baselines.Baseline | None = None
         self._worker: WorkerHandle | None = None
         self._task_error: TaskError | None = None
+        # Lock order, everywhere: the GPU lease first, then this lock (a stage holds the lease while it asks
+        # for trials; a survey or a baseline that took this lock first and then waited for the lease would
+        # wait for that stage forever).
         self._lock = threading.RLock()
-        self._started = threading.Event()
+        self._thread_lock = threading.Lock()
         self._start_thread: threading.Thread | None = None
         self._start_error: BaseException | None = None
         self.on_event: Callable[[dict[str, Any]], None] | None = None
@@ -70,8 +73,8 @@ class Reference:
 
     def start_background(self) -> None:
         """Start the worker (task import, Model) without waiting: a candidate's build overlaps it."""
-        with self._lock:
-            if self._start_thread is None and self._worker is None and self._task_error is None:
+        with self._thread_lock:  # never waits for a request in flight
+            if self._start_thread is None and self._worker is None and self._task_error is None and not self.surveyed:
                 self._start_thread = threading.Thread(target=self._start_quietly, daemon=True, name="kernelfix-reference")
                 self._start_thread.start()
 
@@ -182,12 +185,14 @@ class Reference:
         """Every planned trial's reference, once, before any candidate's trial: the variants the task
         cannot run drop out of ``trials``, the vacuous-tolerance and float64 notes are known, and
         what fits the worker's cache stays there for every later candidate."""
+        if self.surveyed:
+            return
         with self._lock:
+            self.ensure()  # outside the lease: the task's import and Model are CPU work
+        with lease("reference"), self._lock:
             if self.surveyed:
                 return
-            self.ensure()
-            with lease("reference"):
-                msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials])
+            msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials])
             for t, raw in zip(self.trials, msg["trials"]):
                 self._learn(t, Prepared.model_validate(raw))
             self.trials = [t for t in self.trials if t.variant is None or t.variant not in self.skipped_variants]
@@ -226,8 +231,9 @@ class Reference:
                 return  # a restarted worker holds none of them
             self._request("release", "released", 60.0, slots=list(slots), outs=list(outs))
 
-    def determinism(self, trial: TrialPlan) -> dict[str, Any]:
-        return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
+    def determinism(self, trial: TrialPlan, lease: Callable[[str], Any]) -> dict[str, Any]:
+        with lease("determinism"):
+            return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
 
     # ------------------------------------------------------------------ baselines
 
@@ -246,17 +252,17 @@ class Reference:
             if cached is not None:
                 self._baseline = cached
                 return cached
-            timing = baselines.timing_settings(self.config)
-            trial = self.trials[0]
-            if self.config.time_torch_compile:
-                with warm_gate() if warm_gate is not None else contextlib.nullcontext():
-                    self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
-            with lease("baseline"):
+        timing = baselines.timing_settings(self.config)
+        trial = self.trials[0]
+        if self.config.time_torch_compile:  # torch.compile's compilation: CPU work, outside the lease
+            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), self._lock:
+                self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
+        with lease("baseline"), self._lock:
+            if self._baseline is None:
                 msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
-            base = baselines.Baseline.model_validate(msg)
-            baselines.save(key, base)
-            self._baseline = base
-            return base
+                self._baseline = baselines.Baseline.model_validate(msg)
+                baselines.save(key, self._baseline)
+            return self._baseline
 
 
 def _oom(err: dict[str, Any]) -> bool:
