@@ -170,6 +170,35 @@ _GPU_GONE = re.compile(
 DISK_FREE_MIN = 256 << 20  # below this much free space a failed write is the disk's fault
 
 
+def min_free_space(paths: list[Path | None]) -> int:
+    """The least free space among the filesystems the judge writes: these paths, the cache, the temp dir."""
+    import shutil
+    import tempfile
+
+    from kernelfix.tools.cache_dir import cache_root
+
+    free = []
+    for p in [*paths, cache_root(), Path(tempfile.gettempdir())]:
+        while p is not None and not p.exists() and p != p.parent:
+            p = p.parent
+        if p is None:
+            continue
+        try:
+            free.append(shutil.disk_usage(p).free)
+        except OSError:
+            continue
+    return min(free) if free else 0
+
+
+def disk_full(e: BaseException, where: Path) -> Failure | None:
+    """The judge's own write failed for want of space: the machine's fault (checked, not believed)."""
+    import errno
+
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) and min_free_space([where]) < DISK_FREE_MIN:
+        return Failure(Category.DISK_FULL, f"the judge could not write {getattr(e, 'filename', None) or where}: no space left on the disk (not the code's fault)")
+    return None
+
+
 def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | None:
     """A failure that is the machine's, not the code's: a full disk, the kernel's OOM killer
     (the child under its own limit), a GPU that is gone. Checked against the machine itself,
@@ -177,13 +206,7 @@ def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | 
     err = outcome.last("error") or {}
     text = f"{err.get('message') or ''}\n{outcome.stderr_tail[-4000:]}"
     if _NO_SPACE.search(text):
-        import shutil
-
-        where = disk or (Path(outcome.argv[-1]).parent if outcome.argv else Path("/"))
-        try:
-            free = shutil.disk_usage(where if where.exists() else "/").free
-        except OSError:
-            free = 0
+        free = min_free_space([disk, Path(outcome.argv[-1]).parent if outcome.argv else None])
         if free < DISK_FREE_MIN:
             return Failure(Category.DISK_FULL, f"a write failed for lack of disk space ({free >> 20} MiB free where the judge works): the machine's fault, not the code's")
     if outcome.signal == "SIGKILL" and not outcome.killed_by_us and outcome.oom_kills_during:

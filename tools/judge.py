@@ -41,6 +41,7 @@ from kernelfix.tools import compile_stage, feedback, static_checks
 from kernelfix.tools.allowlist import make_allowed
 from kernelfix.tools.cache_dir import cache_root
 from kernelfix.tools.candidate_run import CandidateRun
+from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness import stage as correctness_stage
 from kernelfix.tools.device_lease import DeviceLease, visible_gpu
@@ -203,8 +204,14 @@ class Judge:
         ext = candidate_mod.from_file_text(source, filename)
         ev = Evaluation(id=ev_id, task=self.task.name, device=self.device, workdir=str(wd), code=ext.code, backend=ext.backend, sha1=ext.sha1)
         if ext.code is not None:
-            ev.candidate_path.write_text(ext.code)
-            (wd / "task.py").write_text(self.task.source)
+            try:
+                ev.candidate_path.write_text(ext.code)
+                (wd / "task.py").write_text(self.task.source)
+            except OSError as e:
+                full = disk_full(e, wd)
+                if full is None:
+                    raise
+                return ev.fail("extract", full.category, full.message)
         if ext.failure is not None:
             stage: Stage = "compile" if ext.failure == Category.SYNTAX else "extract"
             if ext.failure == Category.SYNTAX:
@@ -228,7 +235,13 @@ class Judge:
         if on_event:
             on_event(StageEvent(stage=stage, status="started"))
         t0 = time.monotonic()
-        ev = fn()
+        try:
+            ev = fn()
+        except OSError as e:  # the judge's own write on a full disk: the machine's fault, said as such
+            full = disk_full(e, Path(ev.workdir))
+            if full is None:
+                raise
+            ev.fail(stage, full.category, full.message)
         ev.stage_seconds[stage] = round(time.monotonic() - t0, 3)
         ev.stages_done.append(stage)
         if ev.failed:

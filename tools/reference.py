@@ -156,6 +156,13 @@ class Reference:
             raise self._task_error
         if err is not None and _oom(err):
             raise ReferenceUnavailable(*_memory_verdict(err, self.input_bytes + self.output_bytes))
+        if out.memory_exceeded:
+            limit = self.judge.config.memory_limit_gb
+            raise ReferenceUnavailable(
+                Category.TOO_LARGE,
+                f"the task does not fit the host memory the judge allows: its reference reached {out.peak_rss_bytes / 2**30:.1f} GiB"
+                + (f" of a {limit:g} GiB limit (judge.memory_limit_gb)" if limit else " (the limit is 3/4 of this machine's memory, at most 64 GiB)"),
+            )
         fault = machine_fault(out)
         if fault is not None:
             raise ReferenceUnavailable(*fault)
