@@ -76,7 +76,11 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
-        Console().print(table(report, kb))
+        out = Console()
+        out.print(table(report, kb))
+        for r in report.rows:
+            if r.status != "ok":
+                out.print(f"{r.task}: {r.error}", markup=False, highlight=False)
     return EXIT_OK if all(r.status == "ok" for r in report.rows) else EXIT_FAIL
 
 
@@ -95,7 +99,7 @@ def table(report, kb: dict[str, float]):
         t.add_column("ratio")
     for r in report.rows:
         if r.status != "ok":
-            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", f"{r.status}: {(r.error or '')[:120]}", "-", "-"]
+            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", r.category or r.status, "-", "-"]
         else:
             det = "yes" if r.deterministic else ("inputs differ" if r.inputs_equal is False else f"no ({r.rel_error_between_runs:.1e})" if r.rel_error_between_runs else "no")
             cells = [

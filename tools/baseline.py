@@ -217,8 +217,8 @@ def run(
         t.start()
     for t in threads:
         t.join()
-    order = {str(Path(p).resolve()): i for i, p in enumerate(paths)}
-    report.rows.sort(key=lambda r: order.get(r.path, 10**9))
+    order = {str(Path(p).resolve()): i for i, p in enumerate(paths)} | {str(p): i for i, p in enumerate(paths)}
+    report.rows = sorted((r for r in report.rows if r.path in order), key=lambda r: order[r.path])  # this run's tasks
     if out is not None:
         atomic.write_json(out, report)
     return report
