@@ -23,7 +23,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from kernelfix.capture.check import leaves_with_paths
 from kernelfix.capture.errors import CaptureFailed
 from kernelfix.capture.records import InputLeaf, OutputLeaf
-from kernelfix.capture.script import CapturedCall
+from kernelfix.capture.script import CapturedCall, is_user_file
 from kernelfix.capture.tensors import describe
 
 _PREFIX = {"parameter": "p_", "buffer": "b_", "constant": "c_"}
@@ -104,6 +104,7 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
             break
         _check_supported(node, call.module_path)
         env[node] = g.node_copy(node, lambda n: env[n])
+        env[node].meta["stack_trace"] = _to_user_frame(node.meta.get("stack_trace"))
     assert output_node is not None
     user_values = _write_back(g, output_node, sig, env, attr_nodes, input_nodes, call.module_path)
     out_spec = ep.module_call_graph[0].signature.out_spec
@@ -116,6 +117,17 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
     outputs = [OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v)) for p, v in out_leaves]
     ops = Counter(_op_name(n.target) for n in g.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
     return TaskGraph(graph=g, attrs=attrs, inputs=inputs, outputs=outputs, ops=ops, notes=notes)
+
+
+def _to_user_frame(trace: str | None) -> str | None:
+    """The stack trace cut at the innermost frame of the user's code: the task's comments then quote the
+    user's line (``self.proj(self.act(self.fc(x)))``), not torch's (``F.linear(input, ...)``)."""
+    if not trace:
+        return trace
+    frames = re.split(r"(?m)^\s*(?=File \")", trace)
+    frames = [f for f in frames if f.strip()]
+    user = [i for i, f in enumerate(frames) if (m := re.match(r'File "([^"]+)"', f)) and is_user_file(m[1])]
+    return "  " + "  ".join(frames[: user[-1] + 1]) if user else trace
 
 
 def _call_path(keystr: str) -> str:

@@ -42,6 +42,12 @@ def is_user_file(filename: str) -> bool:
     return not path.startswith(_STDLIB) or "site-packages" in path or "dist-packages" in path
 
 
+def shown_path(path: str | Path) -> str:
+    """Relative to the working directory when under it, else absolute."""
+    rel = os.path.relpath(path)
+    return str(Path(path).resolve()) if rel.startswith("..") else rel
+
+
 @dataclass
 class CapturedCall:
     module: nn.Module
@@ -156,9 +162,12 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
             pending["grad"] = torch.is_grad_enabled()
             pending["autocast"] = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
 
-    def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def post_hook(module: nn.Module, args: tuple, *rest: Any) -> None:
         nonlocal depth
         depth -= 1
+        if len(rest) != 2:  # the forward raised: torch then calls always-call hooks as (module, args, result)
+            return
+        kwargs, output = rest
         if module is resolver.target and pending and not captured:
             captured.append(
                 CapturedCall(
@@ -222,4 +231,4 @@ def _user_frame(e: BaseException, script: Path) -> str:
     if not frames:
         return ""
     f = frames[-1]
-    return f"\n  at {os.path.relpath(f.filename)}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+    return f"\n  at {shown_path(f.filename)}:{f.lineno} in {f.name}: {(f.line or '').strip()}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,7 @@ def load_best(
     dev = torch.device(device) if device is not None else _usable(sk.manifest.device)
     source = sk.best.read_text(encoding="utf-8")
     if dev.type == "cpu" and "triton" in source:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton runs on the CPU only in its interpreter
+        _triton_interpreter()
     task = import_file(sk.store.task_path, "kernelfix_task")
     try:
         best = import_file(sk.best, "kernelfix_best")
@@ -178,6 +179,18 @@ def load_best(
                 module.checks,
             )
     return module
+
+
+def _triton_interpreter() -> None:
+    """Triton runs on the CPU only in its interpreter, which is chosen when triton.language is first imported."""
+    tl = sys.modules.get("triton.language")
+    if tl is None:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif type(getattr(tl, "sigmoid", None)).__name__ == "JITFunction":
+        raise SwapError(
+            "the kernel is Triton, which runs on the CPU only in Triton's interpreter, and this process imported "
+            "triton without it: set TRITON_INTERPRET=1 in the environment, or load the kernel on a GPU"
+        )
 
 
 def _usable(device: str) -> torch.device:

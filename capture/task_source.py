@@ -174,6 +174,11 @@ def _num(v: float | None) -> str:
     return "0.0" if v is None else f"{v:.6g}" if math.isfinite(v) else repr(v)
 
 
+def _bound(v: float | None) -> str:
+    """A range end in full: rounded, it could cut off the captured extreme or step past it."""
+    return "0.0" if v is None else repr(v)
+
+
 def _draw(t: TensorSpec) -> str:
     shape = f"[{', '.join(map(str, t.shape))}]"
     dtype = f"torch.{t.dtype}"
@@ -185,7 +190,7 @@ def _draw(t: TensorSpec) -> str:
     if t.kind == "complex":
         return f"_normal({shape}, {dtype}, mean=0.0, std=1.0{stride})"
     std = t.std if t.std is not None else 0.0
-    return f"_normal({shape}, {dtype}, mean={_num(t.mean)}, std={_num(std)}, lo={_num(t.min)}, hi={_num(t.max)}{stride})"
+    return f"_normal({shape}, {dtype}, mean={_num(t.mean)}, std={_num(std)}, lo={_bound(t.min)}, hi={_bound(t.max)}{stride})"
 
 
 def input_summary(inputs: list[InputLeaf]) -> list[str]:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import linecache
+import logging
 import os
-import sys
 import traceback
 
 import torch
 
 from kernelfix.capture.errors import CaptureFailed, Untraceable
-from kernelfix.capture.script import CapturedCall, is_user_file
+from kernelfix.capture.script import CapturedCall, is_user_file, shown_path
 
 # (test on the exception's type name and message, construct named to the user, what to do about it)
 _KNOWN = (
@@ -32,11 +33,22 @@ def export_call(call: CapturedCall) -> torch.export.ExportedProgram:
             "and not reproduce it; capture it without autocast (or make the dtype casts explicit in the module)"
         )
     try:
-        # Export's own chatter (graphs printed on failure) stays off stdout, which is kernelfix's (--json).
-        with contextlib.redirect_stdout(sys.stderr), torch.set_grad_enabled(call.grad_enabled):
+        with _quiet(), torch.set_grad_enabled(call.grad_enabled):
             return torch.export.export(call.module, call.args, call.kwargs, strict=False)
     except Exception as e:
         raise untraceable(e, call.module_path) from e
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Export's own chatter (half-traced graphs printed, symbolic-shape warnings) says less than the error we raise,
+    and stdout is kernelfix's (--json)."""
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def untraceable(e: Exception, module_path: str) -> Untraceable:
@@ -49,7 +61,7 @@ def untraceable(e: Exception, module_path: str) -> Untraceable:
     frame = _user_frame(e)
     location = code = None
     if frame is not None:
-        location = f"{os.path.relpath(frame.filename)}:{frame.lineno} in {frame.name}"
+        location = f"{shown_path(frame.filename)}:{frame.lineno} in {frame.name}"
         code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip() or None
     where = f" at {location}" + (f":\n    {code}\n" if code else "\n") if location else "\n"
     message = (
