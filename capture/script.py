@@ -215,9 +215,11 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
             if resolver.tried_roots else ", and no module was called"
         )
         raise CaptureInputError(f"{script} ran to its end without calling {module_path}: {how}")
+    what = f"{module_path} ({type(resolver.target).__name__})"
+    if seen >= call:
+        raise CaptureInputError(f"{script}: call {call} of {what} raised instead of returning (the script caught it)")
     raise CaptureInputError(
-        f"{script} called {module_path} ({type(resolver.target).__name__}) {seen} time{'s' if seen != 1 else ''}, not {call}"
-        if seen else f"{script} ran to its end without calling {module_path} ({type(resolver.target).__name__})"
+        f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}" if seen else f"{script} ran to its end without calling {what}"
     )
 
 

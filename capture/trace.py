@@ -14,14 +14,13 @@ import torch
 from kernelfix.capture.errors import CaptureFailed, Untraceable
 from kernelfix.capture.script import CapturedCall, is_user_file, shown_path
 
-# (test on the exception's type name and message, construct named to the user, what to do about it)
+_DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "data-dependent")
+_READS = (".item()", ".tolist()", "int(", "float(", "bool(")
+# (tests on the exception's type name and message, construct named to the user, what to do about it)
 _KNOWN = (
-    (("GuardOnDataDependentSymNode", "data-dependent"), "a Python decision on a tensor's values (data-dependent control flow)",
-     "compute both branches and pick with torch.where, or use torch.cond"),
     ((".numpy()", "numpy"), "a conversion of a tensor to NumPy", "keep the computation in torch"),
-    (("tolist", "Cannot call sizes() on tensor with symbolic sizes"), "a read of a tensor's values into Python", "keep the values in tensors"),
-    (("no fake impl", "Meta kernel", "meta device", "NotImplementedError"), "an operator torch.export has no shape rule for (a custom op without a fake/meta kernel)",
-     "register a fake kernel for it (torch.library.register_fake), or capture a module that does not call it"),
+    (("no fake impl", "Meta kernel", "meta device"), "an operator torch.export has no shape rule for (a custom op without a fake/meta kernel)",
+     "register a fake kernel for it (torch.library.register_fake)"),
 )
 
 
@@ -41,11 +40,11 @@ def export_call(call: CapturedCall) -> torch.export.ExportedProgram:
 
 @contextlib.contextmanager
 def _quiet():
-    """Export's own chatter (half-traced graphs printed, symbolic-shape warnings) says less than the error we raise,
-    and stdout is kernelfix's (--json)."""
+    """Export's own chatter (the half-traced graph it prints to stderr on failure, symbolic-shape warnings) says less
+    than the error we raise; and stdout is kernelfix's (--json)."""
     logging.disable(logging.WARNING)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
         logging.disable(logging.NOTSET)
@@ -54,21 +53,33 @@ def _quiet():
 def untraceable(e: Exception, module_path: str) -> Untraceable:
     """An error naming the construct export failed on, and the user's line where it is."""
     text = f"{type(e).__name__}: {e}"
-    construct, advice = next(
-        ((what, how) for keys, what, how in _KNOWN if any(k in text for k in keys)),
-        (f"something torch.export cannot trace ({type(e).__name__}: {_first_line(str(e))})", "rewrite it, or capture a smaller submodule"),
-    )
     frame = _user_frame(e)
     location = code = None
     if frame is not None:
         location = f"{shown_path(frame.filename)}:{frame.lineno} in {frame.name}"
         code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip() or None
+    construct, advice = _classify(text, code or "")
     where = f" at {location}" + (f":\n    {code}\n" if code else "\n") if location else "\n"
     message = (
         f"cannot capture {module_path}: torch.export cannot trace {construct}{where}"
         f"To capture it: {advice}; or capture a submodule beside or below it."
     )
     return Untraceable(message, construct=construct, location=location, code=code)
+
+
+def _classify(text: str, code: str) -> tuple[str, str]:
+    """(the construct, what to do about it), from the error and the user's line."""
+    if any(k in text for k in _DATA_DEPENDENT):
+        reads = [r.rstrip("(") + ("()" if r.endswith("(") else "") for r in _READS if r in code]
+        if reads:
+            return (f"a read of a tensor's value into Python ({', '.join(reads)}: data-dependent)",
+                    "keep the value in a tensor (masks, torch.where), or pass it to the module as a plain int")
+        return ("a Python decision on a tensor's values (data-dependent control flow)",
+                "compute both branches and pick with torch.where, or use torch.cond")
+    for keys, what, how in _KNOWN:
+        if any(k in text for k in keys):
+            return what, how
+    return f"something in it ({_first_line(text)})", "rewrite that line"
 
 
 def _first_line(text: str) -> str:

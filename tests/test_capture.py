@@ -215,6 +215,21 @@ def test_untraceable_module_names_the_construct(tmp_path, capsys):
     assert "if x.sum() > 0:" in capsys.readouterr().err
 
 
+def test_a_value_read_into_python_is_named(tmp_path):
+    script = _script(tmp_path, """
+        class Head(nn.Module):
+            def forward(self, x):
+                n = int(x.max().item())
+                return x[:n]
+
+        model = nn.Sequential(Head())
+        model(torch.full((4, 4), 2.0))
+    """)
+    with pytest.raises(Untraceable, match=r"a read of a tensor's value into Python \(\.item\(\), int\(\)") as e:
+        capture(script, "model.0", tmp_path / "head.py")
+    assert e.value.code == "n = int(x.max().item())"
+
+
 def test_random_module_is_refused(tmp_path):
     script = _script(tmp_path, """
         model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))   # left in training mode
@@ -254,6 +269,15 @@ def test_bad_input_is_named(tmp_path, module, body, message):
     with pytest.raises(CaptureInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         capture(script, module, tmp_path / "t.py", call=2 if "not 2" in message else 1)
     assert main(["capture", str(script), "--module", module, "--out", str(tmp_path / "t.py")] + (["--call", "2"] if "not 2" in message else [])) == 2
+
+
+def test_help_explains_itself(capsys):
+    for command in ("capture", "swap"):
+        with pytest.raises(SystemExit) as e:
+            main([command, "--help"])
+        assert e.value.code == 0
+        text = capsys.readouterr().out
+        assert "Exit codes: 0" in text and ("--module PATH" in text if command == "capture" else "load_best" in text)
 
 
 def test_cli_json_and_script_arguments(tmp_path, capsys):
