@@ -1,8 +1,9 @@
-"""The tolerance a captured output is held to, by dtype.
+"""The tolerance a captured output is held to: the judge's own, by dtype.
 
-One function on purpose: capture's reproduction check and load_best's swap check
-both call it, and it is the single place to point at the judge's own per-dtype
-tolerances once the judge has them.
+capture's reproduction check and load_best's swap check both call tolerance_for,
+which defers to the judge's table (kernelfix.tools.correctness.tolerance: float32
+1e-4, float16/bfloat16 1e-2, KernelBench's) and to atol/rtol set in the config,
+so "within the judge's tolerance" means the same thing everywhere.
 """
 
 from __future__ import annotations
@@ -11,12 +12,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from kernelfix.tools.config import JudgeConfig
-
-# The judge's coming per-dtype defaults: float32/64 1e-4, half precision 1e-2; exact elsewhere.
-_BY_DTYPE = {torch.float64: 1e-4, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-
-
-_DEFAULT = JudgeConfig()  # a config whose atol/rtol are these was not tuned by the user (a session stores every field)
+from kernelfix.tools.correctness.tolerance import tolerance
 
 
 class Tolerance(BaseModel):
@@ -30,10 +26,8 @@ class Tolerance(BaseModel):
 
 
 def tolerance_for(dtype: torch.dtype, config: JudgeConfig | None = None) -> Tolerance:
-    """atol/rtol for outputs of ``dtype``: the config's when the user changed them, else the per-dtype default."""
-    if config is not None and (config.atol, config.rtol) != (_DEFAULT.atol, _DEFAULT.rtol):
-        return Tolerance(atol=config.atol, rtol=config.rtol)
-    if dtype.is_complex:
-        dtype = torch.float32 if dtype == torch.complex64 else torch.float64
-    tol = _BY_DTYPE.get(dtype, 1e-2 if dtype.is_floating_point else 0.0)  # float8 and the like: loose; integers: exact
-    return Tolerance(atol=tol, rtol=tol)
+    """atol/rtol for outputs of ``dtype``: the judge's per-dtype table, or the config's atol/rtol where set."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return Tolerance(atol=0.0, rtol=0.0)  # integers and bools compare exactly, as in the judge
+    atol, rtol = tolerance(dtype, config.atol if config else None, config.rtol if config else None)
+    return Tolerance(atol=atol, rtol=rtol)
