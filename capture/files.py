@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,6 @@ class CaptureFiles:
 
 def import_file(path: Path, prefix: str) -> ModuleType:
     """Import a Python file under a fresh module name (registered: Triton's @jit looks its module up by name)."""
-    import sys
-
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

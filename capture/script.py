@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.utils._pytree as pytree
 
 import kernelfix
 from kernelfix.capture.errors import CaptureInputError
@@ -68,8 +69,6 @@ class CapturedCall:
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
-    import torch.utils._pytree as pytree
-
     return [x for x in pytree.tree_leaves(obj) if isinstance(x, torch.Tensor)]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.utils._pytree as pytree
 
 from kernelfix.capture.records import TensorSpec
 
@@ -59,6 +60,4 @@ def clone_like(t: torch.Tensor) -> torch.Tensor:
 
 def detach_tree(obj):
     """A copy of a call's arguments or outputs: tensors cloned (layout kept), everything else as is."""
-    import torch.utils._pytree as pytree
-
     return pytree.tree_map(lambda x: clone_like(x) if isinstance(x, torch.Tensor) else x, obj)
