@@ -1,0 +1,178 @@
+"""Typed records of a capture: the call's inputs, the check of the written task, the manifest
+beside it (``TASK.capture.json``), and the reports the CLI prints with --json."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MANIFEST_FORMAT = "kernelfix-capture/1"
+
+
+class TensorSpec(BaseModel):
+    """One captured tensor: its layout and the range of its values (never the values)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: list[int]
+    stride: list[int]
+    dtype: str  # "float32", as torch.float32 prints without its prefix
+    device: str
+    kind: Literal["float", "int", "bool", "complex"]
+    min: float | None = None  # finite values only
+    max: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    p_true: float | None = None  # bool tensors: the share of True
+    nonfinite: int = 0  # NaN/Inf elements in the captured tensor (get_inputs draws finite values)
+
+    @property
+    def contiguous(self) -> bool:
+        expect, acc = [], 1
+        for size in reversed(self.shape):
+            expect.append(acc)
+            acc *= max(size, 1)
+        return all(sz <= 1 or st == e for sz, st, e in zip(self.shape, self.stride, reversed(expect)))
+
+    def describe(self) -> str:
+        text = f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+        if not self.contiguous:
+            text += f" strides {tuple(self.stride)}"
+        if self.kind == "bool" and self.p_true is not None:
+            return f"{text}, {100 * self.p_true:.0f}% true"
+        if self.min is not None and self.max is not None:
+            return f"{text} in [{self.min:.4g}, {self.max:.4g}]"
+        return text
+
+
+class InputLeaf(BaseModel):
+    """One leaf of the call's flattened (args, kwargs): a tensor the task takes, or a value export fixed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str  # "args[0]", "kwargs['mask']"
+    name: str | None = None  # the task's forward argument (tensors only)
+    tensor: TensorSpec | None = None
+    constant: str | None = None  # repr() of a non-tensor leaf, specialised into the graph
+
+
+class OutputLeaf(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    description: str
+
+
+class LeafCheck(BaseModel):
+    """One output leaf of a comparison."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    ok: bool
+    problem: str | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    worst_index: list[int] | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+
+class OutputCheck(BaseModel):
+    """Whether one output matches another within the tolerance for its dtype."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    leaves: list[LeafCheck] = Field(default_factory=list)
+    problem: str | None = None  # structure: different kinds or numbers of outputs
+
+    def summary(self) -> str:
+        if self.problem:
+            return self.problem
+        bad = [leaf for leaf in self.leaves if not leaf.ok]
+        if bad:
+            return "; ".join(f"{leaf.path}: {leaf.problem}" for leaf in bad[:4])
+        errs = [leaf.max_abs_error for leaf in self.leaves if leaf.max_abs_error is not None]
+        tols = sorted({f"atol {leaf.atol:g}, rtol {leaf.rtol:g}" for leaf in self.leaves if leaf.atol is not None})
+        return f"max abs error {max(errs):.3g} ({'; '.join(tols)})" if errs else "equal"
+
+
+class ReproductionCheck(BaseModel):
+    """The written task against the captured call, before the task is kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    captured: OutputCheck | None = None  # Model on the captured inputs vs the captured output
+    fresh_inputs: str | None = None  # how Model fared on get_inputs() (None: not reached)
+    problem: str | None = None
+
+
+class CaptureManifest(BaseModel):
+    """``TASK.capture.json``: where the task came from and how to call a kernel as the module was called."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = MANIFEST_FORMAT
+    kernelfix_version: str
+    torch_version: str
+    created_at: float
+    script: str
+    script_args: list[str] = Field(default_factory=list)
+    module_path: str
+    module_class: str
+    call: int = Field(description="which call of the module was captured (1: the first)")
+    device: str = Field(description="where the module ran when captured")
+    training: bool
+    grad_enabled: bool
+    task: str  # file names, beside each other
+    weights: str
+    weights_sha256: str
+    call_file: str | None = Field(None, description="the captured inputs and output, for load_best's check; never part of the task")
+    in_spec: str = Field(description="torch.utils._pytree.treespec_dumps of the call's (args, kwargs)")
+    inputs: list[InputLeaf]
+    outputs: list[OutputLeaf]
+    graph_ops: dict[str, int] = Field(default_factory=dict, description="ATen operator -> count in the task's forward")
+    check: ReproductionCheck
+    notes: list[str] = Field(default_factory=list)
+
+
+class CaptureReport(BaseModel):
+    """What `kernelfix capture --json` prints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    exit_code: int
+    error: str | None = None
+    files: list[str] = Field(default_factory=list)
+    manifest: CaptureManifest | None = None
+
+
+class SwapCheck(BaseModel):
+    """The swapped-in kernel against the captured call (or, without it, against the task's Model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    against: Literal["captured_call", "original_module", "task_model"]
+    output: OutputCheck
+    note: str | None = None
+
+
+class SwapReport(BaseModel):
+    """What `kernelfix swap --json` prints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    session: str
+    task: str
+    module_path: str
+    best_turn: int | None = None
+    speedup_eager: float | None = None
+    snippet: str | None = None
+    checks: list[SwapCheck] = Field(default_factory=list)
+    error: str | None = None

@@ -1,0 +1,48 @@
+"""What `kernelfix capture` and `kernelfix swap` print for a person (--json prints the records instead)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kernelfix.capture.records import CaptureManifest, SwapReport
+from kernelfix.capture.task_source import input_summary
+
+
+def capture_text(m: CaptureManifest, files: list[Path]) -> str:
+    ops = ", ".join(f"{k.removeprefix('aten.')} x{v}" if v > 1 else k.removeprefix("aten.") for k, v in m.graph_ops.items())
+    task = next((f for f in files if f.name == m.task), files[-1] if files else Path(m.task))
+    lines = [
+        f"captured {m.module_path} ({m.module_class.rsplit('.', 1)[-1]}), call {m.call}, on {m.device}"
+        + (" in training mode" if m.training else ""),
+        *(f"  input   {s}" for s in input_summary(m.inputs)),
+        *(f"  output  {o.path}: {o.description}" for o in m.outputs),
+        f"  graph   {sum(m.graph_ops.values())} ATen ops: {ops}",
+        f"  check   reproduces the captured call: {m.check.captured.summary() if m.check.captured else '-'}; {m.check.fresh_inputs}",
+        *(f"  note    {n}" for n in m.notes),
+        f"  wrote   {', '.join(_rel(f) for f in files)}",
+        f"next: kernelfix optimize {_rel(task)} --model M",
+    ]
+    return "\n".join(lines)
+
+
+def swap_text(r: SwapReport) -> str:
+    if not r.ok and r.error:
+        return f"kernelfix swap: {r.error}"
+    best = f"turn {r.best_turn}" if r.best_turn is not None else "the best kernel"
+    speed = f", {r.speedup_eager:.2f}x over eager" if r.speedup_eager is not None else ""
+    lines = [f"best kernel of {_rel(Path(r.session))} ({best}{speed}) for {r.module_path}"]
+    for c in r.checks:
+        lines.append(f"  check against the {c.against.replace('_', ' ')}: {'ok' if c.ok else 'FAILED'}, {c.output.summary()}" + (f" ({c.note})" if c.note else ""))
+    if not r.checks:
+        lines.append("  not checked (--no-check)")
+    if r.snippet:
+        lines += ["", "Put it in your model, after building it and before running it:", "", *("    " + s for s in r.snippet.splitlines())]
+    return "\n".join(lines)
+
+
+def _rel(p: Path) -> str:
+    try:
+        return os.path.relpath(p)
+    except ValueError:
+        return str(p)
