@@ -17,6 +17,7 @@ from typing import Any
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
+from kernelfix.tools import build_nvrtc, build_times
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category
 
@@ -47,7 +48,15 @@ def system_prompt(judge: JudgeConfig, device: str) -> str:
         if device == "cuda"
         else f"on {device} times nothing (timing needs a CUDA GPU)"
     )
-    return render("system", allowed_ops=allowed, atol=f"{judge.atol:g}", rtol=f"{judge.rtol:g}", timing=timing)
+    return render(
+        "system",
+        allowed_ops=allowed,
+        atol=f"{judge.atol:g}",
+        rtol=f"{judge.rtol:g}",
+        timing=timing,
+        build_times=build_times.prompt_block(judge.build.object_cache),
+        nvrtc=build_nvrtc.prompt_line(device),
+    )
 
 
 def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str) -> str:
