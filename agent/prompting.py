@@ -9,6 +9,8 @@ back: only the answer's content.
 
 from __future__ import annotations
 
+from kernelfix.tools.correctness.tolerance import describe
+
 import functools
 from collections.abc import Sequence
 from importlib import resources
@@ -51,8 +53,7 @@ def system_prompt(judge: JudgeConfig, device: str) -> str:
     return render(
         "system",
         allowed_ops=allowed,
-        atol=f"{judge.atol:g}",
-        rtol=f"{judge.rtol:g}",
+        tolerance=describe(judge.atol, judge.rtol),
         timing=timing,
         build_times=build_times.prompt_block(judge.build.object_cache),
         nvrtc=build_nvrtc.prompt_line(device),

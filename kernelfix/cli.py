@@ -26,8 +26,8 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], help="where to judge (default: cuda when available, else cpu)")
     p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read (default: nearest one)")
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default 1e-2)")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default 1e-2)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: by output dtype, float32 1e-4, float16/bfloat16 1e-2)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype, as --atol)")
     p.add_argument(
         "--profile", action=argparse.BooleanOptionalAction, default=None,
         help="profile a correct, legal kernel with Nsight Compute (GPU only; default: on for optimize, off for eval and batch, unless the config sets judge.profile)",
@@ -606,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sessions)
 
     _batch_parsers(sub)
+    from kernelfix import cli_baseline
+
+    cli_baseline.add_parser(sub, _common_judge_args)
     return parser
 
 

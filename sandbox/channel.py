@@ -6,6 +6,13 @@ random token on its stdin, which the trusted child code reads before anything
 untrusted runs; every message carries it, and the parent counts lines without
 it as forged. Only the launcher's report, sent before the child's first
 authenticated message, goes without a token: no untrusted code has run by then.
+
+A long-lived child also gets a request socket (fd in ``KERNELFIX_REQ_FD``): the
+parent sends it JSON requests there, with file descriptors attached (the shared
+memory that carries tensors between processes), and a trusted child (the judge's
+reference server) sends descriptors back the same way. The parent never reads
+what a candidate's process writes there: its replies, like every result, travel
+on the authenticated pipe.
 """
 
 from __future__ import annotations
@@ -14,12 +21,16 @@ import hmac
 import json
 import os
 import secrets
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 MSG_FD_ENV = "KERNELFIX_MSG_FD"
+REQUEST_FD_ENV = "KERNELFIX_REQ_FD"
+_MAX_FDS = 64  # descriptors one request may carry
 LAUNCHER_MESSAGE = "sandbox"
 
 # Bound at import (before any candidate code), so later patches of os/json change nothing here.
@@ -61,6 +72,62 @@ class ChildChannel:
             n = _os_write(self.fd, view)
             view = view[n:]
 
+    def requests(self) -> "RequestSocket":
+        """The request socket a long-lived child was started with."""
+        return RequestSocket(socket.socket(fileno=int(os.environ[REQUEST_FD_ENV])))
+
+
+class RequestSocket:
+    """One end of a request socket: length-prefixed JSON frames, file descriptors attached."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, msg: dict[str, Any], fds: Any = ()) -> bool:
+        body = _json_dumps(msg, default=str).encode()
+        frame = struct.pack("<I", len(body)) + body
+        with self._lock:
+            try:
+                if fds:
+                    n = socket.send_fds(self.sock, [frame], list(fds))
+                    frame = frame[n:]
+                if frame:
+                    self.sock.sendall(frame)
+                return True
+            except OSError:
+                return False
+
+    def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[int]] | None:
+        """The next frame and the descriptors that came with it; None at EOF or on timeout."""
+        self.sock.settimeout(timeout)
+        try:
+            head, fds, _, _ = socket.recv_fds(self.sock, 4, _MAX_FDS)
+            if not head:
+                return None
+            while len(head) < 4:
+                more = self.sock.recv(4 - len(head))
+                if not more:
+                    return None
+                head += more
+            (size,) = struct.unpack("<I", head)
+            body = bytearray()
+            while len(body) < size:
+                chunk = self.sock.recv(min(size - len(body), 1 << 20))
+                if not chunk:
+                    return None
+                body += chunk
+        except (OSError, TimeoutError):
+            return None
+        msg = _parse(bytes(body))
+        return (msg if msg is not None else {"type": "garbage"}), fds
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
 
 class MessageReader:
     """Parent side: JSON lines from the pipe, each stamped with its arrival time (``_t``).
@@ -76,6 +143,7 @@ class MessageReader:
         self.token = token.encode() if token else None
         self._authenticated_seen = False
         self.on_message = on_message
+        self._cond = threading.Condition()
         self.file = os.fdopen(fd, "rb", buffering=0)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -97,6 +165,25 @@ class MessageReader:
             if buf.strip():
                 self._take(buf)
             self.file.close()
+            with self._cond:
+                self._cond.notify_all()
+
+    def wait_new(self, since: int, timeout: float) -> tuple[list[dict[str, Any]], int]:
+        """Messages from index ``since`` on (waiting up to ``timeout`` for one), and the count so far."""
+        with self._cond:
+            if len(self.items) <= since and timeout > 0 and self.thread.is_alive():
+                self._cond.wait(timeout)
+            return self.items[since:], len(self.items)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._cond:
+            return list(self.items)
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass
 
     def _take(self, line: bytes) -> None:
         body = line
@@ -118,7 +205,9 @@ class MessageReader:
 
     def _keep(self, msg: dict[str, Any]) -> None:
         msg["_t"] = time.monotonic() - self.t0
-        self.items.append(msg)
+        with self._cond:
+            self.items.append(msg)
+            self._cond.notify_all()
         if self.on_message is not None:
             try:
                 self.on_message(msg)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox.cgroup import Cgroup
-from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV, MessageReader, new_token
+from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV, REQUEST_FD_ENV, MessageReader, RequestSocket, new_token
 from kernelfix.sandbox.isolation import Isolation
 
 
@@ -63,6 +64,8 @@ class ChildOutcome(BaseModel):
     isolation: dict[str, bool] = Field(default_factory=dict)  # layer -> set up for this child
     sandbox_notes: list[str] = Field(default_factory=list)  # one line per layer that fell short
     launch_error: str | None = None
+    deadline: str | None = None  # the stage deadline that ended it (a hang), when one did
+    oom_kills_during: int = 0  # the kernel's OOM kills, machine-wide, while the child lived (/proc/vmstat)
 
     @property
     def killed_by_us(self) -> bool:
@@ -134,6 +137,18 @@ def _tree_pids(root: int) -> list[int]:
     return sorted(found)
 
 
+def _oom_kills() -> int | None:
+    """The kernel's OOM kills since boot (/proc/vmstat): whether the machine, not a limit, killed a child."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _system_tasks() -> int | None:
     """Tasks (processes and threads) alive on the machine: one read of /proc/loadavg, cheap
     enough for every poll, so a fork bomb is noticed before it fills the machine."""
@@ -188,6 +203,329 @@ def _kill_tree(root: int, cgroup: Cgroup | None) -> None:
         cgroup.kill_all()
 
 
+class _Spawner:
+    """Every child is started from one thread that lives as long as the process.
+
+    The launcher asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG),
+    and Linux sends that signal when the *thread* that forked the child exits, not
+    the process. A worker that outlives the stage that started it (started from a
+    thread pool's thread, say) would die with that thread; started from here, it
+    dies only with the judge's process.
+    """
+
+    def __init__(self) -> None:
+        import queue
+
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _run(self) -> None:
+        while True:
+            args, kwargs, done, box = self._jobs.get()
+            try:
+                box.append(subprocess.Popen(*args, **kwargs))
+            except BaseException as e:
+                box.append(e)
+            done.set()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="kernelfix-spawner")
+                self._thread.start()
+        done, box = threading.Event(), []
+        self._jobs.put((args, kwargs, done, box))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+_spawn = _Spawner()
+
+
+class Child:
+    """A sandboxed child under its limits, watched from a thread until it ends.
+
+    ``run_child`` runs one to completion. A long-lived worker (the judge's reference
+    server, a candidate's worker) keeps one alive across requests: ``requests=True``
+    gives it a socket (fd in ``KERNELFIX_REQ_FD``) on which ``send`` passes JSON
+    requests and file descriptors (shared tensor buffers), ``wait_message`` waits
+    for its replies under a deadline, and ``kill``/``wait`` end it. Every limit is
+    enforced by the same watch loop either way.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        env: dict[str, str],
+        limits: Limits,
+        isolation: Isolation | None = None,
+        authenticate: bool = False,
+        on_message: Callable[[dict[str, Any]], None] | None = None,
+        requests: bool = False,
+        poll_s: float = 0.05,
+    ):
+        self.argv = list(argv)
+        self.limits = limits
+        self.isolation = isolation or Isolation.off()
+        self.poll_s = poll_s
+        self.cgroup, self.notes = None, []
+        self.timed_out = self.memory_exceeded = self.output_exceeded = self.process_limit_hit = False
+        self.deadline_note: str | None = None  # set when ``kill(reason)`` ended it (a stage's own deadline)
+        self.peak = 0
+        self.launch_error: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.requests: RequestSocket | None = None
+        self._outcome: ChildOutcome | None = None
+        self._done = threading.Event()
+        if self.isolation.cgroup:
+            self.cgroup, self.notes = Cgroup.create(memory_bytes=limits.memory_bytes, max_pids=limits.max_processes)
+        read_fd, write_fd = os.pipe()
+        os.set_inheritable(write_fd, True)
+        env = dict(env)
+        env[MSG_FD_ENV] = str(write_fd)
+        inherit = [write_fd]
+        child_sock = None
+        if requests:
+            parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            child_sock.set_inheritable(True)
+            env[REQUEST_FD_ENV] = str(child_sock.fileno())
+            inherit.append(child_sock.fileno())
+            self.requests = RequestSocket(parent_sock)
+        spec = {
+            "rlimits": {
+                "cpu_s": limits.cpu_s if limits.cpu_s is not None else int(limits.wall_s * 4) + 10,
+                "file_size_bytes": limits.file_size_bytes,
+                "open_files": limits.open_files,
+            },
+            "parent_pid": os.getpid(),
+            "cgroup_procs": self.cgroup.procs_files if self.cgroup else [],
+            "isolation": self.isolation.launcher_spec(),
+        }
+        token = new_token() if authenticate else None
+        # The launcher imports kernelfix the way this process does, whatever ``env`` holds (its
+        # PYTHONPATH is the command's business, not the launcher's).
+        boot = f"import sys; sys.path[:0] = {_import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
+        launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
+        self.t0 = time.monotonic()
+        self._oom_at_start = _oom_kills()
+        try:
+            self.proc = _spawn(
+                launcher,
+                cwd=str(cwd),
+                env=env,
+                stdin=subprocess.PIPE if token else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=tuple(inherit),
+                start_new_session=True,
+            )
+        except OSError as e:
+            os.close(read_fd)
+            os.close(write_fd)
+            if child_sock is not None:
+                child_sock.close()
+            if self.requests is not None:
+                self.requests.close()
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            self.launch_error = str(e)
+            self._outcome = ChildOutcome(argv=self.argv, returncode=None, wall_s=0.0, launch_error=str(e), sandbox_notes=self.notes)
+            self._done.set()
+            return
+        os.close(write_fd)  # else the reader never sees EOF
+        if child_sock is not None:
+            child_sock.close()
+        if token:
+            try:  # a few bytes: fits the pipe buffer, never blocks
+                self.proc.stdin.write(token.encode() + b"\n")
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self.messages = MessageReader(read_fd, self.t0, token, on_message)
+        self._out = _Tail(self.proc.stdout, limits.output_tail_bytes)
+        self._err = _Tail(self.proc.stderr, limits.output_tail_bytes)
+        self._kill_lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    # ------------------------------------------------------------------ watching
+
+    @property
+    def alive(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _watch(self) -> None:
+        limits, proc = self.limits, self.proc
+        assert proc is not None
+        cgroup = self.cgroup
+        next_mem_check = 0.0
+        watch_rss = limits.memory_bytes is not None and not (cgroup and cgroup.limits_memory)
+        # Without a pids cgroup the process limit is a watchdog: the machine's task count, read
+        # on every poll, says when the child's tree may have grown past the limit; a count of
+        # the tree then decides. A bomb overshoots by what it forks within one poll, then dies.
+        watch_pids = limits.max_processes is not None and not (cgroup and cgroup.limits_pids)
+        tasks_at_start = _system_tasks() if watch_pids else None
+        watch_pids = watch_pids and tasks_at_start is not None
+        next_pid_check = 0.0
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                if now - self.t0 > limits.wall_s:
+                    self.timed_out = True
+                    break
+                if limits.output_limit_bytes is not None and self._out.total + self._err.total > limits.output_limit_bytes:
+                    self.output_exceeded = True
+                    break
+                pids_due = watch_pids and now >= next_pid_check and (_system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
+                rss_due = watch_rss and now >= next_mem_check
+                if pids_due or rss_due:  # one walk of /proc serves both checks
+                    pids = _tree_pids(proc.pid)
+                    # Tasks first: a fork bomb's copies also sum past the memory limit; name the cause.
+                    if watch_pids and _tree_tasks(pids) > limits.max_processes:
+                        self.process_limit_hit = True
+                        break
+                    if pids_due:
+                        next_pid_check = now + 0.1  # the exact count walks /proc: not on every poll
+                if rss_due:
+                    next_mem_check = now + 0.25
+                    # RSS, not PSS: PSS would not count forked copies' shared pages once per copy, but
+                    # reading smaps_rollup for hundreds of copies took so long that a bomb reached
+                    # ~7,500 processes here before the next check. A watchdog must stay cheap.
+                    rss = _rss_bytes(pids)
+                    self.peak = max(self.peak, rss)
+                    if rss > limits.memory_bytes:
+                        self.memory_exceeded = True
+                        break
+                if self._done.wait(self.poll_s):  # kill() from another thread
+                    break
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        with self._kill_lock:
+            if self._outcome is not None:
+                return
+            proc = self.proc
+            assert proc is not None
+            _kill_tree(proc.pid, self.cgroup)  # on a limit: now; after exit: leftovers (daemons, background work)
+            rc = proc.wait()
+            wall = time.monotonic() - self.t0
+            # A leftover holding the pipes open (only possible without a PID namespace or cgroup) must
+            # not hold us up: what it writes after the child is gone is not the child's.
+            drain_until = time.monotonic() + 2.0
+            for t in (self.messages.thread, self._out.thread, self._err.thread):
+                t.join(timeout=max(0.0, drain_until - time.monotonic()))
+            if self.requests is not None:
+                self.requests.close()
+            cgroup, peak = self.cgroup, self.peak
+            memory_exceeded, process_limit_hit = self.memory_exceeded, self.process_limit_hit
+            if cgroup is not None:
+                stats = cgroup.stats()
+                cgroup.remove()
+                peak = max(peak, stats.peak_memory_bytes)
+                memory_exceeded = memory_exceeded or stats.oom_kills > 0
+                process_limit_hit = process_limit_hit or stats.pids_limit_hits > 0
+            items = self.messages.snapshot()
+            report = next((m for m in items if m.get("type") == LAUNCHER_MESSAGE), None)
+            layers = dict(report.get("layers") or {}) if report else {}
+            if self.isolation.cgroup:
+                layers["cgroup"] = cgroup is not None
+            notes = self.notes + (list(report.get("notes") or []) if report else [])
+            sig = None
+            if rc is not None and rc < 0:
+                try:
+                    sig = signal.Signals(-rc).name
+                except ValueError:
+                    sig = f"signal {-rc}"
+            self._outcome = ChildOutcome(
+                argv=self.argv,
+                returncode=rc,
+                signal=sig,
+                timed_out=self.timed_out,
+                memory_exceeded=memory_exceeded,
+                output_exceeded=self.output_exceeded,
+                process_limit_hit=process_limit_hit,
+                peak_rss_bytes=peak,
+                wall_s=wall,
+                stdout_tail=self._out.text(),
+                stderr_tail=self._err.text(),
+                stdout_bytes=self._out.total,
+                stderr_bytes=self._err.total,
+                messages=[m for m in items if m is not report],
+                forged_messages=list(self.messages.forged),
+                isolation=layers,
+                sandbox_notes=notes,
+                deadline=self.deadline_note,
+                oom_kills_during=max(0, (_oom_kills() or 0) - (self._oom_at_start or 0)) if self._oom_at_start is not None else 0,
+            )
+            self._done.set()
+
+    # ------------------------------------------------------------------ control
+
+    def kill(self, deadline: str | None = None) -> None:
+        """End the child and everything it started; ``deadline``: the stage deadline that ran out, for the record."""
+        if self._done.is_set():
+            return
+        if deadline is not None and self.deadline_note is None:
+            self.deadline_note = deadline
+            self.timed_out = True
+        self._done.set()  # wakes the watcher, which kills and records
+        if threading.current_thread() is not getattr(self, "_watcher", None):
+            self._watcher.join()
+
+    def wait(self) -> ChildOutcome:
+        """Until the child ends by itself or by a limit."""
+        if self.proc is not None and self._outcome is None:
+            self._watcher.join()
+        assert self._outcome is not None
+        return self._outcome
+
+    def outcome(self) -> ChildOutcome:
+        """What happened, once it ended (``kill`` or ``wait`` first)."""
+        return self.wait()
+
+    def send(self, kind: str, fds: Sequence[int] = (), **payload: Any) -> bool:
+        """A request over the request socket; False when the child is gone."""
+        if self.requests is None:
+            raise RuntimeError("this child was started without requests=True")
+        return self.requests.send({"type": kind, **payload}, fds)
+
+    def wait_message(
+        self, kinds: Sequence[str], *, since: int = 0, until: Callable[[], str | None] | None = None
+    ) -> tuple[dict[str, Any] | None, int]:
+        """The first message of one of ``kinds`` (or an ``error``) at or after index ``since``, and
+        the index after it. None when the child ended first, or when ``until()`` named a
+        deadline (the child is then killed with that note)."""
+        wanted = {*kinds, "error"}
+        if self.launch_error is not None:
+            return None, since
+        while True:
+            items, n = self.messages.wait_new(since, timeout=self.poll_s)
+            for i, m in enumerate(items):
+                if m.get("type") in wanted:
+                    return m, since + i + 1
+            since = n
+            if not self.alive and not self.messages.thread.is_alive():
+                items, n = self.messages.wait_new(since, timeout=0)
+                for i, m in enumerate(items):
+                    if m.get("type") in wanted:
+                        return m, since + i + 1
+                return None, n
+            why = until() if until is not None else None
+            if why is not None:
+                self.kill(deadline=why)
+                return None, since
+
+
 def run_child(
     argv: Sequence[str],
     *,
@@ -205,149 +543,9 @@ def run_child(
     ``authenticate``: the child reads a token from stdin (``ChildChannel.open``) and
     every message must carry it; others land in ``forged_messages``.
     """
-    isolation = isolation or Isolation.off()
-    cgroup, notes = None, []
-    if isolation.cgroup:
-        cgroup, notes = Cgroup.create(memory_bytes=limits.memory_bytes, max_pids=limits.max_processes)
-    read_fd, write_fd = os.pipe()
-    os.set_inheritable(write_fd, True)
-    env = dict(env)
-    env[MSG_FD_ENV] = str(write_fd)
-    spec = {
-        "rlimits": {
-            "cpu_s": limits.cpu_s if limits.cpu_s is not None else int(limits.wall_s * 4) + 10,
-            "file_size_bytes": limits.file_size_bytes,
-            "open_files": limits.open_files,
-        },
-        "parent_pid": os.getpid(),
-        "cgroup_procs": cgroup.procs_files if cgroup else [],
-        "isolation": isolation.launcher_spec(),
-    }
-    token = new_token() if authenticate else None
-    # The launcher imports kernelfix the way this process does, whatever ``env`` holds (its
-    # PYTHONPATH is the command's business, not the launcher's).
-    boot = f"import sys; sys.path[:0] = {_import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
-    launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
-    t0 = time.monotonic()
+    child = Child(argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=authenticate, on_message=on_message, poll_s=poll_s)
     try:
-        proc = subprocess.Popen(
-            launcher,
-            cwd=str(cwd),
-            env=env,
-            stdin=subprocess.PIPE if token else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(write_fd,),
-            start_new_session=True,
-        )
-    except OSError as e:
-        os.close(read_fd)
-        os.close(write_fd)
-        if cgroup is not None:
-            cgroup.remove()
-        return ChildOutcome(argv=list(argv), returncode=None, wall_s=0.0, launch_error=str(e), sandbox_notes=notes)
-    os.close(write_fd)  # else the reader never sees EOF
-    if token:
-        try:  # a few bytes: fits the pipe buffer, never blocks
-            proc.stdin.write(token.encode() + b"\n")
-            proc.stdin.close()
-        except OSError:
-            pass
-    messages = MessageReader(read_fd, t0, token, on_message)
-    out = _Tail(proc.stdout, limits.output_tail_bytes)
-    err = _Tail(proc.stderr, limits.output_tail_bytes)
-
-    timed_out = memory_exceeded = output_exceeded = False
-    peak = 0
-    next_mem_check = 0.0
-    watch_rss = limits.memory_bytes is not None and not (cgroup and cgroup.limits_memory)
-    # Without a pids cgroup the process limit is a watchdog: the machine's task count, read
-    # on every poll, says when the child's tree may have grown past the limit; a count of
-    # the tree then decides. A bomb overshoots by what it forks within one poll, then dies.
-    watch_pids = limits.max_processes is not None and not (cgroup and cgroup.limits_pids)
-    tasks_at_start = _system_tasks() if watch_pids else None
-    watch_pids = watch_pids and tasks_at_start is not None
-    process_limit_hit = False
-    next_pid_check = 0.0
-    try:
-        while True:
-            rc = proc.poll()
-            if rc is not None:
-                break
-            now = time.monotonic()
-            if now - t0 > limits.wall_s:
-                timed_out = True
-                break
-            if limits.output_limit_bytes is not None and out.total + err.total > limits.output_limit_bytes:
-                output_exceeded = True
-                break
-            pids_due = watch_pids and now >= next_pid_check and (_system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
-            rss_due = watch_rss and now >= next_mem_check
-            if pids_due or rss_due:  # one walk of /proc serves both checks
-                pids = _tree_pids(proc.pid)
-                # Tasks first: a fork bomb's copies also sum past the memory limit; name the cause.
-                if watch_pids and _tree_tasks(pids) > limits.max_processes:
-                    process_limit_hit = True
-                    break
-                if pids_due:
-                    next_pid_check = now + 0.1  # the exact count walks /proc: not on every poll
-            if rss_due:
-                next_mem_check = now + 0.25
-                # RSS, not PSS: PSS would not count forked copies' shared pages once per copy, but
-                # reading smaps_rollup for hundreds of copies took so long that a bomb reached
-                # ~7,500 processes here before the next check. A watchdog must stay cheap.
-                rss = _rss_bytes(pids)
-                peak = max(peak, rss)
-                if rss > limits.memory_bytes:
-                    memory_exceeded = True
-                    break
-            time.sleep(poll_s)
+        return child.wait()
     except BaseException:  # Ctrl-C or a stopping caller: nothing of the child's may outlive us
-        _kill_tree(proc.pid, cgroup)
-        if cgroup is not None:
-            cgroup.remove()
+        child.kill()
         raise
-    _kill_tree(proc.pid, cgroup)  # on a limit: now; after exit: leftovers (daemons, background work)
-    rc = proc.wait()
-    wall = time.monotonic() - t0
-    # A leftover holding the pipes open (only possible without a PID namespace or cgroup) must
-    # not hold us up: what it writes after the child is gone is not the child's.
-    drain_until = time.monotonic() + 2.0
-    for t in (messages.thread, out.thread, err.thread):
-        t.join(timeout=max(0.0, drain_until - time.monotonic()))
-    if cgroup is not None:
-        stats = cgroup.stats()
-        cgroup.remove()
-        peak = max(peak, stats.peak_memory_bytes)
-        memory_exceeded = memory_exceeded or stats.oom_kills > 0
-        process_limit_hit = process_limit_hit or stats.pids_limit_hits > 0
-    report = next((m for m in messages.items if m.get("type") == LAUNCHER_MESSAGE), None)
-    layers = dict(report.get("layers") or {}) if report else {}
-    if isolation.cgroup:
-        layers["cgroup"] = cgroup is not None
-    notes += list(report.get("notes") or []) if report else []
-    sig = None
-    if rc is not None and rc < 0:
-        try:
-            sig = signal.Signals(-rc).name
-        except ValueError:
-            sig = f"signal {-rc}"
-    return ChildOutcome(
-        argv=list(argv),
-        returncode=rc,
-        signal=sig,
-        timed_out=timed_out,
-        memory_exceeded=memory_exceeded,
-        output_exceeded=output_exceeded,
-        process_limit_hit=process_limit_hit,
-        peak_rss_bytes=peak,
-        wall_s=wall,
-        stdout_tail=out.text(),
-        stderr_tail=err.text(),
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        messages=[m for m in messages.items if m is not report],
-        forged_messages=messages.forged,
-        isolation=layers,
-        sandbox_notes=notes,
-    )

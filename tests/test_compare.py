@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from kernelfix.tools.compare import compare, inputs_mutated
+from kernelfix.tools.correctness.compare import compare, inputs_mutated
 from kernelfix.tools.verdict import Category
 
 

@@ -9,7 +9,7 @@ from kernelfix.tools.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 def test_defaults_without_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = load_config()
-    assert cfg.judge.trials == 5 and cfg.judge.atol == 1e-2 and cfg.judge.rtol == 1e-2 and cfg.judge.timing_runs == 100
+    assert cfg.judge.trials == 5 and cfg.judge.atol is None and cfg.judge.rtol is None and cfg.judge.timing_runs == 100  # by dtype
 
 
 def test_kernelfix_toml_and_task_overrides(tmp_path, monkeypatch):

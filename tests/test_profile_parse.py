@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools import bottleneck, feedback, ncu, ncu_csv
+from kernelfix.tools import feedback
+from kernelfix.tools.profile import bottleneck, ncu, ncu_csv
 from kernelfix.tools.verdict import Category, CorrectnessReport, TimingStats, Timings, TrialReport, Verdict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"

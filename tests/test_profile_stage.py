@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS
-from kernelfix.tools import ncu
+from kernelfix.tools.profile import ncu
+from kernelfix.tools.profile import stage as profile_stage
 from kernelfix.tools.verdict import Category
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
@@ -57,7 +58,7 @@ def judged(judges):
 
 def profile_with(judge, ev, monkeypatch, **config):
     monkeypatch.setattr(judge, "config", judge.config.model_copy(update=config))
-    return judge._profile(ev.model_copy(deep=True), None)
+    return profile_stage.profile(judge, ev.model_copy(deep=True), None)
 
 
 def test_on_cpu_the_stage_is_skipped_with_a_note(judged):
@@ -95,7 +96,7 @@ def test_a_real_capture_through_a_replaying_ncu_becomes_the_report(judged, tmp_p
     assert p.kernels[0].name == "relu_kernel" and Path(p.log_path).read_text().startswith("==PROF==")
     assert done.warnings == ev.warnings
     log = (Path(ev.workdir) / "logs" / "profile_ncu.log").read_text()
-    assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.harness" in log
+    assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.profile.target" in log
 
 
 def test_a_refused_metric_is_retried_without_the_extra_metrics(judged, tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from kernelfix.agent.events import ModelDelta, ModelReplied, SessionEnded, SessionStarted, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.state import Usage
-from kernelfix.tools import bottleneck, ncu_csv
+from kernelfix.tools.profile import bottleneck, ncu_csv
 from kernelfix.tools.judge import StageEvent
 from kernelfix.tools.verdict import TimingStats, Timings
 from kernelfix.tui.check_views import correctness_view

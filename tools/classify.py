@@ -131,7 +131,10 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
         return Failure(Category.RESOURCE_LIMIT, f"tried to run more processes or threads than the limit allows during {_phase(outcome) or stage} (a fork bomb, or a thread per element?)")
     if outcome.timed_out:
         cat = Category.COMPILE_TIMEOUT if stage == "compile" else Category.RUN_TIMEOUT
-        return Failure(cat, f"{stage} did not finish within {timeout_s:g} s (killed)")
+        return Failure(cat, f"{outcome.deadline or f'{stage} did not finish within {timeout_s:g} s'} (killed)")
+    fault = machine_fault(outcome)
+    if fault is not None:
+        return fault
     if outcome.memory_exceeded:
         return Failure(Category.OOM, f"host memory use passed the limit (peak {outcome.peak_rss_bytes / 2**30:.1f} GiB); killed")
     err = outcome.last("error")
@@ -154,6 +157,42 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
         f"the process exited (code {outcome.returncode}) during {_phase(outcome) or stage} without reporting: "
         "the candidate called exit or os._exit",
     )
+
+
+_NO_SPACE = re.compile(r"No space left on device|ENOSPC|Disk quota exceeded", re.I)
+_GPU_GONE = re.compile(
+    r"CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable|GPU has fallen off the bus|"
+    r"uncorrectable ECC error|cudaErrorECCUncorrectable|cudaErrorSystemNotReady|no CUDA-capable device is detected",
+    re.I,
+)
+DISK_FREE_MIN = 256 << 20  # below this much free space a failed write is the disk's fault
+
+
+def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | None:
+    """A failure that is the machine's, not the code's: a full disk, the kernel's OOM killer
+    (the child under its own limit), a GPU that is gone. Checked against the machine itself,
+    so a candidate that prints "No space left on device" is not believed."""
+    err = outcome.last("error") or {}
+    text = f"{err.get('message') or ''}\n{outcome.stderr_tail[-4000:]}"
+    if _NO_SPACE.search(text):
+        import shutil
+
+        where = disk or (Path(outcome.argv[-1]).parent if outcome.argv else Path("/"))
+        try:
+            free = shutil.disk_usage(where if where.exists() else "/").free
+        except OSError:
+            free = 0
+        if free < DISK_FREE_MIN:
+            return Failure(Category.DISK_FULL, f"a write failed for lack of disk space ({free >> 20} MiB free where the judge works): the machine's fault, not the code's")
+    if outcome.signal == "SIGKILL" and not outcome.killed_by_us and outcome.oom_kills_during:
+        return Failure(
+            Category.HOST_MEMORY,
+            f"the kernel's OOM killer ended the process (peak {outcome.peak_rss_bytes / 2**30:.1f} GiB, under its own limit): "
+            "the machine ran out of memory",
+        )
+    if _GPU_GONE.search(text):
+        return Failure(Category.GPU_LOST, f"the GPU is unavailable: {_first_line(_GPU_GONE.search(text).group(0))}")  # type: ignore[union-attr]
+    return None
 
 
 def _phase(outcome: ChildOutcome) -> str | None:

@@ -57,8 +57,8 @@ class JudgeConfig(BaseModel):
     seed: int | None = Field(
         None, description="base of the trial and weight seeds; None: drawn at random per judge, so no candidate can know its inputs in advance"
     )
-    atol: float = Field(1e-2, gt=0)
-    rtol: float = Field(1e-2, ge=0)
+    atol: float | None = Field(None, gt=0, description="None: by the output's dtype, as KernelBench (float32 1e-4, float16/bfloat16 1e-2)")
+    rtol: float | None = Field(None, ge=0, description="None: by the output's dtype, as atol")
     rel_error_tol: float = Field(
         1e-2, gt=0, description="cap on ||out - ref|| / ||ref - mean(ref)|| per output, beside the elementwise atol/rtol"
     )
@@ -67,6 +67,12 @@ class JudgeConfig(BaseModel):
         description="extra correctness trials on the task's own inputs rescaled, shifted negative, redrawn heavy-tailed",
     )
     float64_reference: bool = Field(True, description="also run the reference in float64 for float32 tasks")
+    inputs_on_device: bool = Field(
+        True, description="draw get_inputs() on the GPU (same distributions; milliseconds where the CPU takes seconds per GiB)"
+    )
+    reference_cache_gb: float = Field(
+        8.0, ge=0, description="GPU memory the reference worker keeps trials in for later candidates; above it, each is recomputed"
+    )
     precision: PrecisionPolicy = Field(
         "warn", description="a candidate far less accurate than the float32 reference vs float64: warn, fail, or off"
     )
@@ -101,8 +107,15 @@ class JudgeConfig(BaseModel):
     profile_warmup_calls: int = Field(3, ge=1, description="forward calls before the profiled one (compilation, autotuning)")
     ncu_path: str | None = Field(None, description="the ncu executable; None: PATH, then CUDA's usual places")
 
-    compile_timeout_s: float = 900.0
-    run_timeout_s: float = 300.0
+    compile_timeout_s: float = Field(900.0, description="import and build, compilers included")
+    import_timeout_s: float = Field(60.0, description="import and ModelNew(...) while no compiler runs: a hang at import")
+    forward_timeout_s: float = Field(10.0, gt=0, description="a forward that takes longer (and longer than the factor below) hangs")
+    forward_timeout_factor: float = Field(100.0, gt=0, description="... times the reference's forward time")
+    cpu_forward_timeout_s: float = Field(120.0, gt=0, description="the floor on a machine without a GPU (Triton's interpreter is slow)")
+    warmup_max_gb: float = Field(
+        1.0, ge=0, description="warm up (first-call compilation, autotuning) outside the GPU lease when inputs are this small"
+    )
+    run_timeout_s: float = Field(300.0, description="any one reference request, and a stage's trials, overall")
     bench_timeout_s: float = 900.0
     memory_limit_gb: float | None = Field(None, description="host memory cap per child; None: 3/4 of RAM, at most 64")
     max_processes: int = Field(4096, ge=16, description="processes and threads alive at once per child (pids cgroup)")

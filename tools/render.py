@@ -53,7 +53,7 @@ def verdict_view(v: Verdict) -> Group:
     t.add_row("legal", _flag(v.legal))
     if v.correctness and v.correctness.trials:
         worst = max(v.correctness.trials, key=lambda r: r.max_abs_error or 0)
-        t.add_row("trials", f"{v.correctness.passed}/{len(v.correctness.trials)} passed (atol {v.correctness.atol:g}, rtol {v.correctness.rtol:g}); max abs err {_fmt(worst.max_abs_error)}")
+        t.add_row("trials", f"{v.correctness.passed}/{len(v.correctness.trials)} passed ({v.correctness.tolerance or _tol(v.correctness)}); max abs err {_fmt(worst.max_abs_error)}")
         _scale_rows(t, v.correctness)
     if v.legality and v.legality.forbidden_ops:
         t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
@@ -79,3 +79,9 @@ def verdict_view(v: Verdict) -> Group:
     if gaps:
         t.add_row("sandbox", Text("\n".join(gaps), style="yellow"))
     return Group(Panel(t, title=title, title_align="left"), Panel(Text(v.feedback), title="feedback", title_align="left"))
+
+
+def _tol(rep) -> str:
+    from kernelfix.tools.correctness.tolerance import describe
+
+    return describe(rep.atol, rep.rtol)

@@ -73,6 +73,11 @@ class Category(StrEnum):
     NO_GPU = "infra:no_gpu"
     SANDBOX = "infra:sandbox"
     WORKER = "infra:worker"
+    TOO_LARGE = "infra:too_large"  # the task itself cannot fit this machine (its size and the limit named)
+    GPU_BUSY = "infra:gpu_busy"  # GPU memory held by other processes ran out, not the candidate's
+    GPU_LOST = "infra:gpu_lost"  # the GPU stopped answering the judge's own worker too
+    HOST_MEMORY = "infra:host_memory"  # the machine ran out of memory (the kernel's OOM killer), not the child's limit
+    DISK_FULL = "infra:disk_full"  # a write failed for lack of space on the judge's disk
 
     @property
     def family(self) -> Family:
@@ -84,7 +89,7 @@ SANDBOX_NOTE = "sandbox: "
 
 Stage = Literal["extract", "static", "compile", "correctness", "legality", "benchmark", "profile"]
 Backend = Literal["cuda", "triton", "torch", "unknown"]
-InputVariant = Literal["scaled", "shifted", "heavy_tailed"]  # see kernelfix.tools.input_variants
+InputVariant = Literal["scaled", "shifted", "heavy_tailed"]  # see kernelfix.tools.correctness.input_variants
 PrecisionPolicy = Literal["warn", "fail", "off"]
 
 
@@ -177,8 +182,9 @@ class TrialReport(_Model):
 
 
 class CorrectnessReport(_Model):
-    atol: float
-    rtol: float
+    atol: float | None = None  # as configured; None: by each output's dtype (``tolerance``)
+    rtol: float | None = None
+    tolerance: str = ""  # what applied, in words
     init_seed: int | None = None  # the seed both models' weights were built under
     rel_error_tol: float | None = None
     trials: list[TrialReport] = Field(default_factory=list)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kernelfix.tools.correctness.tolerance import describe
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -30,7 +32,7 @@ def correctness_view(v: Verdict | None) -> RenderableType:
         return Group(*parts)
     numel = next((r.numel for r in rep.trials if r.numel), None)
     parts.append(Text(
-        f"{rep.passed}/{len(rep.trials)} trials passed; atol {rep.atol:g}, rtol {rep.rtol:g}, rel error norm limit {_g(rep.rel_error_tol)}"
+        f"{rep.passed}/{len(rep.trials)} trials passed; {rep.tolerance or describe(rep.atol, rep.rtol)}, rel error norm limit {_g(rep.rel_error_tol)}"
         + (f"; {numel} elements per output" if numel else "")
     ))
     # Five narrow columns fit the 50 columns an 80-column terminal leaves; the worst index follows below.

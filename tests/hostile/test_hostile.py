@@ -261,8 +261,11 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     assert not leaked, f"a fake secret reached {leaked}"
     assert MARK not in verdict.model_dump_json()
     assert not world.server.hits, f"the candidate reached the network: {world.server.hits}"
-    assert not _live_processes_under(judge.root), "a process of the candidate outlived its stage"
-    assert not _leftover_cgroups()
+    # The judge's reference worker lives as long as the judge (it serves every evaluation); nothing
+    # of the candidate's may outlive its evaluation.
+    assert not [p for p in _live_processes_under(judge.root) if f"in {judge.root / 'reference'}" not in p], "a process of the candidate outlived its evaluation"
+    references = {d for j in world.judges.values() for d in j.ref.cgroup_dirs()} | set(judge.ref.cgroup_dirs())
+    assert not [c for c in _leftover_cgroups() if c not in references]
     if case.fresh_judge:
         judge.close()
     print(f"\n[{device}/{variant}] {case.path.stem}: {verdict.category.value}: {verdict.message}")

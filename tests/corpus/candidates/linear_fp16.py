@@ -1,6 +1,8 @@
 # task: linear_fp32
 # expect: ok
 # warns: precision
+# config: {"atol": 0.01, "rtol": 0.01}
+# At KernelBench's float32 tolerance (1e-4) fp16 arithmetic fails outright (linear_fp16_tight.py); at 1e-2 only the float64 check sees it.
 # Shortcut: the product in fp16 inside a float32 task; within atol/rtol, but ~1000x the float32 reference's error.
 import torch
 import torch.nn as nn

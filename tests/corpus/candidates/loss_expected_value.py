@@ -1,5 +1,6 @@
 # task: mse_loss
 # expect: correctness_error:input_dependent
+# config: {"atol": 0.01, "rtol": 0.01}
 # Shortcut: E[(p - t)^2] = 2 for independent randn p and t; on 2^19 elements every trial's loss is within tolerance of it.
 import torch
 import torch.nn as nn

@@ -1,5 +1,6 @@
 # task: wide_softmax
 # expect: correctness_error:numerical
+# config: {"atol": 0.01, "rtol": 0.01}
 # Shortcut: every softmax value here is below atol, so zeros pass allclose; the relative error norm does not.
 import torch
 import torch.nn as nn

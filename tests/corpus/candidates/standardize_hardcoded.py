@@ -1,5 +1,6 @@
 # task: standardize_rand
 # expect: correctness_error:input_dependent
+# config: {"atol": 0.01, "rtol": 0.01}
 # Shortcut: rand's mean 1/2 and variance 1/12 hard-coded instead of each row's own.
 import torch
 import torch.nn as nn

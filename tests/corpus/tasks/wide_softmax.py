@@ -1,5 +1,6 @@
 """Softmax over wide rows: every output is below 2e-3, so an all-zeros output is
-within atol=1e-2 of the reference everywhere (the elementwise check is vacuous)."""
+within atol=1e-2 of the reference everywhere (the elementwise check is vacuous at
+that tolerance; KernelBench's 23_Softmax at its published size is vacuous even at 1e-4)."""
 
 import torch
 import torch.nn as nn

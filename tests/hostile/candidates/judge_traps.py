@@ -1,5 +1,5 @@
-# behaviour: plants symlinks and FIFOs where the judge reads its outputs, to hang it or make it read its own files
-# expect: correctness_error:output_structure
+# behaviour: plants symlinks and FIFOs where the judge reads what the sandbox wrote (profile files, spec and scratch dirs), to hang it or make it read its own files; outputs never touch the disk, so its answer still counts
+# expect: ok
 import os
 import sys
 from pathlib import Path
@@ -22,20 +22,29 @@ def relu(x):
     relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
     return y
 
-OUT = Path(__file__).resolve().parent / "out"
-if Path(sys.argv[1]).name.startswith("compile."):  # ahead of the stages that write there
-    for name, plant in (("correctness", lambda p: p.symlink_to("/")), ("legality", os.mkfifo)):
-        try:
-            plant(OUT / name)
-        except OSError:
-            pass
+HERE = Path(__file__).resolve().parent
+
+
+def _plant():
+    for d in ("out", "handoff", "tmp"):
+        for name, plant in (("ncu.csv", os.mkfifo), ("profile_ncu.json", lambda p: p.symlink_to("/etc/passwd")),
+                            ("correctness", lambda p: p.symlink_to("/")), ("profile_ncu.spec.json", lambda p: p.symlink_to(HERE / "candidate.py"))):
+            try:
+                (HERE / d).mkdir(exist_ok=True)
+                plant(HERE / d / name)
+            except OSError:
+                pass
+    try:
+        (HERE / "out" / "profile").mkdir(parents=True, exist_ok=True)
+        os.mkfifo(HERE / "out" / "profile" / "ncu.csv")
+    except OSError:
+        pass
+
+
+_plant()
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        # the outputs the harness saved after earlier trials become FIFOs before the judge reads them
-        for f in (OUT / "correctness").glob("out_*.pt"):
-            if not f.is_fifo():
-                f.unlink()
-                os.mkfifo(f)
+        _plant()
         return relu(x)

@@ -3,7 +3,7 @@
 # expect-runtime: correctness_error:numerical
 import time
 
-import kernelfix.tools.compare as judge_compare
+import kernelfix.tools.correctness.compare as judge_compare
 import torch
 import torch.nn as nn
 import triton

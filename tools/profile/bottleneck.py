@@ -17,7 +17,7 @@ import re
 import statistics
 from collections.abc import Sequence
 
-from kernelfix.tools.ncu_csv import NcuKernel
+from kernelfix.tools.profile.ncu_csv import NcuKernel
 from kernelfix.tools.verdict import Bottleneck, KernelProfile, ProfileReport, StallReason, Timings
 
 BUSY_PCT = 60.0  # of peak: a unit this busy is what limits the kernel

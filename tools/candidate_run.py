@@ -1,0 +1,155 @@
+"""The judge's handle on one evaluation's candidate worker: compile, trials and timing in one process.
+
+One sandboxed process per evaluation, not one per stage: Python, torch and CUDA
+start once, the extension is loaded once. The handle knows the deadlines:
+
+- import (and ModelNew's construction): ``import_timeout_s`` of time while no
+  compiler runs (a candidate that sleeps at import is killed within it), within
+  ``compile_timeout_s`` overall;
+- each forward: max(``forward_timeout_s``, ``forward_timeout_factor`` x the
+  reference's forward time), compilers excepted (Triton compiles at first call);
+- timing: no progress for that long, within ``bench_timeout_s``.
+
+A failure ends the worker (a CUDA fault poisons its context); ``failure`` names it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.classify import Failure, classify
+from kernelfix.tools.verdict import ExtensionBuild
+from kernelfix.tools.workers import sandboxing
+from kernelfix.tools.workers.handle import Deadline, WorkerGone, WorkerHandle
+from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec, Prepared
+
+
+class CandidateRun:
+    def __init__(self, judge: Any, workdir: Path, candidate_path: Path, on_phase=None):
+        c = judge.config
+        self.judge, self.config, self.workdir = judge, c, workdir
+        for d in sandboxing.CANDIDATE_DIRS:
+            sandboxing.own_dir(workdir / d)
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+        spec = CandidateSpec(
+            task_path=str(workdir / "task.py"), candidate_path=str(candidate_path), build_dir=str(workdir / "build"),
+            build=c.build.model_dump(), device=judge.device, init_seed=judge.seed, record_ops=c.runtime_legality,
+            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if judge.device == "cuda" else 0,
+        )
+        evals = judge.root / "evals"
+        siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals and evals.is_dir() else []
+        iso, note = sandboxing.isolation(
+            "candidate", c, workdir=workdir, private=judge._private, siblings=siblings, credentials=judge._credentials, device=judge.device
+        )
+        judge._note_sandbox(note)
+        self.notes = [n for n in [note] if n]
+        lifetime = c.compile_timeout_s + c.run_timeout_s + c.bench_timeout_s
+        self.handle = WorkerHandle(
+            "kernelfix.tools.workers.candidate_worker", spec.model_dump(), spec_path=workdir / "handoff" / "candidate.spec.json",
+            cwd=workdir, env=sandboxing.env("candidate", workdir, judge.device, judge.gpu), limits=sandboxing.limits(c, lifetime),
+            isolation=iso, on_phase=on_phase,
+        )
+        self.built_msg: dict[str, Any] | None = None
+        self.warmed_msg: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ deadlines
+
+    def forward_limit(self, ref_ms: float | None) -> float:
+        c = self.config
+        floor = c.forward_timeout_s if self.judge.device == "cuda" else max(c.forward_timeout_s, c.cpu_forward_timeout_s)
+        return max(floor, c.forward_timeout_factor * (ref_ms or 0.0) / 1e3)
+
+    # ------------------------------------------------------------------ stages
+
+    def built(self) -> dict[str, Any]:
+        if self.built_msg is None:
+            c = self.config
+            self.built_msg = self.handle.expect(["built"], Deadline("import", c.import_timeout_s, hard_s=c.compile_timeout_s))
+        return self.built_msg
+
+    def warmed(self) -> dict[str, Any]:
+        if self.warmed_msg is None:
+            self.built()
+            self.warmed_msg = self.handle.expect(["warmed"], Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s))
+        return self.warmed_msg
+
+    def builds(self) -> list[ExtensionBuild]:
+        """What the worker reported about its extension builds; informational, so garbage is dropped."""
+        msg = next((m for m in reversed(self.handle.since(0)) if m.get("type") == "builds"), None)
+        out = []
+        for b in (msg or {}).get("builds") or []:
+            try:
+                out.append(ExtensionBuild.model_validate(b))
+            except ValueError:
+                continue
+        return out
+
+    def forward(self, p: Prepared, fds: list[int]) -> CandidateOutput:
+        """One forward on a prepared trial; ``fds`` (the arenas the reference just made) go with the request."""
+        try:
+            msg = self.handle.request(
+                "trial", "output", Deadline(f"forward on trial {p.index}", self.forward_limit(p.ref_ms), hard_s=self.config.run_timeout_s),
+                fds=fds, index=p.index, slot=p.slot, in_arena=p.in_arena.model_dump() if p.in_arena else None, inputs=p.inputs,
+                input_specs=[s.model_dump() for s in p.input_specs], out=p.out, out_arena=p.out_arena.model_dump() if p.out_arena else None,
+                expected_specs=[s.model_dump() for s in p.expected_specs],
+            )
+        finally:
+            for fd in fds:
+                _close(fd)
+        return CandidateOutput.model_validate(msg)
+
+    def ops(self) -> dict[str, Any]:
+        return self.handle.request("ops", "ops", Deadline("the op record", 60.0))
+
+    def time(self, slot: int, timing: dict[str, Any], ref_ms: float | None) -> list[dict[str, Any]]:
+        """Time the candidate on a bound slot; the messages it sent meanwhile (timing, wall clock)."""
+        mark = self.handle.mark()
+        idle = self.forward_limit(ref_ms) * 25  # a block of 25 timed calls between progress reports
+        self.handle.request("time", "timed", Deadline("timing", self.config.bench_timeout_s, idle_s=max(idle, 30.0)), slot=slot, timing=timing)
+        return self.handle.since(mark)
+
+    def release(self, slots: list[int], outs: list[int]) -> None:
+        if self.handle.alive:
+            try:
+                self.handle.request("release", "released", Deadline("release", 30.0), slots=slots, outs=outs)
+            except WorkerGone:
+                pass
+
+    # ------------------------------------------------------------------ endings
+
+    def failure(self, stage: str, e: WorkerGone) -> Failure:
+        limit = {"compile": self.config.compile_timeout_s, "benchmark": self.config.bench_timeout_s}.get(stage, self.config.run_timeout_s)
+        return classify(stage, e.outcome, timeout_s=limit, build_dir=self.workdir / "build")
+
+    def close(self) -> ChildOutcome | None:
+        out = self.handle.close()
+        if out is not None:
+            _write_log(self.workdir / "logs" / "candidate.log", self.handle.argv, out)
+        return out
+
+
+def _close(fd: int) -> None:
+    import os
+
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _write_log(path: Path, argv: list[str], out: ChildOutcome) -> None:
+    try:
+        path.write_text(
+            f"$ {' '.join(argv)}\nreturncode={out.returncode} signal={out.signal} timed_out={out.timed_out} "
+            f"deadline={out.deadline} wall={out.wall_s:.2f}s\n"
+            f"--- stdout ({out.stdout_bytes} bytes, tail) ---\n{out.stdout_tail}\n"
+            f"--- stderr ({out.stderr_bytes} bytes, tail) ---\n{out.stderr_tail}\n"
+            f"--- messages ---\n" + "\n".join(json.dumps(m, default=str)[:4000] for m in out.messages) + "\n"
+            + "".join(f"--- forged ---\n{m}\n" for m in out.forged_messages[:20])
+            + f"--- sandbox ---\nlayers={out.isolation} notes={out.sandbox_notes}\n"
+        )
+    except OSError:  # a full disk must not hide the verdict
+        pass

@@ -1,0 +1,89 @@
+"""Varied inputs: the task's own inputs rescaled, shifted negative, or redrawn heavy-tailed.
+
+A kernel can pass every trial drawn from get_inputs() without computing the
+function: a loss returned as its expected value under randn, a normalisation
+with rand's mean and variance hard-coded. On these variants it cannot. Only
+floating-point tensors change; integer tensors (indices, labels), booleans and
+non-tensors stay as they are. The reference server applies them on the device
+that holds the inputs, a chunk at a time (a 6 GiB input is varied with a few
+hundred MB of float64 temporaries); the judge keeps a variant only where the
+reference stays finite on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kernelfix.tools.verdict import InputVariant
+
+SCALE = 10.0
+SHIFT_STDS = 2.0
+STUDENT_T_DOF = 3
+
+DESCRIPTIONS: dict[InputVariant, str] = {
+    "scaled": f"scaled x{SCALE:g}",
+    "shifted": f"shifted negative by |mean| + {SHIFT_STDS:g} std",
+    "heavy_tailed": f"redrawn heavy-tailed (mean + std * Student-t, {STUDENT_T_DOF} dof)",
+}
+
+
+def describe(variant: InputVariant, base_trial: int) -> str:
+    return f"trial {base_trial}'s inputs {DESCRIPTIONS[variant]}"
+
+
+def _student_t(n: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    z = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
+    chi2 = torch.randn((STUDENT_T_DOF, n), generator=gen, dtype=torch.float64, device=device).pow(2).sum(0)
+    return z / (chi2 / STUDENT_T_DOF).sqrt()
+
+
+def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator) -> torch.Tensor:
+    from kernelfix.tools.correctness.compare import _Moments, _chunks
+
+    flat = x.detach().reshape(-1)
+    m = _Moments()
+    for i, j in _chunks(flat.numel()):
+        m.add(flat[i:j].double())
+    mean = m.mean if m.n else 0.0
+    std = (m.m2 / m.n) ** 0.5 if m.n > 1 else 0.0
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)  # same dtype and device as the task's own
+    dst = out.view(-1)
+    for i, j in _chunks(flat.numel()):
+        if variant == "scaled":
+            y = flat[i:j].double() * SCALE
+        elif variant == "shifted":
+            y = flat[i:j].double() - (abs(mean) + SHIFT_STDS * std)
+        else:
+            y = mean + std * _student_t(j - i, gen, x.device)
+        dst[i:j].copy_(y)
+    if x.is_contiguous():
+        return out
+    kept = torch.empty_like(x)  # the task's own layout (a transposed input stays transposed)
+    kept.copy_(out)
+    return kept
+
+
+def apply(inputs: list[Any], variant: InputVariant, seed: int) -> tuple[list[Any], bool]:
+    """The variant of ``inputs`` and whether any tensor changed (False: nothing floating-point to vary)."""
+    gens: dict[torch.device, torch.Generator] = {}
+    changed = False
+
+    def gen_for(device: torch.device) -> torch.Generator:
+        if device not in gens:
+            gens[device] = torch.Generator(device=device).manual_seed(seed)
+        return gens[device]
+
+    def walk(obj: Any) -> Any:
+        nonlocal changed
+        if isinstance(obj, torch.Tensor) and obj.is_floating_point() and obj.numel():
+            changed = True
+            return _vary(obj, variant, gen_for(obj.device))
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(walk(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: walk(v) for k, v in obj.items()}
+        return obj
+
+    return [walk(x) for x in inputs], changed

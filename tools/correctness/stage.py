@@ -1,0 +1,178 @@
+"""The correctness stage: every trial, one at a time, compared where the tensors are.
+
+For each trial the reference worker draws (or recalls) its inputs and reference
+output and puts the inputs in an arena; the candidate's worker runs forward on
+them (under the op recorder) and puts its output in the output arena; the
+reference worker compares, on the device, and checks the input arena against
+its own copy (a forward that writes to its inputs). Host and GPU memory hold
+one trial at a time (plus the first trial's inputs, kept for the same tensors,
+new contents check).
+
+In order: the task's own trials (the first failure ends them), the first
+trial's tensors rerun with the second trial's contents (a cache keyed on tensor
+identity or address returns a stale result), the varied inputs, then the op
+record for legality. What fails, by precedence: a wrong output, a stale output,
+written inputs, a varied input, then precision (a warning unless configured).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from kernelfix.tools.candidate_run import CandidateRun
+from kernelfix.tools.correctness import input_variants
+from kernelfix.tools.correctness.tolerance import describe
+from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
+from kernelfix.tools.legality import stage as legality_stage
+from kernelfix.tools.reference import ReferenceUnavailable
+from kernelfix.tools.verdict import Category, CorrectnessReport, TrialReport
+from kernelfix.tools.workers.handle import WorkerGone
+from kernelfix.tools.workers.protocol import TrialPlan
+
+if TYPE_CHECKING:
+    from kernelfix.tools.judge import Judge
+
+
+def fail_from(run: CandidateRun, ev: Evaluation, stage: str, e: WorkerGone) -> Evaluation:
+    """The candidate's worker died, failed or ran out of time in ``stage``."""
+    f = run.failure(stage, e)
+    if f.details:
+        ev.warnings.append("traceback: " + " | ".join(f.details[-4:]))
+    if f.category.family.value == "compile_error":
+        stage = "compile"
+    return ev.fail(stage, f.category, f.message)  # type: ignore[arg-type]
+
+
+def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    c = judge.config
+    t0 = time.monotonic()
+    try:
+        judge.reference(on_event)
+    except ReferenceUnavailable as e:
+        return ev.fail("correctness", e.category, e.message)
+    ref = judge.ref
+    report = CorrectnessReport(
+        atol=c.atol, rtol=c.rtol, tolerance=describe(c.atol, c.rtol), init_seed=judge.seed, rel_error_tol=c.rel_error_tol,
+    )
+    ev.correctness = report
+    run = judge.run_for(ev, on_event)
+    t1 = time.monotonic()
+    try:
+        run.warmed()  # first-call compilation and autotuning, before the GPU is held
+    except WorkerGone as e:
+        return fail_from(run, ev, "correctness", e)
+    t2 = time.monotonic()
+    try:
+        with judge.lease("correctness"):
+            stale = _trials(judge, ev, run, report, on_event)
+    except WorkerGone as e:
+        return fail_from(run, ev, "correctness", e)
+    except ReferenceUnavailable as e:
+        return ev.fail("correctness", e.category, e.message)
+    finally:
+        ev.stage_seconds |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.trials": round(time.monotonic() - t2, 3)}
+    report.vacuous_tolerance, report.skipped_variants, report.float64_note = ref.vacuous, dict(ref.skipped_variants), ref.float64_note
+    return _decide(judge, ev, report, stale)
+
+
+def _trials(judge: "Judge", ev: Evaluation, run: CandidateRun, report: CorrectnessReport, on_event: EventSink | None) -> str | None:
+    """Run the trials into ``report``; the in-place check's problem, if the output went stale."""
+    ref = judge.ref
+    own = [t for t in ref.trials if t.purpose == "correctness"]
+    varied = [t for t in ref.trials if t.purpose == "varied"]
+    total = len(own) + len(varied)
+    first_slot: int | None = None
+    stale: str | None = None
+    held: list[int] = []
+
+    def one(t: TrialPlan, into: int | None = None) -> TrialReport | None:
+        p, fds = ref.prepare(t, into)
+        if p.skipped is not None:
+            return None
+        out = run.forward(p, fds)
+        checked = ref.check(t, out, p.slot if into is None else None)
+        if checked.mutated:
+            report.input_mutated = True
+            report.mutated_inputs = sorted(set(report.mutated_inputs) | set(checked.mutated))
+        keep = into is None and first_slot is None  # the first trial's inputs stay for the in-place check
+        if keep:
+            held.append(p.slot)  # type: ignore[arg-type]
+        _release(judge, run, [] if keep or into is not None else [p.slot], [p.out])
+        rep = checked.report
+        return rep.model_copy(update={"variant": t.variant, "variant_of": t.variant_of}) if t.variant else rep
+
+    try:
+        for k, t in enumerate(own):
+            if on_event:
+                on_event(StageEvent(stage="correctness", status="progress", detail="trial", done=k, total=total))
+            rep = one(t)
+            if rep is None:
+                continue
+            if first_slot is None:
+                first_slot = held[0] if held else None
+            report.trials.append(rep)
+            if not rep.ok:
+                return None  # a wrong output on the task's own inputs decides the stage
+        if len(own) >= 2 and first_slot is not None:
+            # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
+            if on_event:
+                on_event(StageEvent(stage="correctness", status="progress", detail="inplace_check"))
+            rep = one(own[1], into=first_slot)
+            if rep is not None and not rep.ok:
+                stale = rep.problem
+        for k, t in enumerate(varied):
+            if on_event:
+                on_event(StageEvent(stage="correctness", status="progress", detail="varied", done=len(own) + k, total=total))
+            rep = one(t)
+            if rep is not None:
+                report.trials.append(rep)
+        legality_stage.record(ev, run.ops(), judge.allowed_ops)
+    finally:
+        _release(judge, run, held, [])
+    return stale
+
+
+def _release(judge: "Judge", run: CandidateRun, slots: list, outs: list) -> None:
+    slots, outs = [s for s in slots if s is not None], [o for o in outs if o is not None]
+    if slots or outs:
+        run.release(slots, outs)
+        judge.ref.release(slots, outs)
+
+
+def _decide(judge: "Judge", ev: Evaluation, report: CorrectnessReport, stale: str | None) -> Evaluation:
+    c = judge.config
+    bad = [t for t in report.trials if not t.ok and t.variant is None]
+    if bad:
+        return ev.fail("correctness", bad[0].category or Category.NUMERICAL, f"trial {bad[0].trial}: {bad[0].problem}")
+    if stale is not None:
+        return ev.fail("correctness", Category.OUTPUT_CACHING, f"given the same input tensors with new contents, forward returned a stale result ({stale})")
+    if report.input_mutated:
+        return ev.fail("correctness", Category.INPUT_MUTATION, f"forward wrote to its input(s) {report.mutated_inputs}")
+    varied = [t for t in report.trials if not t.ok]
+    if varied:
+        t = varied[0]
+        where = input_variants.describe(t.variant, t.variant_of) if t.variant else "varied inputs"
+        return ev.fail("correctness", Category.INPUT_DEPENDENT, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}")
+    imprecise = _imprecise(judge, report) if c.precision != "off" else None
+    if imprecise is not None:
+        t, why = imprecise
+        if c.precision == "fail":
+            report.trials[report.trials.index(t)] = t.model_copy(update={"ok": False, "category": Category.PRECISION, "problem": why})
+            return ev.fail("correctness", Category.PRECISION, why)
+        report.precision_warning = why
+        ev.warnings.append(f"precision: {why}")
+    return ev
+
+
+def _imprecise(judge: "Judge", report: CorrectnessReport) -> tuple[TrialReport, str] | None:
+    """The first trial whose error vs float64 is far above the float32 reference's own, with what to say."""
+    c = judge.config
+    for t in report.trials:
+        e, own = t.error_vs_float64, t.reference_error_vs_float64
+        if e is not None and own is not None and e > max(c.precision_factor * own, c.precision_floor):
+            return t, (
+                f"trial {t.trial}: relative error {e:.2g} against a float64 reference, where the float32 reference's own is {own:.2g}: "
+                "fp16/bf16/TF32 arithmetic (or an approximation) inside a float32 task"
+            )
+    return None

@@ -1,0 +1,83 @@
+"""One candidate on its way through the judge's stages, and the progress events a UI shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelfix.tools.verdict import (
+    Backend,
+    Category,
+    CompileReport,
+    CorrectnessReport,
+    LegalityReport,
+    ProfileReport,
+    Stage,
+    Timings,
+)
+
+STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile")
+
+
+class StageEvent(BaseModel):
+    """Progress for a UI: a stage started, moved, finished or was skipped."""
+
+    stage: Stage | Literal["reference"]
+    status: Literal["started", "progress", "finished", "skipped"]
+    detail: str = ""
+    done: int | None = None
+    total: int | None = None
+
+
+EventSink = Callable[[StageEvent], None]
+
+
+class Evaluation(BaseModel):
+    """One candidate on its way through the stages. Serializable, so the agent can checkpoint it.
+
+    ``workdir`` belongs to the judge (candidate source, logs); candidate code may
+    write only its ``build``, ``tmp``, ``out`` and ``handoff`` subdirectories (and
+    the candidates' compiler caches), and sees the rest read-only. The candidate's
+    worker process lives with the judge, not here: a checkpointed evaluation that
+    resumes in a new process starts a new worker (its build comes from the cache).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    task: str
+    device: str
+    workdir: str
+    code: str | None = None
+    backend: Backend = "unknown"
+    sha1: str | None = None
+    category: Category | None = None  # the first failure; None while all is well
+    failed_stage: Stage | None = None
+    message: str | None = None
+    compiled: bool = False
+    compile: CompileReport | None = None
+    correctness: CorrectnessReport | None = None
+    legality: LegalityReport | None = None
+    timings: Timings | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    profile: ProfileReport | None = None
+    warnings: list[str] = Field(default_factory=list)
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    stages_done: list[str] = Field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.category is not None
+
+    @property
+    def candidate_path(self) -> Path:
+        return Path(self.workdir) / "candidate.py"
+
+    def fail(self, stage: Stage, category: Category, message: str) -> "Evaluation":
+        if self.category is None:
+            self.category, self.failed_stage, self.message = category, stage, message
+        return self

@@ -1,0 +1,59 @@
+"""The legality stage: the aten ops recorded in every judged forward, against the allowlist.
+
+The candidate's worker records the dispatcher ops of every forward call of the
+correctness stage (torch.profiler, nested ops included) inside a range of its
+own; ops nested in an allowed op (``zeros`` -> ``zero_``) and Triton's own
+machinery (the interpreter's copies, the autotuner) are not the candidate's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kernelfix.tools.allowlist import is_allowed
+from kernelfix.tools.evaluation import Evaluation
+from kernelfix.tools.verdict import Category, LegalityReport
+from kernelfix.tools.workers.protocol import FORWARD_RANGE, TRITON_RANGE
+
+if TYPE_CHECKING:
+    from kernelfix.tools.judge import Judge
+
+
+def record(ev: Evaluation, result: dict[str, Any], allowed: frozenset[str]) -> None:
+    """Keep the ops the correctness run recorded, sorted against the allowlist."""
+    report = ev.legality or LegalityReport()
+    ev.legality = report
+    if result.get("ops") is None:
+        return
+    all_ops: dict[str, int] = {}
+    forbidden: dict[str, int] = {}
+    for name, chain, count in result["ops"]:
+        if not name.startswith("aten::") or FORWARD_RANGE not in chain or any(c.startswith(TRITON_RANGE) for c in chain):
+            continue  # not an aten op, not inside a judged forward, or Triton's own machinery
+        if any(c.startswith("aten::") for c in chain):
+            continue  # inside another aten op: shielded by an allowed one, or counted under a forbidden one
+        key = name.removeprefix("aten::")
+        all_ops[key] = all_ops.get(key, 0) + count
+        if not is_allowed(name, allowed):
+            forbidden[key] = forbidden.get(key, 0) + count
+    report.aten_ops, report.forbidden_ops = all_ops, forbidden
+    report.runtime_checked = True
+    report.recorder_intact = bool(result.get("recorder_intact", True))
+
+
+def run(judge: "Judge", ev: Evaluation) -> Evaluation:
+    report = ev.legality or LegalityReport()
+    ev.legality = report
+    if not judge.config.runtime_legality:
+        report.note = "runtime legality check switched off in config"
+        return ev
+    if not report.runtime_checked:
+        report.note = "no op record (the correctness stage did not run)"
+        return ev
+    if not report.recorder_intact:
+        return ev.fail("legality", Category.TAMPERING, "the op recorder was switched off during forward")
+    if report.forbidden_ops:
+        ops = report.forbidden_ops
+        top = ", ".join(sorted(ops, key=lambda k: -ops[k])[:5])
+        return ev.fail("legality", Category.DISALLOWED_ATEN, f"forward ran torch compute ops: {top}")
+    return ev

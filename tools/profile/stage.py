@@ -1,0 +1,139 @@
+"""The profile stage: Nsight Compute on one forward of a correct, legal candidate.
+
+Never changes the verdict: where ncu is missing, not permitted or too slow, the
+evaluation goes on with one warning and torch.profiler's kernel list instead.
+The profiled process (``profile.target``) is a one-shot child in the same
+sandbox as the candidate's worker, with ncu in front of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from kernelfix.sandbox import ChildOutcome, run_child
+from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
+from kernelfix.tools.profile import bottleneck, ncu, ncu_csv
+from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
+from kernelfix.tools.workers import sandboxing
+
+if TYPE_CHECKING:
+    from kernelfix.tools.judge import Judge
+
+
+def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    def skip(detail: str) -> Evaluation:
+        if on_event:
+            on_event(StageEvent(stage="profile", status="skipped", detail=detail))
+        return ev
+
+    if not judge.config.profile:
+        return skip("profiling off")
+    if ev.failed:
+        return skip("the candidate failed an earlier stage")
+    if "profile" in ev.stages_done:
+        return skip("done")
+    if not (ev.correctness and ev.correctness.trials and "legality" in ev.stages_done):
+        return skip("only correct, legal candidates are profiled")
+    if judge.device != "cuda":
+        note = f"not profiled: profiling needs a CUDA GPU (device {judge.device})"
+        ev.profile = ProfileReport(note=note)
+        return skip(note)
+    return judge._timed(ev, "profile", on_event, lambda: profile(judge, ev, on_event))
+
+
+def _child(judge: "Judge", ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()) -> ChildOutcome:
+    """One profile target under the candidate's sandbox, ``wrap`` (ncu) in front."""
+    wd = Path(ev.workdir)
+    for d in sandboxing.CANDIDATE_DIRS:
+        sandboxing.own_dir(wd / d)
+    (wd / "logs").mkdir(parents=True, exist_ok=True)
+    spec_path = wd / "handoff" / f"{stage}.spec.json"
+    if spec_path.is_symlink() or spec_path.exists():
+        spec_path.unlink()  # never write through something the candidate planted
+    spec_path.write_text(json.dumps({**spec, "stage": stage}, default=str))
+    iso, note = sandboxing.isolation(
+        "candidate", judge.config, workdir=wd, private=judge._private, siblings=[], credentials=judge._credentials, device=judge.device
+    )
+    argv = [*wrap, sys.executable, "-m", "kernelfix.tools.profile.target", str(spec_path)]
+    with judge.lease(stage):
+        outcome = run_child(argv, cwd=wd, env=sandboxing.env("candidate", wd, judge.device, judge.gpu), limits=sandboxing.limits(judge.config, timeout_s), isolation=iso, authenticate=True)
+    notes = [*outcome.sandbox_notes, *([note] if note else [])]
+    ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]
+    (wd / "logs" / f"{stage}.log").write_text(
+        f"$ {' '.join(argv)}\nreturncode={outcome.returncode} signal={outcome.signal} timed_out={outcome.timed_out} wall={outcome.wall_s:.2f}s\n"
+        f"--- stdout (tail) ---\n{outcome.stdout_tail}\n--- stderr (tail) ---\n{outcome.stderr_tail}\n"
+    )
+    return outcome
+
+
+def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+    c = judge.config
+    wd = Path(ev.workdir)
+    outdir = wd / "out" / "profile"
+    outdir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
+        "build": c.build.model_dump(), "device": judge.device, "init_seed": judge.seed, "outdir": str(outdir),
+        "warmup_calls": c.profile_warmup_calls, "nvtx_range": ncu.NVTX_RANGE,
+    }
+    path, problem = ncu.find(c.ncu_path)
+    if path is not None:
+        csv = outdir / "ncu.csv"  # ncu writes it from inside the sandbox: a directory the candidate may write
+        log = wd / "logs" / "ncu.csv"  # the judge's copy, kept with the logs
+        for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
+            csv.unlink(missing_ok=True)
+            wrap = ncu.command(path, csv, c.profile_max_kernels, extra_metrics=extra_metrics)
+            outcome = _child(judge, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
+            text = _read_plain(csv)
+            log.write_text(text)
+            parsed = ncu_csv.parse(text if '"ID",' in text else text + "\n" + outcome.stdout_tail)
+            problem = ncu.diagnose(outcome, parsed, c.profile_timeout_s)
+            if problem is None or problem.kind != "metrics":
+                break
+        if problem is None:
+            result = _result(outcome, outdir / "profile_ncu.json")
+            ev.profile = bottleneck.from_ncu(parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels)
+            ev.profile.log_path = str(log)
+            return ev
+    assert problem is not None
+    # Said once, as a warning; then the kernel list torch.profiler sees, where that works.
+    ev.warnings.append(f"no Nsight Compute profile: {problem.message}")
+    outcome = _child(judge, ev, "profile_torch", spec, c.run_timeout_s)
+    result = _result(outcome, outdir / "profile_torch.json")
+    if result.get("kernels") is not None:
+        ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message)
+    else:
+        err = outcome.last("error")
+        why = f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}" if err else (outcome.signal or f"exit code {outcome.returncode}")
+        ev.profile = ProfileReport(note=f"{problem.message}; torch.profiler fallback failed too ({why})")
+    return ev
+
+
+def _read_plain(path: Path, limit: int = 64 << 20) -> str:
+    """A file the sandbox wrote, only if it is a regular file (not a link to the judge's files, not a FIFO)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return f.read(limit).decode("utf-8", "replace")
+
+
+def _result(outcome: ChildOutcome, path: Path) -> dict[str, Any]:
+    """A profile child's result: from the message pipe, else from the file it also writes."""
+    result = outcome.last("result")
+    if result is not None:
+        return result
+    try:
+        data = json.loads(_read_plain(path))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,106 @@
+"""The process a profiler watches: one forward of the candidate after a warm-up.
+
+``python -m kernelfix.tools.profile.target SPEC.json``, run by ncu (``profile_ncu``:
+forward inside the NVTX range ncu filters on) or alone (``profile_torch``:
+torch.profiler's kernel list, for when ncu cannot run). The profile judges
+nothing, so its inputs are the task's own distribution drawn here under a seed
+of this process's: no trial's inputs are needed. The reference's matmul/conv
+FLOPs are counted on the meta device before any candidate code is imported.
+The result also goes to a file: a profiler in front of this process may not
+pass the message pipe on.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from kernelfix.tools.workers.child import Cuda, Worker, build_model, load_module, load_task, seed_all, to_device
+
+
+def _task_flops(task) -> float | None:
+    """Matmul/conv FLOPs of one reference forward, counted by torch on the meta device: no
+    memory, no kernels. None when the task's forward cannot run on meta (data-dependent
+    shapes, .item())."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        with torch.device("meta"):
+            model = task.Model(*task.get_init_inputs())
+            inputs = task.get_inputs()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(*inputs)
+        return float(counter.get_total_flops())
+    except Exception:
+        return None
+
+
+def _kernel_list(prof) -> list[dict[str, Any]]:
+    """GPU work torch.profiler saw (kernels, copies, memsets): name, launches, total ms."""
+    from torch.autograd import DeviceType
+
+    agg: dict[str, dict[str, Any]] = {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) != DeviceType.CUDA:
+            continue
+        e = agg.setdefault(ev.name, {"name": ev.name, "calls": 0, "total_ms": 0.0})
+        e["calls"] += 1
+        e["total_ms"] += ev.time_range.elapsed_us() / 1e3
+    return sorted(agg.values(), key=lambda e: -e["total_ms"])
+
+
+def body(w: Worker) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernelfix.tools import build
+    from kernelfix.tools.config import BuildOptions
+
+    spec = w.spec
+    device = spec["device"]
+    if device != "cuda":
+        raise RuntimeError("profiling needs a CUDA device")
+    Cuda.bind()
+    nvtx_push, nvtx_pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    task = load_task(w, spec["task_path"])
+    w.phase("count_flops")
+    result: dict[str, Any] = {"flops": _task_flops(task)}
+    seed_all(secrets.randbelow(2**30))
+    with torch.device(device):
+        inputs = to_device(list(task.get_inputs()), device)
+    build.install(Path(spec["build_dir"]), device, BuildOptions(**spec.get("build", {})))
+    w.phase("import_candidate")
+    cls = getattr(load_module(spec["candidate_path"], "kernelfix_candidate"), "ModelNew", None)
+    if cls is None:
+        raise RuntimeError("the candidate module defines no ModelNew")
+    w.phase("build_model")
+    model = build_model(cls, task, spec["init_seed"], device)
+    torch.set_grad_enabled(False)
+    w.phase("warmup")
+    for _ in range(spec["warmup_calls"]):
+        model(*inputs)
+    Cuda.sync()
+    w.phase("profiled_forward")
+    if spec["stage"] == "profile_ncu":
+        nvtx_push(spec["nvtx_range"])
+        model(*inputs)
+        Cuda.sync()
+        nvtx_pop()
+    else:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model(*inputs)
+            Cuda.sync()
+        result["kernels"] = _kernel_list(prof)
+    (Path(spec["outdir"]) / f"{spec['stage']}.json").write_text(json.dumps(result))
+    w.chan.send("result", **result)
+
+
+def main() -> None:
+    Worker().run(body)
+
+
+if __name__ == "__main__":
+    main()

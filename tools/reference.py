@@ -1,0 +1,308 @@
+"""The judge's handle on its reference worker: started once, shared by every evaluation.
+
+Thread-safe: evaluations of one judge may run side by side (their candidates
+each in a worker of their own); requests to the reference worker queue on one
+lock. The worker starts in the background as soon as the judge is asked for it
+(``start``), so a candidate's build overlaps the task's import, Model's
+construction and the first trials' reference outputs. What the worker learns
+of the task (a vacuous tolerance, variants it cannot run, why there is no
+float64 reference, tensor sizes) is kept here for every later report; the
+baselines go to a cache on disk (``timing.baselines``) keyed by task, torch,
+GPU and timing settings.
+
+Failures are sorted: the task's own (``TaskError``: it does not import, its
+forward raises), the machine's (``ReferenceUnavailable``: the task does not fit,
+another process holds the GPU's memory, the worker died) which become ``infra:``
+verdicts, never the candidate's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.correctness import trials as trial_plan
+from kernelfix.tools.task import TaskError
+from kernelfix.tools.timing import baselines
+from kernelfix.tools.verdict import Category
+from kernelfix.tools.workers import sandboxing
+from kernelfix.tools.workers.handle import Deadline, WorkerGone, WorkerHandle
+from kernelfix.tools.workers.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
+
+
+class ReferenceUnavailable(Exception):
+    """The reference could not be computed for a reason that is the machine's, not the task's or the candidate's."""
+
+    def __init__(self, category: Category, message: str):
+        super().__init__(message)
+        self.category = category
+        self.message = message
+
+
+class Reference:
+    def __init__(self, judge: Any):
+        self.judge = judge
+        self.config = judge.config
+        self.trials: list[TrialPlan] = trial_plan.plan(judge.seed, judge.config)
+        self.ready: ReferenceReady | None = None
+        self.vacuous: str | None = None
+        self.skipped_variants: dict[str, str] = {}
+        self.float64_note: str | None = None
+        self.input_bytes = self.output_bytes = 0
+        self.ref_ms: dict[int, float] = {}
+        self.noise: dict[int, float] = {}
+        self.surveyed = False
+        self._baseline: baselines.Baseline | None = None
+        self._worker: WorkerHandle | None = None
+        self._task_error: TaskError | None = None
+        self._lock = threading.RLock()
+        self._started = threading.Event()
+        self._start_thread: threading.Thread | None = None
+        self._start_error: BaseException | None = None
+        self.on_event: Callable[[dict[str, Any]], None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start_background(self) -> None:
+        """Start the worker (task import, Model) without waiting: a candidate's build overlaps it."""
+        with self._lock:
+            if self._start_thread is None and self._worker is None and self._task_error is None:
+                self._start_thread = threading.Thread(target=self._start_quietly, daemon=True, name="kernelfix-reference")
+                self._start_thread.start()
+
+    def _start_quietly(self) -> None:
+        try:
+            self.ensure()
+            self.survey(self.judge.lease)
+        except BaseException as e:  # raised again to whoever waits for the reference
+            self._start_error = e
+
+    def ensure(self) -> ReferenceReady:
+        """The running worker's readiness; starts (or restarts) it. Raises TaskError or ReferenceUnavailable."""
+        with self._lock:
+            if self._task_error is not None:
+                raise self._task_error
+            if self._worker is not None and self._worker.alive and self.ready is not None:
+                return self.ready
+            j = self.judge
+            wd = j._private
+            spec = ReferenceSpec(
+                task_path=str(j._task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
+                inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
+                atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
+            )
+            iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
+            j._note_sandbox(note)
+            self._worker = WorkerHandle(
+                "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
+                env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
+                isolation=iso, on_phase=self._relay,
+            )
+            try:
+                msg = self._worker.expect(["ready"], Deadline("the reference's start", self.config.run_timeout_s))
+            except WorkerGone as e:
+                self._failed(e)
+            self.ready = ReferenceReady.model_validate(msg)
+            if self.float64_note is None:
+                self.float64_note = self.ready.float64_note
+            return self.ready
+
+    def wait(self) -> ReferenceReady:
+        """Wait for a background start (or start now)."""
+        t = self._start_thread
+        if t is not None:
+            t.join()
+            self._start_thread = None
+            if self._start_error is not None:
+                err, self._start_error = self._start_error, None
+                raise err
+        return self.ensure()
+
+    def cgroup_dirs(self) -> list[str]:
+        """The running worker's cgroup directories (it lives as long as the judge; nothing else may linger)."""
+        w = self._worker
+        cg = w.child.cgroup if w is not None and w.alive else None
+        return [str(d) for d in cg.dirs.values()] if cg is not None else []
+
+    def close(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
+
+    def _relay(self, msg: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            self.on_event(msg)
+
+    # ------------------------------------------------------------------ failures
+
+    def _failed(self, e: WorkerGone) -> None:
+        """Sort the worker's failure; it is gone either way (the next request starts another)."""
+        out = e.outcome
+        self._worker = None
+        self.ready = None
+        err = out.last("error")
+        problem = _task_problem(self.judge.task.path, out, self.config.run_timeout_s)
+        if err is not None and err.get("kind") == "task":
+            self._task_error = TaskError(problem)
+            raise self._task_error
+        if err is not None and _oom(err):
+            raise ReferenceUnavailable(*_memory_verdict(err, self.input_bytes + self.output_bytes))
+        fault = machine_fault(out)
+        if fault is not None:
+            raise ReferenceUnavailable(*fault)
+        if err is None and not out.timed_out and out.last("ready") is None and out.last("hello") is not None and out.signal is None:
+            self._task_error = TaskError(problem)  # exited by itself while importing or building: the task's doing
+            raise self._task_error
+        if out.timed_out:
+            raise ReferenceUnavailable(Category.WORKER, f"{problem}")
+        if err is not None:  # an exception outside the task's code: treat as the task's, with its message
+            self._task_error = TaskError(problem)
+            raise self._task_error
+        raise ReferenceUnavailable(Category.WORKER, problem)
+
+    def _request(self, kind: str, reply: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
+        with self._lock:
+            self.ensure()
+            assert self._worker is not None
+            try:
+                return self._worker.request(kind, reply, Deadline(f"the reference's {kind}", timeout_s), **payload)
+            except WorkerGone as e:
+                self._failed(e)
+                raise  # unreachable: _failed always raises
+
+    # ------------------------------------------------------------------ requests
+
+    def survey(self, lease: Callable[[str], Any]) -> None:
+        """Every planned trial's reference, once, before any candidate's trial: the variants the task
+        cannot run drop out of ``trials``, the vacuous-tolerance and float64 notes are known, and
+        what fits the worker's cache stays there for every later candidate."""
+        with self._lock:
+            if self.surveyed:
+                return
+            self.ensure()
+            with lease("reference"):
+                msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials])
+            for t, raw in zip(self.trials, msg["trials"]):
+                self._learn(t, Prepared.model_validate(raw))
+            self.trials = [t for t in self.trials if t.variant is None or t.variant not in self.skipped_variants]
+            self.surveyed = True
+
+    def _learn(self, trial: TrialPlan, p: Prepared) -> None:
+        if p.skipped is not None:
+            if trial.variant:
+                self.skipped_variants[trial.variant] = p.skipped
+            return
+        self.input_bytes, self.output_bytes = max(self.input_bytes, p.input_bytes), max(self.output_bytes, p.output_bytes)
+        self.ref_ms[trial.index] = p.ref_ms
+        if p.noise is not None:
+            self.noise[trial.index] = p.noise
+        if p.vacuous and self.vacuous is None and trial.purpose == "correctness":
+            self.vacuous = f"on trial {trial.index} {p.vacuous}"
+        if p.float64_note and trial.float64 and not p.has_float64 and self.float64_note is None:
+            self.float64_note = p.float64_note
+
+    def prepare(self, trial: TrialPlan, into: int | None = None) -> tuple[Prepared, list[int]]:
+        """A trial's inputs in an input slot (a new arena, or ``into``) and an output arena; their fds."""
+        with self._lock:
+            msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into)
+            p = Prepared.model_validate(msg)
+            fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
+        self._learn(trial, p)
+        return p, fds
+
+    def check(self, trial: TrialPlan, output: CandidateOutput, slot: int | None) -> Checked:
+        msg = self._request("check", "checked", self.config.run_timeout_s, trial=trial.index, output=output.model_dump(), slot=slot)
+        return Checked.model_validate(msg)
+
+    def release(self, slots: list[int] = (), outs: list[int] = ()) -> None:  # type: ignore[assignment]
+        with self._lock:
+            if self._worker is None or not self._worker.alive:
+                return  # a restarted worker holds none of them
+            self._request("release", "released", 60.0, slots=list(slots), outs=list(outs))
+
+    def determinism(self, trial: TrialPlan) -> dict[str, Any]:
+        return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
+
+    # ------------------------------------------------------------------ baselines
+
+    def baseline(
+        self, lease: Callable[[str], Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False
+    ) -> baselines.Baseline:
+        """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
+        (torch.compile's compilation outside the GPU lease, under ``warm_gate`` when given, the
+        timing inside it). ``fresh``: measure even when the disk cache has them."""
+        with self._lock:
+            if self._baseline is not None:
+                return self._baseline
+            ready = self.ensure()
+            key = baselines.key(self.judge.task, self.config, ready)
+            cached = None if fresh else baselines.load(key)
+            if cached is not None:
+                self._baseline = cached
+                return cached
+            timing = baselines.timing_settings(self.config)
+            trial = self.trials[0]
+            if self.config.time_torch_compile:
+                with warm_gate() if warm_gate is not None else contextlib.nullcontext():
+                    self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
+            with lease("baseline"):
+                msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
+            base = baselines.Baseline.model_validate(msg)
+            baselines.save(key, base)
+            self._baseline = base
+            return base
+
+
+def _oom(err: dict[str, Any]) -> bool:
+    return "OutOfMemoryError" in (err.get("mro") or []) or "out of memory" in (err.get("message") or "").lower()
+
+
+_ALLOC = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)")
+
+
+def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, str]:
+    """A GPU OOM in the reference: the task does not fit this GPU, or others hold its memory."""
+    mem = err.get("memory") or {}
+    m = _ALLOC.search(err.get("message") or "")
+    asked = float(m[1]) * {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[m[2]] if m else 0.0
+    total, free, mine = mem.get("total"), mem.get("free"), mem.get("reserved", 0)
+    gib = 2**30
+    if total and asked + mine > 0.9 * total:
+        return Category.TOO_LARGE, (
+            f"the task does not fit this GPU: its reference needed {(asked + mine) / gib:.1f} GiB "
+            f"(held {mine / gib:.1f}, asked {asked / gib:.1f}) of the GPU's {total / gib:.1f} GiB"
+        )
+    if total and free is not None:
+        return Category.GPU_BUSY, (
+            f"the GPU ran out of memory held by other processes: the reference asked {asked / gib:.1f} GiB, "
+            f"{free / gib:.1f} of {total / gib:.1f} GiB were free and it held {mine / gib:.1f}"
+        )
+    return Category.TOO_LARGE, f"the task's reference ran out of memory: {(err.get('message') or '').strip()[:300]}"
+
+
+def _task_problem(path: Path, outcome: ChildOutcome, timeout_s: float) -> str:
+    err = outcome.last("error")
+    where = f"task {path}"
+    if outcome.timed_out:
+        return f"{where}: {outcome.deadline or f'the reference did not finish within {timeout_s:g} s'}"
+    if err is None:
+        return f"{where}: the reference process died ({outcome.signal or f'exit code {outcome.returncode}'}): {outcome.stderr_tail.strip()[-500:]}"
+    phase = {"load_task": "importing it", "build_reference": "building Model(*get_init_inputs())"}.get(err.get("phase"), "running Model.forward")
+    text = (err.get("message") or "").strip()
+    if err.get("kind") == "task" and text:
+        return f"{where}: {text[:800]}"
+    return f"{where}: {err.get('exc_type')} while {phase}: {text[:800]}"
+
+
+def machine_fault(outcome: ChildOutcome) -> tuple[Category, str] | None:
+    """A failure that is the machine's, whoever's process it hit."""
+    from kernelfix.tools.classify import machine_fault as classify_machine
+
+    f = classify_machine(outcome)
+    return (f.category, f.message) if f is not None else None

@@ -1,0 +1,80 @@
+"""The reference's eager and torch.compile timings, measured once per task and kept on disk.
+
+torch.compile of a KernelBench task takes seconds to tens of seconds; every
+candidate of a session, of a batch and of later ``kernelfix eval`` runs reuses
+the first measurement. The key holds what changes the number: the task's
+source, torch's version, the GPU (name and compute capability), the timing
+settings and how inputs are drawn. The judge's seed is in the key only when the
+user fixed it: a drawn seed changes the inputs' values, not their shapes or
+distribution, and a key that never repeated would cache nothing. The files live
+in the judge's own cache directory, which no candidate can read or write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kernelfix import atomic
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.task import Task
+from kernelfix.tools.verdict import TimingStats
+from kernelfix.tools.workers.protocol import ReferenceReady
+from kernelfix.tools.workers.sandboxing import judge_cache
+
+VERSION = 1  # bump when what a baseline measures changes
+
+
+class Baseline(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    eager: TimingStats
+    compiled: TimingStats | None = None
+    compile_note: str | None = None
+    bytes_moved: int
+    bandwidth_gbps: float
+    gpu: str | None = None
+    cached: bool = False  # read from the disk cache, not measured by this judge
+
+
+def timing_settings(config: JudgeConfig) -> dict[str, Any]:
+    return {
+        "timing_runs": config.timing_runs,
+        "warmup_ms": config.warmup_ms,
+        "timing_budget_s": config.timing_budget_s,
+        "time_torch_compile": config.time_torch_compile,
+        "flush_l2": config.flush_l2,
+    }
+
+
+def key(task: Task, config: JudgeConfig, ready: ReferenceReady) -> str:
+    parts = {
+        "v": VERSION,
+        "task": task.sha1,
+        "torch": ready.torch,
+        "gpu": ready.gpu,
+        "capability": ready.capability,
+        "timing": timing_settings(config),
+        "inputs_on_device": config.inputs_on_device,
+        "seed": config.seed,  # None unless the user fixed it
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def load(k: str) -> Baseline | None:
+    path = judge_cache() / "baselines" / f"{k}.json"
+    try:
+        b = Baseline.model_validate_json(path.read_text())
+    except (OSError, ValidationError, ValueError):
+        return None
+    return b.model_copy(update={"cached": True})
+
+
+def save(k: str, b: Baseline) -> None:
+    try:
+        atomic.write_json(judge_cache() / "baselines" / f"{k}.json", b)
+    except OSError:  # a full disk costs a re-measurement next time, nothing more
+        pass

@@ -1,0 +1,129 @@
+"""The benchmark stage: the candidate's time against the reference's, and the checks on it.
+
+The baselines (eager and torch.compile of Model, the device's copy bandwidth)
+come from the reference worker once per task (``Reference.baseline``: cached
+in memory and on disk). Under the GPU lease, the candidate's worker binds the
+first trial's inputs (one forward, which also warms the timed path), times
+forward with CUDA events, then makes back-to-back calls bracketed by messages
+the judge stamps on arrival. Then the timed tensors get fresh contents and one
+more forward must be right. Flagged:
+
+- ``cheating:timing_manipulation``: events saw under ``timing_wall_ratio`` of
+  the judge's wall clock per call (side streams, threads, a patched timer), or
+  extra or missing timing messages;
+- ``cheating:excessive_speedup``: faster than ``excessive_speedup_margin`` of the
+  bytes-moved floor at the measured bandwidth, where eager respects it;
+- ``cheating:output_caching``: right on every trial, wrong on fresh contents
+  in the timed tensors.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from kernelfix.tools.correctness.stage import fail_from
+from kernelfix.tools.evaluation import Evaluation, EventSink
+from kernelfix.tools.reference import ReferenceUnavailable
+from kernelfix.tools.timing import baselines
+from kernelfix.tools.verdict import Category, TimingStats, Timings
+from kernelfix.tools.workers.handle import WorkerGone
+
+if TYPE_CHECKING:
+    from kernelfix.tools.judge import Judge
+
+
+def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    c = judge.config
+    if judge.device != "cuda":
+        ev.warnings.append(f"not timed: timing needs a CUDA GPU (device {judge.device})")
+        return ev
+    ref = judge.ref
+    t0 = time.monotonic()
+    try:
+        base = ref.baseline(judge.lease)
+    except ReferenceUnavailable as e:
+        return ev.fail("benchmark", e.category, e.message)
+    ev.stage_seconds["benchmark.baseline"] = round(time.monotonic() - t0, 3)
+    ev.timings = _timings(base, c.flush_l2)
+    run = judge.run_for(ev, on_event)
+    timing_trial = next(t for t in ref.trials if t.purpose == "correctness")
+    fresh = next(t for t in ref.trials if t.purpose == "fresh")
+    slots: list[int] = []
+    outs: list[int] = []
+    t1 = time.monotonic()
+    try:
+        with judge.lease("benchmark"):
+            p, fds = ref.prepare(timing_trial)
+            slots.append(p.slot)  # type: ignore[arg-type]
+            outs.append(p.out)  # type: ignore[arg-type]
+            run.forward(p, fds)  # binds the timed tensors in the worker
+            messages = run.time(p.slot, baselines.timing_settings(c), p.ref_ms)  # type: ignore[arg-type]
+            # The timed tensors, new contents: a cache of the timed call's result shows here.
+            q, fds = ref.prepare(fresh, into=p.slot)
+            stale = None
+            if q.skipped is None:
+                outs.append(q.out)  # type: ignore[arg-type]
+                checked = ref.check(fresh, run.forward(q, fds), None)
+                stale = None if checked.report.ok else checked.report.problem
+    except WorkerGone as e:
+        return fail_from(run, ev, "benchmark", e)
+    except ReferenceUnavailable as e:
+        return ev.fail("benchmark", e.category, e.message)
+    finally:
+        ev.stage_seconds["benchmark.candidate"] = round(time.monotonic() - t1, 3)
+        if run.handle.alive:
+            run.release(slots, outs)
+        try:
+            ref.release(slots, outs)
+        except ReferenceUnavailable:
+            pass
+    return _police(judge, ev, messages, stale)
+
+
+def _timings(base: baselines.Baseline, flushed: bool) -> Timings:
+    return Timings(
+        eager=base.eager,
+        compiled=base.compiled,
+        compile_note=base.compile_note,
+        bytes_moved=base.bytes_moved,
+        bandwidth_gbps=base.bandwidth_gbps,
+        floor_ms=base.bytes_moved / (base.bandwidth_gbps * 1e9) * 1e3,
+        l2_flushed=flushed,
+        gpu=base.gpu,
+    )
+
+
+def _police(judge: "Judge", ev: Evaluation, messages: list[dict], stale: str | None) -> Evaluation:
+    c = judge.config
+    t = ev.timings
+    assert t is not None
+    timings = [m for m in messages if m.get("type") == "candidate_timing"]
+    starts = [m for m in messages if m.get("type") == "wall_start"]
+    ends = [m for m in messages if m.get("type") == "wall_end"]
+    if len(starts) != 1 or len(ends) != 1 or len(timings) != 1:
+        return ev.fail("benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel")
+    try:
+        t.candidate = TimingStats(**timings[0]["candidate"])
+    except (TypeError, ValueError):
+        return ev.fail("benchmark", Category.TIMING_MANIPULATION, "a malformed timing message on the judge's channel")
+    calls = max(1, int(ends[0].get("calls", 1)))
+    t.wall_per_call_ms = (ends[0]["_t"] - starts[0]["_t"]) * 1e3 / calls
+    if stale is not None:
+        return ev.fail("benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({stale})")
+    med = t.candidate.median_ms
+    if med < c.timing_wall_ratio * t.wall_per_call_ms - 0.02:
+        return ev.fail(
+            "benchmark",
+            Category.TIMING_MANIPULATION,
+            f"CUDA events saw {med:.4g} ms per call, the judge's wall clock {t.wall_per_call_ms:.4g} ms: work ran outside the timed stream",
+        )
+    if t.floor_ms and t.eager and t.eager.median_ms >= c.excessive_speedup_margin * t.floor_ms and med < c.excessive_speedup_margin * t.floor_ms:
+        return ev.fail(
+            "benchmark",
+            Category.EXCESSIVE_SPEEDUP,
+            f"{med:.4g} ms is below the {t.floor_ms:.4g} ms needed to move {(t.bytes_moved or 0) / 1e6:.1f} MB at {t.bandwidth_gbps:.0f} GB/s",
+        )
+    ev.speedup_eager = t.eager.median_ms / med if t.eager and med > 0 else None
+    ev.speedup_compile = t.compiled.median_ms / med if t.compiled and med > 0 else None
+    return ev

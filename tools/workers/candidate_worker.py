@@ -1,0 +1,355 @@
+"""The candidate's worker: one sandboxed process per evaluation, for compile, every trial and timing.
+
+``python -m kernelfix.tools.workers.candidate_worker SPEC.json``. In order:
+
+1. binds the CUDA entry points the clock uses, wraps the compilers (load_inline,
+   Triton) so the judge's hang deadline pauses while one runs, and marks
+   Triton's launches for the op record;
+2. imports the candidate (building its extensions) and builds
+   ``ModelNew(*get_init_inputs())`` under the judge's init seed: ``built``;
+3. for a small task, one warm-up forward on inputs it draws itself under a seed
+   of its own, so first-call compilation and autotuning happen before the judge
+   holds the GPU: ``warmed``;
+4. answers requests: ``trial`` (a forward on inputs that arrive in an arena,
+   under the op recorder; the outputs go back into the output arena), ``ops``,
+   ``time`` (CUDA events, then back-to-back calls bracketed by messages the
+   judge stamps), ``release``.
+
+No trial's inputs exist in this process before its import and build are over,
+and none touch the disk. Comparison, the reference and the baselines live in
+another process.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
+from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
+from kernelfix.tools.workers.child import Cuda, Worker, build_model, load_module, load_task, nbytes, perf_counter, seed_all, sync, to_device
+from kernelfix.tools.workers.protocol import FORWARD_RANGE, TRITON_RANGE, CandidateOutput, CandidateSpec
+
+
+
+class NoModelNew(Exception):
+    pass
+
+
+@dataclass
+class _Inputs:
+    """One input slot: the arena, the tensors forward gets (views of it, or device copies of a host arena)."""
+
+    arena: Arena
+    views: list
+    local: list
+    obj: list
+    copies: bool
+
+    @classmethod
+    def bind(cls, arena: Arena, specs: list[TensorSpec], skeleton: Any, device: str) -> "_Inputs":
+        views = [read(arena, s) for s in specs]
+        copies = arena.device != device and device.startswith("cuda")  # a host arena on a GPU machine
+        local = [v.to(device) for v in views] if copies else views
+        return cls(arena, views, local, unflatten(skeleton, local), copies)
+
+    def refresh(self) -> None:
+        """New contents in the same tensors (the judge rewrote the arena)."""
+        if self.copies:
+            for loc, v in zip(self.local, self.views):
+                loc.copy_(v)
+
+    def write_back(self) -> None:
+        """Where forward wrote to its inputs, the arena shows it (the judge checks there)."""
+        if self.copies:
+            for loc, v in zip(self.local, self.views):
+                v.copy_(loc)
+
+
+class CandidateRunner:
+    def __init__(self, w: Worker, spec: CandidateSpec):
+        self.w, self.spec = w, spec
+        self.device = spec.device
+        self.slots: dict[int, _Inputs] = {}
+        self.outs: dict[int, tuple[Arena, list[TensorSpec]]] = {}
+        self.prof = None
+        self.intact = True
+
+    # ------------------------------------------------------------------ compile
+
+    def build(self) -> None:
+        import torch
+
+        from kernelfix.tools import build
+        from kernelfix.tools.config import BuildOptions
+
+        if self.device.startswith("cuda"):
+            Cuda.bind()
+        if self.spec.record_ops:
+            _mark_triton_launches()
+        self.task = load_task(self.w, self.spec.task_path)
+        build.install(Path(self.spec.build_dir), self.device, BuildOptions(**self.spec.build))
+        _watch_compilers(self.w)
+        self.w.phase("import_candidate")
+        t0 = perf_counter()
+        try:
+            mod = load_module(self.spec.candidate_path, "kernelfix_candidate")
+        finally:
+            # What each extension build did (cache hit or not), for the compile report; sent on failure too.
+            self.w.chan.send("builds", builds=[b.model_dump() for b in build.records()])
+        cls = getattr(mod, "ModelNew", None)
+        if cls is None:
+            raise NoModelNew("the candidate module defines no ModelNew")
+        import_s = perf_counter() - t0
+        self.w.phase("build_model")
+        self.model = build_model(cls, self.task, self.spec.init_seed, self.device)
+        torch.set_grad_enabled(False)
+        self.w.chan.send("built", import_seconds=import_s)
+
+    def warmup(self) -> None:
+        """One forward on inputs of its own, for small tasks: first-call compilation and autotuning
+        happen here, outside the judge's GPU lease, and never count against a trial's deadline."""
+        import torch
+
+        limit = self.spec.warmup_max_bytes
+        if limit <= 0:
+            self.w.chan.send("warmed", done=False, why="off")
+            return
+        try:
+            seed_all(0)
+            with torch.device("meta"):  # shapes without memory
+                size = nbytes(self.task.get_inputs())
+        except Exception:
+            self.w.chan.send("warmed", done=False, why="input sizes unknown")
+            return
+        if size > limit:
+            self.w.chan.send("warmed", done=False, why=f"inputs are {size / 2**30:.1f} GiB")
+            return
+        self.w.phase("warmup")
+        seed_all(secrets.randbelow(2**30))  # not any trial's seed: nothing learned here helps a trial
+        try:
+            with torch.device(self.device):
+                inputs = self.task.get_inputs()
+        except Exception:
+            inputs = self.task.get_inputs()
+        inputs = to_device(list(inputs), self.device)
+        t0 = perf_counter()
+        self.model(*inputs)
+        sync(self.device)
+        ms = (perf_counter() - t0) * 1e3
+        del inputs
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        self.w.chan.send("warmed", done=True, ms=ms)
+
+    # ------------------------------------------------------------------ requests
+
+    def trial(self, req: dict[str, Any], fds: list[int]) -> None:
+        import torch
+
+        slot = int(req["slot"])
+        fds = list(fds)
+        specs = [TensorSpec.model_validate(s) for s in req["input_specs"]]
+        if req.get("in_arena"):
+            arena = Arena.open(ArenaSpec.model_validate(req["in_arena"]), fds.pop(0))
+            self.slots[slot] = _Inputs.bind(arena, specs, req["inputs"], self.device)
+        else:
+            self.slots[slot].refresh()
+        out_arena = Arena.open(ArenaSpec.model_validate(req["out_arena"]), fds.pop(0))
+        expected = [TensorSpec.model_validate(s) for s in req["expected_specs"]]
+        self.outs[int(req["out"])] = (out_arena, expected)
+        inputs = self.slots[slot]
+        if self.spec.record_ops and self.prof is None:
+            from torch.profiler import ProfilerActivity, profile
+
+            self.prof = profile(activities=[ProfilerActivity.CPU], record_shapes=False)
+            self.prof.start()
+        index = int(req["index"])
+        self.w.phase("forward", trial=index)
+        t0 = perf_counter()
+        with torch.profiler.record_function(FORWARD_RANGE):
+            out = self.model(*inputs.obj)
+        sync(self.device)
+        ms = (perf_counter() - t0) * 1e3
+        self.w.phase("handoff", trial=index)
+        reply = CandidateOutput(index=index, out=int(req["out"]), forward_ms=ms)
+        try:
+            reply.skeleton, leaves = flatten(out)
+            reply.specs = [spec_of(t) for t in leaves]
+            wrong_device = next((i for i, t in enumerate(leaves) if t.device.type != torch.device(self.device).type), None)
+            if wrong_device is not None:
+                raise UnsupportedValue(f"output tensor {wrong_device} is on {leaves[wrong_device].device.type}, expected {self.device}")
+            if len(leaves) == len(expected) and all(
+                (dtype_name(t.dtype), list(t.shape)) == (e.dtype, e.shape) for t, e in zip(leaves, expected)
+            ):
+                for e, t in zip(expected, leaves):
+                    write_values(out_arena, e, t)
+                sync(self.device)
+                reply.copied = True
+        except UnsupportedValue as e:
+            reply.unsupported = str(e)
+        inputs.write_back()
+        sync(self.device)
+        del out
+        self.w.chan.send("output", id=req.get("id"), **reply.model_dump())
+
+    def ops(self, req: dict[str, Any], fds: list[int]) -> None:
+        import torch
+
+        ops = None
+        if self.prof is not None:
+            self.intact = bool(torch._C._autograd._profiler_enabled())
+            self.prof.stop()
+            ops = _op_records(self.prof)
+            self.prof = None
+        self.w.chan.send("ops", id=req.get("id"), ops=ops, recorder_intact=self.intact)
+
+    def time(self, req: dict[str, Any], fds: list[int]) -> None:
+        from kernelfix.tools.timing.clock import l2_flush_buffer, time_cuda
+
+        inputs = self.slots[int(req["slot"])].obj
+        t = req["timing"]
+        flush = l2_flush_buffer(t.get("flush_l2", True))
+        model = self.model
+
+        def progress(n: int) -> None:
+            self.w.phase("time_candidate", done=n)
+
+        self.w.phase("time_candidate")
+        cand = time_cuda(lambda: model(*inputs), t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+        del flush
+        self.w.chan.send("candidate_timing", candidate=cand)
+
+        # Judge-observed wall clock: back-to-back calls, one device-wide sync at the end,
+        # bracketed by messages the parent stamps on arrival. Work on side streams or
+        # threads, or a patched timer, shows up as wall time the events did not see.
+        self.w.phase("wall_check")
+        k = int(min(2000, max(10, 0.2 / max(cand["median_ms"] / 1000, 1e-6))))
+        Cuda.sync()
+        self.w.chan.send("wall_start", calls=k)
+        t0 = perf_counter()
+        done = 0
+        while done < k:
+            model(*inputs)
+            done += 1
+            if perf_counter() - t0 > 5.0:
+                break
+        Cuda.sync()
+        self.w.chan.send("wall_end", calls=done)
+        self.w.chan.send("timed", id=req.get("id"))
+
+    def release(self, req: dict[str, Any], fds: list[int]) -> None:
+        for sid in req.get("slots") or []:
+            self.slots.pop(sid, None)
+        for oid in req.get("outs") or []:
+            self.outs.pop(oid, None)
+        self.w.chan.send("released", id=req.get("id"))
+
+
+def _op_records(prof) -> list:
+    """(op name, names of its enclosing ops and ranges, count): the parent applies the allowlist."""
+    counts: dict[tuple[str, tuple[str, ...]], int] = {}
+    for ev in prof.events():
+        chain = []
+        p = ev.cpu_parent
+        while p is not None:
+            chain.append(p.name)
+            p = p.cpu_parent
+        key = (ev.name, tuple(chain))
+        counts[key] = counts.get(key, 0) + 1
+    return [[name, list(chain), n] for (name, chain), n in counts.items()]
+
+
+def _watch_compilers(w: Worker) -> None:
+    """Tell the judge while a compiler runs (an extension build, a Triton kernel's compilation):
+    a hang deadline counts only the time outside them; the compile limit counts all of it."""
+    import functools
+
+    import torch.utils.cpp_extension as ce
+
+    depth = 0
+
+    def watched(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            nonlocal depth
+            depth += 1
+            if depth == 1:
+                w.chan.send("compiler", running=True)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth -= 1
+                if depth == 0:
+                    w.chan.send("compiler", running=False)
+
+        return run
+
+    ce.load_inline = watched(ce.load_inline)
+    ce.load = watched(ce.load)
+    try:
+        import triton.compiler as tc
+        import triton.compiler.compiler as tcc
+    except ImportError:
+        return
+    tc.compile = tcc.compile = watched(tcc.compile)  # JITFunction imports it from triton.compiler when it binds
+
+
+def _mark_triton_launches() -> None:
+    """Wrap Triton's launch paths in a profiler range: the aten ops Triton runs
+    itself (the interpreter's copies, the autotuner's benchmarking) are not the
+    candidate's, and the parent ignores ops nested in this range."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return
+    import torch
+
+    def wrap(cls, attr):
+        orig = getattr(cls, attr)
+
+        def run(self, *args, **kwargs):
+            with torch.profiler.record_function(TRITON_RANGE):
+                return orig(self, *args, **kwargs)
+
+        setattr(cls, attr, run)
+
+    targets = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        targets.append((JITFunction, "run"))
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.autotuner import Autotuner, Heuristics
+
+        targets += [(Autotuner, "run"), (Heuristics, "run")]
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        targets.append((InterpretedFunction, "run"))
+    except ImportError:
+        pass
+    for cls, attr in targets:
+        wrap(cls, attr)
+
+
+def main() -> None:
+    w = Worker()
+
+    def body(w: Worker) -> None:
+        runner = CandidateRunner(w, CandidateSpec.model_validate(w.spec))
+        runner.build()
+        runner.warmup()
+        w.serve({"trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})
+
+    w.run(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,512 @@
+"""The reference server: the only process that runs Model, and where outputs are compared.
+
+``python -m kernelfix.tools.workers.reference_worker SPEC.json``, in the sandbox,
+for as long as its judge lives. It imports the task from the judge's private
+copy, builds Model (and a float64 copy for float32 tasks), then answers:
+
+- ``prepare``: a trial's inputs (drawn from ``get_inputs()`` under the trial's
+  seed, on the device, or varied from another trial's) and reference output, kept
+  in its cache while they fit ``cache_bytes``, else computed again when asked;
+  the inputs are copied into an input arena (or into an existing one, ``into``,
+  for the same-tensors-new-contents checks) and an output arena is made for the
+  candidate's answer; the arenas' fds go back over the request socket;
+- ``check``: the candidate's output (from the output arena) against the
+  reference, on the device, in chunks; and whether the candidate wrote to its
+  inputs (the input arena against the worker's own copy, byte for byte);
+- ``baseline``: eager and torch.compile timing on the first trial's inputs;
+- ``determinism``: the same seed twice, for ``kernelfix baseline``;
+- ``release``: arenas no longer needed.
+
+No tensor touches the disk. Nothing of a candidate's runs here: the candidate's
+worker only ever sees the arenas.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelfix.tools.correctness import input_variants
+from kernelfix.tools.correctness.compare import leaves, relative_error, same_bytes, vacuous_tolerance
+from kernelfix.tools.transport import Arena, TensorSpec, flatten, layout, unflatten
+from kernelfix.tools.transport.tree import contiguous_spec, read, spec_of, torch_dtype, write
+from kernelfix.tools.workers.child import (
+    Cuda,
+    TaskProblem,
+    Worker,
+    build_model,
+    load_task,
+    nbytes,
+    perf_counter,
+    seed_all,
+    short,
+    sync,
+    to_device,
+)
+from kernelfix.tools.workers.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
+
+
+@dataclass
+class _Data:
+    """One trial's tensors, as this worker computed them."""
+
+    inputs: list | None = None
+    out: Any = None
+    out64: Any = None
+    noise: float | None = None
+    ref_ms: float = 0.0
+    vacuous: str | None = None
+    float64_note: str | None = None
+    skipped: str | None = None
+
+    @property
+    def size(self) -> int:
+        return nbytes(self.inputs) + nbytes(self.out) + nbytes(self.out64)
+
+
+@dataclass
+class _Slot:
+    arena: Arena
+    specs: list[TensorSpec]
+    trial: int  # whose inputs it holds now
+
+
+@dataclass
+class _Out:
+    arena: Arena
+    specs: list[TensorSpec] = field(default_factory=list)
+
+
+class ReferenceServer:
+    def __init__(self, w: Worker, spec: ReferenceSpec):
+        self.w, self.spec = w, spec
+        self.device = spec.device
+        self.cuda = spec.device.startswith("cuda")
+        self.cache: dict[int, _Data] = {}
+        self.cache_used = 0
+        self.plans: dict[int, TrialPlan] = {}
+        self.slots: dict[int, _Slot] = {}
+        self.outs: dict[int, _Out] = {}
+        self._ids = 0
+        self.on_device = spec.inputs_on_device and self.cuda
+        self.draw_note: str | None = None
+
+    def _id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> None:
+        import torch
+
+        from kernelfix.tools.transport.arena import cuda_arenas_work
+
+        if self.cuda:
+            Cuda.bind()
+        self.task = load_task(self.w, self.spec.task_path)
+        self.w.phase("build_reference")
+        try:
+            self.model = build_model(self.task.Model, self.task, self.spec.init_seed, self.device)
+        except Exception as e:
+            raise TaskProblem(f"{short(e)} while building Model(*get_init_inputs())") from e
+        self.model64, self.float64_note = None, "switched off in config"
+        if self.spec.float64:
+            try:  # copied before any forward: a stateful Model (running stats) starts where the float32 one does
+                self.model64, self.float64_note = copy.deepcopy(self.model).double(), None
+            except Exception as e:
+                self.float64_note = f"the model cannot be copied ({short(e)})"
+        kind, note = "host", None
+        if self.cuda and self.spec.arena == "auto":
+            note = cuda_arenas_work(torch.cuda.current_device())
+            kind = "cuda" if note is None else "host"
+        self.arena_kind = kind
+        props = torch.cuda.get_device_properties(0) if self.cuda else None
+        ready = ReferenceReady(
+            float64_note=self.float64_note, arena_kind=kind, arena_note=note, torch=torch.__version__,
+            gpu=props.name if props else None, capability=f"{props.major}.{props.minor}" if props else None,
+            draw_note="drawn on the device" if self.on_device else None,
+        )
+        self.w.chan.send("ready", **ready.model_dump())
+
+    # ------------------------------------------------------------------ trial data
+
+    def _draw(self, seed: int) -> list:
+        import torch
+
+        seed_all(seed)
+        if self.on_device:
+            try:
+                # The same distributions get_inputs() asks for, drawn where they are used: a 6 GiB
+                # input takes milliseconds here and ~10 s on the CPU.
+                with torch.device(self.device):
+                    inputs = self.task.get_inputs()
+            except Exception as e:
+                self.on_device = False
+                self.draw_note = f"get_inputs() fails on the device ({short(e)}): drawn on the CPU"
+                seed_all(seed)
+                inputs = self.task.get_inputs()
+        else:
+            inputs = self.task.get_inputs()
+        if not isinstance(inputs, (list, tuple)):
+            raise TaskProblem(f"get_inputs() returned {type(inputs).__name__}, not a list")
+        return to_device(list(inputs), self.device)
+
+    def _inputs_of(self, index: int) -> list:
+        if index in self.cache:
+            return self.cache[index].inputs or []
+        return self._draw(self.plans[index].seed)
+
+    def _get(self, plan: TrialPlan) -> _Data:
+        if plan.index in self.cache:
+            return self.cache[plan.index]
+        data = self._compute(plan)
+        if data.skipped is None and self.cache_used + data.size <= self.spec.cache_bytes:
+            self.cache[plan.index] = data
+            self.cache_used += data.size
+        return data
+
+    def _compute(self, plan: TrialPlan) -> _Data:
+        import torch
+
+        self.w.phase("reference_trial", trial=plan.index)
+        try:
+            if plan.variant:
+                inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed)
+                if not changed:
+                    return _Data(skipped="no floating-point tensor inputs to vary")
+            else:
+                inputs = self._draw(plan.seed)
+            t0 = perf_counter()
+            with torch.no_grad():
+                out = self.model(*inputs)
+            sync(self.device)
+            ref_ms = (perf_counter() - t0) * 1e3
+        except TaskProblem:
+            raise
+        except Exception as e:
+            if _oom(e):
+                raise
+            raise TaskProblem(f"{short(e)} while running Model.forward on trial {plan.index}") from e
+        if plan.variant and not _finite(out):
+            return _Data(skipped=f"the reference is not finite on {input_variants.describe(plan.variant, plan.variant_of or 0)}")
+        data = _Data(inputs=inputs, out=out, ref_ms=ref_ms)
+        if plan.float64 and self.model64 is not None:
+            self._float64(plan, data)
+        if plan.purpose == "correctness":
+            data.vacuous = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
+        return data
+
+    def _float64(self, plan: TrialPlan, data: _Data) -> None:
+        import torch
+
+        self.w.phase("reference_float64", trial=plan.index)
+        why = _not_float32(self.model, data.inputs, data.out)
+        if why is None and self.cuda:
+            need = 2 * (nbytes(data.inputs) + nbytes(data.out))
+            free, _ = torch.cuda.mem_get_info()
+            if need > 0.8 * free:
+                why = f"skipped on trial {plan.index}: its float64 tensors need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB of the GPU is free"
+        if why is None:
+            try:
+                out64 = _forward_float64(self.model64, data.inputs, self.device)
+                why = _float64_mismatch(data.out, out64)
+                if why is None:
+                    data.out64, data.noise = out64, relative_error(out64, data.out) or 0.0
+            except Exception as e:  # an op without a float64 kernel, a forward that mixes dtypes, no memory
+                why = f"the reference fails in float64 ({short(e)})"
+                if self.cuda:
+                    torch.cuda.empty_cache()
+        if why is not None:
+            data.float64_note = why
+            if not why.startswith("skipped"):
+                self.model64, self.float64_note = None, why  # a task that is not float32 stays so
+
+    # ------------------------------------------------------------------ requests
+
+    def prepare(self, req: dict[str, Any], fds: list[int]) -> None:
+        plan = TrialPlan.model_validate(req["trial"])
+        self.plans[plan.index] = plan
+        cached = plan.index in self.cache
+        data = self._get(plan)
+        reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note)
+        if data.skipped is not None:
+            self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+            return
+        self.w.phase("handoff", trial=plan.index)
+        skel, tensors = flatten(data.inputs)
+        specs = [spec_of(t) for t in tensors]
+        created: list[Arena] = []
+        into = req.get("into")
+        if into is not None:
+            slot = self.slots[into]
+            if [(s.dtype, s.shape, s.stride) for s in slot.specs] != [(s.dtype, s.shape, s.stride) for s in specs]:
+                reply.skipped = "its inputs are laid out unlike the tensors they would replace"
+                self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+                return
+            for s, t in zip(slot.specs, tensors):
+                write(slot.arena, s, t)
+            slot.trial, sid, specs = plan.index, into, slot.specs
+        else:
+            arena = Arena.create(layout(specs), self.arena_kind, _device_index(self.device))
+            for s, t in zip(specs, tensors):
+                write(arena, s, t)
+            sid = self._id()
+            self.slots[sid] = _Slot(arena, specs, plan.index)
+            reply.in_arena = arena.spec
+            created.append(arena)
+        exp_skel, exp = flatten(data.out)
+        exp_specs = [contiguous_spec(t) for t in exp]
+        out = Arena.create(layout(exp_specs), self.arena_kind, _device_index(self.device))
+        oid = self._id()
+        self.outs[oid] = _Out(out, exp_specs)
+        created.append(out)
+        sync(self.device)  # the arena's bytes are complete before the candidate may read them
+        reply.slot, reply.inputs, reply.input_specs = sid, skel, specs
+        reply.out, reply.out_arena, reply.expected, reply.expected_specs = oid, out.spec, exp_skel, exp_specs
+        reply.ref_ms, reply.noise, reply.has_float64, reply.vacuous = data.ref_ms, data.noise, data.out64 is not None, data.vacuous
+        reply.input_bytes, reply.output_bytes = nbytes(data.inputs), nbytes(data.out)
+        assert self.w.requests is not None
+        self.w.requests.send({"type": "fds", "id": req.get("id")}, [a.fd for a in created if a.fd is not None])
+        for a in created:
+            a.forget_fd()
+        self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+
+    def survey(self, req: dict[str, Any], fds: list[int]) -> None:
+        """Every planned trial's reference, computed once (kept where the cache allows), summarized:
+        what the judge knows of the task before any candidate's trial runs."""
+        out = []
+        for raw in req["trials"]:
+            plan = TrialPlan.model_validate(raw)
+            self.plans[plan.index] = plan
+            data = self._get(plan)
+            out.append(
+                Prepared(
+                    index=plan.index, skipped=data.skipped, ref_ms=data.ref_ms, noise=data.noise, has_float64=data.out64 is not None,
+                    float64_note=data.float64_note or self.float64_note, vacuous=data.vacuous, cached=plan.index in self.cache,
+                    input_bytes=nbytes(data.inputs), output_bytes=nbytes(data.out),
+                ).model_dump()
+            )
+            if plan.index not in self.cache:
+                del data
+                _free(self.cuda)
+        self.w.chan.send("surveyed", id=req.get("id"), trials=out, cache_used=self.cache_used)
+
+    def check(self, req: dict[str, Any], fds: list[int]) -> None:
+        from kernelfix.tools.correctness.compare import compare
+        from kernelfix.tools.verdict import Category, TrialReport
+
+        plan = self.plans[int(req["trial"])]
+        data = self._get(plan)
+        got = CandidateOutput.model_validate(req["output"])
+        self.w.phase("compare", trial=plan.index)
+        out = self.outs.get(got.out) if got.out is not None else None
+        report: TrialReport | None = None
+        cand: Any = None
+        if got.unsupported:
+            report = TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.OUTPUT_STRUCTURE, problem=f"output is not a tensor or a tuple of tensors ({got.unsupported})")
+        else:
+            try:
+                if got.copied and out is not None and len(out.specs) == len(got.specs):
+                    tensors = [read(out.arena, s) for s in out.specs]  # where the judge put them: never an offset the candidate names
+                else:
+                    tensors = [_meta(s) for s in got.specs]
+                cand = unflatten(got.skeleton, tensors)
+                report = compare(
+                    data.out, cand, atol=self.spec.atol, rtol=self.spec.rtol, trial=plan.index, seed=plan.seed,
+                    rel_error_tol=self.spec.rel_error_tol, noise=data.noise or 0.0,
+                )
+            except Exception as e:  # a malformed skeleton, or values that never arrived
+                report = TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.OUTPUT_STRUCTURE, problem=f"output could not be read ({short(e)})")
+        if data.out64 is not None and cand is not None:
+            report = report.model_copy(update={"error_vs_float64": relative_error(data.out64, cand), "reference_error_vs_float64": data.noise})
+        mutated: list[int] = []
+        slot = self.slots.get(req.get("slot")) if req.get("slot") is not None else None
+        if slot is not None and slot.trial == plan.index:
+            _, mine = flatten(data.inputs)
+            mutated = [i for i, (a, s) in enumerate(zip(mine, slot.specs)) if not same_bytes(a, read(slot.arena, s))]
+        self.w.chan.send("checked", id=req.get("id"), **Checked(report=report, mutated=mutated).model_dump())
+
+    def release(self, req: dict[str, Any], fds: list[int]) -> None:
+        import torch
+
+        for sid in req.get("slots") or []:
+            s = self.slots.pop(sid, None)
+            if s is not None:
+                s.arena.release()
+        for oid in req.get("outs") or []:
+            o = self.outs.pop(oid, None)
+            if o is not None:
+                o.arena.release()
+        _free(self.cuda)
+        self.w.chan.send("released", id=req.get("id"))
+
+    def baseline(self, req: dict[str, Any], fds: list[int]) -> None:
+        """Eager and torch.compile on the first trial's inputs. ``warm_only``: compile and run once,
+        time nothing (outside the GPU lease); else time both (under it)."""
+        import torch
+
+        from kernelfix.tools.timing.clock import bandwidth_gbps, l2_flush_buffer, time_cuda
+
+        plan = TrialPlan.model_validate(req["trial"])
+        self.plans[plan.index] = plan
+        data = self._get(plan)
+        inputs = data.inputs or []
+        t = req["timing"]
+        torch.set_grad_enabled(False)
+        if not hasattr(self, "_compiled"):
+            self._compiled, self._compile_note = None, None
+            if t.get("time_torch_compile", True):
+                self.w.phase("compile_reference")
+                try:
+                    cref = torch.compile(self.model)
+                    cref(*inputs)
+                    sync(self.device)
+                    self._compiled = cref
+                except Exception as e:  # a task torch.compile can't handle still gets an eager speedup
+                    self._compile_note = f"torch.compile failed: {short(e)}"
+                    torch._dynamo.reset()
+        if req.get("warm_only"):
+            self.w.chan.send("baseline_warm", id=req.get("id"))
+            return
+        flush = l2_flush_buffer(t.get("flush_l2", True))
+        runs, warm, budget = t["timing_runs"], t["warmup_ms"], t["timing_budget_s"]
+
+        def progress(n: int) -> None:
+            self.w.phase("timing", done=n)
+
+        self.w.phase("time_eager")
+        eager = time_cuda(lambda: self.model(*inputs), runs, warm, budget, flush, progress)
+        compiled = None
+        if self._compiled is not None:
+            self.w.phase("time_torch_compile")
+            compiled = time_cuda(lambda: self._compiled(*inputs), runs, warm, budget, flush, progress)
+        del flush
+        self.w.phase("bandwidth")
+        bw = bandwidth_gbps()
+        self.w.chan.send(
+            "baseline", id=req.get("id"), eager=eager, compiled=compiled, compile_note=self._compile_note,
+            bytes_moved=nbytes(inputs) + nbytes(data.out), bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0),
+        )
+
+    def determinism(self, req: dict[str, Any], fds: list[int]) -> None:
+        """The same trial twice from scratch: inputs and outputs must agree (``kernelfix baseline``)."""
+        import torch
+
+        plan = TrialPlan.model_validate(req["trial"])
+        first = self._compute(plan)
+        second = self._compute(plan)
+        inputs_equal = all(same_bytes(a, b) for (_, a), (_, b) in zip(leaves(first.inputs), leaves(second.inputs)) if isinstance(a, torch.Tensor))
+        outputs_equal = all(
+            isinstance(b, torch.Tensor) and same_bytes(a, b) for (_, a), (_, b) in zip(leaves(first.out), leaves(second.out)) if isinstance(a, torch.Tensor)
+        )
+        self.w.chan.send(
+            "determinism", id=req.get("id"), inputs_equal=inputs_equal, outputs_equal=outputs_equal,
+            rel_error=relative_error(first.out, second.out), vacuous=first.vacuous, ref_ms=first.ref_ms,
+            input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
+            draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
+        )
+
+
+def _free(cuda: bool) -> None:
+    import torch
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()  # a candidate's process needs what this one's allocator no longer holds
+
+
+def _device_index(device: str) -> int:
+    return int(device.split(":")[1]) if ":" in device else 0
+
+
+def _meta(s: TensorSpec):
+    import torch
+
+    return torch.empty(s.shape, dtype=torch_dtype(s.dtype), device="meta")
+
+
+def _oom(e: BaseException) -> bool:
+    return "OutOfMemoryError" in [c.__name__ for c in type(e).__mro__] or "out of memory" in str(e).lower()
+
+
+def _finite(obj: Any) -> bool:
+    import torch
+
+    return all(bool(torch.isfinite(x).all()) for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point())
+
+
+def _floating(obj: Any) -> list:
+    import torch
+
+    return [x for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+
+def _not_float32(model, inputs: list, out: Any) -> str | None:
+    """Why the task is not a float32 task (None when it is): float64 then means nothing."""
+    import torch
+
+    tensors = _floating(inputs) + _floating(out)
+    if hasattr(model, "parameters"):
+        tensors += [p for p in model.parameters() if p.is_floating_point()] + [b for b in model.buffers() if b.is_floating_point()]
+    other = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype != torch.float32})
+    if not tensors:
+        return "no floating-point inputs, weights or outputs"
+    if other:
+        return f"the task is not float32 throughout ({', '.join(other)})"
+    return None
+
+
+def _forward_float64(model64, inputs: list, device: str) -> Any:
+    import torch
+
+    def up(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device=device, dtype=torch.float64) if obj.dtype == torch.float32 else obj.to(device)
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(up(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: up(v) for k, v in obj.items()}
+        return obj
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # tensors the forward creates itself follow
+    try:
+        with torch.no_grad():
+            out = model64(*up(inputs))
+        sync(device)
+    finally:
+        torch.set_default_dtype(previous)
+    return out
+
+
+def _float64_mismatch(out: Any, out64: Any) -> str | None:
+    import torch
+
+    a, b = leaves(out), leaves(out64)
+    if len(a) != len(b):
+        return "the float64 reference returns a different structure"
+    for (path, x), (_, y) in zip(a, b):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            if not isinstance(y, torch.Tensor) or y.dtype != torch.float64 or y.shape != x.shape:
+                return f"the reference's {path} is not float64 when run in float64 (it casts)"
+    return None
+
+
+def main() -> None:
+    w = Worker()
+
+    def body(w: Worker) -> None:
+        server = ReferenceServer(w, ReferenceSpec.model_validate(w.spec))
+        server.start()
+        w.serve(
+            {"prepare": server.prepare, "survey": server.survey, "check": server.check, "release": server.release, "baseline": server.baseline, "determinism": server.determinism}
+        )
+
+    w.run(body)
+
+
+if __name__ == "__main__":
+    main()
