@@ -19,6 +19,7 @@ from typing import Any
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
+from kernelfix.tools import build_nvrtc, build_times
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category
 
@@ -49,7 +50,14 @@ def system_prompt(judge: JudgeConfig, device: str) -> str:
         if device == "cuda"
         else f"on {device} times nothing (timing needs a CUDA GPU)"
     )
-    return render("system", allowed_ops=allowed, tolerance=describe(judge.atol, judge.rtol), timing=timing)
+    return render(
+        "system",
+        allowed_ops=allowed,
+        tolerance=describe(judge.atol, judge.rtol),
+        timing=timing,
+        build_times=build_times.prompt_block(judge.build.object_cache),
+        nvrtc=build_nvrtc.prompt_line(device),
+    )
 
 
 def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str) -> str:

@@ -1,27 +1,35 @@
-"""Compile times of CUDA candidates: stock ``load_inline`` against kernelfix's build, side by side.
+"""Compile times of CUDA candidates: the 5 bench candidates as written and in the fast layout,
+through stock ``load_inline`` and through kernelfix, side by side in one run.
 
-    python3 bench/compile_bench.py [--out DIR] [--jobs N] [--candidates a,b] [--levers NAME] [--no-levers]
+    python3 bench/compile_bench.py [--out DIR] [--jobs N] [--cores-per-build N] [--candidates a,b]
+                                   [--levers NAME] [--workdir DIR]
 
-Every build runs in a fresh process through the same hook the judge's child
-installs (``kernelfix.tools.build.install``), so the only difference between
-"stock" and "kernelfix" is the build options (stock = ``BuildOptions.stock()``:
-torch's own ninja build, only redirected into a fresh directory). CUDA is
-initialized before the candidate is imported, as in the judge. Phases:
+``bench/compile_candidates/`` holds the candidates as written (torch headers in the
+``.cu``); ``bench/compile_candidates_fast/`` the same kernels in the fast layout
+(``.cu`` with CUDA headers only, launcher on raw pointers, torch wrapper in
+``cpp_sources``, ``no_implicit_headers=True``). Every build runs in a fresh process
+through the hook the judge's child installs (``kernelfix.tools.build.install``), so
+"stock" and "kernelfix" differ only in build options (stock = ``BuildOptions.stock()``:
+torch's own ninja, only redirected into a fresh directory). CUDA is initialized before
+the candidate is imported, as in the judge.
 
-1. setup: one kernelfix build that also makes the machine-level artifacts
-   (the precompiled torch header for the binding TU), timed on its own;
-2. stock cold: each candidate in a fresh build directory (``--jobs`` at once);
-3. kernelfix cold: each candidate never built before: fresh build directory and
-   a fresh cache that holds only the setup's precompiled header (``--jobs`` at once);
-4. kernelfix warm: the identical candidate again, new process, new build directory;
-5. next turn: the candidate with its CUDA source edited (a comment), on the
-   cache of phase 3: the binding TU comes from the object cache;
-6. levers: one candidate cold with each lever alone (``--levers``, default the first).
+Fair core budget: the ``--jobs`` builds of a phase run at once, each pinned to its own
+``--cores-per-build`` cores (default: the CPUs this process may use divided by the
+jobs; 3 each for 5 builds on 16 cores) with ``sched_setaffinity``, which ninja, nvcc
+and gcc inherit, and ``MAX_JOBS`` set to the same number. Phases run one after another:
 
-Each built extension runs once on the GPU: its output must equal the stock
+1. setup: one kernelfix build of the first fast candidate, which makes the machine-level
+   precompiled torch header (timed on its own; the cold phases start from it);
+2. as written, stock; 3. as written, kernelfix cold (fresh build directory, and a cache
+   holding only the setup's precompiled header);
+4. fast layout, stock; 5. fast layout, kernelfix cold;
+6. fast layout, next turn: the ``.cu`` edited (a comment), on phase 5's cache (the
+   binding TU is reused); 7. fast layout, warm: the identical candidate again;
+8. with ``--levers NAME``: one as-written candidate cold with each lever alone.
+
+Each built extension runs once on the GPU: its output must equal the as-written stock
 build's bit for bit and match the PyTorch reference (allclose 1e-2). Writes
-compile_bench.json and compile_bench.md under ``--out`` (default $OUT) and
-prints the table.
+compile_bench.json and compile_bench.md under ``--out`` (default $OUT) and prints the table.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CANDIDATES = HERE / "compile_candidates"
+FAST_CANDIDATES = HERE / "compile_candidates_fast"
 STOCK = {"cache": False, "object_cache": False, "host_pch": False, "split_nvcc": False, "local_arch": False}
 ALL = {"cache": True, "object_cache": True, "host_pch": True, "split_nvcc": True, "local_arch": False}  # kernelfix's defaults
 LEVERS = {
@@ -48,6 +57,7 @@ LEVERS = {
     "kernelfix defaults": ALL,
     "defaults + local arch": {**ALL, "local_arch": True},
 }
+GOAL_S, GOAL_RATIO = 5.0, 10.0  # issue 17: the fast layout's median cold build at most 5 s, at least 10x stock
 
 
 # --------------------------------------------------------------------------- worker (one build, fresh process)
@@ -56,6 +66,9 @@ LEVERS = {
 def worker(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     os.environ["KERNELFIX_CACHE"] = spec["cache"]
+    if spec.get("cpus"):  # this build's core budget; the compilers it starts inherit it
+        os.sched_setaffinity(0, spec["cpus"])
+        os.environ["MAX_JOBS"] = str(len(spec["cpus"]))
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -127,7 +140,7 @@ def _run_once(ns: dict, output: str) -> dict:
 # --------------------------------------------------------------------------- driver
 
 
-def _run_worker(work: Path, tag: str, candidate: Path, options: dict, cache: Path, edit: bool = False) -> dict:
+def _run_worker(work: Path, tag: str, candidate: Path, options: dict, cache: Path, edit: bool = False, cpus: list[int] | None = None) -> dict:
     d = work / tag
     d.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -137,6 +150,7 @@ def _run_worker(work: Path, tag: str, candidate: Path, options: dict, cache: Pat
         "build_root": str(d / "build"),
         "output": str(d / "out.pt"),
         "edit": edit,
+        "cpus": cpus,
     }
     (d / "spec.json").write_text(json.dumps(spec))
     t0 = time.perf_counter()
@@ -149,6 +163,7 @@ def _run_worker(work: Path, tag: str, candidate: Path, options: dict, cache: Pat
     r = json.loads(lines[-1][len("KF-RESULT ") :])
     r["process_s"] = wall
     r["output"] = spec["output"] if Path(spec["output"]).exists() else None
+    r["cpus"] = len(cpus) if cpus else None
     return r
 
 
@@ -161,6 +176,15 @@ def _fresh_cache(work: Path, tag: str, pch_from: Path | None) -> Path:
     return c
 
 
+def core_slices(n: int, per: int | None = None) -> list[list[int] | None]:
+    """Disjoint core sets for ``n`` concurrent builds: ``per`` each (default: an even share). None: no pinning."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    per = per or (len(cores) // n if n else 0)
+    if not cores or per < 1 or per * n > len(cores):
+        return [None] * n
+    return [cores[i * per : (i + 1) * per] for i in range(n)]
+
+
 def _same(a: str | None, b: str | None) -> bool | None:
     if not a or not b:
         return None
@@ -169,24 +193,111 @@ def _same(a: str | None, b: str | None) -> bool | None:
     return bool(torch.equal(torch.load(a), torch.load(b)))
 
 
-def _nvcc_steps(r: dict) -> str:
-    notes = [n for rec in r.get("records", []) for n in rec.get("notes", []) if "nvcc steps" in n]
-    return notes[0].split("nvcc steps: ", 1)[-1] if notes else ""
+def _units(r: dict) -> str:
+    """Per translation unit: seconds, or 'reused'."""
+    parts = []
+    for rec in r.get("records", []):
+        for u in rec.get("units", []):
+            parts.append(f"{u['source']} {'reused' if u['reused'] else format(u['seconds'], '.1f')}")
+    return ", ".join(parts)
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+# Columns of the main table: (phase key, header).
+COLUMNS = [
+    ("written_stock", "as written, stock"),
+    ("written_kf", "as written, kernelfix"),
+    ("fast_stock", "fast layout, stock"),
+    ("fast_kf", "fast layout, kernelfix"),
+    ("fast_turn", "fast, next turn"),
+    ("fast_warm", "fast, warm"),
+]
+
+
+def summarize(names: list[str], runs: dict[str, dict[str, dict]]) -> tuple[list[dict], dict]:
+    """Rows per candidate and the medians; outputs compared with the as-written stock build's."""
+    rows = []
+    for n in names:
+        ref = runs["written_stock"][n]
+        row: dict = {"candidate": n}
+        for key, _ in COLUMNS:
+            r = runs[key][n]
+            row[f"{key}_s"] = r.get("load_inline_s")
+            row[f"{key}_cpu_s"] = r.get("compiler_cpu_s")
+        differ = [k for k, _ in COLUMNS[1:] if _same(ref.get("output"), runs[k][n].get("output")) is False]
+        compared = [k for k, _ in COLUMNS[1:] if _same(ref.get("output"), runs[k][n].get("output")) is not None]
+        row["bit_identical"] = None if not compared else not differ
+        row["differ"] = differ
+        row["matches_torch"] = {k: runs[k][n].get("matches_torch") for k, _ in COLUMNS}
+        row["fast_units"] = _units(runs["fast_kf"][n])
+        row["fast_turn_units"] = _units(runs["fast_turn"][n])
+        row["warm_cached"] = bool(runs["fast_warm"][n].get("records")) and all(x["cached"] for x in runs["fast_warm"][n]["records"])
+        row["errors"] = {k: runs[k][n]["error"] for k, _ in COLUMNS if runs[k][n].get("error")}
+        ws, fk = row["written_stock_s"], row["fast_kf_s"]
+        row["ratio"] = ws / fk if ws and fk else None
+        rows.append(row)
+    med = {f"{k}_s": _median([r[f"{k}_s"] for r in rows]) for k, _ in COLUMNS}
+    ratio = med["written_stock_s"] / med["fast_kf_s"] if med["written_stock_s"] and med["fast_kf_s"] else None
+    goal = None if ratio is None else (med["fast_kf_s"] <= GOAL_S and ratio >= GOAL_RATIO)
+    return rows, {**med, "median_ratio": ratio, "goal_met": goal}
+
+
+def markdown(info: dict, rows: list[dict], summary: dict, levers: dict) -> str:
+    yes = {True: "yes", False: "NO", None: "-"}
+    md = [
+        f"GPU {info['gpu']}, {info['cpus']} CPUs, torch {info['torch']} (CUDA {info['cuda']}), {info['nvcc']}; "
+        f"{info['jobs']} builds at once per phase, each pinned to {info['cores_per_build'] or 'all'} cores.",
+        "",
+        "Cold builds, `load_inline` wall seconds (compiler CPU seconds):",
+        "",
+        "| candidate | " + " | ".join(h for _, h in COLUMNS) + " | stock as written / fast kernelfix | fast layout units: cold; next turn | output bit-identical to as-written stock | matches torch |",
+        "| --- | " + " | ".join("---:" for _ in COLUMNS) + " | ---: | --- | --- | --- |",
+    ]
+    for r in rows:
+        cells = [f"{_fmt(r[f'{k}_s'], 3 if k == 'fast_warm' else 1)} ({_fmt(r[f'{k}_cpu_s'], 0)})" for k, _ in COLUMNS]
+        if not r["warm_cached"]:
+            cells[-1] += " not cached!"
+        mt = "/".join("-" if m is None else ("yes" if m else "NO") for m in r["matches_torch"].values())
+        ident = yes[r["bit_identical"]] + (f" (differ: {', '.join(r['differ'])})" if r["differ"] else "")
+        md.append(f"| {r['candidate']} | " + " | ".join(cells) + f" | {_fmt(r['ratio'], 1)}x | {r['fast_units']}; {r['fast_turn_units']} | {ident} | {mt} |")
+    goal = {True: "met", False: "NOT met", None: "not measured"}[summary["goal_met"]]
+    md += [
+        "",
+        "Medians: " + ", ".join(f"{h} {_fmt(summary[f'{k}_s'], 3 if k == 'fast_warm' else 1)} s" for k, h in COLUMNS) + ".",
+        f"Fast layout through kernelfix: median {_fmt(summary['fast_kf_s'], 2)} s cold, {_fmt(summary['median_ratio'], 1)}x the as-written stock median "
+        f"(goal: at most {GOAL_S:g} s and at least {GOAL_RATIO:g}x: {goal}). "
+        f"One-time setup (first build on the machine, incl. the precompiled torch header): {_fmt(info.get('setup_s'))} s.",
+    ]
+    if levers:
+        md += ["", f"Levers, each alone, candidate {levers['candidate']} as written (cold):", "", "| build | load_inline s | compiler CPU s | notes |", "| --- | ---: | ---: | --- |"]
+        for k in ("stock", *LEVERS):
+            v = levers[k]
+            notes = "; ".join(n for rec in v.get("records", []) for n in rec.get("notes", []))
+            md.append(f"| {k} | {_fmt(v.get('load_inline_s'))} | {_fmt(v.get('compiler_cpu_s'), 0)} | {notes}{(' ERROR ' + v['error'][:200]) if v.get('error') else ''} |")
+    errors = [(r["candidate"], r["errors"]) for r in rows if r["errors"]]
+    if errors:
+        md += ["", "Errors:"] + [f"- {c}: {json.dumps(e)[:1500]}" for c, e in errors]
+    return "\n".join(md) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where the JSON and markdown go (default $OUT)")
-    ap.add_argument("--jobs", type=int, default=5, help="builds at once in the cold phases (default 5)")
+    ap.add_argument("--jobs", type=int, default=5, help="builds at once in a phase (default 5)")
+    ap.add_argument("--cores-per-build", type=int, help="cores each build is pinned to (default: the usable CPUs / jobs)")
     ap.add_argument("--candidates", help="comma-separated candidate names (default: all in bench/compile_candidates)")
     ap.add_argument("--candidate-dir", default=str(CANDIDATES), help=argparse.SUPPRESS)  # for testing the driver
-    ap.add_argument("--levers", help="candidate for the lever breakdown (default: the first)")
-    ap.add_argument("--no-levers", action="store_true", help="skip the lever breakdown")
+    ap.add_argument("--fast-dir", default=str(FAST_CANDIDATES), help=argparse.SUPPRESS)
+    ap.add_argument("--levers", help="also time each lever alone on this as-written candidate")
     ap.add_argument("--workdir", help="keep builds here (default: a temp dir)")
     args = ap.parse_args()
     if args.worker:
@@ -195,23 +306,29 @@ def main() -> int:
 
     import torch
 
-    cdir = Path(args.candidate_dir)
+    cdir, fdir = Path(args.candidate_dir), Path(args.fast_dir)
     names = args.candidates.split(",") if args.candidates else sorted(p.stem for p in cdir.glob("*.py"))
-    cands = {n: cdir / f"{n}.py" for n in names}
+    written = {n: cdir / f"{n}.py" for n in names}
+    fast = {n: fdir / f"{n}.py" for n in names}
+    missing = [str(p) for p in [*written.values(), *fast.values()] if not p.is_file()]
+    if missing:
+        ap.error(f"missing candidates: {', '.join(missing)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kf-compile-bench-"))
+    slices = core_slices(args.jobs, args.cores_per_build)
     info = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "cpus": os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "python": sys.version.split()[0],
         "jobs": args.jobs,
+        "cores_per_build": len(slices[0]) if slices and slices[0] else None,
     }
     try:
         info["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    except OSError:
+    except (OSError, IndexError):
         info["nvcc"] = None
     print(json.dumps(info), flush=True)
     t_all = time.perf_counter()
@@ -225,89 +342,41 @@ def main() -> int:
         return r
 
     def parallel(jobs: list[tuple]) -> list[dict]:
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            return list(pool.map(lambda j: _run_worker(*j), jobs))
+        """Run the jobs ``args.jobs`` at a time, the i-th of each batch on the i-th core slice."""
+        results: list[dict] = []
+        for i in range(0, len(jobs), max(1, args.jobs)):
+            batch = jobs[i : i + max(1, args.jobs)]
+            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                results += list(pool.map(lambda jc: _run_worker(*jc[0], cpus=jc[1]), zip(batch, slices)))
+        return results
 
-    first = names[0]
+    def cold(tag: str, cands: dict[str, Path], options: dict, pch_from: Path | None) -> dict[str, dict]:
+        jobs = [(work, f"{tag}-{n}", cands[n], options, _fresh_cache(work, f"{tag}-{n}", pch_from)) for n in names]
+        return dict(zip(names, parallel(jobs)))
+
     setup_cache = work / "caches" / "setup"
-    setup = phase("setup", lambda: _run_worker(work, "setup", cands[first], ALL, setup_cache))
-    stock = dict(zip(names, phase("stock cold", lambda: parallel([(work, f"stock-{n}", cands[n], STOCK, _fresh_cache(work, f"stock-{n}", None)) for n in names]))))
-    kf_caches = {n: _fresh_cache(work, f"kf-{n}", setup_cache) for n in names}
-    cold = dict(zip(names, phase("kernelfix cold", lambda: parallel([(work, f"kf-{n}", cands[n], ALL, kf_caches[n]) for n in names]))))
-    warm = phase("kernelfix warm", lambda: {n: _run_worker(work, f"warm-{n}", cands[n], ALL, kf_caches[n]) for n in names})
-    turn = phase("next turn", lambda: dict(zip(names, parallel([(work, f"turn-{n}", cands[n], ALL, kf_caches[n], True) for n in names]))))
+    setup = phase("setup", lambda: _run_worker(work, "setup", fast[names[0]], ALL, setup_cache, cpus=slices[0]))
+    info["setup_s"] = setup.get("load_inline_s")
+    runs: dict[str, dict[str, dict]] = {}
+    runs["written_stock"] = phase("as written, stock", lambda: cold("written-stock", written, STOCK, None))
+    runs["written_kf"] = phase("as written, kernelfix cold", lambda: cold("written-kf", written, ALL, setup_cache))
+    runs["fast_stock"] = phase("fast layout, stock", lambda: cold("fast-stock", fast, STOCK, None))
+    runs["fast_kf"] = phase("fast layout, kernelfix cold", lambda: cold("fast-kf", fast, ALL, setup_cache))
+    kf_caches = {n: work / "caches" / f"fast-kf-{n}" for n in names}
+    runs["fast_turn"] = phase(
+        "fast layout, next turn", lambda: dict(zip(names, parallel([(work, f"fast-turn-{n}", fast[n], ALL, kf_caches[n], True) for n in names])))
+    )
+    runs["fast_warm"] = phase("fast layout, warm", lambda: dict(zip(names, parallel([(work, f"fast-warm-{n}", fast[n], ALL, kf_caches[n]) for n in names]))))
     levers: dict = {}
-    if not args.no_levers:
-        lc = args.levers or first
-        levers = dict(
-            zip(LEVERS, phase("levers", lambda: parallel([(work, f"lever-{i}", cands[lc], opts, _fresh_cache(work, f"lever-{i}", setup_cache)) for i, opts in enumerate(LEVERS.values())])))
-        )
-        levers = {"candidate": lc, "stock": stock[lc], **levers}
+    if args.levers:
+        lc = args.levers
+        jobs = [(work, f"lever-{i}", written[lc], opts, _fresh_cache(work, f"lever-{i}", setup_cache)) for i, opts in enumerate(LEVERS.values())]
+        levers = {"candidate": lc, "stock": runs["written_stock"][lc], **dict(zip(LEVERS, phase("levers", lambda: parallel(jobs))))}
 
-    rows = []
-    for n in names:
-        s, c, w, t = stock[n], cold[n], warm[n], turn[n]
-        ratio = s["load_inline_s"] / c["load_inline_s"] if s.get("load_inline_s") and c.get("load_inline_s") else None
-        rows.append(
-            {
-                "candidate": n,
-                "stock_s": s.get("load_inline_s"),
-                "kernelfix_cold_s": c.get("load_inline_s"),
-                "stock_cpu_s": s.get("compiler_cpu_s"),
-                "kernelfix_cold_cpu_s": c.get("compiler_cpu_s"),
-                "ratio": ratio,
-                "kernelfix_warm_s": w.get("load_inline_s"),
-                "warm_cached": bool(w.get("records")) and all(r["cached"] for r in w["records"]),
-                "next_turn_s": t.get("load_inline_s"),
-                "next_turn_objects_reused": sum(r.get("objects_reused", 0) for r in t.get("records", [])),
-                "same_output_as_stock": _same(s.get("output"), c.get("output")),
-                "warm_same_output": _same(s.get("output"), w.get("output")),
-                "matches_torch": (s.get("matches_torch"), c.get("matches_torch"), w.get("matches_torch")),
-                "errors": {k: v.get("error") for k, v in (("stock", s), ("cold", c), ("warm", w), ("turn", t)) if v.get("error")},
-                "nvcc_steps": _nvcc_steps(c),
-            }
-        )
-    ratios = [r["ratio"] for r in rows if r["ratio"]]
-    warms = [r["kernelfix_warm_s"] for r in rows if r["kernelfix_warm_s"] is not None]
-    summary = {
-        "median_ratio": statistics.median(ratios) if ratios else None,
-        "median_stock_s": statistics.median([r["stock_s"] for r in rows if r["stock_s"]]) if rows else None,
-        "median_kernelfix_cold_s": statistics.median([r["kernelfix_cold_s"] for r in rows if r["kernelfix_cold_s"]]) if rows else None,
-        "max_warm_s": max(warms) if warms else None,
-        "setup_s": setup.get("load_inline_s"),
-        "total_s": round(time.perf_counter() - t_all, 1),
-    }
-    report.update(rows=rows, summary=summary, levers=levers, setup=setup, raw={"stock": stock, "cold": cold, "warm": warm, "turn": turn})
-
-    md = [
-        f"GPU {info['gpu']}, {info['cpus']} CPUs, torch {info['torch']} (CUDA {info['cuda']}), {info['nvcc']}; {args.jobs} builds at once in the cold phases.",
-        "",
-        "| candidate | stock cold s (CPU s) | kernelfix cold s (CPU s) | ratio | kernelfix warm s | next turn s (TUs reused) | output = stock | matches torch (stock/cold/warm) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
-    ]
-    for r in rows:
-        mt = "/".join("-" if m is None else ("yes" if m else "NO") for m in r["matches_torch"])
-        same = {True: "yes", False: "NO", None: "-"}[r["same_output_as_stock"]]
-        md.append(
-            f"| {r['candidate']} | {_fmt(r['stock_s'])} ({_fmt(r['stock_cpu_s'], 0)}) | {_fmt(r['kernelfix_cold_s'])} ({_fmt(r['kernelfix_cold_cpu_s'], 0)}) | {_fmt(r['ratio'], 2)}x | "
-            f"{_fmt(r['kernelfix_warm_s'], 3)}{'' if r['warm_cached'] else ' (not cached!)'} | {_fmt(r['next_turn_s'])} ({r['next_turn_objects_reused']}) | {same} | {mt} |"
-        )
-    md += [
-        "",
-        f"Median: stock {_fmt(summary['median_stock_s'])} s, kernelfix cold {_fmt(summary['median_kernelfix_cold_s'])} s, "
-        f"ratio {_fmt(summary['median_ratio'], 2)}x; slowest warm rebuild {_fmt(summary['max_warm_s'], 3)} s. "
-        f"One-time setup (first kernelfix build on this machine, incl. the torch-header PCH): {_fmt(summary['setup_s'])} s.",
-    ]
-    if levers:
-        md += ["", f"Levers, each alone, candidate {levers['candidate']} (cold; {len(LEVERS) } builds at once):", "", "| build | load_inline s | compiler CPU s | notes |", "| --- | ---: | ---: | --- |"]
-        for k in ("stock", *LEVERS):
-            v = levers[k]
-            notes = "; ".join(n for rec in v.get("records", []) for n in rec.get("notes", []))
-            md.append(f"| {k} | {_fmt(v.get('load_inline_s'))} | {_fmt(v.get('compiler_cpu_s'), 0)} | {notes or ''}{(' ERROR ' + v['error'][:200]) if v.get('error') else ''} |")
-    errors = [(r["candidate"], r["errors"]) for r in rows if r["errors"]]
-    if errors:
-        md += ["", "Errors:"] + [f"- {c}: {json.dumps(e)[:1500]}" for c, e in errors]
-    table = "\n".join(md) + "\n"
+    rows, summary = summarize(names, runs)
+    summary["total_s"] = round(time.perf_counter() - t_all, 1)
+    report.update(rows=rows, summary=summary, levers=levers, setup=setup, raw=runs)
+    table = markdown(info, rows, summary, levers)
     print(table, flush=True)
     (out / "compile_bench.md").write_text(table)
     (out / "compile_bench.json").write_text(json.dumps(report, indent=1, default=str))

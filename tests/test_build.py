@@ -244,32 +244,69 @@ def test_split_nvcc_errors_read_like_nvcc(tmp_path):
     assert r.output.strip() == (plain.stdout + plain.stderr).strip()
 
 
+_BINDING_BODY = (
+    "torch::Tensor twice(torch::Tensor x) { TORCH_CHECK(x.numel() > 0, \"empty\"); return x + x; }\n"
+    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("twice", torch::wrap_pybind_function(twice), "twice");\n}'
+)
+# main.cpp as load_inline writes it: torch's own first line, and (no_implicit_headers) the
+# candidate's cpp_sources as a model writes them, a raw string opened on the line before.
+BINDING_TUS = {
+    "implicit": "#include <torch/extension.h>\n" + _BINDING_BODY,
+    "no_implicit_headers": "\n// the torch-facing wrapper\n/* served precompiled */\n#include <torch/extension.h>  // first\n\n" + _BINDING_BODY,
+}
+
+
+@pytest.mark.parametrize(
+    "text,applies",
+    [
+        ("#include <torch/extension.h>\nint f();", True),
+        ("\n\n  // binding\n/* a\n b */\n#include <torch/extension.h> // x\nint f();", True),
+        ("#  include <torch/extension.h>", True),
+        ("#define TORCH_ASSERT_ONLY_METHOD_OPERATORS\n#include <torch/extension.h>\n", False),  # changes what the headers mean
+        ("#include <cuda_runtime.h>\n#include <torch/extension.h>\n", False),
+        ("// continued \\\n#include <torch/extension.h>\n", False),  # the include is part of the comment
+        ('#include "torch/extension.h"\n', False),  # quotes search the build directory first
+        ("#include <torch/extension.h> /* x */ int a;\n", False),
+        ("int f();\n#include <torch/extension.h>\n", False),
+    ],
+)
+def test_host_pch_applies_only_where_the_include_comes_first(tmp_path, text, applies):
+    assert host_pch.begins_with_torch_extension(text) is applies
+    if not applies:  # and nothing is built for a TU it does not apply to
+        (tmp_path / "main.cpp").write_text(text)
+        store = Store(tmp_path / "pch")
+        assert host_pch.include_args("c++ -fPIC -c main.cpp -o main.o", tmp_path / "main.cpp", store) is None
+        assert not any(p for p in store.root.iterdir() if p.name != ".locks")
+
+
 @pytest.mark.torch_build
 def test_host_pch_gives_the_same_object(tmp_path):
-    """The binding TU compiled with the precompiled torch/extension.h is byte-identical to a plain compile."""
+    """The binding TU compiled with the precompiled torch/extension.h is byte-identical to a plain
+    compile: with torch's implicit first line, and with blank lines and comments before it."""
     import torch.utils.cpp_extension as ce
 
     bd = tmp_path / "bd"
     bd.mkdir()
-    ce.load_inline  # noqa: B018 (the module is what we need)
-    src = bd / "main.cpp"
-    src.write_text(
-        "#include <torch/extension.h>\ntorch::Tensor twice(torch::Tensor x) { return x + x; }\n"
-        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("twice", torch::wrap_pybind_function(twice), "twice");\n}'
-    )
     inc = " ".join(f"-isystem {shlex.quote(p)}" for p in [*ce.include_paths(), __import__("sysconfig").get_path("include")])
-    base = f"c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=kf_twice -DTORCH_API_INCLUDE_EXTENSION_H {inc} -fPIC -std=c++20 -c {src} -o"
-    plain = subprocess.run(f"{base} plain.o", shell=True, cwd=bd, capture_output=True, text=True)
-    assert plain.returncode == 0, plain.stderr[-2000:]
     store = Store(Path(os.environ["KERNELFIX_CACHE"]) / "build" / "pch")
-    extra = host_pch.include_args(f"{base} pch.o", src, store)
-    assert extra and extra[0] == "-include" and Path(extra[1] + ".gch").is_file()
-    used = subprocess.run(f"{base} pch.o {shlex.join(extra)} -H", shell=True, cwd=bd, capture_output=True, text=True)
-    assert used.returncode == 0, used.stderr[-2000:]
-    assert f"! {extra[1]}.gch" in used.stderr, "gcc did not use the PCH"
-    assert (bd / "pch.o").read_bytes() == (bd / "plain.o").read_bytes()
-    # another extension name: the same PCH serves it
-    assert host_pch.include_args(f"{base.replace('kf_twice', 'kf_other')} o.o", src, store) == extra
+    uses = []
+    for tag, text in BINDING_TUS.items():
+        src = bd / f"{tag}.cpp"
+        src.write_text(text)
+        base = f"c++ -MMD -MF {tag}.o.d -DTORCH_EXTENSION_NAME=kf_twice -DTORCH_API_INCLUDE_EXTENSION_H {inc} -fPIC -std=c++20 -c {src} -o"
+        plain = subprocess.run(f"{base} {tag}-plain.o", shell=True, cwd=bd, capture_output=True, text=True)
+        assert plain.returncode == 0, plain.stderr[-2000:]
+        use = host_pch.include_args(f"{base} {tag}-pch.o", src, store)
+        assert use and use.args[0] == "-include" and Path(use.args[1] + ".gch").is_file()
+        used = subprocess.run(f"{base} {tag}-pch.o {shlex.join(use.args)} -H", shell=True, cwd=bd, capture_output=True, text=True)
+        assert used.returncode == 0, used.stderr[-2000:]
+        assert f"! {use.args[1]}.gch" in used.stderr, f"{tag}: gcc did not use the PCH"
+        assert (bd / f"{tag}-pch.o").read_bytes() == (bd / f"{tag}-plain.o").read_bytes(), tag
+        uses.append(use)
+        # another extension name: the same PCH serves it, already built
+        again = host_pch.include_args(f"{base.replace('kf_twice', 'kf_other')} o.o", src, store)
+        assert again.args == use.args and again.made_seconds is None
+    assert uses[0].args == uses[1].args  # one PCH for both layouts
 
 
 @pytest.mark.torch_build

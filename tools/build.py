@@ -18,7 +18,9 @@ torch, but:
 - on a machine without a CUDA GPU (CPU torch, CI), CUDA sources still go
   through the real host compiler, nvcc and linker, so compile errors are
   caught; the extension cannot be loaded there, which ends the stage with
-  :class:`GpuRequired` instead of a misleading error.
+  :class:`GpuRequired` instead of a misleading error;
+- kernels compiled with NVRTC (``torch.cuda._compile_kernel``) are timed and
+  recorded too (:mod:`~kernelfix.tools.build_nvrtc`).
 
 What each extension build did is kept for the judge's compile report (:func:`records`).
 """
@@ -32,7 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from kernelfix.tools import build_runner
+from kernelfix.tools import build_nvrtc, build_runner
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.store import Store, digest
@@ -139,6 +141,7 @@ def install(build_root: Path, device: str, options: BuildOptions | None = None) 
     original = ce.load_inline
     cpu_only = device == "cpu" or not torch.cuda.is_available()
 
+    build_nvrtc.install(build_root, cpu_only, _records.append, GpuRequired)
     if options.replaces_ninja:
         ce._run_ninja_build = functools.partial(
             build_runner.run, options=options, record=_records.append, fallback=ce._run_ninja_build

@@ -14,6 +14,11 @@ each switchable in :class:`~kernelfix.tools.config.BuildOptions`:
 - ``host_pch``: the binding TU loads a precompiled ``torch/extension.h``;
 - ``split_nvcc``: nvcc's host and device front ends run in parallel.
 
+Each extension's record says what every translation unit took, which torch
+headers it includes and whether it used the PCH (the build feedback quotes it),
+and each fresh compile is added to this machine's build times
+(:mod:`~kernelfix.tools.build_times`).
+
 Builds of the same key are serialized by a file lock, so concurrent identical
 builds compile once. A failed build raises the same ``RuntimeError`` torch
 would, with ninja-style ``FAILED:`` blocks, so the judge classifies it as before.
@@ -30,12 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelfix.tools import host_pch, ninja_file, nvcc_pipeline
+from kernelfix.tools import build_times, host_pch, ninja_file, nvcc_pipeline
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.store import Store, digest, file_sha256
 from kernelfix.tools.toolchain import python_abi, tool_identity, torch_identity
-from kernelfix.tools.verdict import ExtensionBuild
+from kernelfix.tools.verdict import ExtensionBuild, UnitBuild
 
 BUILD_SCHEME = 1
 _LOCAL_HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp", ".tcc")
@@ -60,6 +65,9 @@ class _EdgeResult:
     output: str = ""
     reused: bool = False
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # the compile's wall time, less a one-time PCH build
+    pch: host_pch.PchUse | None = None
+    no_pch: str | None = None  # the PCH was on offer but not used: why
 
 
 class BuildFailed(RuntimeError):
@@ -116,6 +124,8 @@ class _Build:
         self.notes: list[str] = []
         self.built = 0
         self.reused = 0
+        self.units: list[UnitBuild] = []
+        self.link_seconds: float | None = None
         self._common: str | None = None  # what every key shares; "": not cacheable
 
     def common_key(self) -> str | None:
@@ -155,6 +165,7 @@ class _Build:
         return res
 
     def _compile_now(self, edge: ninja_file.Edge) -> _EdgeResult:
+        t0 = time.monotonic()
         notes: list[str] = []
         if edge.rule == "cuda_compile" and self.options.split_nvcc:
             r = nvcc_pipeline.compile_split(shlex.split(edge.command), self.dir, dict(os.environ))
@@ -162,19 +173,63 @@ class _Build:
                 notes.append("nvcc front ends in parallel; nvcc steps: " + ", ".join(f"{s.tool} {s.seconds:.1f}s" for s in r.steps))
             else:
                 notes.append(r.note or "plain nvcc")
-            return _EdgeResult(ok=r.ok, output=r.output, notes=notes)
+            return _EdgeResult(ok=r.ok, output=r.output, notes=notes, seconds=time.monotonic() - t0)
         command = edge.command
+        pch = no_pch = None
         if edge.rule == "compile" and self.options.host_pch and edge.inputs:
             try:
-                extra = host_pch.include_args(command, Path(edge.inputs[0]), self.stores.pch)
+                pch = host_pch.include_args(command, Path(edge.inputs[0]), self.stores.pch)
             except host_pch.PchError as e:
-                extra = None
-                notes.append(str(e).splitlines()[0][:200])
-            if extra:
-                command = f"{command} {shlex.join(extra)}"
-                notes.append("precompiled torch/extension.h")
+                no_pch = str(e).splitlines()[0][:200]
+                notes.append(no_pch)
+            if pch:
+                command = f"{command} {shlex.join(pch.args)}"
+                made = f" (built it first: {pch.made_seconds:.1f}s, once per machine and flags)" if pch.made_seconds is not None else ""
+                notes.append("precompiled torch/extension.h" + made)
         ok, output = self._run_shell(command)
-        return _EdgeResult(ok=ok, output=output, notes=notes)
+        seconds = time.monotonic() - t0 - (pch.made_seconds if pch and pch.made_seconds else 0.0)
+        return _EdgeResult(ok=ok, output=output, notes=notes, seconds=seconds, pch=pch, no_pch=no_pch)
+
+    def _unit(self, edge: ninja_file.Edge, r: _EdgeResult) -> UnitBuild:
+        """What one TU's compile took and what it includes; a fresh success also joins this machine's build times."""
+        compiler = "nvcc" if edge.rule == "cuda_compile" else "c++"
+        source = Path(edge.inputs[0]) if edge.inputs else None
+        try:
+            text = source.read_text(errors="replace") if source else ""
+        except OSError:
+            text = ""
+        headers = build_times.torch_includes(text)
+        no_pch = r.no_pch
+        if compiler == "c++" and self.options.host_pch and "torch/extension.h" in headers and not host_pch.begins_with_torch_extension(text):
+            no_pch = host_pch.NOT_FIRST
+        unit = UnitBuild(
+            source=source.name if source else edge.outputs[0],
+            compiler=compiler,
+            seconds=round(r.seconds, 3),
+            ok=r.ok,
+            reused=r.reused,
+            torch_headers=headers,
+            pch=r.pch is not None,
+            pch_made_seconds=r.pch.made_seconds if r.pch else None,
+            no_pch=no_pch if r.pch is None and not r.reused else None,
+        )
+        if r.ok and not r.reused:
+            build_times.record(build_times.layout_of(compiler, headers, unit.pch), r.seconds)
+        return unit
+
+    def record(self, name: str, t0: float, *, cached: bool = False, notes: list[str] | None = None) -> ExtensionBuild:
+        torch_cu = any(u.compiler == "nvcc" and u.torch_headers and not u.reused for u in self.units)
+        return ExtensionBuild(
+            name=name,
+            cached=cached,
+            seconds=round(time.monotonic() - t0, 3),
+            objects_built=self.built,
+            objects_reused=self.reused,
+            units=self.units,
+            link_seconds=self.link_seconds,
+            torch_free_cu=build_times.reference("cu_plain") if torch_cu else None,
+            notes=self.notes if notes is None else notes,
+        )
 
     # ------------------------------------------------------------------ the whole graph
 
@@ -189,6 +244,7 @@ class _Build:
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(compiles) or 1))) as pool:
             results = list(pool.map(self._compile, compiles))
         for e, r in zip(compiles, results):
+            self.units.append(self._unit(e, r))
             self.notes += [f"{e.outputs[0]}: {note}" for note in r.notes]
             if r.reused:
                 self.reused += 1
@@ -203,7 +259,9 @@ class _Build:
             raise BuildFailed("\n".join(self.log + failures + ["ninja: build stopped: subcommand failed."]) + "\n")
         for i, e in enumerate(rest, start=len(compiles)):
             self.log.append(f"[{i + 1}/{n}] {e.command}")
+            t0 = time.monotonic()
             ok, output = self._run_shell(e.command)
+            self.link_seconds = round((self.link_seconds or 0.0) + time.monotonic() - t0, 3)
             if output:
                 self.log.append(output.rstrip("\n"))
             if not ok:
@@ -248,18 +306,18 @@ def run(
         else:
             ext = build.stores.ext
             if ext.fetch_file(key, bd / target):
-                record(ExtensionBuild(name=name, cached=True, seconds=round(time.monotonic() - t0, 3)))
+                record(build.record(name, t0, cached=True, notes=[]))
                 return
             with ext.lock(key):
                 if ext.fetch_file(key, bd / target):
-                    record(ExtensionBuild(name=name, cached=True, seconds=round(time.monotonic() - t0, 3), notes=["waited for a concurrent identical build"]))
+                    record(build.record(name, t0, cached=True, notes=["waited for a concurrent identical build"]))
                     return
                 ext.discard(key)
                 build.run()
                 ext.put_file(key, bd / target)
     except BuildFailed as e:
-        record(ExtensionBuild(name=name, seconds=round(time.monotonic() - t0, 3), objects_built=build.built, objects_reused=build.reused, notes=build.notes))
+        record(build.record(name, t0))
         raise RuntimeError(f"{error_prefix}: {e}") from None
     if verbose:
         print("\n".join(build.log), flush=True)
-    record(ExtensionBuild(name=name, seconds=round(time.monotonic() - t0, 3), objects_built=build.built, objects_reused=build.reused, notes=build.notes))
+    record(build.record(name, t0))

@@ -107,14 +107,41 @@ class StaticFinding(_Model):
     category: Category | None = None  # set for errors: the verdict they force
 
 
+class UnitBuild(_Model):
+    """One translation unit of an extension build (kernelfix's build path records these)."""
+
+    source: str  # file name: main.cpp, cuda.cu
+    compiler: Literal["nvcc", "c++"]
+    seconds: float  # wall time of its compile (0 when reused), a one-time PCH build excluded
+    ok: bool = True
+    reused: bool = False  # taken from the object cache
+    torch_headers: list[str] = Field(default_factory=list)  # torch/ATen/c10 headers the source itself includes
+    pch: bool = False  # compiled with the precompiled torch/extension.h
+    pch_made_seconds: float | None = None  # this compile first built that PCH (once per machine and flags)
+    no_pch: str | None = None  # why a TU with torch/extension.h went without the PCH that the build offered
+
+
+class BuildTimeRef(_Model):
+    """A measured build time to compare with: the median of real builds, and where they ran."""
+
+    seconds: float
+    basis: str  # e.g. "median of 7 builds on this machine"
+
+
 class ExtensionBuild(_Model):
     """One C++/CUDA extension the candidate loaded while it was imported."""
 
     name: str
+    kind: Literal["load_inline", "nvrtc"] = "load_inline"  # nvrtc: torch.cuda._compile_kernel
     cached: bool = False  # the finished extension came from the build cache
     seconds: float
     objects_built: int = 0
     objects_reused: int = 0  # translation units taken from the object cache
+    units: list[UnitBuild] = Field(default_factory=list)
+    link_seconds: float | None = None
+    # What a .cu without torch headers takes on this machine (or where kernelfix measured it),
+    # so the feedback can say what the layout costs; set when a unit included torch headers.
+    torch_free_cu: BuildTimeRef | None = None
     notes: list[str] = Field(default_factory=list)  # levers used, fallbacks taken
 
 
