@@ -153,7 +153,14 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     for png in summary["plots"]:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # the sessions export as SFT data
+    # the sessions export as SFT data; with the default filters the repair (relu: wrong, then correct) is kept
+    # though nothing is timed on CPU, and scale, correct from its first turn, has no gain to show
+    assert main(["export", str(out), "--out", str(tmp_path / "sft.jsonl")]) == 0
+    records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert [(r["metadata"]["task"], r["metadata"]["kind"]) for r in records] == [("relu", "repair")]
+    fates = {f["task"]: f["rule"] for f in json.loads((tmp_path / "ANALYSIS.json").read_text())["sessions"]}
+    assert fates == {"relu": "speedup_gain: repair session (turn 1 correctness_error:numerical, correct at turn 2): kept whatever its gain",
+                     "scale": "speedup_gain: not timed"}
     assert main(["export", str(out), "--out", str(tmp_path / "sft.jsonl"), "--min-speedup-gain", "0"]) == 0
     records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert sorted(r["metadata"]["task"] for r in records) == ["relu", "scale"]
