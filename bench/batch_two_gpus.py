@@ -165,7 +165,7 @@ def main() -> int:
         if len(gpus) < 2:
             print(f"needs two GPUs; this machine shows {len(gpus)}")
             return 2
-        print(f"GPUs {gpus[0]}, {gpus[1]}: {torch.cuda.get_device_name(0)}", flush=True)
+        print(f"GPUs {gpus[0]} and {gpus[1]} of {torch.cuda.device_count()}", flush=True)  # no CUDA context here: the judges' only
     else:
         gpus = ["0", "1"]  # only named: a CPU batch judges without them
     env = {**os.environ, "KERNELFIX_CACHE": str(work / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1"}
