@@ -29,6 +29,7 @@ for step in "$@"; do
     gpu-tests) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     batch) bash bench/batch_demo.sh "$OUT" /tmp/kfout/batch ;;
+    batch-2gpu) python3 -P bench/batch_two_gpus.py --work /tmp/kf2gpu --report /tmp/kfout/batch_2gpu 2>&1 | tee "$OUT/batch_2gpu.log" ;;
     profile) PROFILE_ARTIFACTS=/tmp/kfout/profile python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 600 tests/test_profile_gpu.py 2>&1 | tee "$OUT/profile_gpu.log" | grep -E "^\[cuda\]|summary:|warnings:|passed|failed|Error" ;;
     hostile) python3 -P -m pytest -m gpu -q -s -rs -p no:cacheprovider -o addopts="" --timeout 300 tests/hostile tests/test_sandbox.py 2>&1 | tee "$OUT/hostile.log" | grep -E "^\[cuda|sandbox on the device|^inside|PASS|FAIL|SKIP|passed|failed|Error" ;;
     sandbox-gpu) python3 -P bench/sandbox_gpu_probe.py 2>&1 | tee "$OUT/sandbox_gpu.log" ;;

@@ -321,7 +321,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from kernelfix.agent.batch import plots, report
     from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
     from kernelfix.agent.batch.progress import BatchProgress
-    from kernelfix.agent.batch.runner import BatchBusy, LocalRunner, OutDir, visible_gpus
+    from kernelfix.agent.batch.runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
     from kernelfix.tools.judge import resolve_device
 
     cfg = _load_config(args)
@@ -342,7 +342,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         from kernelfix.agent.batch.ray_backend import RayUnavailable, ray_module
 
         try:
-            ray_module()
+            ray_module(args.ray)
         except RayUnavailable as e:
             raise UsageError(str(e)) from None
     out = OutDir(settings.out)
@@ -353,8 +353,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     if notice:
         err.print(f"[yellow]note:[/] {notice}")
-    workers = args.workers or max(1, min(len(jobs), (os.cpu_count() or 2) // 2))
     gpus = visible_gpus() if device == "cuda" else []
+    workers = args.workers or default_workers(len(jobs), os.cpu_count() or 2, len(gpus))
     where = f"Ray cluster {args.ray}" if args.ray else f"{workers} workers" + (f", GPUs {','.join(gpus)}" if gpus else f" on {device}")
     err.print(f"kernelfix batch: {len(jobs)} tasks, {where}; sessions in {out.path / 'sessions'}", soft_wrap=True)
     out.write_plan(jobs)
@@ -592,7 +592,7 @@ def _batch_parsers(sub) -> None:
     p.add_argument("tasks", nargs="+", metavar="TASKS", help="task files, directories of task files, or manifests (.jsonl)")
     p.add_argument("--model", metavar="M", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<task stem>.jsonl per task)")
     p.add_argument("--out", metavar="DIR", default="kernelfix-batch", help="where sessions, logs and the report go (default ./kernelfix-batch)")
-    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time (default: half the CPU cores); with --ray, sessions per GPU")
+    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time (default: half the CPU cores, at least one per GPU); with --ray, at most this many per GPU")
     p.add_argument("--json", action="store_true", help="print summary.json on stdout (progress stays on stderr)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the sessions as Ray tasks on this cluster (auto, ray://host:10001, local); needs kernelfix[ray]")
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")

@@ -32,8 +32,8 @@ def settings(out: Path, **agent) -> BatchSettings:
     return BatchSettings(out=str(out), agent=AgentConfig(**{"shape_block": False, **agent}), judge=JudgeConfig(device="cpu", run_timeout_s=120))
 
 
-def batch_cli(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+def batch_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-P", "-m", "kernelfix", "batch", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -153,7 +153,14 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     for png in summary["plots"]:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # the sessions export as SFT data
+    # the sessions export as SFT data; with the default filters the repair (relu: wrong, then correct) is kept
+    # though nothing is timed on CPU, and scale, correct from its first turn, has no gain to show
+    assert main(["export", str(out), "--out", str(tmp_path / "sft.jsonl")]) == 0
+    records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    assert [(r["metadata"]["task"], r["metadata"]["kind"]) for r in records] == [("relu", "repair")]
+    fates = {f["task"]: f["rule"] for f in json.loads((tmp_path / "ANALYSIS.json").read_text())["sessions"]}
+    assert fates == {"relu": "speedup_gain: repair session (turn 1 correctness_error:numerical, correct at turn 2): kept whatever its gain",
+                     "scale": "speedup_gain: not timed"}
     assert main(["export", str(out), "--out", str(tmp_path / "sft.jsonl"), "--min-speedup-gain", "0"]) == 0
     records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert sorted(r["metadata"]["task"] for r in records) == ["relu", "scale"]
@@ -178,15 +185,27 @@ def test_a_crashing_session_fails_alone(tmp_path):
             threading.Thread(target=later, daemon=True).start()
 
     done = []
-    runner = LocalRunner(out, workers=2, gpus=[], on_start=kill_relu, on_done=lambda job, res: done.append(res))
+    # a fake device list: the CPU judge ignores it, and each slot's results say which GPU it had
+    runner = LocalRunner(out, workers=2, gpus=["0", "1"], on_start=kill_relu, on_done=lambda job, res: done.append(res))
     results = runner.run(jobs)
     assert [r.name for r in results] == [j.name for j in jobs] and len(done) == 2
     bad, killed = results
     assert bad.status == "failed" and "this_module_does_not_exist" in bad.error
     assert killed.status in ("failed", "unfinished") and "worker process died (signal SIGKILL)" in killed.error
     assert json.loads((Path(s.out) / "results" / f"{killed.name}.json").read_text())["error"] == killed.error
+    assert {bad.gpu, killed.gpu} == {"0", "1"}  # two slots, one GPU each
     rows = summarize([TaskOutcome(name=r.name, task=r.task, session_dir=r.session_dir, run=r.run, status=r.status, error=r.error) for r in results])
     assert rows.failed + rows.unfinished == 2 and "## Errors" in markdown(rows, [])
+
+
+def test_default_workers_use_every_gpu(monkeypatch):
+    from kernelfix.agent.batch.runner import default_workers, visible_gpus
+
+    assert default_workers(jobs=10, cpus=16, gpus=2) == 8  # half the cores
+    assert default_workers(jobs=10, cpus=2, gpus=2) == 2  # one per GPU even on few cores
+    assert default_workers(jobs=1, cpus=16, gpus=2) == 1 and default_workers(jobs=3, cpus=1, gpus=0) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3,")
+    assert visible_gpus() == ["2", "3"]
 
 
 # --------------------------------------------------------------------------- the device lease
@@ -287,24 +306,3 @@ def test_fast_p_and_rates_on_timed_rows(tmp_path):
     assert "| eager | 75.0% | 50.0% | 25.0% | 25.0% |" in md and NOT_TIMED not in md
     plots = write_plots(tmp_path, s)
     assert len(plots) == 3 and all((tmp_path / p).stat().st_size > 1000 for p in plots)
-
-
-# --------------------------------------------------------------------------- Ray
-
-
-def test_ray_backend_gives_the_same_per_task_results(tmp_path):
-    """The per-task function as a Ray task on a local cluster: same turns and outcome as the local runner."""
-    pytest.importorskip("ray")
-    replay = write_replay(tmp_path / "scale.jsonl", [reply("triton_relu_ok.py", "Wrong kernel for this task."), json.loads(SCALE_REPLAY.read_text())])
-    common = [str(SCALE), "--model", f"replay:{replay}", "--device", "cpu", "--no-shape-block", "--trials", "2", "--json"]
-    found = {}
-    for name, extra in (("local", []), ("ray", ["--ray", "local", "--workers", "1"])):
-        proc = batch_cli(*common, "--out", str(tmp_path / name), *extra)
-        stdout, stderr = proc.communicate(timeout=400)
-        assert proc.returncode == 0, stderr
-        (row,) = json.loads(stdout)["rows"]
-        found[name] = {k: row[k] for k in ("status", "correct", "categories", "turns_to_first_correct", "model_turns", "best_turn")}
-    assert found["ray"] == found["local"] == {
-        "status": "finished", "correct": True, "categories": ["correctness_error:numerical", "ok"],
-        "turns_to_first_correct": 2, "model_turns": 2, "best_turn": 2,
-    }

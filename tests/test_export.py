@@ -147,6 +147,45 @@ def test_each_filter_drops_exactly_what_it_should(sessions, tmp_path):
     assert json.loads((tmp_path / "ANALYSIS.json").read_text())["records_out"] == 0
 
 
+def test_repair_sessions_are_kept_whatever_their_gain_and_analysis_says_why(sessions, tmp_path):
+    """A session that began failing and ended correct teaches the repair: the gain filter is for optimization sessions."""
+    other = SOURCE + "\n# another task\n"
+    # broken -> wrong -> correct, judged where nothing is timed: the README's demo session
+    save(sessions, trajectory("repair_cpu", [("compile_error:nvcc", None, R), ("correctness_error:numerical", None, R), ("ok", None, R)], device="cpu", task_source=other))
+    # repaired, then slower: no gain, still a repair
+    save(sessions, trajectory("repair_slow", [("runtime_error:illegal_memory_access", None, R), ("ok", 1.3, R), ("ok", 1.0, R)], task_source=other + "#2\n"))
+    out = tmp_path / "sft.jsonl"
+    assert main(["export", str(sessions), "--out", str(out)]) == EXIT_OK
+    kept = {json.loads(line)["metadata"]["session_id"]: json.loads(line)["metadata"] for line in out.read_text().splitlines()}
+    assert sorted(kept) == ["dup1", "keep", "repair_cpu", "repair_slow"]
+    assert kept["repair_cpu"]["kind"] == kept["keep"]["kind"] == "repair" and kept["dup1"]["kind"] == "optimization"
+    a = json.loads((tmp_path / "ANALYSIS.json").read_text())
+    gain = next(f for f in a["filters"] if f["name"] == "speedup_gain")
+    assert sorted(gain["dropped_sessions"]) == ["slow", "untimed"]  # optimization sessions only
+    rules = {f["session"]: (f["kind"], f["kept"], f["rule"]) for f in a["sessions"]}
+    assert len(rules) == 9
+    assert rules["repair_cpu"] == ("repair", True, "speedup_gain: repair session (turn 1 compile_error:nvcc, correct at turn 3): kept whatever its gain")
+    assert rules["dup1"] == ("optimization", True, "speedup_gain: gain 1.30x >= 1.2x")
+    assert rules["untimed"] == ("optimization", False, "speedup_gain: not timed")
+    assert rules["slow"] == ("optimization", False, "speedup_gain: gain below 1.2x")
+    assert rules["wrong"] == ("optimization", False, "correct: final turn correctness_error:numerical")
+    assert rules["long"] == ("optimization", False, f"shortest: final reasoning {tokens.count(R * 40)} tokens, 2 of 2 sessions of its task (keeps 1)")
+    assert rules["dup2"][1:] == (False, "dedup: duplicate")
+    steps = next(f for f in a["sessions"] if f["session"] == "keep")["steps"]
+    assert [(st["filter"], st["kept"]) for st in steps] == [("correct", True), ("speedup_gain", True), ("shortest", True), ("dedup", True), ("leakage", True)]
+    md = (tmp_path / "ANALYSIS.md").read_text()
+    assert "| repair_cpu | relu | repair | yes | speedup_gain: repair session (turn 1 compile_error:nvcc, correct at turn 3): kept whatever its gain |" in md
+    assert "| untimed | relu | optimization | no | speedup_gain: not timed |" in md
+
+    # an unusable session has its row too
+    (sessions / "broken").mkdir()
+    (sessions / "broken" / "trajectory.json").write_text("{not json")
+    assert main(["export", str(sessions), "--out", str(out), "--min-speedup-gain", "0"]) == EXIT_OK
+    a = json.loads((tmp_path / "ANALYSIS.json").read_text())
+    assert a["sessions"][-1]["rule"].startswith("unusable: unreadable trajectory.json") and not a["sessions"][-1]["kept"]
+    assert next(f for f in a["sessions"] if f["session"] == "untimed")["rule"] == "passed every filter (speedup_gain off)"
+
+
 def test_leakage_is_flagged_and_dropped_on_request(tmp_path):
     root = tmp_path / "s"
     # the final answer restates the whole conversation: its words are the prompt's words

@@ -7,18 +7,25 @@ OUT, the task files and replay files must be at the same paths on every node
 1/``per_gpu`` of a GPU: Ray then sets CUDA_VISIBLE_DEVICES for the task, and the
 judge's device lease (a lock file per GPU in each node's kernelfix cache)
 queues the GPU stages of the ``per_gpu`` sessions that share a GPU, so their
-compiles overlap and their timings do not. A worker that dies fails its job
-only. API keys are not shipped: set the key's variable on the cluster's nodes.
+compiles overlap and their timings do not. Ray packs fractional GPUs (it fills
+GPU 0 before it uses GPU 1), so a batch of fewer than ``per_gpu`` x GPUs jobs asks
+for a larger share each: ``ceil(jobs / GPUs)`` sessions per GPU, every GPU used.
+A worker that dies fails its job only, and a rerun resumes it. API keys are not
+shipped: set the key's variable on the cluster's nodes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import sys
+import time
 from pathlib import Path
 
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.runner import JobDone, OutDir, pending
-from kernelfix.agent.batch.worker import TaskResult, prior_state
+from kernelfix.agent.batch.worker import TaskResult, died_result, prior_state
 
 # Passed to every Ray worker: offline litellm, the same kernelfix cache location where one is set.
 _FORWARDED_ENV = ("LITELLM_LOCAL_MODEL_COST_MAP", "KERNELFIX_CACHE", "TRITON_INTERPRET")
@@ -28,7 +35,14 @@ class RayUnavailable(Exception):
     pass
 
 
-def ray_module():
+# Ray takes the node's network address even for a cluster of one machine; this (Ray's switch for
+# single-machine platforms, read when ray is imported) keeps a throwaway `--ray local` cluster on loopback.
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def ray_module(address: str | None = None):
+    if address == "local":
+        os.environ.setdefault(LOOPBACK_ENV, "0")
     try:
         import ray
     except ImportError:
@@ -38,10 +52,22 @@ def ray_module():
 
 def _job_on_ray(job_json: str, log_path: str) -> str:
     """The Ray task: one job, in the Ray worker's process (JSON in and out: no pickled kernelfix types)."""
+    import ray
+
     from kernelfix.agent.batch.worker import run_logged
 
     job = Job.model_validate_json(job_json)
-    return run_logged(job, Path(log_path)).model_dump_json()
+    res = run_logged(job, Path(log_path))
+    gpus = ",".join(str(g) for g in ray.get_gpu_ids())  # the GPU Ray gave this task (its CUDA_VISIBLE_DEVICES)
+    return res.model_copy(update={"gpu": gpus or None}).model_dump_json()
+
+
+def gpu_share(per_gpu: int, jobs: int, cluster_gpus: float) -> float:
+    """The fraction of a GPU each job asks Ray for: at most ``per_gpu`` sessions on a GPU, and no more
+    than the jobs need, since Ray fills one GPU before the next."""
+    if cluster_gpus < 1:
+        return 1 / per_gpu  # no GPU known yet (an autoscaling cluster): Ray waits for one
+    return 1 / max(1, min(per_gpu, math.ceil(jobs / int(cluster_gpus))))
 
 
 class RayRunner:
@@ -59,22 +85,26 @@ class RayRunner:
             self.on_done(job, result)
 
     def run(self, jobs: list[Job]) -> list[TaskResult]:
-        ray = ray_module()
         results: dict[str, TaskResult] = {}
         todo = pending(jobs, lambda job, res: self._finish(job, res, results))
         if todo:
             env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
-            ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False, include_dashboard=False)
-            try:
-                self._run(ray, todo, results)
-            finally:
-                ray.shutdown()
+            ray = ray_module(self.address)
+            # Ray's driver prints cluster errors (a worker that died) on stdout, which is `--json`'s: to stderr with them.
+            with contextlib.redirect_stdout(sys.stderr):
+                ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False, include_dashboard=False)
+                try:
+                    self._run(ray, todo, results)
+                finally:
+                    ray.shutdown()
         return [results[j.name] for j in jobs if j.name in results]
 
     def _run(self, ray, todo: list[Job], results: dict[str, TaskResult]) -> None:
-        task = ray.remote(_job_on_ray).options(num_cpus=1, num_gpus=(1 / self.per_gpu) if self.cuda else 0, max_retries=0)
+        share = gpu_share(self.per_gpu, len(todo), ray.cluster_resources().get("GPU", 0)) if self.cuda else 0
+        task = ray.remote(_job_on_ray).options(num_cpus=1, num_gpus=share, max_retries=0)
         refs = {}
         fresh = {job.name: prior_state(job.session_dir)[0] == "new" for job in todo}
+        t0 = time.monotonic()
         for job in todo:
             refs[task.remote(job.model_dump_json(), str(self.out.log_path(job.name)))] = job
         try:
@@ -84,12 +114,9 @@ class RayRunner:
                     job = refs.pop(ref)
                     try:
                         res = TaskResult.model_validate_json(ray.get(ref))
-                    except Exception as e:  # the worker died, or Ray lost the task: this job fails, the batch goes on
-                        res = TaskResult(
-                            name=job.name, task=job.task, session_dir=str(job.session_dir), run="new" if fresh[job.name] else "resumed",
-                            status="failed",
-                            error=f"Ray task failed: {type(e).__name__}: {e}"
-                        )
+                    except Exception as e:  # the worker died, or Ray lost the task: this job stops, the batch goes on
+                        why = " ".join(str(e).split())[:500]
+                        res = died_result(job, was_new=fresh[job.name], error=f"Ray task failed: {type(e).__name__}: {why}", wall_s=time.monotonic() - t0)
                     self._finish(job, res, results)
         except BaseException:
             for ref in refs:  # Ctrl-C: the sessions record where they stopped (KeyboardInterrupt in each task)

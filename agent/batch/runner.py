@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kernelfix import atomic
 from kernelfix.agent.batch.plan import Job
-from kernelfix.agent.batch.worker import TaskResult, finished_result, prior_state
+from kernelfix.agent.batch.worker import TaskResult, died_result, finished_result, prior_state
 
 JobStarted = Callable[[Job], None]
 JobDone = Callable[[Job, TaskResult], None]
@@ -95,6 +95,12 @@ def visible_gpus() -> list[str]:
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def default_workers(jobs: int, cpus: int, gpus: int) -> int:
+    """Sessions at a time when --workers is not given: half the cores (compiles are CPU work), but at
+    least one per GPU, so a machine with more GPUs than that still judges on every one; never more than the jobs."""
+    return max(1, min(jobs, max(cpus // 2, gpus)))
 
 
 class LocalRunner:
@@ -194,17 +200,7 @@ class LocalRunner:
             return TaskResult.model_validate_json(result_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-            after, _ = prior_state(job.session_dir)
-            return TaskResult(
-                name=job.name,
-                task=job.task,
-                session_dir=str(job.session_dir),
-                run="new" if before == "new" else "resumed",
-                status="unfinished" if after == "unfinished" else "failed",
-                error=f"the worker process died ({how}); see {log}",
-                wall_s=round(time.monotonic() - t0, 3),
-                gpu=gpu,
-            )
+            return died_result(job, was_new=before == "new", error=f"the worker process died ({how}); see {log}", wall_s=time.monotonic() - t0, gpu=gpu)
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

@@ -73,6 +73,21 @@ def finished_result(job: Job) -> TaskResult | None:
     )
 
 
+def died_result(job: Job, *, was_new: bool, error: str, wall_s: float = 0.0, gpu: str | None = None) -> TaskResult:
+    """The result of a job whose worker died (killed, crashed, lost by Ray): unfinished when a rerun can resume it."""
+    after, _ = prior_state(job.session_dir)
+    return TaskResult(
+        name=job.name,
+        task=job.task,
+        session_dir=str(job.session_dir),
+        run="new" if was_new else "resumed",
+        status="unfinished" if after == "unfinished" else "failed",
+        error=error,
+        wall_s=round(wall_s, 3),
+        gpu=gpu,
+    )
+
+
 def read_trajectory(session_dir: Path) -> Trajectory | None:
     f = session_dir / TRAJECTORY
     if not f.is_file():

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
 from kernelfix.agent.export.filters import FilterReport
-from kernelfix.agent.export.records import Record
+from kernelfix.agent.export.records import FilterStep, Record, SessionKind
 
 # Histogram bin edges in tokens: powers of two, then everything above.
 EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -21,6 +21,30 @@ class Unusable(BaseModel):
 
     path: str
     why: str
+
+
+class SessionFate(BaseModel):
+    """One session: kept or dropped, by which rule (the filter that dropped it; for a kept one, the speedup-gain rule it passed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: str  # its id, or its path when unusable
+    task: str | None
+    kind: SessionKind | None
+    kept: bool
+    rule: str
+    steps: list[FilterStep] = Field(default_factory=list)  # every filter's decision, in order
+
+
+def fate(r: Record, kept: bool) -> SessionFate:
+    if kept:
+        gain = next((s for s in r.trail if s.filter == "speedup_gain" and s.why != "off"), None)
+        rule = f"speedup_gain: {gain.why}" if gain else "passed every filter (speedup_gain off)"
+    else:
+        last = r.trail[-1]
+        rule = f"{last.filter}: {last.why}"
+    m = r.metadata
+    return SessionFate(session=m.session_id, task=m.task, kind=m.kind, kept=kept, rule=rule, steps=r.trail)
 
 
 class Analysis(BaseModel):
@@ -40,6 +64,7 @@ class Analysis(BaseModel):
     categories_all_turns: dict[str, int]  # over every judged turn of the kept records
     final_categories_in: dict[str, int]  # the final answer's category, before filtering
     tasks_out: int
+    sessions: list[SessionFate] = Field(default_factory=list)  # every session found, in order
 
 
 def histogram(values: list[int]) -> dict[str, int]:
@@ -57,6 +82,7 @@ def histogram(values: list[int]) -> dict[str, int]:
 
 def analyse(*, output: str, fmt: str, loss: str, tokenizer: str, sessions_found: int, unusable: list[Unusable], before: list[Record], kept: list[Record], filters: list[FilterReport]) -> Analysis:
     m = [r.metadata for r in kept]
+    kept_ids = {id(r) for r in kept}
     return Analysis(
         output=output,
         format=fmt,
@@ -76,6 +102,8 @@ def analyse(*, output: str, fmt: str, loss: str, tokenizer: str, sessions_found:
         categories_all_turns=dict(Counter(t.category or "not judged" for x in m for t in x.turns).most_common()),
         final_categories_in=dict(Counter(r.metadata.final_category or "not judged" for r in before).most_common()),
         tasks_out=len({x.task_sha1 for x in m}),
+        sessions=[fate(r, id(r) in kept_ids) for r in before]
+        + [SessionFate(session=u.path, task=None, kind=None, kept=False, rule=f"unusable: {u.why}") for u in unusable],
     )
 
 
@@ -98,6 +126,8 @@ def markdown(a: Analysis) -> str:
         lines.append(f"| {f.name} | {state} | {f.seen} | {f.kept} | {f.dropped} | {f.flagged} | {why} |")
     if a.unusable:
         lines += ["", "## Unusable sessions", ""] + [f"- `{u.path}`: {u.why}" for u in a.unusable]
+    lines += ["", "## Sessions", "", "| session | task | kind | kept | rule |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {f.session} | {f.task or '-'} | {f.kind or '-'} | {'yes' if f.kept else 'no'} | {_cell(f.rule)} |" for f in a.sessions]
     lines += ["", "## Token lengths of the kept records", "", "| tokens | prompt | completion | reasoning |", "| --- | --- | --- | --- |"]
     h = a.histograms
     for b in h["prompt_tokens"]:
@@ -107,6 +137,10 @@ def markdown(a: Analysis) -> str:
     lines += ["", "| final answer's category, before filtering | records |", "| --- | --- |"]
     lines += [f"| {c} | {n} |" for c, n in a.final_categories_in.items()] or ["| - | 0 |"]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def write(directory: Path, a: Analysis) -> None:

@@ -21,6 +21,9 @@ from kernelfix.agent.state import Trajectory, Turn
 from kernelfix.agent.export import tokens
 
 LossMode = Literal["final", "all-assistant"]
+# repair: the session's first judged turn failed (a broken kernel given, or the model's first answer wrong);
+# optimization: it was correct from the first turn, so only a speedup can make it worth learning from.
+SessionKind = Literal["repair", "optimization"]
 
 
 class _Model(BaseModel):
@@ -56,6 +59,7 @@ class Metadata(_Model):
     final_speedup_compile: float | None
     first_correct_turn: int | None
     first_correct_speedup_eager: float | None
+    kind: SessionKind
     tokenizer: str
     reasoning_tokens: int  # the final answer's reasoning
     reasoning_tokens_all_turns: int
@@ -66,11 +70,20 @@ class Metadata(_Model):
     leakage: bool = False
 
 
+class FilterStep(_Model):
+    """What one filter decided about one record, and why (ANALYSIS's per-session account)."""
+
+    filter: str
+    kept: bool
+    why: str
+
+
 class Record(_Model):
     messages: list[Message]
     metadata: Metadata
     prompt: str = Field(exclude=True)  # the text dedup and leakage look at
     completion: str = Field(exclude=True)
+    trail: list[FilterStep] = Field(default_factory=list, exclude=True)  # each filter's decision, in order
 
 
 # --------------------------------------------------------------------------- text keys
@@ -137,6 +150,7 @@ def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final") -> R
         final_speedup_compile=v.speedup_compile if v else None,
         first_correct_turn=first_correct.index if first_correct else None,
         first_correct_speedup_eager=first_correct.verdict.speedup_eager if first_correct else None,
+        kind="optimization" if traj.turns[0].correct else "repair",
         tokenizer=tokens.tokenizer()[0],
         reasoning_tokens=tokens.count(final.reply.reasoning_content),
         reasoning_tokens_all_turns=sum(tokens.count(t.reply.reasoning_content) for t in traj.turns if t.reply is not None),
