@@ -12,17 +12,18 @@ A UI runs ``run()`` in a worker thread. ``run()`` raises what stopped it early
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
 from kernelfix import __version__
 from kernelfix.agent import policy
 from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.events import Controls, EventSink, Notice, SessionEnded, SessionStarted
+from kernelfix.agent.events import Controls, EventSink, Notice, SessionAborted, SessionEnded, SessionStarted
 from kernelfix.agent.graph import Runtime, build_graph
 from kernelfix.agent.models import ChatModel, ModelError
 from kernelfix.agent.session import SessionDir
-from kernelfix.agent.state import Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
+from kernelfix.agent.state import REOPENABLE, Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.task import Task, TaskError
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 THREAD_ID = "session"
 RECURSION_LIMIT = 10_000  # supersteps per run: ~10 per turn, plus pauses; the policy ends sessions, not this
-_REOPENABLE = ("max_turns", "budget")  # a resume with a higher limit continues these
 
 
 class Session:
@@ -49,6 +49,7 @@ class Session:
         self.controls = controls or Controls()
         self._on_event = on_event
         self._judge = judge
+        self._emit_lock = threading.Lock()  # a round's candidates report from several threads: one event at a time
 
     @classmethod
     def create(
@@ -87,10 +88,11 @@ class Session:
     def emit(self, event) -> None:
         if self._on_event is None:
             return
-        try:
-            self._on_event(event)
-        except Exception:  # a UI's bug must not lose a session
-            log.exception("event callback failed on %s", type(event).__name__)
+        with self._emit_lock:
+            try:
+                self._on_event(event)
+            except Exception:  # a UI's bug must not lose a session
+                log.exception("event callback failed on %s", type(event).__name__)
 
     def trajectory(self, state: SessionState, *, finished: bool, device: str) -> Trajectory:
         s = self.store.settings
@@ -105,8 +107,9 @@ class Session:
             created_at=s.created_at,
             updated_at=time.time(),
             turns=state.turns,
-            totals=totals(state.turns),
+            totals=totals(state.turns, state.rounds),
             outcome=self.outcome(state, finished=finished, timed=device == "cuda"),
+            rounds=state.rounds,
         )
 
     def outcome(self, state: SessionState, *, finished: bool, timed: bool) -> Outcome:
@@ -130,13 +133,16 @@ class Session:
         store.lock()
         self.controls.rearm()
         saver = store.checkpointer()
-        cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT}
+        # Every candidate of a round in its own thread: drawing and building at once is the point of a width.
+        width = store.settings.agent.width
+        cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT, "max_concurrency": max(4, width + 1)}
         judge = graph = None
         try:
             judge = self._judge or Judge(store.task(), store.settings.judge, workdir=store.work_dir)
             rt = Runtime(store=store, judge=judge, model=self.model, controls=self.controls, emit=self.emit, on_trajectory=self._writer(judge))
             graph = build_graph(rt).compile(checkpointer=saver)
             inp, state, resumed = self._starting_point(graph, cfg)
+            rt.planned = state.round_slots  # a round cut short: its unfinished slots run again, grouped as planned
             self.emit(
                 SessionStarted(
                     session_dir=str(store.path),
@@ -145,6 +151,7 @@ class Session:
                     device=judge.device,
                     resumed=resumed,
                     turns_done=len(state.turns),
+                    width=width,
                 )
             )
             if judge.device_notice:
@@ -177,7 +184,7 @@ class Session:
             s = self.store.settings
             return SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name), SessionState(), False
         state = SessionState.model_validate(snap.values)
-        if not _unfinished(snap) and state.stop_kind in _REOPENABLE:
+        if not _unfinished(snap) and state.stop_kind in REOPENABLE:
             # Ended on a limit: the router decides again, under limits a resume may have raised.
             graph.update_state(cfg, {"next_step": None, "stop_reason": None, "stop_kind": None}, as_node="feedback")
         return None, state, True
@@ -216,7 +223,9 @@ def _interruption(e: BaseException) -> tuple[str, bool]:
     """Why the run stopped early, and whether a resume can continue it."""
     if isinstance(e, TaskError):
         return f"the task does not run: {e}", False
-    if isinstance(e, KeyboardInterrupt):
+    if isinstance(e, SessionAborted):
+        what = "left by the user mid-turn"
+    elif isinstance(e, KeyboardInterrupt):
         what = "interrupted by the user"
     elif isinstance(e, ModelError):
         what = f"model error ({e.kind}): {e}"

@@ -45,12 +45,16 @@ def _load_config(args: argparse.Namespace):
 
 def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False):
     """The judge's settings: config file, then flags. ``profile_by_default``: interactive
-    sessions profile correct kernels unless the config or --no-profile says otherwise."""
+    sessions profile correct kernels unless the config or --no-profile says otherwise
+    (--stop-at-sol reads the profile, so it asks for one too)."""
     from pydantic import ValidationError
 
     cfg = _load_config(args).judge
     updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile") if getattr(args, k, None) is not None}
-    if profile_by_default and "profile" not in updates and "profile" not in cfg.model_fields_set:
+    sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
+    if sol and updates.get("profile") is False:
+        raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")
+    if (profile_by_default or sol) and "profile" not in updates and "profile" not in cfg.model_fields_set:
         updates["profile"] = True
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0
         return type(cfg).model_validate({**cfg.model_dump(), **updates})
@@ -115,6 +119,10 @@ _AGENT_FLAGS = {
     "max_tokens": "max_tokens",
     "max_cost": "max_cost_usd",
     "max_wall": "max_wall_s",
+    "width": "width",
+    "keep": "keep",
+    "sampling": "sampling",
+    "stop_at_sol": "stop_at_sol",
 }
 
 
@@ -456,8 +464,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
-    p.add_argument("--max-turns", type=int, metavar="N", help="model turns (default 8)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent")
+    p.add_argument("--max-turns", type=int, metavar="N", help="model turns, or rounds with --width above 1 (default 8)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent (over every branch)")
     p.add_argument("--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)")
     p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
 
@@ -465,6 +473,15 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
 def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
     _limit_args(p)
+    _search_args(p)
+
+
+def _search_args(p: argparse.ArgumentParser) -> None:
+    """Width of the search (docs/search.md); each flag overrides [agent] in kernelfix.toml."""
+    p.add_argument("--width", type=int, metavar="N", help="candidates per round, drawn and judged in parallel (default 1: one chain)")
+    p.add_argument("--keep", type=int, metavar="K", help="branches each later round continues: the round's best K (default: the width)")
+    p.add_argument("--sampling", choices=["parallel", "n"], help="a round's replies to one prompt: parallel calls (default) or one call with n=")
+    p.add_argument("--stop-at-sol", type=float, metavar="F", help="stop once a correct kernel's DRAM or SM throughput reaches F (0-1) of peak (needs the profile)")
 
 
 def _batch_parsers(sub) -> None:
@@ -489,6 +506,7 @@ def _batch_parsers(sub) -> None:
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
     p.add_argument("--target-speedup", type=float, metavar="X", help="goal per task: this speedup over eager (a manifest's target wins)")
     _limit_args(p)  # each per session
+    _search_args(p)  # a manifest's width/keep win
     p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
     _common_judge_args(p)
     p.set_defaults(func=cmd_batch)
