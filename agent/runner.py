@@ -139,8 +139,10 @@ class Session:
         judge = graph = None
         try:
             judge = self._judge or Judge(store.task(), store.settings.judge, workdir=store.work_dir)
+            self._running = (graph, cfg, judge)
             rt = Runtime(store=store, judge=judge, model=self.model, controls=self.controls, emit=self.emit, on_trajectory=self._writer(judge))
             graph = build_graph(rt).compile(checkpointer=saver)
+            self._running = (graph, cfg, judge)
             inp, state, resumed = self._starting_point(graph, cfg)
             rt.planned = state.round_slots  # a round cut short: its unfinished slots run again, grouped as planned
             self.emit(
@@ -188,6 +190,13 @@ class Session:
             # Ended on a limit: the router decides again, under limits a resume may have raised.
             graph.update_state(cfg, {"next_step": None, "stop_reason": None, "stop_kind": None}, as_node="feedback")
         return None, state, True
+
+    def record_interruption(self, e: BaseException) -> None:
+        """From another thread, while ``run`` is stuck (a judge stage in flight) and the process is about to
+        exit: trajectory.json says where the run stopped, as ``run`` itself would have written it."""
+        running = getattr(self, "_running", None)
+        if running is not None:
+            self._record_interruption(e, *running)
 
     def _record_interruption(self, e: BaseException, graph, cfg, judge: Judge) -> None:
         """trajectory.json says the run stopped early and why, from what the checkpoints hold."""

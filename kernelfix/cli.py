@@ -180,12 +180,31 @@ def _event_sink(tui: bool):
     return EventRelay()
 
 
+def _left_mid_turn(app) -> None:
+    """After the app closed: if the user left while a turn was in flight (q), give the session a moment to
+    stop at its next check; if a judge stage still holds it, record the interruption here and exit without
+    waiting (the judge's children die with this process; every judged turn is already on disk)."""
+    thread = app.session_thread
+    if thread is None or not thread.is_alive():
+        return
+    thread.join(timeout=5.0)
+    if thread.is_alive():
+        from kernelfix.agent.events import SessionAborted
+
+        app.running_session.record_interruption(SessionAborted("left by the user mid-turn"))
+        print(f"kernelfix: left mid-turn; continue the session with: kernelfix resume {app.running_session.store.path}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+
 def _run_in_tui(session, relay):
     """Run the session under the app; re-raise what stopped it, so both front ends exit alike."""
     from kernelfix.tui.app import KernelfixApp
 
     app = KernelfixApp(session=session, relay=relay)
     app.run()
+    _left_mid_turn(app)
     if app.error is not None:
         raise app.error
     if app.outcome is None:  # the app closed before the session said how it ended
@@ -304,6 +323,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
         app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
         app.run()
+        _left_mid_turn(app)
         if app.error is not None:
             print(f"kernelfix: the resumed session stopped: {app.error}", file=sys.stderr)
             return EXIT_FAIL
