@@ -454,6 +454,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         opts = ExportOptions(
             format=fmt,
             loss=args.loss,
+            all_branches=args.all_branches,
             filters=FilterConfig(
                 require_correct=not args.keep_incorrect,
                 min_speedup_gain=args.min_speedup_gain or None,
@@ -471,6 +472,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if args.json:
         sys.stdout.write(a.model_dump_json(indent=2) + "\n")
+    elif fmt == "rl-jsonl":
+        rewards = ", ".join(f"{k}: {n}" for k, n in a.rewards.items()) or "none"
+        Console(highlight=False).print(
+            f"{a.records_out} judged candidates ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} (rl-jsonl); rewards {rewards}; analysis in {out.parent / 'ANALYSIS.md'}",
+            soft_wrap=True,
+        )
     else:
         con = Console(highlight=False)
         con.print(f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}", soft_wrap=True)
@@ -545,7 +552,11 @@ def _batch_parsers(sub) -> None:
     )
     p.add_argument("sessions", nargs="+", metavar="SESSIONS", help="session directories, or folders holding sessions")
     p.add_argument("--out", required=True, metavar="FILE", help="the data file to write (.jsonl, or .parquet)")
-    p.add_argument("--format", choices=["chat-jsonl", "parquet"], help="default: parquet for a .parquet FILE, else chat-jsonl")
+    p.add_argument(
+        "--format", choices=["chat-jsonl", "parquet", "rl-jsonl"],
+        help="default: parquet for a .parquet FILE, else chat-jsonl; rl-jsonl: one record per judged candidate with its reward (no filters)",
+    )
+    p.add_argument("--all-branches", action="store_true", help="a search (--width above 1): one record per root-to-leaf path, not only the best path")
     p.add_argument("--loss", choices=["final", "all-assistant"], default="final", help="which assistant messages carry loss (default final)")
     p.add_argument("--keep-incorrect", action="store_true", help="filter off: keep sessions whose final answer is not correct and legal")
     p.add_argument("--min-speedup-gain", type=float, default=1.2, metavar="X", help="final / first correct speedup over eager at least X (default 1.2; 0: off)")
