@@ -107,7 +107,12 @@ def write(rows: list[RLRecord], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing(out) as f:
         for r in rows:
-            f.write((json.dumps(r.model_dump(mode="json", exclude_none=False), ensure_ascii=False) + "\n").encode("utf-8"))
+            row = {
+                "prompt": [m.model_dump(exclude_none=True) for m in r.prompt],
+                "completion": r.completion.model_dump(exclude_none=True),
+                "metadata": r.metadata.model_dump(mode="json"),  # a null reward stays: correct but untimed
+            }
+            f.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def analyse(rows: list[RLRecord], *, output: str, sessions_found: int, unusable: list[dict[str, str]]) -> RLAnalysis:
