@@ -12,6 +12,7 @@ A UI runs ``run()`` in a worker thread. ``run()`` raises what stopped it early
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from pathlib import Path
@@ -137,6 +138,7 @@ class Session:
         width = store.settings.agent.width
         cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT, "max_concurrency": max(4, width + 1)}
         judge = graph = None
+        restore = self._abort_on_signals()
         try:
             judge = self._judge or Judge(store.task(), store.settings.judge, workdir=store.work_dir)
             self._running = (graph, cfg, judge)
@@ -170,8 +172,27 @@ class Session:
                 self._record_interruption(e, graph, cfg, judge)
             raise
         finally:
+            restore()
             saver.conn.close()
             store.unlock()
+
+    def _abort_on_signals(self):
+        """Ctrl-C (and a batch worker's SIGTERM) reach only the main thread; a round's candidates run in
+        others. Abort them too (they stop at their next check), then raise as before. Returns the undo."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        saved = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old = signal.getsignal(sig)
+            if callable(old):  # a handler that raises (KeyboardInterrupt); the default SIGTERM just ends the process
+
+                def handler(signum, frame, old=old):
+                    self.controls.abort()
+                    old(signum, frame)
+
+                saved[sig] = old
+                signal.signal(sig, handler)
+        return lambda: [signal.signal(sig, old) for sig, old in saved.items()]
 
     def _writer(self, judge: Judge):
         def write(state: SessionState, finished: bool) -> None:

@@ -1,0 +1,268 @@
+"""A search on the GPU: width 4, keep 2, two rounds, on two tasks (issue 15's proof, docs/search.md).
+
+    python3 bench/search_rounds.py [--out DIR] [--device cuda|cpu] [--tasks relu_kb,matmul_kb]
+
+Replay models (no network) answer each round with four candidates:
+  relu_kb (KernelBench #19, 16 x 16384): round one, three CUDA ReLUs (128, 256 and 512 threads a block)
+    and one that nvcc rejects; round two, a float4 CUDA ReLU, a grid-stride one, a Triton one and a leaky
+    one (wrong). The CUDA candidates keep the torch headers out of the .cu (raw-pointer launcher, torch
+    wrapper in cpp_sources): the wrapper's build is shared through the object cache, the kernels build
+    side by side.
+  matmul_kb (KernelBench #1, 2048 x 2048): Triton matmuls with 64x64, 128x64 and 64x128 tiles and one that
+    reads B transposed (wrong); round two, 128x128 and 32x64 tiles, 64x64 with BK 64, and a reply without code.
+
+The target speedup is out of reach, so both rounds run. For each round it prints the wall time beside the
+sum of its verdicts' stage times: candidates are judged at once, so the wall time is below the sum. The
+GPU stages (reference, correctness, benchmark) queue on the device lease and do not overlap; the lease log
+shows it. About 3 minutes on the H100 (profile off: Nsight Compute would add a queued minute per kernel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from kernelfix.agent.config import AgentConfig  # noqa: E402
+from kernelfix.agent.headless import HeadlessReporter  # noqa: E402
+from kernelfix.agent.models import ReplayModel  # noqa: E402
+from kernelfix.agent.runner import Session  # noqa: E402
+from kernelfix.agent.session import read_trajectory  # noqa: E402
+from kernelfix.tools.cache_dir import cache_root  # noqa: E402
+from kernelfix.tools.config import JudgeConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FENCE = "```"
+
+
+def reply(prose: str, code: str) -> dict:
+    return {"content": f"{prose}\n\n{FENCE}python\n{code.strip()}\n{FENCE}\n"}
+
+
+def relu_cuda(threads: int, *, vector: bool = False, grid_stride: bool = False, broken: bool = False) -> str:
+    if vector:  # four floats a thread; the tail (n % 4) one by one
+        body = """
+    int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n) {
+        float4 v = reinterpret_cast<const float4*>(x)[i / 4];
+        v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f); v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+        reinterpret_cast<float4*>(y)[i / 4] = v;
+    } else {
+        for (; i < n; ++i) y[i] = fmaxf(x[i], 0.f);
+    }"""
+        blocks = f"(n / 4 + {threads}) / {threads}"
+    elif grid_stride:
+        body = """
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = fmaxf(x[i], 0.f);"""
+        blocks = "264"  # two waves of 132 SMs
+    else:
+        body = """
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.f);"""
+        blocks = f"(n + {threads - 1}) / {threads}"
+    if broken:
+        body = body.replace("fmaxf(", "fmaxff(")  # nvcc: identifier "fmaxff" is undefined
+    return f'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <cstdint>
+#include <cuda_runtime.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {{{body}
+}}
+
+void relu_launch(const float* x, float* y, int64_t n, cudaStream_t stream) {{
+    relu_kernel<<<{blocks}, {threads}, 0, stream>>>(x, y, n);
+}}
+"""
+
+cpp_source = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+void relu_launch(const float* x, float* y, int64_t n, cudaStream_t stream);
+
+torch::Tensor relu_cuda(torch::Tensor x) {{
+    auto y = torch::empty_like(x);
+    relu_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), at::cuda::getCurrentCUDAStream());
+    return y;
+}}
+"""
+
+relu_ext = load_inline(name="relu_ext", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=["relu_cuda"], no_implicit_headers=True)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return relu_ext.relu_cuda(x.contiguous())
+'''
+
+
+def relu_triton(block: int, *, leaky: bool = False) -> str:
+    act = "tl.where(x > 0, x, 0.01 * x)" if leaky else "tl.maximum(x, 0.0)"
+    return f'''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, {act}, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), {block}),)](x, y, x.numel(), BLOCK={block})
+        return y
+'''
+
+
+def matmul_triton(bm: int, bn: int, bk: int, *, transposed_b: bool = False) -> str:
+    b_strides = "B.stride(1), B.stride(0)" if transposed_b else "B.stride(0), B.stride(1)"
+    return f'''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :] * sak, mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k + rk)[:, None] * sbk + rn[None, :] * sbn, mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        M, K = A.shape
+        _, N = B.shape
+        C = torch.empty((M, N), device=A.device, dtype=A.dtype)
+        grid = (triton.cdiv(M, {bm}), triton.cdiv(N, {bn}))
+        matmul_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), {b_strides},
+                            C.stride(0), C.stride(1), BM={bm}, BN={bn}, BK={bk})
+        return C
+'''
+
+
+TASKS = {
+    "relu_kb": (
+        ROOT / "bench" / "tasks" / "relu_kb.py",
+        [  # round one (calls 0-3), then round two (calls 4-7)
+            reply("One thread an element, 128 a block.", relu_cuda(128)),
+            reply("One thread an element, 256 a block.", relu_cuda(256)),
+            reply("One thread an element, 512 a block.", relu_cuda(512)),
+            reply("fmaxf, spelled my way.", relu_cuda(256, broken=True)),
+            reply("Four floats a thread: one 16-byte load and store.", relu_cuda(256, vector=True)),
+            reply("A grid-stride loop over two waves of blocks.", relu_cuda(256, grid_stride=True)),
+            reply("The same pass in Triton, 1024 a program.", relu_triton(1024)),
+            reply("A leaky slope keeps gradients alive.", relu_triton(1024, leaky=True)),
+        ],
+    ),
+    "matmul_kb": (
+        ROOT / "bench" / "tasks" / "matmul_kb.py",
+        [
+            reply("Tiled, 64 x 64 output tiles, K in steps of 32.", matmul_triton(64, 64, 32)),
+            reply("Taller tiles: 128 x 64.", matmul_triton(128, 64, 32)),
+            reply("Wider tiles: 64 x 128.", matmul_triton(64, 128, 32)),
+            reply("B's strides, swapped for coalescing.", matmul_triton(64, 64, 32, transposed_b=True)),
+            reply("128 x 128 tiles for more reuse.", matmul_triton(128, 128, 32)),
+            reply("Smaller 32 x 64 tiles for more programs.", matmul_triton(32, 64, 32)),
+            reply("64 x 64 with K steps of 64.", matmul_triton(64, 64, 64)),
+            {"content": "The tiles look right; I would profile before changing them again."},
+        ],
+    ),
+}
+
+
+def lease_holds(since: float) -> list[dict]:
+    holds = []
+    for f in sorted((cache_root() / "locks").glob("gpu-*.log")):
+        for line in f.read_text().splitlines():
+            try:
+                h = json.loads(line)
+            except ValueError:
+                continue
+            if h.get("got", 0) >= since:
+                holds.append(h)
+    return sorted(holds, key=lambda h: h["got"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="where the sessions go (default: a temporary folder)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated, of " + ", ".join(TASKS))
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-search-"))
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    rows = []
+    for name in args.tasks.split(","):
+        task, lines = TASKS[name]
+        replay = out / f"{name}.jsonl"
+        replay.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        agent = AgentConfig(width=4, keep=2, max_turns=2, target_speedup=100.0, shape_block=False)
+        session = Session.create(
+            out / name, task_path=task, model=ReplayModel(replay), agent=agent,
+            judge_config=JudgeConfig(device=args.device, profile=False), on_event=HeadlessReporter(),
+        )
+        started = time.time()
+        session.run()
+        traj = read_trajectory(session.store.path)
+        for r in traj.rounds:
+            cats = [t.verdict.category.value for t in traj.turns if t.round == r.round]
+            rows.append((name, r, cats))
+        print(f"{name}: {len(traj.turns)} candidates in {time.time() - started:.1f} s; best turn {traj.outcome.best_turn} "
+              f"({traj.outcome.best_speedup_eager and f'{traj.outcome.best_speedup_eager:.2f}x eager'})", flush=True)
+
+    print("\n| task | round | candidates | wall s | sum of verdict times s | sum / wall | verdicts |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, r, cats in rows:
+        ratio = r.judge_s / r.wall_s if r.wall_s else float("nan")
+        verdicts = ", ".join(f"{c} x{cats.count(c)}" for c in dict.fromkeys(cats))
+        print(f"| {name} | {r.round} | {len(r.slots)} | {r.wall_s:.1f} | {r.judge_s:.1f} | {ratio:.2f} | {verdicts} |")
+    holds = lease_holds(t0)
+    if holds:
+        overlaps = sum(b["got"] < a["released"] for a, b in zip(holds, holds[1:]))
+        print(f"\nGPU lease: {len(holds)} GPU stages, {overlaps} overlapping, held {sum(h['released'] - h['got'] for h in holds):.1f} s, "
+              f"waited {sum(h['got'] - h['asked'] for h in holds):.1f} s")
+    print(f"total {time.time() - t0:.0f} s; sessions in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
