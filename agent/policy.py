@@ -51,12 +51,16 @@ def describe_goal(turn: Turn, config: AgentConfig) -> str:
 
 
 def rank(turn: Turn) -> tuple:
-    """Sort key, best first: correct before failed, then faster, then further through the judge, then earlier."""
+    """Sort key, best first: correct before failed, then faster, then further through the judge (a kernel
+    that built before one that did not), then earlier."""
     v = turn.verdict
     if turn.correct:
-        return (0, -(v.speedup_eager or 0.0), turn.index)
+        return (0, -(v.speedup_eager or 0.0), False, turn.index)
     progress = _PROGRESS.get(v.category.family, 0) if v is not None else 0
-    return (1, -progress, turn.index)
+    built = v is not None and v.compiled
+    if built and v.category.family == Family.INFRA:  # infra:no_gpu on a CPU machine: built, so past any build error
+        progress = _PROGRESS[Family.COMPILE]
+    return (1, -progress, not built, turn.index)
 
 
 def speed_of_light(turn: Turn) -> tuple[str, float] | None:

@@ -111,71 +111,16 @@ class ModelNew(nn.Module):
 
 
 def relu_triton(block: int, *, leaky: bool = False) -> str:
-    act = "tl.where(x > 0, x, 0.01 * x)" if leaky else "tl.maximum(x, 0.0)"
-    return f'''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, {act}, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), {block}),)](x, y, x.numel(), BLOCK={block})
-        return y
-'''
+    """examples/candidates/relu_triton.py with another block size (or a leaky slope: wrong)."""
+    src = (ROOT / "examples" / "candidates" / "relu_triton.py").read_text().replace("BLOCK = 1024", f"BLOCK = {block}")
+    return src.replace("tl.maximum(x, 0.0)", "tl.where(x > 0, x, 0.01 * x)") if leaky else src
 
 
 def matmul_triton(bm: int, bn: int, bk: int, *, transposed_b: bool = False) -> str:
-    b_strides = "B.stride(1), B.stride(0)" if transposed_b else "B.stride(0), B.stride(1)"
-    return f'''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :] * sak, mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * sbk + rn[None, :] * sbn, mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee")
-    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A, B):
-        M, K = A.shape
-        _, N = B.shape
-        C = torch.empty((M, N), device=A.device, dtype=A.dtype)
-        grid = (triton.cdiv(M, {bm}), triton.cdiv(N, {bn}))
-        matmul_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), {b_strides},
-                            C.stride(0), C.stride(1), BM={bm}, BN={bn}, BK={bk})
-        return C
-'''
+    """bench/candidates/matmul_triton.py with other tiles (or B's strides swapped: wrong)."""
+    src = (ROOT / "bench" / "candidates" / "matmul_triton.py").read_text()
+    src = src.replace("BM=64, BN=64, BK=32", f"BM={bm}, BN={bn}, BK={bk}").replace("cdiv(M, 64), triton.cdiv(N, 64)", f"cdiv(M, {bm}), triton.cdiv(N, {bn})")
+    return src.replace("B.stride(0), B.stride(1)", "B.stride(1), B.stride(0)") if transposed_b else src
 
 
 TASKS = {
@@ -246,8 +191,9 @@ def main() -> int:
         for r in traj.rounds:
             cats = [t.verdict.category.value for t in traj.turns if t.round == r.round]
             rows.append((name, r, cats))
+        speed = traj.outcome.best_speedup_eager
         print(f"{name}: {len(traj.turns)} candidates in {time.time() - started:.1f} s; best turn {traj.outcome.best_turn} "
-              f"({traj.outcome.best_speedup_eager and f'{traj.outcome.best_speedup_eager:.2f}x eager'})", flush=True)
+              f"({'untimed' if speed is None else f'{speed:.2f}x eager'})", flush=True)
 
     print("\n| task | round | candidates | wall s | sum of verdict times s | sum / wall | verdicts |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -59,8 +59,9 @@ def test_a_search_ranks_counts_rounds_and_budgets_over_every_branch():
     from kernelfix.agent.state import RoundRecord
 
     # rank: correct and faster first, then how far a failure got (wrong > crashed > did not build > no code)
-    ranked = [t(1, Category.NO_CODE), t(2, Category.NUMERICAL), t(3, Category.NVCC), t(4, speedup=1.1), t(5, speedup=2.0)]
-    assert [x.index for x in sorted(ranked, key=policy.rank)] == [5, 4, 2, 3, 1]
+    ranked = [t(1, Category.NO_CODE), t(2, Category.NUMERICAL), t(3, Category.NVCC), t(4, speedup=1.1), t(5, speedup=2.0), t(6, Category.NO_GPU)]
+    ranked[5].verdict.compiled = True  # built on a machine without a GPU: past the build error of turn 3
+    assert [x.index for x in sorted(ranked, key=policy.rank)] == [5, 4, 2, 6, 3, 1]
     # a round's candidates overlap: wall time counts the round once, tokens and cost count every branch
     u = Usage(prompt_tokens=100, completion_tokens=100, cost_usd=0.01, attempts=1)
     turns = [t(i, Category.NUMERICAL, usage=u, wall_s=60.0, round=r, parent=None) for i, r in ((1, 1), (2, 1), (3, 2), (4, 2))]
