@@ -329,6 +329,9 @@ class SessionDir:
         index = self.path / ".git" / f"{_BRANCH_INDEX}{branch}"
         env = {"GIT_INDEX_FILE": str(index), **_GIT_IDENTITY}
         try:
+            tip = repo.git.rev_parse("--verify", "--quiet", f"refs/heads/{branch}", with_exceptions=False)
+            if tip and tip != parent and repo.is_ancestor(parent, tip):
+                parent = tip  # the branch moved past its last turn (a settings commit of a resume): keep that on it
             repo.git.read_tree(parent, env=env)
             repo.git.add("--", *files, env=env)
             tree = repo.git.write_tree(env=env)

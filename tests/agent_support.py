@@ -95,8 +95,11 @@ def check_search_dir(path: Path) -> Trajectory:
         c = repo.commit(t.commit)
         assert c.message.startswith(f"turn {t.index}: {t.verdict.category.value}") and f"{TURN_TRAILER}: {t.index}" in c.message
         assert t.commit in {x.hexsha for x in repo.iter_commits(t.branch)}, f"turn {t.index} is not on {t.branch}"
-        if t.parent is not None:
-            assert c.parents[0].hexsha == by_index[t.parent].commit
+        if t.parent is not None:  # the nearest turn commit below it (a resume's settings commit may sit between)
+            below = c.parents[0]
+            while TURN_TRAILER not in below.message:
+                below = below.parents[0]
+            assert below.hexsha == by_index[t.parent].commit
         blob = c.tree / "turns" / f"{t.index:03d}" / "verdict.json"
         assert json.loads(blob.data_stream.read()) == t.verdict.model_dump(mode="json")
     if traj.outcome.best_turn is not None:
