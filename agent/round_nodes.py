@@ -20,7 +20,7 @@ from langgraph.types import Send
 from kernelfix.agent import judging, policy, prompting, search
 from kernelfix.agent.events import ModelReplied, RoundJudged, RoundStarted, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.models import DrawCancelled, ReplayExhausted
-from kernelfix.agent.state import _RESET, RoundBasis, RoundRecord, SessionState, Slot, SlotRecord, SlotResult, path_to, totals
+from kernelfix.agent.state import RESET, RoundBasis, RoundRecord, SessionState, Slot, SlotRecord, SlotResult, path_to, totals
 from kernelfix.tools.judge import STAGES
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) 
             "frontier": kept,
             "rounds": [*state.rounds, record],
             "round_slots": [],
-            "round_results": _RESET,
+            "round_results": RESET,
             "round_started_at": None,
         }
         exhausted = next((r for r in results if r.exhausted), None)

@@ -126,12 +126,12 @@ class RoundRecord(_Model):
     kept: list[int]  # the turns the next round continues from
 
 
-_RESET = "reset"
+RESET = "reset"  # a node returns it for round_results to empty the list
 
 
 def _gather(old: list[SlotResult] | None, new: list[SlotResult] | str) -> list[SlotResult]:
     """The round's results as its slots finish (in parallel); the node that records them resets the list."""
-    return [] if new == _RESET else [*(old or []), *new]
+    return [] if new == RESET else [*(old or []), *new]
 
 
 class SessionState(_Model):

@@ -2,19 +2,22 @@
 
     python3 bench/search_rounds.py [--out DIR] [--device cuda|cpu] [--tasks relu_kb,matmul_kb]
 
-Replay models (no network) answer each round with four candidates:
-  relu_kb (KernelBench #19, 16 x 16384): round one, three CUDA ReLUs (128, 256 and 512 threads a block)
-    and one that nvcc rejects; round two, a float4 CUDA ReLU, a grid-stride one, a Triton one and a leaky
-    one (wrong). The CUDA candidates keep the torch headers out of the .cu (raw-pointer launcher, torch
-    wrapper in cpp_sources): the wrapper's build is shared through the object cache, the kernels build
-    side by side.
-  matmul_kb (KernelBench #1, 2048 x 2048): Triton matmuls with 64x64, 128x64 and 64x128 tiles and one that
-    reads B transposed (wrong); round two, 128x128 and 32x64 tiles, 64x64 with BK 64, and a reply without code.
+Replay models (no network) answer each round with four candidates, one correct, one wrong and two that
+fail before the GPU:
+  relu_kb (KernelBench #19, 16 x 16384): round one builds three CUDA ReLUs at once (correct, leaky, one
+    nvcc rejects) beside a reply without code; round two, a float4 CUDA ReLU, a leaky Triton one, a
+    Triton one with a syntax error, no code. The CUDA candidates keep the torch headers out of the .cu
+    (raw-pointer launcher, torch wrapper in cpp_sources): the wrapper's build is shared through the
+    object cache, the kernels build side by side.
+  matmul_kb (KernelBench #1, 2048 x 2048): Triton matmuls; round one 64x64 tiles (correct), B read
+    transposed (wrong), a syntax error, no code; round two 128x64 (correct), the K loop a tile short
+    (wrong), a syntax error, no code.
 
 The target speedup is out of reach, so both rounds run. For each round it prints the wall time beside the
 sum of its verdicts' stage times: candidates are judged at once, so the wall time is below the sum. The
 GPU stages (reference, correctness, benchmark) queue on the device lease and do not overlap; the lease log
-shows it. About 3 minutes on the H100 (profile off: Nsight Compute would add a queued minute per kernel).
+shows it. About 3 to 4 minutes on the H100 (profile off; a fresh machine first builds the precompiled
+torch header for the CUDA wrapper).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def reply(prose: str, code: str) -> dict:
     return {"content": f"{prose}\n\n{FENCE}python\n{code.strip()}\n{FENCE}\n"}
 
 
-def relu_cuda(threads: int, *, vector: bool = False, grid_stride: bool = False, broken: bool = False) -> str:
+def relu_cuda(threads: int, *, vector: bool = False, leaky: bool = False, broken: bool = False) -> str:
     if vector:  # four floats a thread; the tail (n % 4) one by one
         body = """
     int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 4;
@@ -56,16 +59,13 @@ def relu_cuda(threads: int, *, vector: bool = False, grid_stride: bool = False, 
         for (; i < n; ++i) y[i] = fmaxf(x[i], 0.f);
     }"""
         blocks = f"(n / 4 + {threads}) / {threads}"
-    elif grid_stride:
-        body = """
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = fmaxf(x[i], 0.f);"""
-        blocks = "264"  # two waves of 132 SMs
     else:
         body = """
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) y[i] = fmaxf(x[i], 0.f);"""
         blocks = f"(n + {threads - 1}) / {threads}"
+    if leaky:  # wrong: a leaky ReLU
+        body = body.replace("fmaxf(x[i], 0.f)", "(x[i] > 0.f ? x[i] : 0.01f * x[i])")
     if broken:
         body = body.replace("fmaxf(", "fmaxff(")  # nvcc: identifier "fmaxff" is undefined
     return f'''
@@ -110,44 +110,57 @@ class ModelNew(nn.Module):
 '''
 
 
-def relu_triton(block: int, *, leaky: bool = False) -> str:
-    """examples/candidates/relu_triton.py with another block size (or a leaky slope: wrong)."""
+def relu_triton(block: int, *, leaky: bool = False, syntax_error: bool = False) -> str:
+    """examples/candidates/relu_triton.py with another block size (or a leaky slope: wrong; or a colon missing)."""
     src = (ROOT / "examples" / "candidates" / "relu_triton.py").read_text().replace("BLOCK = 1024", f"BLOCK = {block}")
-    return src.replace("tl.maximum(x, 0.0)", "tl.where(x > 0, x, 0.01 * x)") if leaky else src
+    if leaky:
+        src = src.replace("tl.maximum(x, 0.0)", "tl.where(x > 0, x, 0.01 * x)")
+    return src.replace("-> torch.Tensor:", "-> torch.Tensor") if syntax_error else src
 
 
-def matmul_triton(bm: int, bn: int, bk: int, *, transposed_b: bool = False) -> str:
-    """bench/candidates/matmul_triton.py with other tiles (or B's strides swapped: wrong)."""
+def matmul_triton(bm: int, bn: int, bk: int, *, transposed_b: bool = False, short_k: bool = False, syntax_error: bool = False) -> str:
+    """bench/candidates/matmul_triton.py with other tiles (or B's strides swapped, or the last K tile
+    skipped: wrong; or a colon missing)."""
     src = (ROOT / "bench" / "candidates" / "matmul_triton.py").read_text()
     src = src.replace("BM=64, BN=64, BK=32", f"BM={bm}, BN={bn}, BK={bk}").replace("cdiv(M, 64), triton.cdiv(N, 64)", f"cdiv(M, {bm}), triton.cdiv(N, {bn})")
-    return src.replace("B.stride(0), B.stride(1)", "B.stride(1), B.stride(0)") if transposed_b else src
+    if transposed_b:
+        src = src.replace("B.stride(0), B.stride(1)", "B.stride(1), B.stride(0)")
+    if short_k:
+        src = src.replace("range(0, K, BK)", "range(0, K - BK, BK)")
+    return src.replace("def forward(self, A, B):", "def forward(self, A, B)") if syntax_error else src
 
 
+NO_CODE = {"content": "The kernel is close; I would look at the profile before writing another one."}
+
+
+# Each round as a first attempt often goes (KernelBench): one correct, one wrong, two that fail before
+# reaching the GPU. The GPU stages of a correct candidate take about 30 s on the H100 (docs/judge.md) and
+# queue on the lease; this mix keeps the run near 3 minutes while three builds still overlap in round one.
 TASKS = {
     "relu_kb": (
         ROOT / "bench" / "tasks" / "relu_kb.py",
-        [  # round one (calls 0-3), then round two (calls 4-7)
-            reply("One thread an element, 128 a block.", relu_cuda(128)),
+        [  # round one (calls 0-3): three CUDA builds at once; round two (calls 4-7): children of the two kept
             reply("One thread an element, 256 a block.", relu_cuda(256)),
-            reply("One thread an element, 512 a block.", relu_cuda(512)),
-            reply("fmaxf, spelled my way.", relu_cuda(256, broken=True)),
+            reply("A leaky slope keeps gradients alive.", relu_cuda(256, leaky=True)),
+            reply("fmaxf, spelled my way.", relu_cuda(128, broken=True)),
+            NO_CODE,
             reply("Four floats a thread: one 16-byte load and store.", relu_cuda(256, vector=True)),
-            reply("A grid-stride loop over two waves of blocks.", relu_cuda(256, grid_stride=True)),
-            reply("The same pass in Triton, 1024 a program.", relu_triton(1024)),
-            reply("A leaky slope keeps gradients alive.", relu_triton(1024, leaky=True)),
+            reply("The same pass in Triton, with the leaky slope.", relu_triton(1024, leaky=True)),
+            reply("Triton, 2048 a program.", relu_triton(2048, syntax_error=True)),
+            NO_CODE,
         ],
     ),
     "matmul_kb": (
         ROOT / "bench" / "tasks" / "matmul_kb.py",
         [
             reply("Tiled, 64 x 64 output tiles, K in steps of 32.", matmul_triton(64, 64, 32)),
-            reply("Taller tiles: 128 x 64.", matmul_triton(128, 64, 32)),
-            reply("Wider tiles: 64 x 128.", matmul_triton(64, 128, 32)),
             reply("B's strides, swapped for coalescing.", matmul_triton(64, 64, 32, transposed_b=True)),
-            reply("128 x 128 tiles for more reuse.", matmul_triton(128, 128, 32)),
-            reply("Smaller 32 x 64 tiles for more programs.", matmul_triton(32, 64, 32)),
-            reply("64 x 64 with K steps of 64.", matmul_triton(64, 64, 64)),
-            {"content": "The tiles look right; I would profile before changing them again."},
+            reply("Taller tiles: 128 x 64.", matmul_triton(128, 64, 32, syntax_error=True)),
+            NO_CODE,
+            reply("128 x 64 tiles for more reuse.", matmul_triton(128, 64, 32)),
+            reply("64 x 64, the K loop one tile shorter.", matmul_triton(64, 64, 32, short_k=True)),
+            reply("Wider tiles: 64 x 128.", matmul_triton(64, 128, 32, syntax_error=True)),
+            NO_CODE,
         ],
     ),
 }
