@@ -204,9 +204,9 @@ def main() -> int:
         for r in traj.rounds:
             cats = [t.verdict.category.value for t in traj.turns if t.round == r.round]
             rows.append((name, r, cats))
-        speed = traj.outcome.best_speedup_eager
-        print(f"{name}: {len(traj.turns)} candidates in {time.time() - started:.1f} s; best turn {traj.outcome.best_turn} "
-              f"({'untimed' if speed is None else f'{speed:.2f}x eager'})", flush=True)
+        o = traj.outcome
+        best = "none correct" if o.best_turn is None else f"best turn {o.best_turn}, " + ("untimed" if o.best_speedup_eager is None else f"{o.best_speedup_eager:.2f}x eager")
+        print(f"{name}: {len(traj.turns)} candidates in {time.time() - started:.1f} s; {best}", flush=True)
 
     print("\n| task | round | candidates | wall s | sum of verdict times s | sum / wall | verdicts |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
