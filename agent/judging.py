@@ -53,3 +53,12 @@ def finish(judge: Judge, turn: Turn, ev: Evaluation) -> None:
     turn.judge_s = round(sum(ev.stage_seconds.values()), 3)
     turn.finished_at = time.time()
     turn.wall_s = round(turn.finished_at - turn.started_at, 3)
+
+
+def abandon(judge: Judge, ev: Evaluation) -> None:
+    """An evaluation cut short in a thread that goes on (a search's candidate, the user left): finish
+    releases its candidate worker; the verdict is not kept."""
+    try:
+        judge.finish(ev)
+    except Exception:  # already failing: the original error is the one to raise
+        pass

@@ -78,9 +78,13 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) 
         rt.emit(ModelReplied(turn=slot.turn, usage=reply.usage))
         turn = judging.model_turn(slot.turn, slot.messages, reply, hints=slot.hints, started_at=started, parent=slot.parent, branch=slot.branch, round=slot.round)
         ev = judging.start(rt.store, rt.judge, turn, rt.emit)
-        for name in STAGES:
-            rt.check_abort()
-            ev = getattr(rt.judge, name)(ev, lambda e: rt.emit(StageUpdate(turn=slot.turn, event=e)))
+        try:
+            for name in STAGES:
+                rt.check_abort()
+                ev = getattr(rt.judge, name)(ev, lambda e: rt.emit(StageUpdate(turn=slot.turn, event=e)))
+        except BaseException:
+            judging.abandon(rt.judge, ev)
+            raise
         judging.finish(rt.judge, turn, ev)
         rt.emit(TurnJudged(turn=turn, best_turn=ctl.judged(turn)))
         return result("judged", turn=turn)

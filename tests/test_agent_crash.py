@@ -326,8 +326,8 @@ def test_a_search_killed_mid_round_resumes_every_branch(tmp_path):
     # Were the model asked again for round one, it would now answer with no code at all.
     replay.write_text("".join(json.dumps({"content": c}) + "\n" for c in ["gone", "gone", NO_CODE, NO_CODE]))
 
-    run = resume(session)  # turn 2 (a syntax error) is judged at once; turn 1 is killed in its correctness stage
-    run.wait_until((session / "work" / "turn-001" / "out" / "correctness").exists, "turn 1 reached its correctness stage")
+    run = resume(session)  # turn 2 (a syntax error) is judged at once; turn 1 is killed once its candidate worker runs
+    run.wait_until((session / "work" / "turn-001" / "logs").exists, "turn 1 started its candidate worker")
     run.kill()
     run = resume(session, die_at="after_commit:3")
     assert run.ended() == -signal.SIGKILL, run.output
