@@ -135,6 +135,11 @@ def leaf_finals(traj: Trajectory) -> list[Turn]:
     return [finals[i] for i in sorted(finals)] if _searched(traj) else [t for t in [final_model_turn(traj)] if t is not None]
 
 
+def session_fields(traj: Trajectory, session_dir: str) -> dict:
+    """What every exported record says of its session (SFT and RL records alike)."""
+    return {"session_id": traj.session_id, "session_dir": session_dir, "task": traj.task.name, "task_sha1": traj.task.sha1, "model": traj.model, "device": traj.device}
+
+
 def _prompt_text(messages: list[Message]) -> str:
     return "\n\n".join(f"{m.role}: {m.content}" for m in messages)
 
@@ -155,12 +160,7 @@ def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final", fina
     first_correct = next((t for t in turns if t.correct), None)
     v = final.verdict
     meta = Metadata(
-        session_id=traj.session_id,
-        session_dir=session_dir,
-        task=traj.task.name,
-        task_sha1=traj.task.sha1,
-        model=traj.model,
-        device=traj.device,
+        **session_fields(traj, session_dir),
         loss=loss,
         turns=[TurnInfo(turn=t.index, source=t.source, category=t.verdict.category.value if t.verdict else None) for t in turns],
         final_turn=final.index,

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
-from kernelfix.agent.export.records import Message
+from kernelfix.agent.export.records import Message, session_fields
 from kernelfix.agent.state import Trajectory, Turn
 
 REWARD_RULE = "speedup_eager if correct, legal and timed; 0 if not correct or not legal; null if correct and legal but untimed"
@@ -70,12 +70,7 @@ def records(traj: Trajectory, *, session_dir: str) -> list[RLRecord]:
                 prompt=[Message(role=m.role, content=m.content) for m in t.messages],
                 completion=Message(role="assistant", content=t.reply.content, reasoning_content=t.reply.reasoning_content or None),
                 metadata=RLMetadata(
-                    session_id=traj.session_id,
-                    session_dir=session_dir,
-                    task=traj.task.name,
-                    task_sha1=traj.task.sha1,
-                    model=traj.model,
-                    device=traj.device,
+                    **session_fields(traj, session_dir),
                     turn=t.index,
                     parent=t.parent,
                     branch=t.branch,
