@@ -92,7 +92,7 @@ class Runtime:
 
 
 def _next_index(state: SessionState) -> int:
-    return max(t.index for t in state.turns) + 1 if state.turns else 1
+    return state.next_index
 
 
 def build_graph(rt: Runtime) -> StateGraph:

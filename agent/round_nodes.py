@@ -32,8 +32,7 @@ Update = dict[str, Any]
 def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) -> None:
     def plan_round(state: SessionState) -> Update:
         round_no = state.rounds_done + 1
-        first_turn = max((t.index for t in state.turns), default=0) + 1
-        slots = search.plan(state, width=rt.config.width, round_no=round_no, first_turn=first_turn, first_call=state.model_calls)
+        slots = search.plan(state, width=rt.config.width, round_no=round_no, first_turn=state.next_index, first_call=state.model_calls)
         parent_branch = {s.turn: (state.turn(s.parent).branch if s.parent is not None else None) for s in slots}
         hints = rt.controls.take_branch_hints({b for b in parent_branch.values() if b})
         t = totals(state.turns, state.rounds)

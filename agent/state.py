@@ -168,6 +168,12 @@ class SessionState(_Model):
         return sum(t.source == "model" for t in self.turns)
 
     @property
+    def next_index(self) -> int:
+        """The next turn's index: after every turn and every slot a round planned (a slot never drawn keeps its number)."""
+        used = [t.index for t in self.turns] + [s.turn for r in self.rounds for s in r.slots] + [s.turn for s in self.round_slots]
+        return max(used) + 1 if used else 1
+
+    @property
     def rounds_done(self) -> int:
         """Model rounds so far (what --max-turns counts): with width 1, model turns."""
         n = 0

@@ -68,6 +68,10 @@ def test_a_search_ranks_counts_rounds_and_budgets_over_every_branch():
     rounds = [RoundRecord(round=r, started_at=0.0, wall_s=70.0, judge_s=120.0, slots=[], kept=[]) for r in (1, 2)]
     state = SessionState(turns=turns, rounds=rounds)
     assert state.rounds_done == 2
+    from kernelfix.agent.state import SlotRecord
+
+    cut = state.model_copy(update={"rounds": [*rounds, rounds[1].model_copy(update={"round": 3, "slots": [SlotRecord(turn=5, parent=3, branch="b1", status="cancelled")]})]})
+    assert (state.next_index, cut.next_index) == (5, 6)  # a slot cut off keeps its number
     assert policy.max_turns_reached(state, AgentConfig(max_turns=2, width=2)) == "max turns reached: 2 of 2 rounds"
     assert "token budget spent: 800" in policy.budget_spent(state, AgentConfig(max_tokens=800))
     assert "time budget spent: 140 s" in policy.budget_spent(state, AgentConfig(max_wall_s=140))  # 2 x 70, not 4 x 60
