@@ -2,8 +2,13 @@
 
     START -> prepare -> control -+-> generate -> extract -> compile -> correctness -> legality -> benchmark -> profile -> feedback -> control
                                  +-> submit ---^                      (one node per judge stage, from STAGES)
+                                 +-> plan_round =Send=> candidate x width -> select -> control   (width > 1: agent.round_nodes)
                                  +-> pause -> control
                                  +-> finish -> END
+
+With width 1 a model turn takes the chain of nodes, each checkpointed; a search (width > 1) draws and
+judges a round's candidates in parallel tasks, one per candidate, each saved as it finishes. Candidates
+from the user (--candidate, the UI's edit) take the chain in both.
 
 ``control`` is the router: it reads the state and the UI's controls and
 writes its decision (and any stop reason) into the state, so a resumed session
@@ -14,9 +19,7 @@ node re-run after a kill changes nothing twice.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,25 +27,26 @@ from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-from kernelfix.agent import policy, prompting
+from kernelfix.agent import judging, policy, prompting, search
 from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.draws import RoundControl, take_reply
 from kernelfix.agent.events import (
     Controls,
-    ModelDelta,
     ModelReplied,
-    ModelRetry,
     Notice,
+    SessionAborted,
     SessionPaused,
     SessionUnpaused,
     StageUpdate,
     TurnJudged,
     TurnStarted,
 )
-from kernelfix.agent.models import ChatModel, ModelReply, ReplayExhausted
+from kernelfix.agent.models import ChatModel, ReplayExhausted
+from kernelfix.agent.round_nodes import add_round_nodes
 from kernelfix.agent.session import SessionDir
 from kernelfix.agent.shapes import shape_block
-from kernelfix.agent.state import ChatMessage, SessionState, Turn
-from kernelfix.tools.judge import STAGES, Judge, StageEvent
+from kernelfix.agent.state import SessionState, Slot, Turn
+from kernelfix.tools.judge import STAGES, Judge
 
 Update = dict[str, Any]
 
@@ -66,9 +70,29 @@ class Runtime:
     def timed(self) -> bool:
         return self.judge.device == "cuda"
 
+    def __post_init__(self) -> None:
+        self.planned: list[Slot] = []  # the round in flight's slots (a resume sets them from the checkpoint)
+        self._rounds: dict[int, RoundControl] = {}
+        self._rounds_lock = threading.Lock()
+
+    def searching(self, state: SessionState) -> bool:
+        """A search (rounds of candidates) rather than the chain: width > 1, or a session that already searched."""
+        return self.config.width > 1 or bool(state.rounds)
+
+    def round_control(self, slot: Slot, slots: list[Slot]) -> RoundControl:
+        """The round's shared control, made by its first slot to ask (slots of one round run in parallel)."""
+        with self._rounds_lock:
+            if slot.round not in self._rounds:
+                self._rounds[slot.round] = RoundControl(self.store, self.model, self.config, self.controls, self.emit, timed=self.timed, slots=slots)
+            return self._rounds[slot.round]
+
+    def check_abort(self) -> None:
+        if self.controls.aborted:
+            raise SessionAborted("left by the user")
+
 
 def _next_index(state: SessionState) -> int:
-    return state.turns[-1].index + 1 if state.turns else 1
+    return state.next_index
 
 
 def build_graph(rt: Runtime) -> StateGraph:
@@ -89,8 +113,8 @@ def build_graph(rt: Runtime) -> StateGraph:
         return {"prepared": True, "shape_block": block}
 
     def control(state: SessionState) -> Update:
+        rt.check_abort()
         c, cfg = rt.controls, rt.config
-        last = state.turns[-1] if state.turns else None
         stop: tuple[str, str] | None = None
         step = "generate"
         if c.stop_requested:
@@ -98,8 +122,10 @@ def build_graph(rt: Runtime) -> StateGraph:
         elif c.accept_requested:
             best = state.best
             stop = ("user_accept", "accepted by the user" + (f": best is turn {best.index}" if best else ": no correct candidate yet"))
-        elif last is not None and policy.goal_met(last, cfg, timed=rt.timed):
-            stop = ("goal", policy.describe_goal(last, cfg))
+        elif met := next((t for t in _just_judged(state, rt.searching(state)) if policy.goal_met(t, cfg, timed=rt.timed)), None):
+            stop = ("goal", policy.describe_goal(met, cfg))
+        elif sol := next((r for t in _just_judged(state, rt.searching(state)) if (r := policy.sol_reached(t, cfg))), None):
+            stop = ("speed_of_light", sol)
         elif state.pending_candidate is not None or c.has_candidate:
             step = "submit"
         elif reason := policy.max_turns_reached(state, cfg):
@@ -108,6 +134,8 @@ def build_graph(rt: Runtime) -> StateGraph:
             stop = ("budget", reason)
         elif c.paused:
             step = "pause"
+        elif rt.searching(state):
+            step = "round"
         if stop is not None:
             return {"next_step": "end", "stop_kind": stop[0], "stop_reason": stop[1]}
         return {"next_step": step, "stop_kind": None, "stop_reason": None}
@@ -120,30 +148,21 @@ def build_graph(rt: Runtime) -> StateGraph:
             rt.emit(SessionUnpaused())
         return {}
 
+    def task_message(state: SessionState) -> str:
+        return prompting.task_prompt(task.name, task.source, shape_block=state.shape_block, goal=prompting.goal_text(rt.config, rt.judge.device))
+
     def generate(state: SessionState) -> Update:
         index = _next_index(state)
         wd = rt.store.eval_dir(index)
         shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
         rt.judge.prestart(wd)  # its worker starts Python, torch and CUDA while the model writes
         hints = rt.controls.take_hints()
-        task_msg = prompting.task_prompt(task.name, task.source, shape_block=state.shape_block, goal=prompting.goal_text(rt.config, rt.judge.device))
+        task_msg = task_message(state)
         messages = prompting.build_messages(system, task_msg, state.turns, hints)
         started = time.time()
         rt.emit(TurnStarted(turn=index, source="model"))
-        prompt_sha = hashlib.sha256(json.dumps([m.model_dump(mode="json") for m in messages], sort_keys=True).encode()).hexdigest()
         try:
-            journaled = rt.store.journaled_reply(state.model_calls, prompt_sha)
-            if journaled is not None:  # received before a kill, never checkpointed: not asked (or paid for) again
-                reply = ModelReply.model_validate(journaled)
-                rt.emit(Notice(text=f"turn {index}: the model's reply was received before the interruption; using it"))
-            else:
-                reply = rt.model.complete(
-                    messages,
-                    call_index=state.model_calls,
-                    on_delta=lambda ch, text: rt.emit(ModelDelta(turn=index, channel=ch, text=text)),
-                    on_retry=lambda n, err, wait: rt.emit(ModelRetry(turn=index, attempt=n, error=err, wait_s=wait)),
-                )
-                rt.store.journal_reply(state.model_calls, prompt_sha, reply)
+            reply = take_reply(rt.store, rt.model, turn=index, call_index=state.model_calls, messages=messages, emit=rt.emit, check=rt.check_abort)
         except ReplayExhausted as e:
             return {"next_step": "end", "stop_kind": "replay_end", "stop_reason": str(e)}
         except BaseException:
@@ -151,45 +170,35 @@ def build_graph(rt: Runtime) -> StateGraph:
                 rt.controls.hint(h)
             raise
         rt.emit(ModelReplied(turn=index, usage=reply.usage))
-        turn = Turn(
-            index=index,
-            source="model",
-            messages=messages,
-            reply=ChatMessage(role="assistant", content=reply.content, reasoning_content=reply.reasoning_content),
-            hints=hints,
-            usage=reply.usage,
-            started_at=started,
-        )
+        turn = judging.model_turn(index, messages, reply, hints=hints, started_at=started, round=state.rounds_done + 1)
         return {"current": turn, "evaluation": None, "model_calls": state.model_calls + 1}
 
     def submit(state: SessionState) -> Update:
         if state.pending_candidate is not None:
             turn = Turn(index=0, source="candidate", code=state.pending_candidate, submitted_as=state.pending_candidate_name, started_at=time.time())
         else:
-            code = rt.controls.take_candidate()
-            if code is None:
+            got = rt.controls.take_submission()
+            if got is None:
                 return {"current": None}
+            code, parent = got
             turn = Turn(index=_next_index(state), source="user", code=code, submitted_as="candidate.py", started_at=time.time())
-        rt.emit(TurnStarted(turn=turn.index, source=turn.source))
+            if rt.searching(state):  # onto the chosen branch (default: the best kept one)
+                front = search.frontier(state)
+                turn.parent = parent if parent is not None and state.turn(parent) is not None else (front[0] if front else None)
+                turn.branch = search.continues_branch(state, turn.parent) or search.new_branch(state)
+        rt.emit(TurnStarted(turn=turn.index, source=turn.source, parent=turn.parent, branch=turn.branch))
         return {"current": turn, "evaluation": None, "pending_candidate": None}
 
     def extract(state: SessionState) -> Update:
         turn = state.current.model_copy(deep=True)
-        wd = rt.store.eval_dir(turn.index)
-        if not rt.judge.has_standby(wd):
-            shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
-        if turn.source == "model":
-            ev = rt.judge.start(turn.reply.content, filename="reply.md", workdir=wd)
-        else:
-            ev = rt.judge.start(turn.code or "", filename=turn.submitted_as or "candidate.py", workdir=wd)
-        turn.code = ev.code
-        rt.emit(StageUpdate(turn=turn.index, event=StageEvent(stage="extract", status="finished", detail=ev.category.value if ev.category else "ok")))
+        ev = judging.start(rt.store, rt.judge, turn, rt.emit)
         return {"current": turn, "evaluation": ev}
 
     def stage_node(name: str) -> Callable[[SessionState], Update]:
         method = getattr(rt.judge, name)
 
         def run(state: SessionState) -> Update:
+            rt.check_abort()
             index = state.current.index
             ev = method(state.evaluation.model_copy(deep=True), lambda e: rt.emit(StageUpdate(turn=index, event=e)))
             return {"evaluation": ev}
@@ -199,21 +208,35 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def feedback(state: SessionState) -> Update:
         turn = state.current.model_copy(deep=True)
-        ev = state.evaluation
-        turn.verdict = rt.judge.finish(ev)
-        turn.judge_s = round(sum(ev.stage_seconds.values()), 3)
-        turn.finished_at = time.time()
-        turn.wall_s = round(turn.finished_at - turn.started_at, 3)
+        judging.finish(rt.judge, turn, state.evaluation)
         best = state.best
         is_best = policy.is_better(turn, best)
         if is_best:
             best = turn
-        model_turns = state.model_turns + (turn.source == "model")
-        turn.feedback = prompting.feedback_message(
-            turn, best=best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - model_turns
-        )
-        turn.commit = rt.store.record_turn(turn, is_best=is_best)
-        update = {"turns": [*state.turns, turn], "current": None, "evaluation": None, "best_turn": best.index if best else None}
+        update: Update = {}
+        if rt.searching(state):
+            # A candidate or user turn in a search: a commit on its branch, and a branch the next round continues first.
+            parent_commit = None  # --candidate (turn 0): on the trunk, where every branch starts
+            if turn.source == "candidate":
+                turn.branch = rt.store.trunk()
+            else:
+                parent = state.turn(turn.parent) if turn.parent is not None else None
+                parent_commit = parent.commit if parent is not None else rt.store.base_commit()
+            path_best = search.path_best([*state.path(turn.parent), turn])
+            turn.feedback = prompting.feedback_message(
+                turn, best=path_best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - state.rounds_done
+            )
+            turn.commit = rt.store.record_turn(turn, is_best=is_best, parent_commit=parent_commit)
+            update["frontier"] = [turn.index, *(i for i in search.frontier(state) if i != turn.parent)]
+        else:
+            model_turns = state.model_turns + (turn.source == "model")
+            turn.parent = state.turns[-1].index if state.turns else None
+            turn.feedback = prompting.feedback_message(
+                turn, best=best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - model_turns
+            )
+            turn.branch = rt.store.trunk()
+            turn.commit = rt.store.record_turn(turn, is_best=is_best)
+        update |= {"turns": [*state.turns, turn], "current": None, "evaluation": None, "best_turn": best.index if best else None}
         rt.on_trajectory(state.model_copy(update=update), False)
         rt.emit(TurnJudged(turn=turn, best_turn=update["best_turn"]))
         return update
@@ -232,13 +255,14 @@ def build_graph(rt: Runtime) -> StateGraph:
         g.add_node(name, stage_node(name))
     g.add_node("feedback", feedback)
     g.add_node("finish", finish)
+    add_round_nodes(g, rt, system=system, task_message=task_message)
 
     g.add_edge(START, "prepare")
     g.add_edge("prepare", "control")
     g.add_conditional_edges(
         "control",
-        lambda s: {"generate": "generate", "submit": "submit", "pause": "pause"}.get(s.next_step or "", "finish"),
-        ["generate", "submit", "pause", "finish"],
+        lambda s: {"generate": "generate", "submit": "submit", "pause": "pause", "round": "plan_round"}.get(s.next_step or "", "finish"),
+        ["generate", "submit", "pause", "plan_round", "finish"],
     )
     g.add_edge("pause", "control")
     g.add_conditional_edges("generate", lambda s: "finish" if s.stop_reason else "extract", ["extract", "finish"])
@@ -249,3 +273,14 @@ def build_graph(rt: Runtime) -> StateGraph:
     g.add_edge("feedback", "control")
     g.add_edge("finish", END)
     return g
+
+
+def _just_judged(state: SessionState, searching: bool) -> list[Turn]:
+    """The turns judged since the router last decided: the chain's last turn, or a search's last round (and
+    a user's turn after it)."""
+    if not state.turns:
+        return []
+    if not searching or not state.rounds:
+        return [state.turns[-1]]
+    last = state.rounds[-1].round
+    return [t for t in state.turns if t.round == last] + ([state.turns[-1]] if state.turns[-1].round != last else [])

@@ -14,6 +14,8 @@ from kernelfix.agent.events import (
     ModelRetry,
     ModelReplied,
     Notice,
+    RoundJudged,
+    RoundStarted,
     SessionEnded,
     SessionEvent,
     SessionStarted,
@@ -21,19 +23,26 @@ from kernelfix.agent.events import (
     TurnJudged,
     TurnStarted,
 )
-from kernelfix.agent.state import Turn
+from kernelfix.agent.state import RoundRecord, Turn
 
 
 def _num(x: float | int | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def turn_line(turn: Turn, *, best_turn: int | None) -> Text:
+def where(turn: Turn) -> str:
+    """A search's turn in the tree: its branch, and the turn it continues (``b3<-2``)."""
+    return (turn.branch or "?") + ("" if turn.parent is None else f"<-{turn.parent}")
+
+
+def turn_line(turn: Turn, *, best_turn: int | None, tree: bool = False) -> Text:
     v = turn.verdict
     ok = turn.correct
     line = Text()
     line.append(f"turn {turn.index:>2} ", style="bold")
     line.append(f"{turn.source:<9} ", style="dim")
+    if tree:
+        line.append(f"{where(turn):<9} ", style="cyan")
     line.append(f"{v.category.value:<36}", style="bold green" if ok else "red")
     if v.speedup_eager is not None:
         line.append(f" {v.speedup_eager:.2f}x eager", style="green")
@@ -52,6 +61,19 @@ def turn_line(turn: Turn, *, best_turn: int | None) -> Text:
     line.append(stats + "]", style="dim")
     if best_turn == turn.index:
         line.append("  best", style="bold green")
+    return line
+
+
+def round_line(r: RoundRecord) -> Text:
+    """A round of a search: how many were judged (and why others were not), its wall time beside its verdicts' summed time."""
+    judged = sum(s.status == "judged" for s in r.slots)
+    line = Text()
+    line.append(f"round {r.round}: ", style="bold")
+    line.append(f"{judged} of {len(r.slots)} candidates judged")
+    left_out = [s for s in r.slots if s.status != "judged"]
+    if left_out:
+        line.append(f" ({len(left_out)} {left_out[0].reason})", style="dim")
+    line.append(f"; {r.wall_s:.1f} s wall, {r.judge_s:.1f} s of judging; keeps turns {', '.join(map(str, r.kept)) or '-'}", style="dim")
     return line
 
 
@@ -85,6 +107,7 @@ class HeadlessReporter:
         self.turns: list[Turn] = []
         self._status = None
         self._turn: int | None = None
+        self._tree = False  # width > 1: turn lines say where each turn is in the tree
 
     def _set_status(self, text: str) -> None:
         if not self.err.is_terminal:
@@ -103,7 +126,17 @@ class HeadlessReporter:
     def __call__(self, e: SessionEvent) -> None:
         if isinstance(e, SessionStarted):
             what = f"resumed with {e.turns_done} judged turns" if e.resumed else "new session"
-            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}: {what} in {e.session_dir}"), soft_wrap=True)
+            self._tree = e.width > 1
+            width = f", width {e.width}" if self._tree else ""
+            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}{width}: {what} in {e.session_dir}"), soft_wrap=True)
+        elif isinstance(e, RoundStarted):
+            self._tree = True
+            parents = sorted({s.parent for s in e.slots if s.parent is not None})
+            start = f"from turns {', '.join(map(str, parents))}" if parents else "from the task"
+            self._set_status(f"round {e.round}: drawing {len(e.slots)} candidates {start} ...")
+        elif isinstance(e, RoundJudged):
+            self._clear_status()
+            self.out.print(round_line(e.record), soft_wrap=True)
         elif isinstance(e, Notice):
             self._clear_status()
             self.out.print(Text.assemble(("note: ", "yellow"), e.text), soft_wrap=True)
@@ -121,7 +154,7 @@ class HeadlessReporter:
         elif isinstance(e, TurnJudged):
             self._clear_status()
             self.turns.append(e.turn)
-            self.out.print(turn_line(e.turn, best_turn=e.best_turn), soft_wrap=True)
+            self.out.print(turn_line(e.turn, best_turn=e.best_turn, tree=self._tree), soft_wrap=True)
         elif isinstance(e, SessionEnded):
             self._clear_status()
             self.out.print(summary(e, self.turns))

@@ -31,6 +31,7 @@ from kernelfix.agent.state import ChatMessage, Usage  # noqa: E402
 REPLAY_PREFIX = "replay:"
 
 DeltaSink = Callable[[Literal["content", "reasoning"], str], None]
+ChoiceDeltaSink = Callable[[int, Literal["content", "reasoning"], str], None]  # choice (0-based), channel, text
 RetrySink = Callable[[int, str, float], None]  # attempt, error, seconds until the next try
 
 
@@ -51,6 +52,11 @@ class ReplayExhausted(Exception):
     """A replay file has no line for this model turn: the recorded session is over."""
 
 
+class DrawCancelled(Exception):
+    """Raised by a delta sink to stop a reply mid-stream: its round no longer needs it (the goal was met,
+    a budget ran out, the user left). Passes through retries and is never a ModelError."""
+
+
 class ModelReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -61,6 +67,19 @@ class ModelReply(BaseModel):
 
 class ChatModel(ABC):
     name: str
+    supports_n: bool = False  # complete_n draws several replies in one call
+
+    def complete_n(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        call_indices: Sequence[int],
+        on_delta: ChoiceDeltaSink | None = None,
+        on_retry: RetrySink | None = None,
+    ) -> list[ModelReply]:
+        """Replies to one prompt, one per call index, from one call (``n=``). May return fewer than asked
+        (a provider that ignores ``n``); the caller draws the rest one by one."""
+        raise NotImplementedError(f"{type(self).__name__} draws one reply per call")
 
     @abstractmethod
     def complete(
@@ -98,7 +117,11 @@ class ReplayLine(BaseModel):
 
 
 class ReplayModel(ChatModel):
-    """Answers model turn ``i`` with line ``i`` of a JSONL file; deterministic across resumes."""
+    """Answers model turn ``i`` with line ``i`` of a JSONL file; deterministic across resumes.
+
+    With width > 1 a round's slots take consecutive lines (round one of width 3: lines 0, 1, 2)."""
+
+    supports_n = True
 
     def __init__(self, path: str | Path):
         self.path = Path(path).resolve()
@@ -136,6 +159,15 @@ class ReplayModel(ChatModel):
             reasoning_content=line.reasoning_content,
             usage=Usage(latency_s=round(time.monotonic() - t0, 4), attempts=1, cost_usd=0.0),
         )
+
+    def complete_n(self, messages, *, call_indices, on_delta=None, on_retry=None) -> list[ModelReply]:
+        out = []
+        for choice, index in enumerate(call_indices):
+            if index >= len(self.lines):
+                break  # the caller asks for the rest one by one, and meets ReplayExhausted there
+            sink = (lambda ch, text, c=choice: on_delta(c, ch, text)) if on_delta else None
+            out.append(self.complete(messages, call_index=index, on_delta=sink))
+        return out
 
 
 # --------------------------------------------------------------------------- litellm
@@ -208,6 +240,8 @@ def check_model_name(model: str, api_base: str | None = None) -> None:
 class LiteLLMModel(ChatModel):
     """Any litellm model; retries are tenacity's, litellm's own are off."""
 
+    supports_n = True  # sent as n=; a provider that drops it returns one choice and the caller draws the rest
+
     def __init__(
         self,
         model: str,
@@ -241,32 +275,57 @@ class LiteLLMModel(ChatModel):
             kw["mock_response"] = self._mocks.pop(0)
         return kw
 
-    def _once(self, payload: list[dict[str, str]], on_delta: DeltaSink | None) -> tuple[Any, float]:
+    def _once(self, payload: list[dict[str, str]], on_delta: ChoiceDeltaSink | None, n: int = 1) -> tuple[Any, list[tuple[str, str | None]], float]:
+        """One call: the response, each choice's (content, reasoning) in choice order, and the latency."""
         litellm = _litellm()
         t0 = time.monotonic()
         kw = self._kwargs()
+        if n > 1:
+            kw["n"] = n
         if not self.config.stream:
-            return litellm.completion(messages=payload, **kw), time.monotonic() - t0
+            response = litellm.completion(messages=payload, **kw)
+            texts = [(c.message.content or "", getattr(c.message, "reasoning_content", None)) for c in response.choices or []]
+            return response, texts, time.monotonic() - t0
         chunks = []
-        for chunk in litellm.completion(messages=payload, stream=True, stream_options={"include_usage": True}, **kw):
-            chunks.append(chunk)
-            delta = chunk.choices[0].delta if chunk.choices else None
-            if delta is not None and on_delta is not None:
-                if getattr(delta, "reasoning_content", None):
-                    on_delta("reasoning", delta.reasoning_content)
-                if delta.content:
-                    on_delta("content", delta.content)
-        return litellm.stream_chunk_builder(chunks, messages=payload), time.monotonic() - t0
+        parts: dict[int, list[list[str]]] = {}  # choice -> [content pieces, reasoning pieces]
+        stream = litellm.completion(messages=payload, stream=True, stream_options={"include_usage": True}, **kw)
+        try:
+            for chunk in stream:
+                chunks.append(chunk)
+                for choice in chunk.choices or []:
+                    delta, c = choice.delta, choice.index or 0
+                    if delta is None:
+                        continue
+                    got = parts.setdefault(c, [[], []])
+                    if getattr(delta, "reasoning_content", None):
+                        got[1].append(delta.reasoning_content)
+                        if on_delta is not None:
+                            on_delta(c, "reasoning", delta.reasoning_content)
+                    if delta.content:
+                        got[0].append(delta.content)
+                        if on_delta is not None:
+                            on_delta(c, "content", delta.content)
+        except DrawCancelled:
+            # Close the connection now, so the server stops generating what nobody will read.
+            close = getattr(getattr(stream, "completion_stream", None), "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    pass
+            raise
+        texts = [("".join(parts[c][0]), "".join(parts[c][1]) or None) for c in sorted(parts)]
+        return litellm.stream_chunk_builder(chunks, messages=payload), texts, time.monotonic() - t0
 
-    def complete(self, messages, *, call_index, on_delta=None, on_retry=None) -> ModelReply:
-        litellm = _litellm()
+    def _call(self, messages, n: int, on_delta: ChoiceDeltaSink | None, on_retry: RetrySink | None) -> tuple[Any, list[tuple[str, str | None]], float, int]:
+        """``_once`` under the retry policy: (response, texts, latency, attempts); raises ModelError or DrawCancelled."""
         payload = [{"role": m.role, "content": m.content} for m in messages]
         attempts = 0
 
-        def attempt() -> tuple[Any, float]:
+        def attempt():
             nonlocal attempts
             attempts += 1
-            return self._once(payload, on_delta)
+            return self._once(payload, on_delta, n)
 
         def before_sleep(rs: RetryCallState) -> None:
             if on_retry is not None and rs.outcome is not None:
@@ -280,29 +339,66 @@ class LiteLLMModel(ChatModel):
             reraise=True,
         )
         try:
-            response, latency = retrying(attempt)
+            response, texts, latency = retrying(attempt)
+        except DrawCancelled:
+            raise
         except Exception as e:
             raise _give_up(e, self.name, attempts) from e
-        if response is None or not response.choices:
+        if response is None or not texts:
             raise ModelError(f"model {self.name} returned no choices", "request")
-        msg = response.choices[0].message
-        content, reasoning = split_reasoning(msg.content or "", getattr(msg, "reasoning_content", None))
+        return response, texts, latency, attempts
+
+    def complete(self, messages, *, call_index, on_delta=None, on_retry=None) -> ModelReply:
+        sink = (lambda c, ch, text: on_delta(ch, text)) if on_delta else None
+        response, texts, latency, attempts = self._call(messages, 1, sink, on_retry)
+        return self._replies(response, texts[:1], latency, attempts)[0]
+
+    def complete_n(self, messages, *, call_indices, on_delta=None, on_retry=None) -> list[ModelReply]:
+        response, texts, latency, attempts = self._call(messages, len(call_indices), on_delta, on_retry)
+        return self._replies(response, texts[: len(call_indices)], latency, attempts)
+
+    def _replies(self, response: Any, texts: list[tuple[str, str | None]], latency: float, attempts: int) -> list[ModelReply]:
+        """One ModelReply per choice. One call's usage is shared out: its prompt tokens (billed once) go to
+        the first reply, its completion tokens and cost in proportion to each reply's length."""
+        litellm = _litellm()
         usage = getattr(response, "usage", None)
         try:
             cost = float(litellm.completion_cost(completion_response=response))
         except Exception:  # models litellm has no price for (local servers): unknown, not zero
             cost = None
-        return ModelReply(
-            content=content,
-            reasoning_content=reasoning,
-            usage=Usage(
-                prompt_tokens=getattr(usage, "prompt_tokens", None),
-                completion_tokens=getattr(usage, "completion_tokens", None),
-                cost_usd=cost,
-                latency_s=round(latency, 4),
-                attempts=attempts,
-            ),
-        )
+        prompt, completion = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+        weights = [len(c) + len(r or "") for c, r in texts]
+        shares = _shares(weights)
+        out = []
+        for i, ((content, reasoning), share) in enumerate(zip(texts, shares)):
+            content, reasoning = split_reasoning(content, reasoning)
+            out.append(
+                ModelReply(
+                    content=content,
+                    reasoning_content=reasoning,
+                    usage=Usage(
+                        prompt_tokens=(prompt if i == 0 else 0) if prompt is not None else None,
+                        completion_tokens=_part(completion, shares, i),
+                        cost_usd=None if cost is None else cost * share,
+                        latency_s=round(latency, 4),
+                        attempts=attempts,
+                    ),
+                )
+            )
+        return out
+
+
+def _shares(weights: list[int]) -> list[float]:
+    total = sum(weights)
+    return [w / total for w in weights] if total else [1 / len(weights)] * len(weights)
+
+
+def _part(total: int | None, shares: list[float], i: int) -> int | None:
+    """Choice ``i``'s whole-token part of ``total``, so that the parts add up to ``total`` exactly."""
+    if total is None:
+        return None
+    bounds = [round(total * sum(shares[:k])) for k in range(len(shares) + 1)]
+    return bounds[i + 1] - bounds[i]
 
 
 def make_model(spec: str, config: AgentConfig, *, api_key: str | None = None, **kwargs: Any) -> ChatModel:

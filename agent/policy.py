@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import SessionState, Turn, totals
+from kernelfix.tools.verdict import Family
+
+# How far a failed candidate got, for choosing which branches a round continues: a wrong answer is
+# closer to a fix than a crash, a crash closer than a build error.
+_PROGRESS = {
+    Family.CORRECTNESS: 3,
+    Family.CHEATING: 2,
+    Family.RUNTIME: 2,
+    Family.COMPILE: 1,
+    Family.FORMAT: 0,
+    Family.INFRA: 0,
+}
 
 
 def is_better(new: Turn, best: Turn | None) -> bool:
@@ -38,9 +50,50 @@ def describe_goal(turn: Turn, config: AgentConfig) -> str:
     return f"goal met: turn {turn.index} is correct, legal and {s:.2f}x over eager (target {config.target_speedup:g}x)"
 
 
-def budget_spent(state: SessionState, config: AgentConfig) -> str | None:
-    """The stop reason when a token, cost or wall-clock budget is spent, else None."""
-    t = totals(state.turns)
+def rank(turn: Turn) -> tuple:
+    """Sort key, best first: correct before failed, then faster, then further through the judge (a kernel
+    that built before one that did not), then earlier."""
+    v = turn.verdict
+    if turn.correct:
+        return (0, -(v.speedup_eager or 0.0), False, turn.index)
+    progress = _PROGRESS.get(v.category.family, 0) if v is not None else 0
+    built = v is not None and v.compiled
+    if built and v.category.family == Family.INFRA:  # infra:no_gpu on a CPU machine: built, so past any build error
+        progress = _PROGRESS[Family.COMPILE]
+    return (1, -progress, not built, turn.index)
+
+
+def speed_of_light(turn: Turn) -> tuple[str, float] | None:
+    """A profiled kernel's higher throughput as a fraction of peak, ("DRAM" or "SM", fraction), weighted
+    by each kernel's time in one forward; None without a profile that measured it."""
+    prof = turn.verdict.profile if turn.verdict is not None else None
+    if prof is None:
+        return None
+    best: tuple[str, float] | None = None
+    for name, attr in (("DRAM", "dram_pct"), ("SM", "compute_pct")):
+        weighted = [((k.duration_ms or 0.0) * k.calls, getattr(k, attr)) for k in prof.kernels if getattr(k, attr) is not None]
+        total = sum(w for w, _ in weighted)
+        if total > 0:
+            frac = sum(w * pct for w, pct in weighted) / total / 100.0
+            if best is None or frac > best[1]:
+                best = (name, frac)
+    return best
+
+
+def sol_reached(turn: Turn, config: AgentConfig) -> str | None:
+    """The stop reason when a correct kernel runs at --stop-at-sol of peak DRAM or SM throughput, else None."""
+    if config.stop_at_sol is None or not turn.correct:
+        return None
+    found = speed_of_light(turn)
+    if found is None or found[1] < config.stop_at_sol:
+        return None
+    return f"speed of light: turn {turn.index} runs at {found[1]:.0%} of peak {found[0]} throughput (stop at {config.stop_at_sol:.0%})"
+
+
+def budget_spent(state: SessionState, config: AgentConfig, pending: list[Turn] = ()) -> str | None:
+    """The stop reason when a token, cost or wall-clock budget is spent (over every branch, and the
+    ``pending`` candidates of a round in flight), else None."""
+    t = totals([*state.turns, *pending], state.rounds)
     used_tokens = t.prompt_tokens + t.completion_tokens
     if config.max_tokens is not None and used_tokens >= config.max_tokens:
         return f"token budget spent: {used_tokens} of {config.max_tokens} tokens"
@@ -52,5 +105,8 @@ def budget_spent(state: SessionState, config: AgentConfig) -> str | None:
 
 
 def max_turns_reached(state: SessionState, config: AgentConfig) -> str | None:
-    n = state.model_turns
-    return f"max turns reached: {n} of {config.max_turns} model turns" if n >= config.max_turns else None
+    n = state.rounds_done
+    if n < config.max_turns:
+        return None
+    what = "model turns" if config.width == 1 else "rounds"
+    return f"max turns reached: {n} of {config.max_turns} {what}"

@@ -12,17 +12,19 @@ A UI runs ``run()`` in a worker thread. ``run()`` raises what stopped it early
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from pathlib import Path
 
 from kernelfix import __version__
 from kernelfix.agent import policy
 from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.events import Controls, EventSink, Notice, SessionEnded, SessionStarted
+from kernelfix.agent.events import Controls, EventSink, Notice, SessionAborted, SessionEnded, SessionStarted
 from kernelfix.agent.graph import Runtime, build_graph
 from kernelfix.agent.models import ChatModel, ModelError
 from kernelfix.agent.session import SessionDir
-from kernelfix.agent.state import Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
+from kernelfix.agent.state import REOPENABLE, Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.task import Task, TaskError
@@ -31,7 +33,6 @@ log = logging.getLogger(__name__)
 
 THREAD_ID = "session"
 RECURSION_LIMIT = 10_000  # supersteps per run: ~10 per turn, plus pauses; the policy ends sessions, not this
-_REOPENABLE = ("max_turns", "budget")  # a resume with a higher limit continues these
 
 
 class Session:
@@ -49,6 +50,7 @@ class Session:
         self.controls = controls or Controls()
         self._on_event = on_event
         self._judge = judge
+        self._emit_lock = threading.Lock()  # a round's candidates report from several threads: one event at a time
 
     @classmethod
     def create(
@@ -87,10 +89,11 @@ class Session:
     def emit(self, event) -> None:
         if self._on_event is None:
             return
-        try:
-            self._on_event(event)
-        except Exception:  # a UI's bug must not lose a session
-            log.exception("event callback failed on %s", type(event).__name__)
+        with self._emit_lock:
+            try:
+                self._on_event(event)
+            except Exception:  # a UI's bug must not lose a session
+                log.exception("event callback failed on %s", type(event).__name__)
 
     def trajectory(self, state: SessionState, *, finished: bool, device: str) -> Trajectory:
         s = self.store.settings
@@ -105,8 +108,9 @@ class Session:
             created_at=s.created_at,
             updated_at=time.time(),
             turns=state.turns,
-            totals=totals(state.turns),
+            totals=totals(state.turns, state.rounds),
             outcome=self.outcome(state, finished=finished, timed=device == "cuda"),
+            rounds=state.rounds,
         )
 
     def outcome(self, state: SessionState, *, finished: bool, timed: bool) -> Outcome:
@@ -130,13 +134,19 @@ class Session:
         store.lock()
         self.controls.rearm()
         saver = store.checkpointer()
-        cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT}
+        # Every candidate of a round in its own thread: drawing and building at once is the point of a width.
+        width = store.settings.agent.width
+        cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT, "max_concurrency": max(4, width + 1)}
         judge = graph = None
+        restore = self._abort_on_signals()
         try:
             judge = self._judge or Judge(store.task(), store.settings.judge, workdir=store.work_dir)
+            self._running = (graph, cfg, judge)
             rt = Runtime(store=store, judge=judge, model=self.model, controls=self.controls, emit=self.emit, on_trajectory=self._writer(judge))
             graph = build_graph(rt).compile(checkpointer=saver)
+            self._running = (graph, cfg, judge)
             inp, state, resumed = self._starting_point(graph, cfg)
+            rt.planned = state.round_slots  # a round cut short: its unfinished slots run again, grouped as planned
             self.emit(
                 SessionStarted(
                     session_dir=str(store.path),
@@ -145,6 +155,7 @@ class Session:
                     device=judge.device,
                     resumed=resumed,
                     turns_done=len(state.turns),
+                    width=width,
                 )
             )
             if judge.device_notice:
@@ -161,10 +172,29 @@ class Session:
                 self._record_interruption(e, graph, cfg, judge)
             raise
         finally:
+            restore()
             if judge is not None and self._judge is None:
                 judge.close()  # its reference worker and any standby candidate worker end with the session
             saver.conn.close()
             store.unlock()
+
+    def _abort_on_signals(self):
+        """Ctrl-C (and a batch worker's SIGTERM) reach only the main thread; a round's candidates run in
+        others. Abort them too (they stop at their next check), then raise as before. Returns the undo."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        saved = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old = signal.getsignal(sig)
+            if callable(old):  # a handler that raises (KeyboardInterrupt); the default SIGTERM just ends the process
+
+                def handler(signum, frame, old=old):
+                    self.controls.abort()
+                    old(signum, frame)
+
+                saved[sig] = old
+                signal.signal(sig, handler)
+        return lambda: [signal.signal(sig, old) for sig, old in saved.items()]
 
     def _writer(self, judge: Judge):
         def write(state: SessionState, finished: bool) -> None:
@@ -179,10 +209,17 @@ class Session:
             s = self.store.settings
             return SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name), SessionState(), False
         state = SessionState.model_validate(snap.values)
-        if not _unfinished(snap) and state.stop_kind in _REOPENABLE:
+        if not _unfinished(snap) and state.stop_kind in REOPENABLE:
             # Ended on a limit: the router decides again, under limits a resume may have raised.
             graph.update_state(cfg, {"next_step": None, "stop_reason": None, "stop_kind": None}, as_node="feedback")
         return None, state, True
+
+    def record_interruption(self, e: BaseException) -> None:
+        """From another thread, while ``run`` is stuck (a judge stage in flight) and the process is about to
+        exit: trajectory.json says where the run stopped, as ``run`` itself would have written it."""
+        running = getattr(self, "_running", None)
+        if running is not None:
+            self._record_interruption(e, *running)
 
     def _record_interruption(self, e: BaseException, graph, cfg, judge: Judge) -> None:
         """trajectory.json says the run stopped early and why, from what the checkpoints hold."""
@@ -218,7 +255,9 @@ def _interruption(e: BaseException) -> tuple[str, bool]:
     """Why the run stopped early, and whether a resume can continue it."""
     if isinstance(e, TaskError):
         return f"the task does not run: {e}", False
-    if isinstance(e, KeyboardInterrupt):
+    if isinstance(e, SessionAborted):
+        what = "left by the user mid-turn"
+    elif isinstance(e, KeyboardInterrupt):
         what = "interrupted by the user"
     elif isinstance(e, ModelError):
         what = f"model error ({e.kind}): {e}"

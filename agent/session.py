@@ -3,7 +3,8 @@
     SESSION_DIR/
       session.json          settings the session started with (resume reads them)
       task.py               the session's own copy of the task
-      turns/NNN/            candidate.py, verdict.json, reply.md   (one git commit per judged turn)
+      turns/NNN/            candidate.py, verdict.json, reply.md   (one git commit per judged turn; with
+                            width > 1 each branch of the search is a git branch, bN)
       best.py               the best correct candidate, once there is one
       trajectory.json       the whole session (kernelfix.agent.state.Trajectory), rewritten atomically
       checkpoints.sqlite    LangGraph checkpoints: `kernelfix resume` continues from the last node
@@ -20,6 +21,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
 import types
 import typing
@@ -40,9 +42,12 @@ TRAJECTORY = "trajectory.json"
 REPLIES = "replies.jsonl"
 CHECKPOINTS = "checkpoints.sqlite"
 TURN_TRAILER = "Kernelfix-Turn"
+BASE_TRAILER = "Kernelfix-Base"  # the commit a search's first round branches from when there is no turn 0
 _GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\nreplies.jsonl\n.lock\n*.tmp\n*.kftmp\n"
 _BUILDING_SUFFIX = ".kfnew"  # a session directory being created
 _ACTOR = git.Actor("kernelfix", "kernelfix@localhost")
+_GIT_IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER") for what, value in (("NAME", _ACTOR.name), ("EMAIL", _ACTOR.email))}
+_BRANCH_INDEX = "kernelfix-index-"  # a branch commit's private index under .git (removed after, or as a leftover)
 log = logging.getLogger(__name__)
 
 
@@ -96,6 +101,7 @@ class SessionDir:
         self.path = Path(path).resolve()
         self.settings = settings
         self._lock_file = None
+        self._journal_lock = threading.Lock()  # a round's slots journal their replies from several threads
 
     # ------------------------------------------------------------------ create / open
 
@@ -226,7 +232,7 @@ class SessionDir:
         :mod:`kernelfix.atomic` writes are never the current version of anything.
         """
         git_dir = self.path / ".git"
-        for lock in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")]:
+        for lock in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock"), *git_dir.glob(f"{_BRANCH_INDEX}*")]:
             log.info("removing %s, left by a kernelfix process that was killed mid-commit", lock)
             lock.unlink(missing_ok=True)
         for d in [self.path, *self.path.glob("turns/*")]:
@@ -259,17 +265,30 @@ class SessionDir:
         if not repo.head.is_valid():
             return {}
         found: dict[int, str] = {}
-        for c in repo.iter_commits():
+        for c in repo.iter_commits(branches=True):  # every branch of a search, not only HEAD's
             for line in c.message.splitlines():
                 if line.startswith(f"{TURN_TRAILER}: "):
                     found.setdefault(int(line.split(": ", 1)[1]), c.hexsha)
         return found
 
-    def record_turn(self, turn: Turn, *, is_best: bool) -> str:
-        """Write the turn's files (and best.py) and commit them; once per turn, however often called."""
+    def record_turn(self, turn: Turn, *, is_best: bool, parent_commit: str | None = None) -> str:
+        """Write the turn's files (and best.py) and commit them; once per turn, however often called.
+
+        Without ``parent_commit`` the commit goes on HEAD (the chain); with it, on ``turn.branch``, a child of
+        ``parent_commit`` (a search), leaving HEAD, the index and the other branches as they are.
+        """
         done = self.turn_commits().get(turn.index)
         if done is not None:  # a resumed session re-ran this node after the commit
             return done
+        files = self._write_turn_files(turn, is_best)
+        if parent_commit is not None:
+            return self._commit_on_branch(files, _commit_message(turn, is_best), parent=parent_commit, branch=turn.branch)
+        repo = self.repo
+        repo.index.add(files)
+        commit = repo.index.commit(_commit_message(turn, is_best), author=_ACTOR, committer=_ACTOR)
+        return commit.hexsha
+
+    def _write_turn_files(self, turn: Turn, is_best: bool) -> list[str]:
         d = self.turn_dir(turn.index)
         d.mkdir(parents=True, exist_ok=True)
         files = [d / "verdict.json"]
@@ -283,11 +302,51 @@ class SessionDir:
         if is_best and turn.code is not None:
             atomic.write_text(self.path / "best.py", turn.code)
             files.append(self.path / "best.py")
-        repo = self.repo
         files += [self.path / n for n in (SETTINGS, "task.py", ".gitignore")]
-        repo.index.add([str(f.relative_to(self.path)) for f in files])
-        commit = repo.index.commit(_commit_message(turn, is_best), author=_ACTOR, committer=_ACTOR)
-        return commit.hexsha
+        return [str(f.relative_to(self.path)) for f in files]
+
+    # ------------------------------------------------------------------ branches (a search, width > 1)
+
+    def base_commit(self) -> str:
+        """The commit a search branches from: HEAD, made first (task and settings) when nothing is committed yet."""
+        repo = self.repo
+        if repo.head.is_valid():
+            return repo.head.commit.hexsha
+        repo.index.add([SETTINGS, "task.py", ".gitignore"])
+        message = f"session: task and settings\n\n{BASE_TRAILER}: {self.settings.session_id}\n"
+        return repo.index.commit(message, author=_ACTOR, committer=_ACTOR).hexsha
+
+    def trunk(self) -> str:
+        """HEAD's branch name (the chain's branch; a search's turn 0 and base commit are on it)."""
+        return self.repo.head.ref.name
+
+    def _commit_on_branch(self, files: list[str], message: str, *, parent: str, branch: str | None) -> str:
+        """A commit of ``parent``'s tree plus ``files`` at the tip of ``branch``, made with git's plumbing
+        and a private index, so a kill at any point leaves HEAD, the index and every ref whole."""
+        if not branch:
+            raise ValueError("a commit on a branch needs the turn's branch")
+        repo = self.repo
+        index = self.path / ".git" / f"{_BRANCH_INDEX}{branch}"
+        env = {"GIT_INDEX_FILE": str(index), **_GIT_IDENTITY}
+        try:
+            tip = repo.git.rev_parse("--verify", "--quiet", f"refs/heads/{branch}", with_exceptions=False)
+            if tip and tip != parent and repo.is_ancestor(parent, tip):
+                parent = tip  # the branch moved past its last turn (a settings commit of a resume): keep that on it
+            repo.git.read_tree(parent, env=env)
+            repo.git.add("--", *files, env=env)
+            tree = repo.git.write_tree(env=env)
+            sha = repo.git.commit_tree(tree, "-p", parent, "-m", message.rstrip("\n"), env=env)
+            repo.git.update_ref(f"refs/heads/{branch}", sha, env=env)  # lock file + rename: atomic
+        finally:
+            index.unlink(missing_ok=True)
+        return sha
+
+    def point_head(self, branch: str) -> None:
+        """HEAD names ``branch`` (the best path) and the index matches it; the files on disk stay as they are."""
+        repo = self.repo
+        if repo.head.ref.name != branch:
+            repo.git.symbolic_ref("HEAD", f"refs/heads/{branch}")
+        repo.git.read_tree("HEAD")  # the branch may have moved on since HEAD last named it
 
     # ------------------------------------------------------------------ trajectory
 
@@ -297,7 +356,8 @@ class SessionDir:
     def journal_reply(self, call_index: int, prompt_sha: str, reply: BaseModel) -> None:
         """Record a model reply the moment it arrives (before the graph checkpoints it)."""
         line = json.dumps({"call_index": call_index, "prompt_sha256": prompt_sha, "reply": reply.model_dump(mode="json")})
-        atomic.append_line(self.path / REPLIES, line)
+        with self._journal_lock:  # append_line cuts a line it finds unfinished: another thread's, mid-write
+            atomic.append_line(self.path / REPLIES, line)
 
     def journaled_reply(self, call_index: int, prompt_sha: str) -> dict | None:
         """The reply already received for this call and prompt, if the process died before its checkpoint."""

@@ -45,12 +45,16 @@ def _load_config(args: argparse.Namespace):
 
 def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False):
     """The judge's settings: config file, then flags. ``profile_by_default``: interactive
-    sessions profile correct kernels unless the config or --no-profile says otherwise."""
+    sessions profile correct kernels unless the config or --no-profile says otherwise
+    (--stop-at-sol reads the profile, so it asks for one too)."""
     from pydantic import ValidationError
 
     cfg = _load_config(args).judge
     updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile") if getattr(args, k, None) is not None}
-    if profile_by_default and "profile" not in updates and "profile" not in cfg.model_fields_set:
+    sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
+    if sol and updates.get("profile") is False:
+        raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")
+    if (profile_by_default or sol) and "profile" not in updates and "profile" not in cfg.model_fields_set:
         updates["profile"] = True
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0
         return type(cfg).model_validate({**cfg.model_dump(), **updates})
@@ -117,6 +121,10 @@ _AGENT_FLAGS = {
     "max_tokens": "max_tokens",
     "max_cost": "max_cost_usd",
     "max_wall": "max_wall_s",
+    "width": "width",
+    "keep": "keep",
+    "sampling": "sampling",
+    "stop_at_sol": "stop_at_sol",
 }
 
 
@@ -174,12 +182,31 @@ def _event_sink(tui: bool):
     return EventRelay()
 
 
+def _left_mid_turn(app) -> None:
+    """After the app closed: if the user left while a turn was in flight (q), give the session a moment to
+    stop at its next check; if a judge stage still holds it, record the interruption here and exit without
+    waiting (the judge's children die with this process; every judged turn is already on disk)."""
+    thread = app.session_thread
+    if thread is None or not thread.is_alive():
+        return
+    thread.join(timeout=5.0)
+    if thread.is_alive():
+        from kernelfix.agent.events import SessionAborted
+
+        app.running_session.record_interruption(SessionAborted("left by the user mid-turn"))
+        print(f"kernelfix: left mid-turn; continue the session with: kernelfix resume {app.running_session.store.path}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+
 def _run_in_tui(session, relay):
     """Run the session under the app; re-raise what stopped it, so both front ends exit alike."""
     from kernelfix.tui.app import KernelfixApp
 
     app = KernelfixApp(session=session, relay=relay)
     app.run()
+    _left_mid_turn(app)
     if app.error is not None:
         raise app.error
     if app.outcome is None:  # the app closed before the session said how it ended
@@ -298,6 +325,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
         app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
         app.run()
+        _left_mid_turn(app)
         if app.error is not None:
             print(f"kernelfix: the resumed session stopped: {app.error}", file=sys.stderr)
             return EXIT_FAIL
@@ -428,6 +456,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         opts = ExportOptions(
             format=fmt,
             loss=args.loss,
+            all_branches=args.all_branches,
             filters=FilterConfig(
                 require_correct=not args.keep_incorrect,
                 min_speedup_gain=args.min_speedup_gain or None,
@@ -445,6 +474,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if args.json:
         sys.stdout.write(a.model_dump_json(indent=2) + "\n")
+    elif fmt == "rl-jsonl":
+        rewards = ", ".join(f"{k}: {n}" for k, n in a.rewards.items()) or "none"
+        Console(highlight=False).print(
+            f"{a.records_out} judged candidates ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} (rl-jsonl); rewards {rewards}; analysis in {out.parent / 'ANALYSIS.md'}",
+            soft_wrap=True,
+        )
     else:
         con = Console(highlight=False)
         con.print(f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}", soft_wrap=True)
@@ -565,8 +600,8 @@ def _capture_parsers(sub) -> None:
 
 def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
-    p.add_argument("--max-turns", type=int, metavar="N", help="model turns (default 8)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent")
+    p.add_argument("--max-turns", type=int, metavar="N", help="model turns, or rounds with --width above 1 (default 8)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent (over every branch)")
     p.add_argument("--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)")
     p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
 
@@ -574,6 +609,15 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
 def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
     _limit_args(p)
+    _search_args(p)
+
+
+def _search_args(p: argparse.ArgumentParser) -> None:
+    """Width of the search (docs/search.md); each flag overrides [agent] in kernelfix.toml."""
+    p.add_argument("--width", type=int, metavar="N", help="candidates per round, drawn and judged in parallel (default 1: one chain)")
+    p.add_argument("--keep", type=int, metavar="K", help="branches each later round continues: the round's best K (default: the width)")
+    p.add_argument("--sampling", choices=["parallel", "n"], help="a round's replies to one prompt: parallel calls (default) or one call with n=")
+    p.add_argument("--stop-at-sol", type=float, metavar="F", help="stop once a correct kernel's DRAM or SM throughput reaches F (0-1) of peak (needs the profile)")
 
 
 def _batch_parsers(sub) -> None:
@@ -598,6 +642,7 @@ def _batch_parsers(sub) -> None:
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
     p.add_argument("--target-speedup", type=float, metavar="X", help="goal per task: this speedup over eager (a manifest's target wins)")
     _limit_args(p)  # each per session
+    _search_args(p)  # a manifest's width/keep win
     p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
     _common_judge_args(p)
     p.set_defaults(func=cmd_batch)
@@ -616,7 +661,11 @@ def _batch_parsers(sub) -> None:
     )
     p.add_argument("sessions", nargs="+", metavar="SESSIONS", help="session directories, or folders holding sessions")
     p.add_argument("--out", required=True, metavar="FILE", help="the data file to write (.jsonl, or .parquet)")
-    p.add_argument("--format", choices=["chat-jsonl", "parquet"], help="default: parquet for a .parquet FILE, else chat-jsonl")
+    p.add_argument(
+        "--format", choices=["chat-jsonl", "parquet", "rl-jsonl"],
+        help="default: parquet for a .parquet FILE, else chat-jsonl; rl-jsonl: one record per judged candidate with its reward (no filters)",
+    )
+    p.add_argument("--all-branches", action="store_true", help="a search (--width above 1): one record per root-to-leaf path, not only the best path")
     p.add_argument("--loss", choices=["final", "all-assistant"], default="final", help="which assistant messages carry loss (default final)")
     p.add_argument("--keep-incorrect", action="store_true", help="filter off: keep sessions whose final answer is not correct and legal")
     p.add_argument("--min-speedup-gain", type=float, default=1.2, metavar="X", help="final / first correct speedup over eager at least X (default 1.2; 0: off)")

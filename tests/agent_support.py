@@ -78,3 +78,30 @@ def check_session_dir(path: Path) -> Trajectory:
     else:
         assert not (path / "best.py").exists()
     return traj
+
+
+def check_search_dir(path: Path) -> Trajectory:
+    """A search's session: every turn once in the history, on its own branch, a child of its parent's commit,
+    its files in its commit; trajectory.json, the turn files and best.py agree; HEAD and the index clean."""
+    store = SessionDir.open(path)
+    traj = Trajectory.model_validate_json((path / "trajectory.json").read_text())
+    commits = store.turn_commits()
+    assert sorted(commits) == sorted(t.index for t in traj.turns), (commits, [t.index for t in traj.turns])
+    repo = store.repo
+    assert not repo.is_dirty(untracked_files=False), repo.git.status()
+    by_index = {t.index: t for t in traj.turns}
+    for t in traj.turns:
+        assert t.commit == commits[t.index]
+        c = repo.commit(t.commit)
+        assert c.message.startswith(f"turn {t.index}: {t.verdict.category.value}") and f"{TURN_TRAILER}: {t.index}" in c.message
+        assert t.commit in {x.hexsha for x in repo.iter_commits(t.branch)}, f"turn {t.index} is not on {t.branch}"
+        if t.parent is not None:  # the nearest turn commit below it (a resume's settings commit may sit between)
+            below = c.parents[0]
+            while TURN_TRAILER not in below.message:
+                below = below.parents[0]
+            assert below.hexsha == by_index[t.parent].commit
+        blob = c.tree / "turns" / f"{t.index:03d}" / "verdict.json"
+        assert json.loads(blob.data_stream.read()) == t.verdict.model_dump(mode="json")
+    if traj.outcome.best_turn is not None:
+        assert (path / "best.py").read_text() == by_index[traj.outcome.best_turn].code
+    return traj

@@ -37,8 +37,8 @@ def main() -> int:
 
         record_turn = SessionDir.record_turn
 
-        def record_then_die(self, turn, *, is_best):
-            sha = record_turn(self, turn, is_best=is_best)
+        def record_then_die(self, turn, **kw):
+            sha = record_turn(self, turn, **kw)
             if turn.index == int(arg):
                 _die()
             return sha
@@ -74,10 +74,10 @@ def main() -> int:
         record_turn, commit = SessionDir.record_turn, LockedFD.commit
         armed = False
 
-        def record_armed(self, turn, *, is_best):
+        def record_armed(self, turn, **kw):
             nonlocal armed
             armed = turn.index == int(arg)
-            return record_turn(self, turn, is_best=is_best)
+            return record_turn(self, turn, **kw)
 
         def commit_or_die(self):
             if armed and "refs" in Path(self._filepath).parts:

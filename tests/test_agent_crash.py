@@ -305,3 +305,42 @@ def test_a_reply_received_before_a_kill_is_not_asked_for_again(tmp_path):
     traj = check_session_dir(session)
     assert [(t.index, t.verdict.category.value) for t in traj.turns] == [(1, DEMO_CATEGORIES[0])]
     assert traj.turns[0].reply.content == DEMO_REPLIES[0]
+
+
+def test_a_search_killed_mid_round_resumes_every_branch(tmp_path):
+    """Width 2, keep 2: killed once both round-one replies are journaled, once mid-judge, once between two
+    commits of round two; each resume re-runs only what did not finish, asks no journaled reply again,
+    commits no turn twice, and round two continues both branches."""
+    from agent_support import NO_CODE, check_search_dir, reply
+
+    ok, broken = reply("triton_relu_ok.py"), reply("syntax_error.py")
+    replay = tmp_path / "replies.jsonl"
+    replay.write_text("".join(json.dumps({"content": c}) + "\n" for c in [ok, broken, NO_CODE, NO_CODE]))
+    config = tmp_path / "kernelfix.toml"
+    config.write_text("[agent]\nuntimed_goal = false\n")  # on CPU a correct kernel would end the search after round one
+    session = tmp_path / "s"
+    search = ["--width", "2", "--keep", "2", "--max-turns", "2", "--config", str(config)]
+
+    run = optimize(session, "--model", f"replay:{replay}", *search, die_at="after_reply:1")
+    assert run.ended() == -signal.SIGKILL, run.output
+    # Were the model asked again for round one, it would now answer with no code at all.
+    replay.write_text("".join(json.dumps({"content": c}) + "\n" for c in ["gone", "gone", NO_CODE, NO_CODE]))
+
+    run = resume(session)  # turn 2 (a syntax error) is judged at once; turn 1 is killed once its candidate worker runs
+    run.wait_until((session / "work" / "turn-001" / "logs").exists, "turn 1 started its candidate worker")
+    run.kill()
+    run = resume(session, die_at="after_commit:3")
+    assert run.ended() == -signal.SIGKILL, run.output
+    first_commit_of_3 = SessionDir.open(session).turn_commits()[3]
+    run = resume(session)
+    assert run.ended() == EXIT_OK, run.output
+    assert "round 2: 2 of 2 candidates judged" in run.output, run.output
+
+    traj = check_search_dir(session)
+    trailers = [line for c in git.Repo(session).iter_commits(branches=True) for line in c.message.splitlines() if line.startswith(TURN_TRAILER)]
+    assert sorted(trailers) == [f"{TURN_TRAILER}: {i}" for i in (1, 2, 3, 4)]  # every turn committed once
+    assert traj.turns[2].commit == first_commit_of_3
+    assert [t.reply.content for t in traj.turns[:2]] == [ok, broken]  # the journaled replies, not the new file's
+    assert [t.verdict.category.value for t in traj.turns] == ["ok", "compile_error:syntax", "format_error:no_code", "format_error:no_code"]
+    assert traj.rounds[0].kept == [1, 2] and sorted(t.parent for t in traj.turns[2:]) == [1, 2]  # both branches went on
+    assert traj.outcome.finished and traj.outcome.stop_kind == "max_turns" and traj.outcome.best_turn == 1

@@ -75,6 +75,27 @@ def test_plan_names_models_and_bad_input(tmp_path):
     assert any("nothing_here: no such file" in p for p in problems)
 
 
+def test_width_per_task_and_a_search_in_the_report(tmp_path):
+    from kernelfix.agent.batch.report import task_outcome
+    from kernelfix.agent.batch.worker import TaskResult, read_trajectory
+
+    write_replay(tmp_path / "r.jsonl", ["no code"])
+    manifest = tmp_path / "m.jsonl"
+    line = {"task": os.path.relpath(TASK, tmp_path), "replay": "r.jsonl"}
+    manifest.write_text(json.dumps(line) + "\n" + json.dumps({**line, "width": 4, "keep": 2}) + "\n")
+    chain, wide = plan([str(manifest)], settings(tmp_path / "out", width=2))
+    assert (chain.agent.width, chain.agent.kept) == (2, 2) and (wide.agent.width, wide.agent.kept) == (4, 2)  # the manifest wins
+    assert chain.name != wide.name
+    manifest.write_text(json.dumps(line) + "\n")
+    assert plan([str(manifest)], settings(tmp_path / "out"))[0].name == chain.name  # no width in the manifest: names as before
+
+    # A search counts rounds: round one had a correct candidate (turn 3), so it is the first "turn" and 1 round to correct.
+    search = REPO / "tests" / "fixtures" / "tui" / "search" / "relu-search"
+    result = TaskResult(name="relu-search", task=str(TASK), session_dir=str(search), run="new", status="finished")
+    row = task_outcome(result, read_trajectory(search))
+    assert (row.correct, row.first_turn_correct, row.turns_to_first_correct, row.best_turn, row.model_turns) == (True, True, 1, 3, 6)
+
+
 @pytest.mark.parametrize(
     "args,needle",
     [

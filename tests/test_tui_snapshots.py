@@ -46,3 +46,8 @@ def test_session_reply_tab_with_reasoning_unfolded(snap_compare):
         await pilot.click("#reasoning-fold CollapsibleTitle")
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=unfold)
+
+
+def test_search_tree(snap_compare):
+    # a width-3, keep-2 search (tests/fixtures/tui/search): the turn list is the tree, the best path marked
+    assert snap_compare(KernelfixApp(sessions_root=Path("tests/fixtures/tui/search")), terminal_size=SIZE, press=["enter"])

@@ -170,3 +170,43 @@ async def test_sessions_screen_opens_a_history_and_resumes_it(tmp_path, judge):
     assert app.outcome.stop_kind == "goal"
     newest = max((root / n for n in ("a", "b")), key=lambda p: len(check_session_dir(p).turns))
     assert [t.verdict.category.value for t in check_session_dir(newest).turns] == ["format_error:no_code", "ok"]
+
+
+@sync
+async def test_quit_leaves_at_once_and_the_session_stays_open(tmp_path, judge):
+    app, model, session = live_app(tmp_path, judge, [NO_CODE, NO_CODE], max_turns=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, model.waiting.is_set, "turn 1 asks the model")
+        await pilot.press("q")  # mid-turn: the model has not answered
+        await until(pilot, lambda: not app.is_running, "the app leaves without waiting for the turn", limit_s=5)
+    assert app.session_thread.is_alive()  # still at the model's gate: nobody waited for it
+    model.open()
+    app.session_thread.join(timeout=60)
+    assert isinstance(app.error, KeyboardInterrupt)  # the CLI's path for an interruption: exit 130, "kernelfix resume"
+    traj = session.store.read_trajectory()
+    assert traj.turns == [] and not traj.outcome.finished and traj.outcome.resumable
+    assert traj.outcome.stop_reason.startswith("left by the user mid-turn")
+
+
+@sync
+async def test_a_hint_goes_to_the_selected_branch_only(tmp_path, judge):
+    app, model, session = live_app(tmp_path, judge, [NO_CODE] * 4, max_turns=2, width=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, model.waiting.is_set, "round 1 asks the model")
+        await pilot.press("p")
+        model.release(2)
+        await until(pilot, lambda: view_of(app).paused, "paused after round 1")
+        await shown(pilot, app, "✗  1 b1", "✗  2 b2")
+        await pilot.press("up")  # from turn 2 (b2) to turn 1 (b1)
+        await pilot.press("h", *"unroll by 4", "enter")
+        await shown(pilot, app, "[hint queued for b1: unroll by 4]")
+        await pilot.press("p")
+        await until(pilot, model.waiting.is_set, "round 2 asks the model")
+        model.release(2)
+        await until(pilot, lambda: app.outcome is not None, "the search ends")
+    from agent_support import check_search_dir
+
+    traj = check_search_dir(tmp_path / "session")
+    two = {t.parent: t for t in traj.turns if t.round == 2}
+    assert two[1].hints == ["unroll by 4"] and "unroll by 4" in two[1].messages[-1].content
+    assert two[2].hints == [] and "unroll by 4" not in "".join(m.content for m in two[2].messages)

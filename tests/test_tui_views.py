@@ -127,3 +127,36 @@ def test_sessions_command_lists_off_a_terminal(capsys):
     out = capsys.readouterr().out
     assert "relu" in out and "✓ found" in out and "turn 3, untimed" in out
     assert main(["sessions", str(SESSION / "no-such")]) == EXIT_USAGE
+
+
+SEARCH = Path(__file__).parent / "fixtures" / "tui" / "search" / "relu-search"
+
+
+def test_a_search_shows_as_a_tree_with_the_best_path_marked():
+    from kernelfix.agent.events import RoundJudged, RoundStarted
+    from kernelfix.agent.state import Slot
+    from kernelfix.tui.turn_text import tree_label
+
+    traj = read_trajectory(SEARCH)
+    v = SessionView.from_trajectory(traj, SEARCH)
+    assert v.branched and v.best_turn == 3 and v.best_path() == {3}
+    # round one drew 1, 2, 3; round two continued 3 (on b3, and 6 forking as b4) and 2 (5, on b2)
+    assert v.tree_rows() == [(1, 0), (2, 0), (5, 0), (3, 0), (6, 1), (4, 0)]
+    assert text(tree_label(v.turn(5), depth=0, best=False, on_path=False)).splitlines()[0].split() == ["✓", "5", "b2<2", "untimed"]
+    assert "★best" in text(tree_label(v.turn(3), depth=0, best=True, on_path=True))
+    fork = text(tree_label(v.turn(6), depth=1, best=False, on_path=False)).splitlines()
+    assert fork[0].startswith("  ✗  6 b4<3") and fork[1].strip() == "format:no_code"
+    assert v.previous_turn(4).index == 3 and v.previous_turn(5).index == 2  # a diff is against the parent, not the turn before
+
+    # live: a round's candidates run side by side, each in its place in the tree until the round records them
+    live = SessionView(width=3)
+    live.apply(RoundStarted(round=1, slots=[Slot(round=1, turn=i, parent=None, branch=f"b{i}", call_index=i - 1, group=0) for i in (1, 2)]))
+    for i in (1, 2):
+        live.apply(TurnStarted(turn=i, source="model", parent=None, branch=f"b{i}", round=1))
+    live.apply(StageUpdate(turn=2, event=StageEvent(stage="compile", status="started")))
+    assert sorted(live.lives) == [1, 2] and live.tree_rows() == [(1, 0), (2, 0)] and live.lives[2].activity == "compiling..."
+    judged = traj.turns[0].model_copy(update={"index": 1, "commit": None})
+    live.apply(TurnJudged(turn=judged, best_turn=None))
+    assert list(live.lives) == [2] and [t.index for t in live.turns] == [1]
+    live.apply(RoundJudged(record=traj.rounds[0], turns=traj.turns[:3], best_turn=3))
+    assert not live.lives and [t.index for t in live.turns] == [1, 2, 3] and live.best_turn == 3

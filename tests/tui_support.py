@@ -99,11 +99,14 @@ def sync(test):
         try:
             return await test(*args, **kwargs)
         finally:
-            # Before the loop closes: it joins the session's worker thread, which must not be left at the gate.
+            # The session's thread must not be left at the gate, nor outlive the test (it shares the judge).
             while _RUNNING:
                 model, session = _RUNNING.pop()
                 session.controls.stop()
                 model.open()
+            for thread in threading.enumerate():
+                if thread.name == "kernelfix-session":
+                    thread.join(timeout=120)
 
     @functools.wraps(test)
     def run(*args, **kwargs):

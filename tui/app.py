@@ -9,6 +9,8 @@ an exception that stopped the session is kept in ``app.error``.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.app import App
@@ -45,6 +47,27 @@ class KernelfixApp(App[Outcome | None]):
         self._resume_factory = resume
         self.outcome: Outcome | None = None
         self.error: BaseException | None = None
+        self.running_session: Session | None = None
+        self.session_thread: threading.Thread | None = None
+
+    def start_session(self, session: Session, on_done: Callable[[Outcome | None, BaseException | None], None]) -> None:
+        """Run ``session`` in a daemon thread, not a Textual worker: the app must be able to exit (q) while a
+        turn is in flight, and Textual waits for its workers' threads on exit."""
+
+        def run() -> None:
+            outcome = error = None
+            try:
+                outcome = self.outcome = session.run()
+            except BaseException as e:  # noqa: BLE001 - kept for the CLI, which re-raises it
+                error = self.error = e
+            try:
+                on_done(outcome, error)
+            except Exception:  # the app is gone (left mid-turn): nothing to tell
+                pass
+
+        self.running_session = session
+        self.session_thread = threading.Thread(target=run, name="kernelfix-session", daemon=True)
+        self.session_thread.start()
 
     def on_mount(self) -> None:
         if self._session is not None:

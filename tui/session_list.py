@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from kernelfix.agent.session import SETTINGS, SessionSettings, read_trajectory
-from kernelfix.tui.view_model import short_model
+from kernelfix.tui.view_model import is_open, short_model
 
 MAX_DEPTH = 3  # sessions/X, or a batch's OUT/sessions/X
 
@@ -18,7 +18,7 @@ class SessionSummary(BaseModel):
     task: str
     model: str
     turns: int
-    status: str  # finished / interrupted / not started / unreadable
+    status: str  # finished / open (stopped or accepted by the user) / interrupted / not started / unreadable
     stop_reason: str | None = None
     success: bool = False
     best: str = "-"  # the best turn and its speed, in words
@@ -67,12 +67,12 @@ def summarize(path: Path) -> SessionSummary:
     best = "-"
     if o.best_turn is not None:
         best = f"turn {o.best_turn}, " + ("untimed" if o.best_speedup_eager is None else f"{o.best_speedup_eager:.2f}x")
-    # A limit that was reached can be raised on resume; a killed run continues where it stopped.
-    resumable = o.resumable or not o.finished or o.stop_kind in ("max_turns", "budget")
+    # A limit that was reached can be raised on resume; a killed run continues where it stopped; a user's stop or accept reopens.
+    resumable = is_open(o)
     return SessionSummary(
         **{**base, "updated_at": traj.updated_at},
         turns=len(traj.turns),
-        status="finished" if o.finished else "interrupted",
+        status=("open" if o.stop_kind in ("user_stop", "user_accept") else "finished") if o.finished else "interrupted",
         stop_reason=o.stop_reason,
         success=o.success,
         best=best,

@@ -15,6 +15,8 @@ from kernelfix.agent.events import (
     ModelReplied,
     ModelRetry,
     Notice,
+    RoundJudged,
+    RoundStarted,
     SessionEnded,
     SessionEvent,
     SessionPaused,
@@ -25,7 +27,7 @@ from kernelfix.agent.events import (
     TurnStarted,
 )
 from kernelfix.agent.models import REPLAY_PREFIX
-from kernelfix.agent.state import Outcome, Trajectory, Turn, TurnSource, Usage
+from kernelfix.agent.state import REOPENABLE, Outcome, Trajectory, Turn, TurnSource, Usage, path_to
 from kernelfix.tools.judge import StageEvent
 
 # What each judge stage is doing, in words (the stage bar and the turn list say these).
@@ -70,6 +72,8 @@ class LiveTurn:
     reasoning: str = ""
     activity: str = "waiting for the model..."
     usage: Usage | None = None
+    parent: int | None = None  # a search's candidate: where it goes in the tree
+    branch: str | None = None
 
 
 @dataclass
@@ -80,7 +84,9 @@ class SessionView:
     session_dir: str = ""
     turns: list[Turn] = field(default_factory=list)
     best_turn: int | None = None
-    live: LiveTurn | None = None
+    lives: dict[int, LiveTurn] = field(default_factory=dict)  # turns on their way (a search's round: several)
+    width: int = 1
+    round: int | None = None  # the search's round in flight
     activity: str = ""  # what the session is doing outside a turn (reference, paused, ended)
     paused: bool = False
     paused_after: int | None = None
@@ -95,6 +101,7 @@ class SessionView:
     @classmethod
     def from_trajectory(cls, traj: Trajectory, session_dir: str | Path) -> "SessionView":
         v = cls(task=traj.task.name, model=short_model(traj.model), device=traj.device, session_dir=str(session_dir))
+        v.width = traj.settings.agent.width
         v.turns = list(traj.turns)
         v.best_turn = traj.outcome.best_turn
         v.outcome = traj.outcome
@@ -105,16 +112,20 @@ class SessionView:
     def apply(self, e: SessionEvent) -> None:
         if isinstance(e, SessionStarted):
             self.task, self.model, self.device, self.session_dir = e.task, short_model(e.model), e.device, e.session_dir
+            self.width = e.width
             self.running, self.outcome = True, None
             self.elapsed_before = sum(t.wall_s or 0.0 for t in self.turns)
             self.started_monotonic = time.monotonic()
             self.activity = f"resumed with {e.turns_done} judged turns" if e.resumed else "starting..."
         elif isinstance(e, Notice):
             self.notices.append(e.text)
+        elif isinstance(e, RoundStarted):
+            self.round = e.round
+            self.activity = f"round {e.round}: {len(e.slots)} candidates"
         elif isinstance(e, TurnStarted):
-            self.live = LiveTurn(index=e.turn, source=e.source)
+            live = self.lives[e.turn] = LiveTurn(index=e.turn, source=e.source, parent=e.parent, branch=e.branch)
             if e.source != "model":
-                self.live.activity = f"judging the {e.source}'s candidate..."
+                live.activity = f"judging the {e.source}'s candidate..."
         elif isinstance(e, ModelDelta):
             live = self._live(e.turn)
             if e.channel == "reasoning":
@@ -139,16 +150,27 @@ class SessionView:
             else:
                 self._live(e.turn).activity = stage_text(e.event)
         elif isinstance(e, TurnJudged):
-            self.turns = [t for t in self.turns if t.index != e.turn.index] + [e.turn]
+            # A search's candidate comes again, committed, with its round (RoundJudged).
+            self._record(e.turn)
+            self.lives.pop(e.turn.index, None)
+            if not self.lives:
+                self.activity = ""
+            if e.best_turn is not None:  # None: no correct turn yet (a best is never taken back)
+                self.best_turn = e.best_turn
+        elif isinstance(e, RoundJudged):
+            for t in e.turns:
+                self._record(t)
+            self.lives.clear()
             self.best_turn = e.best_turn
-            self.live = None
+            self.round = None
             self.activity = ""
         elif isinstance(e, SessionPaused):
             self.paused, self.paused_after = True, e.after_turn
         elif isinstance(e, SessionUnpaused):
             self.paused = False
         elif isinstance(e, SessionEnded):
-            self.running, self.paused, self.live = False, False, None
+            self.running, self.paused = False, False
+            self.lives.clear()
             self.outcome = e.outcome
             if self.started_monotonic is not None:
                 self.elapsed_before += time.monotonic() - self.started_monotonic
@@ -156,25 +178,75 @@ class SessionView:
             self.activity = ended_text(e.outcome)
 
     def _live(self, index: int) -> LiveTurn:
-        if self.live is None or self.live.index != index:
-            self.live = LiveTurn(index=index, source="model")
-        return self.live
+        if index not in self.lives:
+            self.lives[index] = LiveTurn(index=index, source="model")
+        return self.lives[index]
+
+    def _record(self, turn: Turn) -> None:
+        self.turns = sorted([t for t in self.turns if t.index != turn.index] + [turn], key=lambda t: t.index)
+
+    @property
+    def live(self) -> LiveTurn | None:
+        """The turn in progress that started last (the chain has at most one)."""
+        return self.lives[max(self.lives)] if self.lives else None
+
+    # ------------------------------------------------------------------ the tree (a search)
+
+    @property
+    def branched(self) -> bool:
+        """Whether the turns form a tree, not one chain: shown with branches and parents."""
+        return self.width > 1 or any(t.round is not None and t.parent is not None and t.branch and t.branch.startswith("b") for t in self.turns)
+
+    def best_path(self) -> set[int]:
+        """The turns from the root to the best one."""
+        return {t.index for t in path_to(self.turns, self.best_turn)} if self.best_turn is not None else set()
+
+    def tree_rows(self) -> list[tuple[int, int]]:
+        """(turn index, depth) in the order the list shows them: a branch's turns one under the other, a
+        branch that forks off a turn right below it and one step in; turns in progress in their place."""
+        parent: dict[int, int | None] = {t.index: t.parent for t in self.turns}
+        branch: dict[int, str | None] = {t.index: t.branch for t in self.turns}
+        for live in self.lives.values():
+            parent.setdefault(live.index, live.parent)
+            branch.setdefault(live.index, live.branch)
+        children: dict[int | None, list[int]] = {}
+        for i in sorted(parent):
+            p = parent[i] if parent[i] in parent else None
+            children.setdefault(p, []).append(i)
+        rows: list[tuple[int, int]] = []
+        stack = [(i, 0) for i in reversed(children.get(None, []))]
+        while stack:
+            i, depth = stack.pop()
+            rows.append((i, depth))
+            kids = children.get(i, [])
+            cont = next((k for k in kids if branch[k] == branch[i]), None)
+            if cont is not None:
+                stack.append((cont, depth))  # the branch goes on below its forks
+            stack += [(k, depth + 1) for k in reversed(kids) if k != cont]
+        return rows
 
     # ------------------------------------------------------------------ derived
 
     def turn(self, index: int) -> Turn | None:
         return next((t for t in self.turns if t.index == index), None)
 
+    def previous_turn(self, index: int) -> Turn | None:
+        """What a diff compares against: the nearest turn with code up the branch (a search), else before it."""
+        turn = self.turn(index)
+        if self.branched and turn is not None:
+            earlier = [t for t in path_to(self.turns, turn.parent) if t.code is not None]
+        else:
+            earlier = [t for t in self.turns if t.index < index and t.code is not None]
+        return earlier[-1] if earlier else None
+
     def previous_code(self, index: int) -> str | None:
-        """The code of the last turn before ``index`` that had code: what a diff compares against."""
-        earlier = [t for t in self.turns if t.index < index and t.code is not None]
-        return earlier[-1].code if earlier else None
+        previous = self.previous_turn(index)
+        return previous.code if previous is not None else None
 
     @property
     def resumable(self) -> bool:
-        """A run can continue it: never run, killed, or stopped on a limit that a resume may raise."""
-        o = self.outcome
-        return o is None or o.resumable or not o.finished or o.stop_kind in ("max_turns", "budget")
+        """A run can continue it: never run, killed, or stopped on a limit a resume may raise or by the user."""
+        return is_open(self.outcome)
 
     def elapsed(self) -> float:
         running = time.monotonic() - self.started_monotonic if self.started_monotonic is not None else 0.0
@@ -182,8 +254,7 @@ class SessionView:
 
     def tokens(self) -> tuple[int, int]:
         usages = [t.usage for t in self.turns]
-        if self.live is not None and self.live.usage is not None:
-            usages.append(self.live.usage)
+        usages += [live.usage for live in self.lives.values() if live.usage is not None]
         return sum(u.prompt_tokens or 0 for u in usages), sum(u.completion_tokens or 0 for u in usages)
 
     def cost(self) -> float | None:
@@ -195,6 +266,11 @@ class SessionView:
             elif t.source == "model" and t.usage.attempts:
                 return None
         return total
+
+
+def is_open(o: Outcome | None) -> bool:
+    """A session a resume continues: never run, killed, stopped on a limit, or stopped or accepted by the user."""
+    return o is None or o.resumable or not o.finished or o.stop_kind in REOPENABLE
 
 
 def ended_text(o: Outcome) -> str:

@@ -2,13 +2,14 @@
 
     TASKS...   a task file (.py), a directory (its *.py task files, not recursive), or a
                manifest (.jsonl), one JSON object per line:
-               {"task": "a.py", "candidate": "a_bad.py", "target": 1.5, "model": "...", "replay": "a.jsonl"}
+               {"task": "a.py", "candidate": "a_bad.py", "target": 1.5, "model": "...", "replay": "a.jsonl",
+                "width": 4, "keep": 2}
                (paths relative to the manifest's folder; all keys but task optional)
 
 Each job's session lives in ``OUT/sessions/<name>``; the name is the task file's
 stem and a hash of what the session depends on (the task's and candidate's
-contents, the target, a per-task model), so a rerun finds the same session
-and a changed task gets a new one.
+contents, the target, a per-task model, a per-task width), so a rerun finds the same
+session and a changed task gets a new one.
 
 Models: a task's ``model`` (or ``replay`` file) in the manifest wins over the
 batch's ``--model``. ``--model replay:DIR`` with a directory answers each task
@@ -45,6 +46,8 @@ class ManifestLine(_Model):
     target: float | None = Field(None, ge=0, description="target speedup over eager for this task")
     model: str | None = None
     replay: str | None = Field(None, description="a replay file for this task: the same as model replay:FILE")
+    width: int | None = Field(None, ge=1, le=64, description="candidates per round for this task (docs/search.md)")
+    keep: int | None = Field(None, ge=1, description="branches each later round continues, for this task")
 
 
 class BatchSettings(_Model):
@@ -61,6 +64,8 @@ class Job(_Model):
     candidate: str | None = None  # absolute path of a failing kernel, judged as turn 0
     target: float | None = None
     model: str  # resolved: this task's model string
+    width: int | None = None  # the manifest's, over the batch's --width
+    keep: int | None = None
     settings: BatchSettings
 
     @property
@@ -72,6 +77,10 @@ class Job(_Model):
         update = {"model": self.model}
         if self.target is not None:
             update["target_speedup"] = self.target
+        if self.width is not None:
+            update["width"] = self.width
+        if self.keep is not None:
+            update["keep"] = self.keep
         return self.settings.agent.model_copy(update=update)
 
 
@@ -109,7 +118,7 @@ def _manifest(path: Path, problems: list[str]) -> list[ManifestLine]:
             line = ManifestLine.model_validate(json.loads(raw))
         except (ValueError, ValidationError) as e:
             first = " ".join(str(e).split())[:300]
-            problems.append(f'{path} line {n}: expected {{"task": ..., "candidate"?, "target"?, "model"?, "replay"?}}: {first}')
+            problems.append(f'{path} line {n}: expected {{"task": ..., "candidate"?, "target"?, "model"?, "replay"?, "width"?, "keep"?}}: {first}')
             continue
         if line.model and line.replay:
             problems.append(f"{path} line {n}: give model or replay, not both")
@@ -178,6 +187,8 @@ def plan(args: list[str], settings: BatchSettings) -> list[Job]:
             problems.append(f"{task.path}: no replay file {model[len(REPLAY_PREFIX):]}")
             continue
         key = "\0".join([task.sha1, _sha1(candidate_text), repr(line.target), line.model or ""])
+        if line.width is not None or line.keep is not None:  # only then: the names of earlier batches stay valid
+            key += f"\0width={line.width}\0keep={line.keep}"
         name = f"{task.name}-{_sha1(key.encode())[:8]}"
         if name in jobs:  # the same work listed twice
             continue
@@ -187,6 +198,8 @@ def plan(args: list[str], settings: BatchSettings) -> list[Job]:
             candidate=str(Path(line.candidate).resolve()) if line.candidate else None,
             target=line.target,
             model=model,
+            width=line.width,
+            keep=line.keep,
             settings=settings,
         )
     problems += _model_problems(jobs.values())

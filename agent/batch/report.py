@@ -11,6 +11,10 @@ Definitions (docs/batch.md says the same):
   best-turn pass rate: tasks with any correct turn / all tasks (= correct rate).
 - turns to first correct: model turns up to and including the first correct one
   (0 when the given candidate was already correct), averaged over tasks that got one.
+- a search (width > 1) counts rounds where a chain counts model turns: its first "turn" is
+  round one (first-turn correct: any of its candidates was), and its turns to first correct
+  are the rounds up to the first correct candidate. fast_p still counts each task once, by
+  the best kernel over every branch.
 """
 
 from __future__ import annotations
@@ -85,6 +89,10 @@ def task_outcome(result: TaskResult, traj: Trajectory | None) -> TaskOutcome:
     row.first_turn_correct = bool(model_turns) and model_turns[0].correct
     if first_correct is not None:
         row.turns_to_first_correct = sum(t.source == "model" and t.index <= first_correct.index for t in turns)
+    if traj.rounds:  # a search: rounds, not model turns
+        row.first_turn_correct = any(t.correct for t in model_turns if t.round == 1)
+        if first_correct is not None:
+            row.turns_to_first_correct = max((t.round or 0 for t in model_turns if t.index <= first_correct.index), default=0)
     row.model_turns = len(model_turns)
     row.judged_turns = len(turns)
     row.best_turn = o.best_turn

@@ -1,4 +1,5 @@
-"""``kernelfix export``: sessions -> filtered SFT records -> chat JSONL or parquet, with ANALYSIS beside them.
+"""``kernelfix export``: sessions -> filtered SFT records -> chat JSONL or parquet, with ANALYSIS beside them;
+or every judged candidate with its reward -> rl-jsonl (agent.export.rl).
 
     result = export(["runs/out/sessions"], Path("sft.jsonl"), ExportOptions())
 """
@@ -16,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kernelfix import atomic
 from kernelfix.agent.session import SETTINGS, TRAJECTORY
 from kernelfix.agent.state import Trajectory
-from kernelfix.agent.export import analysis, tokens
+from kernelfix.agent.export import analysis, rl, tokens
 from kernelfix.agent.export.filters import FilterConfig, apply_filters
-from kernelfix.agent.export.records import LossMode, Message, Metadata, Record, record
+from kernelfix.agent.export.records import LossMode, Message, Metadata, Record, leaf_finals, record
 
-Format = Literal["chat-jsonl", "parquet"]
+Format = Literal["chat-jsonl", "parquet", "rl-jsonl"]
 
 
 class ExportError(Exception):
@@ -33,6 +34,7 @@ class ExportOptions(BaseModel):
     format: Format = "chat-jsonl"
     loss: LossMode = "final"
     filters: FilterConfig = Field(default_factory=FilterConfig)
+    all_branches: bool = False  # a search: one record per root-to-leaf path, not only the best path
 
 
 def find_sessions(paths: list[str]) -> tuple[list[Path], list[str]]:
@@ -57,17 +59,25 @@ def find_sessions(paths: list[str]) -> tuple[list[Path], list[str]]:
     return unique, problems
 
 
-def load(session: Path, loss: LossMode) -> Record | str:
-    """The session's record, or why it has none."""
+def read(session: Path) -> Trajectory | str:
+    """The session's trajectory, or why there is none to read."""
     f = session / TRAJECTORY
     if not f.is_file():
         return "no trajectory.json (no turn was judged)"
     try:
-        traj = Trajectory.model_validate_json(f.read_text(encoding="utf-8"))
+        return Trajectory.model_validate_json(f.read_text(encoding="utf-8"))
     except (OSError, ValueError, ValidationError) as e:
         return f"unreadable trajectory.json: {' '.join(str(e).split())[:200]}"
-    rec = record(traj, session_dir=str(session), loss=loss)
-    return rec if rec is not None else "no model turn"
+
+
+def load(session: Path, loss: LossMode, all_branches: bool = False) -> list[Record] | str:
+    """The session's record (every path's with ``all_branches``), or why it has none."""
+    traj = read(session)
+    if isinstance(traj, str):
+        return traj
+    finals = leaf_finals(traj) if all_branches else [None]
+    recs = [r for f in finals if (r := record(traj, session_dir=str(session), loss=loss, final=f)) is not None]
+    return recs or "no model turn"
 
 
 def _dump(r: Record) -> dict:
@@ -122,20 +132,22 @@ def write_records(records: list[Record], out: Path, fmt: Format) -> None:
     _write_atomically(out, jsonl)
 
 
-def export(paths: list[str], out: Path, opts: ExportOptions) -> analysis.Analysis:
+def export(paths: list[str], out: Path, opts: ExportOptions) -> analysis.Analysis | rl.RLAnalysis:
     if opts.format == "parquet":
         _pyarrow()  # before any work
     sessions, problems = find_sessions(paths)
     if problems and not sessions:
         raise ExportError("\n".join(problems))
+    if opts.format == "rl-jsonl":
+        return export_rl(sessions, problems, out)
     records: list[Record] = []
     unusable = [analysis.Unusable(path=p.split(":", 1)[0], why=p.split(": ", 1)[-1]) for p in problems]
     for s in sessions:
-        got = load(s, opts.loss)
+        got = load(s, opts.loss, opts.all_branches)
         if isinstance(got, str):
             unusable.append(analysis.Unusable(path=str(s), why=got))
         else:
-            records.append(got)
+            records += got
     kept, reports = apply_filters(list(records), opts.filters)
     write_records(kept, out, opts.format)
     a = analysis.analyse(
@@ -150,4 +162,21 @@ def export(paths: list[str], out: Path, opts: ExportOptions) -> analysis.Analysi
         filters=reports,
     )
     analysis.write(out.resolve().parent, a)
+    return a
+
+
+def export_rl(sessions: list[Path], problems: list[str], out: Path) -> rl.RLAnalysis:
+    """Every judged model candidate of every session, with its reward; no filters (failures are the negatives)."""
+    rows: list[rl.RLRecord] = []
+    unusable = [{"path": p.split(":", 1)[0], "why": p.split(": ", 1)[-1]} for p in problems]
+    for s in sessions:
+        traj = read(s)
+        got = rl.records(traj, session_dir=str(s)) if not isinstance(traj, str) else traj
+        if isinstance(got, str) or not got:
+            unusable.append({"path": str(s), "why": got or "no judged model turn"})
+        else:
+            rows += got
+    rl.write(rows, out)
+    a = rl.analyse(rows, output=str(out.resolve()), sessions_found=len(sessions), unusable=unusable)
+    rl.write_analysis(out.resolve().parent, a)
     return a

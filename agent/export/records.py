@@ -3,7 +3,9 @@
 The record is the conversation up to and including the session's last model
 turn: the context that turn was sent (system, task, earlier answers and the
 judge's feedback on each, with earlier reasoning already left out) and its
-answer. Assistant messages carry OpenAI's per-message loss flag ``weight``
+answer. A search (width > 1) is a tree: its record is the best path (the best
+kernel's branch, up to that branch's last model turn), or, with
+``--all-branches``, one record per root-to-leaf path. Assistant messages carry OpenAI's per-message loss flag ``weight``
 (1: trained on): the final answer only by default, or every answer
 (``loss="all-assistant"``). The final answer keeps its reasoning as
 ``reasoning_content``; earlier answers never have any.
@@ -17,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.agent.state import Trajectory, Turn
+from kernelfix.agent.state import Trajectory, Turn, path_to
 from kernelfix.agent.export import tokens
 
 LossMode = Literal["final", "all-assistant"]
@@ -68,6 +70,8 @@ class Metadata(_Model):
     sha1: str = ""  # of normalized prompt|||completion (the dedup key)
     jaccard: float = 0.0  # word Jaccard of prompt and completion
     leakage: bool = False
+    path: list[int] = Field(default_factory=list)  # the turns of this conversation, root first (a search: one branch's)
+    branch: str | None = None  # the final answer's git branch
 
 
 class FilterStep(_Model):
@@ -117,32 +121,61 @@ def final_model_turn(traj: Trajectory) -> Turn | None:
     return next((t for t in reversed(traj.turns) if t.source == "model" and t.reply is not None), None)
 
 
+def _searched(traj: Trajectory) -> bool:
+    return bool(traj.rounds)
+
+
+def best_path_final(traj: Trajectory) -> Turn | None:
+    """The final answer of the session's record: the chain's last model turn; in a search, the last model
+    turn of the best kernel's branch (of the last model turn's branch when nothing was correct)."""
+    last = final_model_turn(traj)
+    if not _searched(traj) or last is None:
+        return last
+    by_index = {t.index: t for t in traj.turns}
+    anchor = by_index.get(traj.outcome.best_turn) if traj.outcome.best_turn is not None else last
+    on_branch = [t for t in traj.turns if t.source == "model" and t.reply is not None and t.branch == anchor.branch and t.index >= anchor.index]
+    return max(on_branch, key=lambda t: t.index, default=last)
+
+
+def leaf_finals(traj: Trajectory) -> list[Turn]:
+    """The final answer of every root-to-leaf path: each leaf's last model turn on its path (--all-branches)."""
+    parents = {t.parent for t in traj.turns}
+    finals: dict[int, Turn] = {}
+    for leaf in (t for t in traj.turns if t.index not in parents):
+        final = next((t for t in reversed(path_to(traj.turns, leaf.index)) if t.source == "model" and t.reply is not None), None)
+        if final is not None:
+            finals[final.index] = final
+    return [finals[i] for i in sorted(finals)] if _searched(traj) else [t for t in [final_model_turn(traj)] if t is not None]
+
+
+def session_fields(traj: Trajectory, session_dir: str) -> dict:
+    """What every exported record says of its session (SFT and RL records alike)."""
+    return {"session_id": traj.session_id, "session_dir": session_dir, "task": traj.task.name, "task_sha1": traj.task.sha1, "model": traj.model, "device": traj.device}
+
+
 def _prompt_text(messages: list[Message]) -> str:
     return "\n\n".join(f"{m.role}: {m.content}" for m in messages)
 
 
-def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final") -> Record | None:
-    """The session's record, or None when it has no model turn to learn from."""
-    final = final_model_turn(traj)
+def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final", final: Turn | None = None) -> Record | None:
+    """The session's record (the path ending at ``final``; default its best path), or None when it has no
+    model turn to learn from."""
+    final = final or best_path_final(traj)
     if final is None:
         return None
+    turns = path_to(traj.turns, final.index) if _searched(traj) else traj.turns
     context = [Message(role=m.role, content=m.content) for m in final.messages]  # reasoning_content dropped
     for m in context:
         if m.role == "assistant":
             m.weight = 1 if loss == "all-assistant" else 0
     answer = Message(role="assistant", content=final.reply.content, reasoning_content=final.reply.reasoning_content or None, weight=1)
     prompt, completion = _prompt_text(context), answer.content
-    first_correct = next((t for t in traj.turns if t.correct), None)
+    first_correct = next((t for t in turns if t.correct), None)
     v = final.verdict
     meta = Metadata(
-        session_id=traj.session_id,
-        session_dir=session_dir,
-        task=traj.task.name,
-        task_sha1=traj.task.sha1,
-        model=traj.model,
-        device=traj.device,
+        **session_fields(traj, session_dir),
         loss=loss,
-        turns=[TurnInfo(turn=t.index, source=t.source, category=t.verdict.category.value if t.verdict else None) for t in traj.turns],
+        turns=[TurnInfo(turn=t.index, source=t.source, category=t.verdict.category.value if t.verdict else None) for t in turns],
         final_turn=final.index,
         final_category=v.category.value if v else None,
         final_correct=final.correct,
@@ -153,10 +186,12 @@ def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final") -> R
         kind="optimization" if traj.turns[0].correct else "repair",
         tokenizer=tokens.tokenizer()[0],
         reasoning_tokens=tokens.count(final.reply.reasoning_content),
-        reasoning_tokens_all_turns=sum(tokens.count(t.reply.reasoning_content) for t in traj.turns if t.reply is not None),
+        reasoning_tokens_all_turns=sum(tokens.count(t.reply.reasoning_content) for t in turns if t.reply is not None),
         prompt_tokens=tokens.count(prompt),
         completion_tokens=tokens.count(completion),
         sha1=dedup_key(prompt, completion),
         jaccard=round(word_jaccard(prompt, completion), 4),
+        path=[t.index for t in turns if t.index <= final.index],
+        branch=final.branch,
     )
     return Record(messages=[*context, answer], metadata=meta, prompt=prompt, completion=completion)

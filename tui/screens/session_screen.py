@@ -1,8 +1,9 @@
 """One session: the turns on the left, the selected turn in tabs, live stages, steering keys.
 
-A live session runs in a thread worker; its events come back as messages, so
-the UI stays responsive while the model or the judge works. The same screen
-shows a finished session from its trajectory and can resume it.
+A live session runs in its own thread (the app's ``start_session``); its events come back as messages,
+so the UI stays responsive while the model or the judge works. The same screen shows a finished session
+from its trajectory and can resume it. With width > 1 the hint and edit keys act on the selected turn's
+branch; pause, stop and accept on the session.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
+from textual.message import Message
 from textual.widgets import Footer, OptionList
-from textual.worker import Worker, WorkerState
 
 from kernelfix.agent.events import EventSink, SessionEnded
 from kernelfix.agent.runner import Session
@@ -30,6 +30,14 @@ from kernelfix.tui.widgets.turn_list import TurnList
 
 ResumeFactory = Callable[[Path, EventSink], Session]  # (session dir, event sink) -> a Session ready to run
 _LIVE_ONLY = {"pause", "edit", "hint", "accept", "stop"}
+
+
+class SessionDone(Message):
+    """The session's thread ended: with its outcome, or the error that stopped it."""
+
+    def __init__(self, outcome, error: BaseException | None) -> None:
+        super().__init__()
+        self.outcome, self.error = outcome, error
 
 
 class SessionScreen(Screen):
@@ -86,23 +94,14 @@ class SessionScreen(Screen):
     def _start(self, session: Session) -> None:
         self.session = session
         self.view.running = True
-        self._run_session(session)
+        self.app.start_session(session, lambda outcome, error: self.post_message(SessionDone(outcome, error)))
         self.refresh_bindings()
 
-    @work(thread=True, exit_on_error=False, name="session")
-    def _run_session(self, session: Session):
-        return session.run()
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.name != "session" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
-            return
+    def on_session_done(self, message: SessionDone) -> None:
         app = self.app
-        if event.state == WorkerState.SUCCESS:
-            app.outcome = event.worker.result
-        else:
-            app.error = event.worker.error
+        if message.error is not None:
             self.view.running = False
-            self.view.activity = f"stopped by an error: {type(event.worker.error).__name__}: {event.worker.error}"
+            self.view.activity = f"stopped by an error: {type(message.error).__name__}: {message.error}"
             self.notify(self.view.activity, severity="error", timeout=30, markup=False)
         self._request = None
         self._dirty = True
@@ -166,6 +165,15 @@ class SessionScreen(Screen):
             controls.pause()
             self._ask("pausing after this turn")
 
+    def _selected_branch(self) -> tuple[int | None, str | None]:
+        """A search's selected turn and its branch (what hint and edit act on); (None, None) for a chain."""
+        index = self.query_one(TurnList).selected_turn()
+        turn = self.view.turn(index) if index is not None else None
+        live = self.view.lives.get(index) if index is not None else None
+        if not self.view.branched or (turn is None and live is None):
+            return None, None
+        return (index if turn is not None else None), (turn.branch if turn is not None else live.branch)
+
     def action_edit(self) -> None:
         index = self.query_one(TurnList).selected_turn()
         turn = self.view.turn(index) if index is not None else None
@@ -176,20 +184,25 @@ class SessionScreen(Screen):
         if source is None:
             source = _template(self.view.session_dir)
 
+        parent, branch = self._selected_branch()
+
         def judge_it(text: str | None) -> None:
             if text is not None and text.strip():
-                self.session.controls.submit_candidate(text)
-                self._ask("your candidate is judged next")
-                self.notify("your candidate will be judged as its own turn, after the current one")
+                self.session.controls.submit_candidate(text, parent=parent)
+                where = f" on {branch}, after turn {parent}" if parent is not None else ""
+                self._ask(f"your candidate is judged next{where}")
+                self.notify(f"your candidate will be judged as its own turn{where}, after the current one", markup=False)
 
         self.app.push_screen(EditCandidateScreen(source, title), judge_it)
 
     def action_hint(self) -> None:
+        _, branch = self._selected_branch()
+
         def add(text: str | None) -> None:
             if text:
-                self.session.controls.hint(text)
-                self._ask(f"hint queued: {text[:40]}")
-                self.notify(f"hint added to the next prompt: {text}", markup=False)
+                self.session.controls.hint(text, branch=branch)
+                self._ask(f"hint queued{' for ' + branch if branch else ''}: {text[:40]}")
+                self.notify(f"hint added to the next prompt{' on ' + branch if branch else ''}: {text}", markup=False)
 
         self.app.push_screen(HintScreen(), add)
 
@@ -215,12 +228,10 @@ class SessionScreen(Screen):
 
     def action_quit(self) -> None:
         if self.live:
-            # The worker thread cannot be killed mid-turn; the session ends cleanly after it and stays resumable.
-            self.session.controls.stop()
-            self._leave_when_done = True
-            self._ask("stopping after this turn, then leaving")
-        else:
-            self.app.exit(self.app.outcome)
+            # Leave now: the session stops at its next check (the CLI does not wait for a judge stage in
+            # flight) and stays resumable, as after a kill: every judged turn is already on disk.
+            self.session.controls.abort()
+        self.app.exit(self.app.outcome)
 
     def action_tab(self, pane: str) -> None:
         self.query_one(TurnDetail).select_tab(pane)

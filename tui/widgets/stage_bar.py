@@ -9,7 +9,9 @@ from kernelfix.tui.view_model import SessionView
 
 
 def activity_text(view: SessionView, request: str | None) -> str:
-    if view.live is not None:
+    if len(view.lives) > 1:  # a search's round: every candidate in flight, in short
+        now = f"round {view.round}: " + " · ".join(f"{i}: {view.lives[i].activity}" for i in sorted(view.lives))
+    elif view.live is not None:
         now = f"turn {view.live.index}: {view.live.activity}"
     elif view.paused:
         where = "before the first turn" if view.paused_after is None else f"after turn {view.paused_after}"

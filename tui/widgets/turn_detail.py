@@ -50,7 +50,7 @@ class TurnDetail(Vertical):
     def show(self, view: SessionView, index: int | None) -> None:
         """Render turn ``index`` (judged or running); cheap when nothing changed, so it may be called often."""
         turn = view.turn(index) if index is not None else None
-        live = view.live if view.live is not None and view.live.index == index else None
+        live = view.lives.get(index) if index is not None else None
         key = (index, id(turn), turn.verdict is not None if turn else None, len(live.content) + len(live.reasoning) if live else None,
                live.activity if live else None, view.best_turn, len(view.turns))
         if key == self._shown:
@@ -66,7 +66,7 @@ class TurnDetail(Vertical):
         if turn is not None:
             r = turn.reply
             self._reply(r.reasoning_content or "" if r else "", r.content if r else "", _no_reply(turn.source))
-            previous = next((t for t in reversed(view.turns) if t.index < turn.index and t.code is not None), None)
+            previous = view.previous_turn(turn.index)
             body("#code-body", Static).update(candidate_view(turn))
             body("#diff-body", Static).update(diff_view(turn, previous))
             body("#log-body", Static).update(log_view(turn))
@@ -90,7 +90,8 @@ def _title(view: SessionView, turn, live) -> Text:
     if turn is not None:
         m = mark(turn)
         best = f" {BEST_MARK}best" if turn.index == view.best_turn else ""
-        return Text(f"turn {turn.index} ({turn.source}): {m} {turn.verdict.category.value}{best}", style="bold")
+        where = f", {turn.branch}" + (f" from turn {turn.parent}" if turn.parent is not None else "") if view.branched else ""
+        return Text(f"turn {turn.index} ({turn.source}{where}): {m} {turn.verdict.category.value}{best}", style="bold")
     if live is not None:
         return Text(f"turn {live.index} ({live.source}): {LIVE_MARK} in progress", style="bold")
     return Text("no turn yet", style="bold")

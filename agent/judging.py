@@ -1,0 +1,65 @@
+"""A turn through the judge: the steps the chain's nodes and a search's candidate tasks share."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+
+from kernelfix.agent.events import StageUpdate
+from kernelfix.agent.models import ModelReply
+from kernelfix.agent.session import SessionDir
+from kernelfix.agent.state import ChatMessage, Turn
+from kernelfix.tools.judge import Evaluation, Judge, StageEvent
+
+
+def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hints: list[str], started_at: float, **tree) -> Turn:
+    """A model turn before judging; ``tree``: parent, branch, round."""
+    return Turn(
+        index=index,
+        source="model",
+        messages=messages,
+        reply=ChatMessage(role="assistant", content=reply.content, reasoning_content=reply.reasoning_content),
+        hints=hints,
+        usage=reply.usage,
+        started_at=started_at,
+        **tree,
+    )
+
+
+# judge.start parses the candidate in this process; CPython 3.11's ast.parse is not thread-safe ("AST
+# constructor recursion depth mismatch" when a round's candidates parse at once), and it takes milliseconds.
+_PARSE = threading.Lock()
+
+
+def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], None]) -> Evaluation:
+    """Extract the turn's candidate (sets ``turn.code``) in a fresh working directory."""
+    wd = store.eval_dir(turn.index)
+    if not judge.has_standby(wd):  # a worker started for it while the model wrote (Judge.prestart) lives there
+        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
+    with _PARSE:
+        if turn.source == "model":
+            ev = judge.start(turn.reply.content, filename="reply.md", workdir=wd)
+        else:
+            ev = judge.start(turn.code or "", filename=turn.submitted_as or "candidate.py", workdir=wd)
+    turn.code = ev.code
+    emit(StageUpdate(turn=turn.index, event=StageEvent(stage="extract", status="finished", detail=ev.category.value if ev.category else "ok")))
+    return ev
+
+
+def finish(judge: Judge, turn: Turn, ev: Evaluation) -> None:
+    """The verdict and the turn's times."""
+    turn.verdict = judge.finish(ev)
+    turn.judge_s = round(sum(ev.stage_seconds.values()), 3)
+    turn.finished_at = time.time()
+    turn.wall_s = round(turn.finished_at - turn.started_at, 3)
+
+
+def abandon(judge: Judge, ev: Evaluation) -> None:
+    """An evaluation cut short in a thread that goes on (a search's candidate, the user left): finish
+    releases its candidate worker; the verdict is not kept."""
+    try:
+        judge.finish(ev)
+    except Exception:  # already failing: the original error is the one to raise
+        pass
