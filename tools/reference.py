@@ -200,8 +200,10 @@ class Reference:
             if self.surveyed:
                 return
             msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials])
-            for t, raw in zip(self.trials, msg["trials"]):
-                self._learn(t, Prepared.model_validate(raw))
+            by_index = {t.index: t for t in self.trials}
+            for raw in msg["trials"]:  # a large task's survey stops at the first trial its cache cannot hold
+                p = Prepared.model_validate(raw)
+                self._learn(by_index[p.index], p)
             self.trials = [t for t in self.trials if t.variant is None or t.variant not in self.skipped_variants]
             self.surveyed = True
 

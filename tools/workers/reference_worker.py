@@ -282,21 +282,26 @@ class ReferenceServer:
         self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
 
     def survey(self, req: dict[str, Any], fds: list[int]) -> None:
-        """Every planned trial's reference, computed once (kept where the cache allows), summarized:
-        what the judge knows of the task before any candidate's trial runs."""
+        """Every planned trial's reference, computed once and kept for the candidates to come, summarized:
+        what the judge knows of the task before any candidate's trial runs. A trial the cache cannot
+        hold ends the survey: the rest would be computed again for each candidate anyway."""
         out = []
         for raw in req["trials"]:
             plan = TrialPlan.model_validate(raw)
             self.plans[plan.index] = plan
             data = self._get(plan)
-            out.append(
-                Prepared(
-                    index=plan.index, skipped=data.skipped, ref_ms=data.ref_ms, noise=data.noise, has_float64=data.out64 is not None,
-                    float64_note=data.float64_note or self.float64_note, vacuous=data.vacuous, cached=plan.index in self.cache,
-                    input_bytes=nbytes(data.inputs), output_bytes=nbytes(data.out),
-                ).model_dump()
-            )
+            if plan.index not in self.cache and data.skipped is None:
+                out.append(self._summary(plan, data))
+                break
+            out.append(self._summary(plan, data))
         self.w.chan.send("surveyed", id=req.get("id"), trials=out, cache_used=self.cache_used)
+
+    def _summary(self, plan: TrialPlan, data: _Data) -> dict[str, Any]:
+        return Prepared(
+            index=plan.index, skipped=data.skipped, ref_ms=data.ref_ms, noise=data.noise, has_float64=data.out64 is not None,
+            float64_note=data.float64_note or self.float64_note, vacuous=data.vacuous, cached=plan.index in self.cache,
+            input_bytes=nbytes(data.inputs), output_bytes=nbytes(data.out),
+        ).model_dump()
 
     def check(self, req: dict[str, Any], fds: list[int]) -> None:
         from kernelfix.tools.correctness.compare import compare
