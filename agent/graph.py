@@ -153,9 +153,7 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def generate(state: SessionState) -> Update:
         index = _next_index(state)
-        wd = rt.store.eval_dir(index)
-        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
-        rt.judge.prestart(wd)  # its worker starts Python, torch and CUDA while the model writes
+        judging.prestart(rt.store, rt.judge, index)  # its worker starts Python, torch and CUDA while the model writes
         hints = rt.controls.take_hints()
         task_msg = task_message(state)
         messages = prompting.build_messages(system, task_msg, state.turns, hints)

@@ -33,6 +33,13 @@ def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hi
 _PARSE = threading.Lock()
 
 
+def prestart(store: SessionDir, judge: Judge, index: int) -> None:
+    """Start turn ``index``'s candidate worker in a clean working directory before its reply exists."""
+    wd = store.eval_dir(index)
+    shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
+    judge.prestart(wd)
+
+
 def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], None]) -> Evaluation:
     """Extract the turn's candidate (sets ``turn.code``) in a fresh working directory."""
     wd = store.eval_dir(turn.index)
