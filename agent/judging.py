@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Callable
 
@@ -28,11 +27,6 @@ def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hi
     )
 
 
-# judge.start parses the candidate in this process; CPython 3.11's ast.parse is not thread-safe ("AST
-# constructor recursion depth mismatch" when a round's candidates parse at once), and it takes milliseconds.
-_PARSE = threading.Lock()
-
-
 def prestart(store: SessionDir, judge: Judge, index: int) -> None:
     """Start turn ``index``'s candidate worker in a clean working directory before its reply exists."""
     wd = store.eval_dir(index)
@@ -45,11 +39,10 @@ def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], 
     wd = store.eval_dir(turn.index)
     if not judge.has_standby(wd):  # a worker started for it while the model wrote (Judge.prestart) lives there
         shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
-    with _PARSE:
-        if turn.source == "model":
-            ev = judge.start(turn.reply.content, filename="reply.md", workdir=wd)
-        else:
-            ev = judge.start(turn.code or "", filename=turn.submitted_as or "candidate.py", workdir=wd)
+    if turn.source == "model":  # (judge.start serializes its own parsing: ast.parse is not thread-safe)
+        ev = judge.start(turn.reply.content, filename="reply.md", workdir=wd)
+    else:
+        ev = judge.start(turn.code or "", filename=turn.submitted_as or "candidate.py", workdir=wd)
     turn.code = ev.code
     emit(StageUpdate(turn=turn.index, event=StageEvent(stage="extract", status="finished", detail=ev.category.value if ev.category else "ok")))
     return ev
