@@ -23,7 +23,14 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     run = judge.run_for(ev, on_event)
     log_path = str(run.workdir / "logs" / "candidate.log")
     try:
-        msg = run.built()
+        try:
+            msg = run.built()
+        except WorkerGone as e:
+            if e.outcome.last("hello") is not None or e.outcome.timed_out:
+                raise
+            judge.release(ev)  # it died before running anything of the candidate's: the machine's; once more
+            run = judge.run_for(ev, on_event)
+            msg = run.built()
     except WorkerGone as e:
         extensions = run.builds()
         err = e.outcome.last("error")

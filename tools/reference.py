@@ -169,11 +169,7 @@ class Reference:
         if err is None and not out.timed_out and out.last("ready") is None and out.last("hello") is not None and out.signal is None:
             self._task_error = TaskError(problem)  # exited by itself while importing or building: the task's doing
             raise self._task_error
-        if out.timed_out:
-            raise ReferenceUnavailable(Category.WORKER, f"{problem}")
-        if err is not None:  # an exception outside the task's code: treat as the task's, with its message
-            self._task_error = TaskError(problem)
-            raise self._task_error
+        # A time-out, a signal, an exception in the worker's own code: not the task's, not the candidate's.
         raise ReferenceUnavailable(Category.WORKER, problem)
 
     def _request(self, kind: str, reply: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
