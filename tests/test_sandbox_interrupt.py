@@ -21,7 +21,7 @@ SLEEPER = (
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone between the lookup and the read: ProcessLookupError
         return False
     return state != "Z"  # a killed, not yet reaped child is a zombie: dead
 
