@@ -28,10 +28,17 @@ def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hi
 
 
 def prestart(store: SessionDir, judge: Judge, index: int) -> None:
-    """Start turn ``index``'s candidate worker in a clean working directory before its reply exists."""
+    """Start turn ``index``'s candidate worker in a clean working directory before its reply exists
+    (a worker already started there, by a try that failed before its reply, is kept)."""
     wd = store.eval_dir(index)
-    shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
+    if not judge.has_standby(wd):
+        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
     judge.prestart(wd)
+
+
+def drop_prestart(store: SessionDir, judge: Judge, index: int) -> None:
+    """Turn ``index`` will not be judged here after all: its worker started ahead ends now, not with the session."""
+    judge.drop_standby(store.eval_dir(index))
 
 
 def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], None]) -> Evaluation:

@@ -67,13 +67,19 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) 
         if reason := ctl.skip_reason():
             return result("skipped", reason=reason)
         started = time.time()
+        judging.prestart(rt.store, rt.judge, slot.turn)  # as the chain does: Python, torch and CUDA start while the model writes
         rt.emit(TurnStarted(turn=slot.turn, source="model", parent=slot.parent, branch=slot.branch, round=slot.round))
         try:
             reply = ctl.draw(slot)
         except DrawCancelled as e:
+            judging.drop_prestart(rt.store, rt.judge, slot.turn)
             return result("cancelled", reason=f"cancelled mid-reply: {e}")
         except ReplayExhausted as e:
+            judging.drop_prestart(rt.store, rt.judge, slot.turn)
             return result("skipped", reason=str(e), exhausted=True)
+        except BaseException:
+            judging.drop_prestart(rt.store, rt.judge, slot.turn)
+            raise
         rt.emit(ModelReplied(turn=slot.turn, usage=reply.usage))
         turn = judging.model_turn(slot.turn, slot.messages, reply, hints=slot.hints, started_at=started, parent=slot.parent, branch=slot.branch, round=slot.round)
         ev = judging.start(rt.store, rt.judge, turn, rt.emit)

@@ -42,7 +42,10 @@ for step in "$@"; do
     latency) [ -d .oldjudge ] && python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --upgrade --target /tmp/oldkf .oldjudge >/dev/null && LATENCY_ARGS="$LATENCY_ARGS --old-judge /tmp/oldkf"
       python3 -P bench/judge_latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.log" ;;
     throughput) python3 -P bench/judge_throughput.py --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" ;;
-    baseline:*) python3 -P -m kernelfix baseline ${step#baseline:} --out "$OUT/baseline.json" --kernelbench-times .kb/baseline_time_torch.json --workers ${BASELINE_WORKERS:-4} > "$OUT/baseline.log" 2>&1; tail -60 "$OUT/baseline.log" ;;
+    baseline:*) [ -f .kb/baseline.json ] && cp .kb/baseline.json "$OUT/baseline.json"  # an earlier call's rows, carried back in: resume
+      python3 -P -m kernelfix baseline ${step#baseline:} --out "$OUT/baseline.json" --kernelbench-times .kb/baseline_time_torch.json --workers ${BASELINE_WORKERS:-4} > "$OUT/baseline.log" 2>&1; tail -60 "$OUT/baseline.log" ;;
+    fast-layout) python3 -P bench/fast_layout_replay.py --out "$OUT" --workdir /tmp/kf_fast_layout 2>&1 | tee "$OUT/fast_layout_replay.log" ;;
+    capture-swap) python3 -P bench/capture_swap.py --out /tmp/kfout/capture_swap 2>&1 | tee "$OUT/capture_swap.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     *) echo "unknown step $step" ;;
   esac

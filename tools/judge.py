@@ -151,6 +151,14 @@ class Judge:
     def has_standby(self, workdir: str | Path) -> bool:
         return Path(workdir).resolve() in self._standby
 
+    def drop_standby(self, workdir: str | Path) -> None:
+        """End the worker started ahead for ``workdir`` whose candidate never came (a search's slot
+        skipped or cancelled mid-reply, a model call that failed)."""
+        with self._runs_lock:
+            idle = self._standby.pop(Path(workdir).resolve(), None)
+        if idle is not None:
+            idle.close()
+
     def run_for(self, ev: Evaluation, on_event: EventSink | None = None) -> CandidateRun:
         """The evaluation's candidate worker: one started ahead for its workdir, else a new one
         (and after a resume from a checkpoint, a new one again)."""
