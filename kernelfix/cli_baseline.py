@@ -85,6 +85,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _gib(n: int) -> str:
+    if n <= 0:
+        return "-"  # not known: the task failed before a trial or a count on the meta device
     return f"{n / 2**30:.2f}" if n >= 2**27 else f"{n / 2**20:.1f}M"
 
 

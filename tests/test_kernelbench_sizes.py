@@ -8,28 +8,20 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import torch
+
+from kernelfix.tools import task_size
 
 KB = Path(__file__).parent / "kernelbench" / "level1"
 GiB = 2**30
-
-
-def _bytes(obj) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(_bytes(o) for o in obj)
-    return 0
 
 
 def sizes(path: Path) -> tuple[int, int]:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    with torch.device("meta"):
-        inputs = mod.get_inputs()
-        out = mod.Model(*mod.get_init_inputs())(*inputs)
-    return _bytes(inputs), _bytes(out)
+    size = task_size.on_meta(mod)  # what the reference worker counts before it allocates
+    assert size is not None, f"{path.name} does not run on the meta device"
+    return size.input_bytes, size.output_bytes
 
 
 @pytest.mark.parametrize(

@@ -143,8 +143,20 @@ def test_a_claimed_full_disk_is_not_believed(tmp_path):
 
 
 def test_a_task_too_large_for_the_machine_says_its_size_and_the_limit(tmp_path):
+    """Counted on the meta device before anything is allocated: refused at once, its sizes named."""
     task = _task(tmp_path, "huge", "torch.rand(256, 1024, 1024)")  # 1 GiB of inputs, 1 GiB of outputs
     with Judge(task, JudgeConfig(device="cpu", trials=1, input_variants=[], memory_limit_gb=0.75), workdir=tmp_path / "j") as j:
         v = j.evaluate(RELU_OK)
     assert v.category == Category.TOO_LARGE, (v.category, v.message)
-    assert "0.75 GiB" in v.message and "GiB" in v.message.split("reached")[1]
+    assert "inputs 1 GiB, outputs 1 GiB" in v.message and "needs 2 GiB" in v.message, v.message
+    assert "the limit is 0.75 GiB" in v.message, v.message
+    assert "reached" not in v.message, "the reference allocated up to the limit although the sizes were known"
+
+
+def test_a_task_the_meta_device_cannot_count_is_measured_by_its_real_run(tmp_path):
+    """``.item()`` has no value on the meta device: no count, and the real run meets the limit and says so."""
+    task = _task(tmp_path, "huge_uncounted", "torch.rand(int(torch.tensor(256).item()), 1024, 1024)")
+    with Judge(task, JudgeConfig(device="cpu", trials=1, input_variants=[], memory_limit_gb=0.75), workdir=tmp_path / "j") as j:
+        v = j.evaluate(RELU_OK)
+    assert v.category == Category.TOO_LARGE, (v.category, v.message)
+    assert "of the 0.75 GiB limit" in v.message and "GiB" in v.message.split("reached")[1], v.message

@@ -132,6 +132,7 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
     t0 = time.monotonic()
     task = Task.load(path)
     row = BaselineRow(task=task.name, path=str(task.path), sha1=task.sha1, status="ok")
+    judge = None
     try:
         with Judge(task, config) as judge:  # its own temporary root: nothing of it is kept but the row
             judge.reference()
@@ -149,6 +150,9 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
         row.status, row.error = "task_error", str(e)
     except ReferenceUnavailable as e:
         row.status, row.category, row.error = "infra", e.category.value, e.message
+        counted = judge.ref.size if judge is not None else None
+        if counted is not None and not row.input_bytes:  # the meta device's count: the real run never finished a trial
+            row.input_bytes, row.output_bytes = counted.input_bytes, counted.output_bytes
     row.seconds = round(time.monotonic() - t0, 2)
     return row
 

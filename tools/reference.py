@@ -28,6 +28,7 @@ from typing import Any
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.correctness import trials as trial_plan
 from kernelfix.tools.task import TaskError
+from kernelfix.tools.task_size import TaskSize, size_text
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category
 from kernelfix.tools.workers import sandboxing
@@ -54,6 +55,7 @@ class Reference:
         self.skipped_variants: dict[str, str] = {}
         self.float64_note: str | None = None
         self.input_bytes = self.output_bytes = 0
+        self.size: TaskSize | None = None  # counted on the meta device before anything is allocated
         self.ref_ms: dict[int, float] = {}
         self.noise: dict[int, float] = {}
         self.surveyed = False
@@ -98,6 +100,7 @@ class Reference:
                 task_path=str(j._task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
                 inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
                 atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
+                memory_limit_bytes=sandboxing.memory_limit(self.config),
             )
             iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
             j._note_sandbox(note)
@@ -111,6 +114,7 @@ class Reference:
             except WorkerGone as e:
                 self._failed(e)
             self.ready = ReferenceReady.model_validate(msg)
+            self.size = self.ready.size
             if self.float64_note is None:
                 self.float64_note = self.ready.float64_note
             return self.ready
@@ -150,18 +154,26 @@ class Reference:
         self._worker = None
         self.ready = None
         err = out.last("error")
+        sized = out.last("sized")
+        if sized is not None:
+            self.size = TaskSize.model_validate({k: sized[k] for k in TaskSize.model_fields if k in sized})
         problem = _task_problem(self.judge.task.path, out, self.config.run_timeout_s)
         if err is not None and err.get("kind") == "task":
             self._task_error = TaskError(problem)
             raise self._task_error
+        if err is not None and err.get("kind") == "too_large":  # counted on the meta device, refused before allocating
+            raise ReferenceUnavailable(Category.TOO_LARGE, err.get("message") or "the task does not fit this machine")
+        trial = f" (one trial: {self.size.describe()})" if self.size is not None else ""
         if err is not None and _oom(err):
-            raise ReferenceUnavailable(*_memory_verdict(err, self.input_bytes + self.output_bytes))
+            category, message = _memory_verdict(err, self.input_bytes + self.output_bytes)
+            raise ReferenceUnavailable(category, message + trial)
         if out.memory_exceeded:
-            limit = self.judge.config.memory_limit_gb
+            limit = size_text(sandboxing.memory_limit(self.config))
+            why = "judge.memory_limit_gb" if self.config.memory_limit_gb else "3/4 of this machine's memory, at most 64 GiB; judge.memory_limit_gb sets it"
             raise ReferenceUnavailable(
                 Category.TOO_LARGE,
-                f"the task does not fit the host memory the judge allows: its reference reached {out.peak_rss_bytes / 2**30:.1f} GiB"
-                + (f" of a {limit:g} GiB limit (judge.memory_limit_gb)" if limit else " (the limit is 3/4 of this machine's memory, at most 64 GiB)"),
+                f"the task does not fit the host memory the judge allows: its reference reached {size_text(out.peak_rss_bytes)} "
+                f"of the {limit} limit ({why})" + trial,
             )
         fault = machine_fault(out)
         if fault is not None:

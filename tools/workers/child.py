@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.sandbox.channel import ChildChannel, RequestSocket
+from kernelfix.tools.task_size import tensor_bytes as nbytes  # noqa: F401 (the workers' name for it)
 
 # Bound before the candidate exists.
 perf_counter = time.perf_counter
@@ -28,6 +29,10 @@ PHASE = "start"
 
 class TaskProblem(Exception):
     """The task's own code failed (import, get_inputs, Model): never the candidate's fault."""
+
+
+class TooLarge(Exception):
+    """The task cannot fit this machine (its sizes and the limit in the message): the machine's verdict."""
 
 
 class Worker:
@@ -87,6 +92,8 @@ class Worker:
             kind = "gpu_required"
         elif isinstance(e, TaskProblem):
             kind = "task"
+        elif isinstance(e, TooLarge):
+            kind = "too_large"
         elif type(e).__name__ == "NoModelNew":
             kind = "no_model_new"
         elif isinstance(e, SystemExit):
@@ -176,18 +183,6 @@ def to_device(obj: Any, device: str) -> Any:
     if isinstance(obj, dict):
         return {k: to_device(v, device) for k, v in obj.items()}
     return obj
-
-
-def nbytes(obj: Any) -> int:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(o) for o in obj)
-    if isinstance(obj, dict):
-        return sum(nbytes(o) for o in obj.values())
-    return 0
 
 
 def build_model(cls, task, seed: int, device: str):

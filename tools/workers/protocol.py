@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.transport import ArenaSpec, TensorSpec
 from kernelfix.tools.verdict import InputVariant, TrialReport
 
@@ -46,6 +47,7 @@ class ReferenceSpec(_Msg):
     atol: float | None = None  # None: by the output's dtype
     rtol: float | None = None
     rel_error_tol: float | None = 1e-2
+    memory_limit_bytes: int | None = None  # the host memory the worker may use (a task larger is refused at once)
 
 
 class ReferenceReady(_Msg):
@@ -58,6 +60,7 @@ class ReferenceReady(_Msg):
     gpu: str | None = None
     capability: str | None = None
     draw_note: str | None = None  # how get_inputs() draws (on the device, or on the CPU and why)
+    size: TaskSize | None = None  # one trial's tensors, counted on the meta device (None: not countable there)
 
 
 class Prepared(_Msg):

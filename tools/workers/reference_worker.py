@@ -24,9 +24,12 @@ worker only ever sees the arenas.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from kernelfix.tools import task_size
 from kernelfix.tools.correctness import input_variants
 from kernelfix.tools.correctness.compare import leaves, relative_error, same_bytes, vacuous_tolerance
 from kernelfix.tools.transport import Arena, TensorSpec, flatten, layout, unflatten
@@ -34,6 +37,7 @@ from kernelfix.tools.transport.tree import contiguous_spec, read, spec_of, torch
 from kernelfix.tools.workers.child import (
     Cuda,
     TaskProblem,
+    TooLarge,
     Worker,
     build_model,
     load_task,
@@ -107,6 +111,10 @@ class ReferenceServer:
         if self.cuda:
             Cuda.bind()
         self.task = load_task(self.w, self.spec.task_path)
+        self.size = task_size.on_meta(self.task)
+        if self.size is not None:
+            self.w.chan.send("sized", **self.size.model_dump())  # the parent names it if the real run fails for memory
+            self._refuse_if_too_large(self.size)
         self.w.phase("build_reference")
         try:
             self.model = build_model(self.task.Model, self.task, self.spec.init_seed, self.device)
@@ -127,9 +135,32 @@ class ReferenceServer:
         ready = ReferenceReady(
             float64_note=self.float64_note, arena_kind=kind, arena_note=note, torch=torch.__version__,
             gpu=props.name if props else None, capability=f"{props.major}.{props.minor}" if props else None,
-            draw_note="drawn on the device" if self.on_device else None,
+            draw_note="drawn on the device" if self.on_device else None, size=self.size,
         )
         self.w.chan.send("ready", **ready.model_dump())
+
+    def _refuse_if_too_large(self, size: task_size.TaskSize) -> None:
+        """One trial's inputs and outputs live together wherever the reference runs: a task whose trial
+        alone exceeds that memory cannot get a verdict here, and allocating up to the limit proves nothing more."""
+        import torch
+
+        text = task_size.size_text
+        if self.cuda:
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            if size.trial_bytes > total:
+                raise TooLarge(
+                    f"the task does not fit this GPU: one trial ({size.describe()}) needs {text(size.trial_bytes)} "
+                    f"and the GPU has {text(total)}"
+                )
+        if self.cuda and self.on_device:
+            return  # nothing of a trial need be on the host
+        limit = self.spec.memory_limit_bytes
+        host = size.input_bytes if self.cuda else size.trial_bytes  # drawn on the CPU for a GPU: its inputs pass through
+        if limit and host > limit:
+            raise TooLarge(
+                f"the task does not fit the host memory the judge allows: one trial ({size.describe()}) needs "
+                f"{text(host)} of host memory and the limit is {text(limit)}"
+            )
 
     # ------------------------------------------------------------------ trial data
 
@@ -211,11 +242,16 @@ class ReferenceServer:
 
         self.w.phase("reference_float64", trial=plan.index)
         why = _not_float32(self.model, data.inputs, data.out)
-        if why is None and self.cuda:
+        if why is None:
+            # A check it cannot afford is skipped with a note, not run into the memory limit (which would
+            # end the worker and refuse a task that fits without it).
             need = 2 * (nbytes(data.inputs) + nbytes(data.out))
-            free, _ = torch.cuda.mem_get_info()
+            if self.cuda:
+                free, where = torch.cuda.mem_get_info()[0], "of the GPU"
+            else:
+                free, where = (self.spec.memory_limit_bytes or 1 << 62) - _resident_bytes(), "of the host memory the judge allows"
             if need > 0.8 * free:
-                why = f"skipped on trial {plan.index}: its float64 tensors need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB of the GPU is free"
+                why = f"skipped on trial {plan.index}: its float64 tensors need {task_size.size_text(need)}, {task_size.size_text(max(free, 0))} {where} is free"
         if why is None:
             try:
                 out64 = _forward_float64(self.model64, data.inputs, self.device)
@@ -416,6 +452,14 @@ class ReferenceServer:
             input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
             draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
         )
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (what the judge's memory watch counts)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _free(cuda: bool) -> None:

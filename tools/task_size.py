@@ -1,0 +1,67 @@
+"""A task's tensor sizes, counted on the meta device: shapes and dtypes, no memory, no compute.
+
+The reference worker counts them before it allocates anything, so a task that cannot fit the
+machine is refused in a second with its sizes named (19_ReLU's 6 GiB in and 6 GiB out,
+45_Average_Pooling_2D's 16 GiB in), not after minutes of allocating up to a limit.
+A task whose code does not run on the meta device (a ``.cuda()`` in ``get_inputs``, an op
+with no meta kernel, a value read back with ``.item()``) has no count: the judge then learns
+its size from the real run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+GiB = 2**30
+
+
+class TaskSize(BaseModel):
+    """One trial's tensors: what ``get_inputs()`` returns and what ``Model.forward`` returns."""
+
+    input_bytes: int
+    output_bytes: int
+
+    @property
+    def trial_bytes(self) -> int:
+        """The least one trial holds at once: its inputs and its outputs."""
+        return self.input_bytes + self.output_bytes
+
+    def describe(self) -> str:
+        return f"inputs {size_text(self.input_bytes)}, outputs {size_text(self.output_bytes)}"
+
+
+def size_text(n: float) -> str:
+    """Bytes for a message, three significant digits: 6 GiB, 0.75 GiB, 17.7 GiB, 135 MiB."""
+    return f"{n / GiB:.3g} GiB" if n >= GiB / 4 else f"{n / 2**20:.3g} MiB"
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor in nested lists, tuples and dicts (anything else counts 0)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(o) for o in obj)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(o) for o in obj.values())
+    return 0
+
+
+def on_meta(task: Any) -> TaskSize | None:
+    """``task``: the imported module (Model, get_inputs, get_init_inputs). None when its code does not
+    run on the meta device. Factory calls on meta draw no random numbers, so the real run's seeded
+    draws are unchanged."""
+    import torch
+
+    try:
+        with torch.device("meta"), torch.no_grad():
+            inputs = task.get_inputs()
+            model = task.Model(*task.get_init_inputs())
+            out = model(*inputs)
+    except Exception:
+        return None
+    size = TaskSize(input_bytes=tensor_bytes(inputs), output_bytes=tensor_bytes(out))
+    return size if size.trial_bytes > 0 else None
