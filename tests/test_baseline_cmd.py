@@ -63,3 +63,44 @@ def test_rows_checks_failures_json_and_resume(tmp_path):
 def test_help_explains_itself():
     p = subprocess.run([sys.executable, "-m", "kernelfix", "baseline", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "vacuous" in p.stdout and "resume" in p.stdout and "Exit codes" in p.stdout
+
+
+def test_a_transient_fault_of_the_machine_is_measured_again(tmp_path, monkeypatch):
+    """A row the machine spoiled (GPU memory held by a neighbour) is retried alone at the end of the run, and a
+    resume measures it again; a task too large for the machine keeps its row."""
+    from kernelfix.tools import baseline
+    from kernelfix.tools.config import JudgeConfig
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for name in ("1_busy", "2_huge", "3_fine"):
+        _task(tasks, name, "torch.relu(x)", "torch.randn(8)")
+    calls: list[str] = []
+
+    def fake_measure(path, config, *, gate=None, fresh=False):
+        seen = calls.count(path.stem)
+        calls.append(path.stem)
+        row = baseline.BaselineRow(task=path.stem, path=str(path), sha1=baseline.Task.load(path).sha1, status="ok")
+        if path.stem == "1_busy" and seen == 0:
+            row.status, row.category, row.error = "infra", "infra:gpu_busy", "the GPU ran out of memory held by other processes"
+        if path.stem == "2_huge":
+            row.status, row.category, row.error = "infra", "infra:too_large", "the task does not fit this GPU"
+        return row
+
+    monkeypatch.setattr(baseline, "measure", fake_measure)
+    out = tmp_path / "report.json"
+    report = baseline.run(baseline.find_tasks([str(tasks)]), JudgeConfig(device="cpu"), out=out, workers=2)
+    rows = {r.task: r for r in report.rows}
+    assert rows["1_busy"].status == "ok", "the transient fault was not retried"
+    assert calls.count("1_busy") == 2 and calls.count("2_huge") == 1
+    assert calls[-1] == "1_busy"  # the retry comes after every first try
+
+    # A resume keeps settled rows, too-large included, and measures a transient fault again.
+    saved = baseline.BaselineReport.model_validate_json(out.read_text())
+    for r in saved.rows:
+        if r.task == "3_fine":
+            r.status, r.category = "infra", "infra:worker"
+    out.write_text(saved.model_dump_json())
+    calls.clear()
+    baseline.run(baseline.find_tasks([str(tasks)]), JudgeConfig(device="cpu"), out=out, workers=1)
+    assert calls == ["3_fine"]

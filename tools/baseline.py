@@ -10,7 +10,9 @@ flushed, median of at least 100 calls). A task that does not run says why (a
 (``infra:``). Several tasks run at once: torch.compile's compilation on the CPU
 cores, every GPU step under the GPU lease, and compilations admitted while
 their tensors fit the GPU memory left. Each finished task is saved at once to
-the report file, so a rerun resumes where the last stopped.
+the report file, so a rerun resumes where the last stopped. A task spoiled by a
+transient fault of the machine (``infra:gpu_busy``, a lost worker) is tried again
+alone at the end of the run, and again by a resume; only its last row stands.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kernelfix import atomic
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.task import Task, TaskError
-from kernelfix.tools.verdict import TimingStats
+from kernelfix.tools.verdict import Category, TimingStats
 
 Status = Literal["ok", "task_error", "infra"]
 
@@ -56,6 +58,12 @@ class BaselineRow(BaseModel):
     baseline_cached: bool = False
     draw: str | None = None
     seconds: float = 0.0
+
+    @property
+    def settled(self) -> bool:
+        """A row a resume keeps: the task's own answer, or a size this machine cannot hold. A transient
+        fault of the machine (GPU memory held by a neighbour, a worker lost, a full disk) is measured again."""
+        return self.status != "infra" or self.category == Category.TOO_LARGE.value
 
 
 class BaselineReport(BaseModel):
@@ -193,20 +201,25 @@ def run(
             if on_row:
                 on_row(row, False)
             continue
-        if done is not None and not fresh:
+        if done is not None and done.settled and not fresh:
             if on_row:
                 on_row(done, True)
         else:
             todo.append(p)
     gate = _MemoryGate(_gpu_budget()) if device == "cuda" else None
+    retry: list[Path] = []
 
-    def work() -> None:
+    def work(alone: bool = False) -> None:
         while True:
             with lock:
                 if not todo:
                     return
                 p = todo.pop(0)
             row = measure(p, config, gate=gate, fresh=fresh)
+            if not row.settled and not alone:  # perhaps its neighbours' doing: again at the end, alone
+                with lock:
+                    retry.append(p)
+                continue
             with lock:
                 report.rows = [r for r in report.rows if r.path != row.path] + [row]
                 if device == "cuda" and report.gpu is None and row.eager is not None:
@@ -221,6 +234,8 @@ def run(
         t.start()
     for t in threads:
         t.join()
+    todo.extend(retry)
+    work(alone=True)  # what failed for the machine's reasons, one task at a time: its row stands
     order = {str(Path(p).resolve()): i for i, p in enumerate(paths)} | {str(p): i for i, p in enumerate(paths)}
     report.rows = sorted((r for r in report.rows if r.path in order), key=lambda r: order[r.path])  # this run's tasks
     if out is not None:
