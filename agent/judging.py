@@ -46,7 +46,7 @@ def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], 
     wd = store.eval_dir(turn.index)
     if not judge.has_standby(wd):  # a worker started for it while the model wrote (Judge.prestart) lives there
         shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
-    if turn.source == "model":  # (judge.start serializes its own parsing: ast.parse is not thread-safe)
+    if turn.source == "model":
         ev = judge.start(turn.reply.content, filename="reply.md", workdir=wd)
     else:
         ev = judge.start(turn.code or "", filename=turn.submitted_as or "candidate.py", workdir=wd)

@@ -13,6 +13,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
+from kernelfix.tools import pysource
 from kernelfix.tools.verdict import Backend, Category
 
 _FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
@@ -51,7 +52,7 @@ def last_python_block(reply: str) -> str | None:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        pysource.parse(code)
     except SyntaxError:
         return False
     return True
@@ -83,7 +84,7 @@ def check_code(code: str) -> Extraction:
     sha1 = hashlib.sha1(code.encode()).hexdigest()
     backend = detect_backend(code)
     try:
-        tree = ast.parse(code, filename="candidate.py")
+        tree = pysource.parse(code, filename="candidate.py")
     except SyntaxError as e:
         text = (e.text or "").rstrip()
         return Extraction(

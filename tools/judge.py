@@ -57,11 +57,6 @@ from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, Legal
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
 
 
-# CPython 3.11's ast.parse is not thread-safe ("AST constructor recursion depth mismatch" when evaluations
-# started side by side parse at once); extraction and the static checks take milliseconds.
-_PARSE = threading.Lock()
-
-
 def resolve_device(requested: str | None) -> tuple[str, str | None]:
     """The device to use and, when it was chosen for the user, a one-line notice."""
     if requested is not None:
@@ -214,8 +209,7 @@ class Judge:
         ev_id = uuid.uuid4().hex[:12]
         wd = Path(workdir) if workdir else self.root / "evals" / ev_id
         wd.mkdir(parents=True, exist_ok=True)
-        with _PARSE:
-            ext = candidate_mod.from_file_text(source, filename)
+        ext = candidate_mod.from_file_text(source, filename)  # (its parsing is thread-safe: tools/pysource.py)
         ev = Evaluation(id=ev_id, task=self.task.name, device=self.device, workdir=str(wd), code=ext.code, backend=ext.backend, sha1=ext.sha1)
         if ext.code is not None:
             try:
@@ -231,8 +225,7 @@ class Judge:
             if ext.failure == Category.SYNTAX:
                 ev.compile = CompileReport(backend=ext.backend, seconds=0.0, ok=False, errors=[ext.message or ""])
             return ev.fail(stage, ext.failure, ext.message or ext.failure.value)
-        with _PARSE:
-            findings = static_checks.check(ext.code, self.config)
+        findings = static_checks.check(ext.code, self.config)
         ev.legality = LegalityReport(static_findings=findings)
         ev.warnings += [f"line {f.line}: {f.message}" for f in findings if f.severity == "warning"]
         errs = static_checks.errors(findings)

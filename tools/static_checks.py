@@ -13,6 +13,7 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 
+from kernelfix.tools import pysource
 from kernelfix.tools.allowlist import DEFAULT_ALLOWED
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, StaticFinding
@@ -206,7 +207,7 @@ def _calls_torch_compute(nodes: Iterable[ast.AST], aliases: _Aliases, allowed: f
 def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
     """All findings for one candidate source (which must parse)."""
     config = config or JudgeConfig()
-    tree = ast.parse(code)
+    tree = pysource.parse(code)
     aliases = _Aliases(tree)
     allowed = DEFAULT_ALLOWED | set(config.extra_allowed_ops)
     findings: list[StaticFinding] = []

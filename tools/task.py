@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from kernelfix.tools import pysource
+
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 
 
@@ -37,7 +39,7 @@ class Task(BaseModel):
         except (OSError, UnicodeDecodeError) as e:
             raise TaskError(f"cannot read task file {p}: {e}") from None
         try:
-            tree = ast.parse(source, filename=str(p))
+            tree = pysource.parse(source, filename=str(p))
         except SyntaxError as e:
             raise TaskError(f"task {p} is not valid Python: line {e.lineno}: {e.msg}") from None
         defined = _top_level_names(tree)
