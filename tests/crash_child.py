@@ -10,6 +10,9 @@
                                                            branch's lock file written, not renamed over
     python tests/crash_child.py after_reply:N ARGS...      once model reply N (0-based) is journaled,
                                                            before the graph checkpoints it
+    python tests/crash_child.py after_replies:N ARGS...    once N replies are journaled, whichever
+                                                           calls they answer (a round's slots draw in
+                                                           parallel: reply 1 may land before reply 0)
 
 Some moments are too short to hit from outside (the gap between a node's saved writes and the
 next checkpoint is milliseconds); wrapping the real function and killing the process right after
@@ -66,6 +69,21 @@ def main() -> int:
                 _die()
 
         SessionDir.journal_reply = journal_then_die
+    elif kind == "after_replies":
+        import threading
+
+        from kernelfix.agent.session import SessionDir
+
+        journal_reply, lock, seen = SessionDir.journal_reply, threading.Lock(), [0]
+
+        def count_then_die(self, call_index, prompt_sha, reply):
+            journal_reply(self, call_index, prompt_sha, reply)
+            with lock:
+                seen[0] += 1
+                if seen[0] == int(arg):
+                    _die()
+
+        SessionDir.journal_reply = count_then_die
     elif kind == "in_commit":
         from git.util import LockedFD
 

@@ -321,7 +321,7 @@ def test_a_search_killed_mid_round_resumes_every_branch(tmp_path):
     session = tmp_path / "s"
     search = ["--width", "2", "--keep", "2", "--max-turns", "2", "--config", str(config)]
 
-    run = optimize(session, "--model", f"replay:{replay}", *search, die_at="after_reply:1")
+    run = optimize(session, "--model", f"replay:{replay}", *search, die_at="after_replies:2")  # both, in either order
     assert run.ended() == -signal.SIGKILL, run.output
     # Were the model asked again for round one, it would now answer with no code at all.
     replay.write_text("".join(json.dumps({"content": c}) + "\n" for c in ["gone", "gone", NO_CODE, NO_CODE]))
