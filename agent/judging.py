@@ -27,13 +27,18 @@ def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hi
     )
 
 
-def prestart(store: SessionDir, judge: Judge, index: int) -> None:
-    """Start turn ``index``'s candidate worker in a clean working directory before its reply exists
-    (a worker already started there, by a try that failed before its reply, is kept)."""
+def _clean_workdir(store: SessionDir, judge: Judge, index: int):
+    """Turn ``index``'s working directory, emptied of an attempt cut short; one where a worker started
+    ahead for it waits (Judge.prestart; a try that failed before its reply) is kept as it is."""
     wd = store.eval_dir(index)
     if not judge.has_standby(wd):
-        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
-    judge.prestart(wd)
+        shutil.rmtree(wd, ignore_errors=True)
+    return wd
+
+
+def prestart(store: SessionDir, judge: Judge, index: int) -> None:
+    """Start turn ``index``'s candidate worker in a clean working directory before its reply exists."""
+    judge.prestart(_clean_workdir(store, judge, index))
 
 
 def drop_prestart(store: SessionDir, judge: Judge, index: int) -> None:
@@ -43,9 +48,7 @@ def drop_prestart(store: SessionDir, judge: Judge, index: int) -> None:
 
 def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], None]) -> Evaluation:
     """Extract the turn's candidate (sets ``turn.code``) in a fresh working directory."""
-    wd = store.eval_dir(turn.index)
-    if not judge.has_standby(wd):  # a worker started for it while the model wrote (Judge.prestart) lives there
-        shutil.rmtree(wd, ignore_errors=True)  # leftovers of an attempt cut short
+    wd = _clean_workdir(store, judge, turn.index)
     if turn.source == "model":
         ev = judge.start(turn.reply.content, filename="reply.md", workdir=wd)
     else:

@@ -109,12 +109,15 @@ class Reference:
                 env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
                 isolation=iso, on_phase=self._relay,
             )
+            deadline = Deadline("the reference's start", self.config.run_timeout_s)
             try:
-                msg = self._worker.expect(["ready"], Deadline("the reference's start", self.config.run_timeout_s))
+                msg = self._worker.expect(["sized", "ready"], deadline)
+                if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
+                    self.size = TaskSize.model_validate(msg)
+                    msg = self._worker.expect(["ready"], deadline)
             except WorkerGone as e:
                 self._failed(e)
             self.ready = ReferenceReady.model_validate(msg)
-            self.size = self.ready.size
             if self.float64_note is None:
                 self.float64_note = self.ready.float64_note
             return self.ready
@@ -156,7 +159,7 @@ class Reference:
         err = out.last("error")
         sized = out.last("sized")
         if sized is not None:
-            self.size = TaskSize.model_validate({k: sized[k] for k in TaskSize.model_fields if k in sized})
+            self.size = TaskSize.model_validate(sized)
         problem = _task_problem(self.judge.task.path, out, self.config.run_timeout_s)
         if err is not None and err.get("kind") == "task":
             self._task_error = TaskError(problem)

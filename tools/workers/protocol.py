@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.transport import ArenaSpec, TensorSpec
 from kernelfix.tools.verdict import InputVariant, TrialReport
 
@@ -60,7 +59,6 @@ class ReferenceReady(_Msg):
     gpu: str | None = None
     capability: str | None = None
     draw_note: str | None = None  # how get_inputs() draws (on the device, or on the CPU and why)
-    size: TaskSize | None = None  # one trial's tensors, counted on the meta device (None: not countable there)
 
 
 class Prepared(_Msg):

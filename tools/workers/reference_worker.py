@@ -113,7 +113,7 @@ class ReferenceServer:
         self.task = load_task(self.w, self.spec.task_path)
         self.size = task_size.on_meta(self.task)
         if self.size is not None:
-            self.w.chan.send("sized", **self.size.model_dump())  # the parent names it if the real run fails for memory
+            self.w.chan.send("sized", **self.size.model_dump())  # before allocating: the parent names it if memory runs out
             self._refuse_if_too_large(self.size)
         self.w.phase("build_reference")
         try:
@@ -135,7 +135,7 @@ class ReferenceServer:
         ready = ReferenceReady(
             float64_note=self.float64_note, arena_kind=kind, arena_note=note, torch=torch.__version__,
             gpu=props.name if props else None, capability=f"{props.major}.{props.minor}" if props else None,
-            draw_note="drawn on the device" if self.on_device else None, size=self.size,
+            draw_note="drawn on the device" if self.on_device else None,
         )
         self.w.chan.send("ready", **ready.model_dump())
 
