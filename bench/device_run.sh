@@ -25,6 +25,7 @@ fi
 for step in "$@"; do
   case $step in
     probe) bash bench/device_probe.sh 2>&1 | tee "$OUT/probe.txt" ;;
+    unmap-race) python3 -P bench/arena_unmap_race.py 2>&1 | tee "$OUT/unmap_race.log" ;;
     ncu) bash bench/ncu_capture.sh /tmp/kfout/ncu ;;
     gpu-tests) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;

@@ -76,3 +76,19 @@ def test_an_arena_smaller_than_its_spec_is_refused():
         Arena.open(bigger, os.dup(owner.fd))
     with pytest.raises(ValueError, match="outside"):
         owner.view(owner.spec.size - 8, 64)
+
+
+@pytest.mark.gpu
+def test_a_gpu_arena_released_under_a_queued_kernel_does_not_fault_it():
+    # The H100 baseline sweep lost 17 tasks to "illegal memory access" in PyTorch's own forward: the
+    # arena probe's fill was still queued when its arena was unmapped. A busy GPU makes it certain here.
+    torch.cuda.init()
+    for _ in range(3):
+        a = Arena.create(64 << 20, "cuda", 0)
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU time ahead of the fill
+        a.bytes.fill_(7)
+        a.release()  # the last reference: the mapping closes now, on the host
+        gc.collect()
+    torch.cuda.synchronize()  # raised "illegal memory access" before close waited for queued work
+    x = torch.ones(1 << 20, device="cuda")
+    assert float(x.sum()) == float(1 << 20)

@@ -107,6 +107,7 @@ def cuda_arenas_work(device: int) -> str | None:
         cuda_vmm.ensure_context(device)
         a = Arena.create(1 << 20, "cuda", device)
         a.bytes.fill_(1)
+        a.bytes.cpu()  # the fill has run (and faulted here, were the mapping unusable) before release
         a.release()
         return None
     except Exception as e:  # no driver, no VMM support, a refusing virtualization layer

@@ -117,8 +117,8 @@ class Mapping:
 
     _lock = threading.Lock()
 
-    def __init__(self, ptr: int, size: int, handle: int | None, *, keep_reservation: bool):
-        self.ptr, self.size = ptr, size
+    def __init__(self, ptr: int, size: int, handle: int | None, *, device: int, keep_reservation: bool):
+        self.ptr, self.size, self.device = ptr, size, device
         self._handle = handle  # released on close (the exporter's); an importer's is released at map time
         self._keep_reservation = keep_reservation
         self._closed = False
@@ -137,7 +137,7 @@ class Mapping:
         except BaseException:
             _lib().cuMemRelease(handle)
             raise
-        return cls(ptr, size, handle.value, keep_reservation=False), fd.value
+        return cls(ptr, size, handle.value, device=device, keep_reservation=False), fd.value
 
     @classmethod
     def open(cls, fd: int, size: int, device: int) -> "Mapping":
@@ -148,13 +148,18 @@ class Mapping:
             ptr = _map(handle.value, size, device)
         finally:
             _lib().cuMemRelease(handle)  # the mapping holds the memory from here on
-        return cls(ptr, size, None, keep_reservation=True)
+        return cls(ptr, size, None, device=device, keep_reservation=True)
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        # The last tensor over these bytes can die (refcount, GC) while a kernel queued on them has not
+        # run yet: cuMemUnmap does not wait for it, and the kernel then faults as an illegal memory
+        # access, blamed on whatever this process runs next. Seen on the H100 with several judges at
+        # once, where the GPU ran a probe's fill after its arena was unmapped.
+        _synchronize(self.device)
         _lib().cuMemUnmap(ctypes.c_ulonglong(self.ptr), ctypes.c_size_t(self.size))
         if not self._keep_reservation:
             _lib().cuMemAddressFree(ctypes.c_ulonglong(self.ptr), ctypes.c_size_t(self.size))
@@ -166,6 +171,27 @@ class Mapping:
             self.close()
         except Exception:
             pass
+
+
+def _synchronize(device: int) -> None:
+    """Wait for this process's work on ``device``; by the driver alone, as close may run inside GC, on
+    any thread. A context already broken returns its error at once: the unmap goes ahead regardless."""
+    lib = _lib()
+    ctx = ctypes.c_void_p()
+    if lib.cuCtxGetCurrent(ctypes.byref(ctx)) != CUDA_SUCCESS:
+        return
+    if ctx.value:
+        lib.cuCtxSynchronize()
+        return
+    dev = ctypes.c_int()  # a thread with no context current: borrow the primary one torch uses, then put it back
+    if lib.cuDeviceGet(ctypes.byref(dev), device) != CUDA_SUCCESS or lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != CUDA_SUCCESS:
+        return
+    try:
+        if lib.cuCtxSetCurrent(ctx) == CUDA_SUCCESS:
+            lib.cuCtxSynchronize()
+            lib.cuCtxSetCurrent(ctypes.c_void_p(None))
+    finally:
+        lib.cuDevicePrimaryCtxRelease_v2(dev)
 
 
 def _map(handle: int, size: int, device: int) -> int:
