@@ -199,6 +199,43 @@ def disk_full(e: BaseException, where: Path) -> Failure | None:
     return None
 
 
+_ALLOC = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)")
+_PROCESS_HOLDS = re.compile(r"this process has ([\d.]+) (GiB|MiB|KiB) memory in use")
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
+
+
+class GpuOom:
+    """Whose memory a CUDA out-of-memory error ran into: what the process asked for and held, what
+    was free, of how much. ``held`` counts all the process's device memory where torch's message gives
+    it (memory taken outside torch's allocator included), else what torch's allocator had reserved."""
+
+    def __init__(self, err: dict):
+        text = err.get("message") or ""
+        mem = err.get("memory") or {}
+        m, h = _ALLOC.search(text), _PROCESS_HOLDS.search(text)
+        self.asked = float(m[1]) * _UNITS[m[2]] if m else 0.0
+        self.held = float(h[1]) * _UNITS[h[2]] if h else float(mem.get("reserved", 0))
+        self.total, self.free = mem.get("total"), mem.get("free")
+
+    @classmethod
+    def of(cls, err: dict) -> "GpuOom | None":
+        text = f"{err.get('message') or ''}"
+        oom = "OutOfMemoryError" in (err.get("mro") or []) or "out of memory" in text.lower()
+        return cls(err) if oom and err.get("memory") else None
+
+    @property
+    def would_fit_alone(self) -> bool:
+        """Its request on top of what it held fits well inside the GPU: others held the rest."""
+        return bool(self.total) and self.asked + self.held <= 0.9 * self.total
+
+    def others_text(self, who: str) -> str:
+        gib = 2**30
+        return (
+            f"the GPU ran out of memory held by other processes: {who} asked {self.asked / gib:.1f} GiB, "
+            f"{(self.free or 0) / gib:.1f} of {(self.total or 0) / gib:.1f} GiB were free and it held {self.held / gib:.1f}"
+        )
+
+
 def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | None:
     """A failure that is the machine's, not the code's: a full disk, the kernel's OOM killer
     (the child under its own limit), a GPU that is gone. Checked against the machine itself,
@@ -215,6 +252,9 @@ def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | 
             f"the kernel's OOM killer ended the process (peak {outcome.peak_rss_bytes / 2**30:.1f} GiB, under its own limit): "
             "the machine ran out of memory",
         )
+    oom = GpuOom.of(err)
+    if oom is not None and oom.would_fit_alone:  # not the code's: it asked for what an idle GPU has
+        return Failure(Category.GPU_BUSY, f"{oom.others_text('the candidate')} (not the code's fault)")
     if _GPU_GONE.search(text):
         return Failure(Category.GPU_LOST, f"the GPU is unavailable: {_first_line(_GPU_GONE.search(text).group(0))}")  # type: ignore[union-attr]
     return None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.classify import GpuOom
 from kernelfix.tools.correctness import trials as trial_plan
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.task_size import TaskSize, size_text
@@ -289,26 +290,17 @@ def _oom(err: dict[str, Any]) -> bool:
     return "OutOfMemoryError" in (err.get("mro") or []) or "out of memory" in (err.get("message") or "").lower()
 
 
-_ALLOC = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)")
-
-
 def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, str]:
     """A GPU OOM in the reference: the task does not fit this GPU, or others hold its memory."""
-    mem = err.get("memory") or {}
-    m = _ALLOC.search(err.get("message") or "")
-    asked = float(m[1]) * {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}[m[2]] if m else 0.0
-    total, free, mine = mem.get("total"), mem.get("free"), mem.get("reserved", 0)
+    oom = GpuOom(err)
     gib = 2**30
-    if total and asked + mine > 0.9 * total:
+    if oom.total and not oom.would_fit_alone:
         return Category.TOO_LARGE, (
-            f"the task does not fit this GPU: its reference needed {(asked + mine) / gib:.1f} GiB "
-            f"(held {mine / gib:.1f}, asked {asked / gib:.1f}) of the GPU's {total / gib:.1f} GiB"
+            f"the task does not fit this GPU: its reference needed {(oom.asked + oom.held) / gib:.1f} GiB "
+            f"(held {oom.held / gib:.1f}, asked {oom.asked / gib:.1f}) of the GPU's {oom.total / gib:.1f} GiB"
         )
-    if total and free is not None:
-        return Category.GPU_BUSY, (
-            f"the GPU ran out of memory held by other processes: the reference asked {asked / gib:.1f} GiB, "
-            f"{free / gib:.1f} of {total / gib:.1f} GiB were free and it held {mine / gib:.1f}"
-        )
+    if oom.total and oom.free is not None:
+        return Category.GPU_BUSY, oom.others_text("the reference")
     return Category.TOO_LARGE, f"the task's reference ran out of memory: {(err.get('message') or '').strip()[:300]}"
 
 
