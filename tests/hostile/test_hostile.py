@@ -150,9 +150,11 @@ class World:
         snap: dict[str, tuple] = {}
         for root in (self.home, self.repo, self.outside, judge.root):
             snap.update(_tree(root, [*skip, self.cache]))
-        # The cache too, but for the compiler caches judged code may write and the lease's
-        # hold log, which the judge itself appends to.
+        # The cache too, but for the compiler caches judged code may write, the lease's hold log,
+        # which the judge itself appends to, and the judge's baseline store, which it fills the
+        # first time a candidate of the task reaches timing (checked apart: _baselines_are_the_judges).
         own = [self.cache / name for name in COMPILER_CACHES] + list((self.cache / "locks").glob("gpu-*.log"))
+        own.append(self.cache / "judge" / "baselines")
         snap.update(_tree(self.cache, [*skip, *own]))
         return snap
 
@@ -208,6 +210,15 @@ def _leftover_cgroups() -> list[str]:
     return [str(p) for p in Path("/sys/fs/cgroup").glob(f"**/{mine}*")] if Path("/sys/fs/cgroup").exists() else []
 
 
+def _baselines_are_the_judges(store: Path) -> None:
+    """Every entry of the baseline store is one the judge wrote: its own schema, real timings."""
+    from kernelfix.tools.timing.baselines import Baseline
+
+    for f in store.glob("*"):
+        b = Baseline.model_validate_json(f.read_text())
+        assert b.eager is not None and b.eager.median_ms > 1e-3, f"{f.name}: {b}"
+
+
 def _stage_limit(judge: Judge, stage: str) -> float:
     c = judge.config
     return {"compile": c.compile_timeout_s, "benchmark": c.bench_timeout_s}.get(stage, c.run_timeout_s)
@@ -238,6 +249,10 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
         # Without a cgroup, forked copies of a torch process sum their shared pages once per
         # copy, and the RSS watchdog may fire before the task count does: killed either way.
         expected = Category.OOM
+    if case.path.stem == "memory_bomb" and verdict.category == Category.RUN_TIMEOUT and "did not finish within" in verdict.message:
+        # On the H100 host under six judges at once, zeroing 8 GiB of pages outran the 10 s hang
+        # deadline once: killed for time rather than memory, the candidate's fault either way.
+        expected = Category.RUN_TIMEOUT
     assert verdict.category == expected, what
     assert verdict.message or verdict.ok, what
     if verdict.ok and verdict.timings and verdict.timings.candidate:
@@ -250,6 +265,7 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     after = world.snapshot(judge, skip=[evaldir, *([judge.root / "reference"] if case.fresh_judge else [])])
     changed = sorted(set(before.items()) ^ set(after.items()))
     assert not changed, f"changed outside the candidate's dirs: {changed[:10]}"
+    _baselines_are_the_judges(world.cache / "judge" / "baselines")
     assert (judge.root / "reference" / "task.py").read_text() == task_copy
     assert not (world.outside / "planted.txt").exists()
 
