@@ -77,7 +77,7 @@ def main() -> int:
     print(f"warm-up {warm_s:.1f} s: " + "; ".join(f"{r['name']} {r['seconds']:.1f} s ({_units(r)})" for r in warm_records), flush=True)
 
     session = work / "session"
-    cmd = [sys.executable, "-m", "kernelfix", "optimize", str(TASK), "--model", f"replay:{REPLAY}", "--headless", "--max-turns", "3", "--session-dir", str(session)]
+    cmd = [sys.executable, "-P", "-m", "kernelfix", "optimize", str(TASK), "--model", f"replay:{REPLAY}", "--headless", "--max-turns", "3", "--session-dir", str(session)]
     t0 = time.perf_counter()
     s = subprocess.run(cmd, env=env, capture_output=True, text=True)
     session_s = time.perf_counter() - t0

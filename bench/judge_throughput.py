@@ -35,8 +35,8 @@ def _mix(n: int) -> list[tuple[str, str, str]]:
     matmul = (CANDS / "matmul_triton.py").read_text()
     out: list[tuple[str, str, str]] = []
     kinds = [
-        ("88_MinGPTNewGelu", "gelu ok", lambda i: gelu.replace("4096", str(512 * (1 + i % 8)))),
-        ("23_Softmax", "softmax ok", lambda i: softmax.replace("BLOCK=2048", f"BLOCK={1024 * (1 + i % 4)}")),
+        ("88_MinGPTNewGelu", "gelu ok", lambda i: gelu.replace("4096", str(512 << (i % 4)))),  # block sizes: tl.arange wants powers of 2
+        ("23_Softmax", "softmax ok", lambda i: softmax.replace("BLOCK=2048", f"BLOCK={1024 << (i % 3)}")),
         ("88_MinGPTNewGelu", "gelu wrong", lambda i: gelu.replace("0.5 * x", f"0.{6 + i % 3} * x")),
         ("1_Square_matrix_multiplication_", "matmul ok", lambda i: matmul.replace("BK=32", f"BK={16 * (1 + i % 2)}")),
         ("88_MinGPTNewGelu", "gelu torch", lambda i: gelu.replace("return y", "return torch.tanh(y) if False else y * 1.0")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import litellm
+import litellm.exceptions  # PermissionDeniedError lives here in every litellm since 1.60; the top level exports it only in later ones
 import pytest
 from tenacity import wait_none
 
@@ -89,7 +90,7 @@ def test_retries_run_out():
     [
         (err(litellm.AuthenticationError, "Incorrect API key"), "config", "API key was refused"),
         (err(litellm.NotFoundError, "model does not exist"), "config", "unknown"),
-        (litellm.PermissionDeniedError(message="nope", llm_provider="openai", model="gpt-4o-mini", response=httpx.Response(403, request=httpx.Request("POST", "http://x"))), "config", "permission denied"),
+        (litellm.exceptions.PermissionDeniedError(message="nope", llm_provider="openai", model="gpt-4o-mini", response=httpx.Response(403, request=httpx.Request("POST", "http://x"))), "config", "permission denied"),
         (err(litellm.ContextWindowExceededError, "too long"), "request", "refused the request"),
     ],
 )
