@@ -173,7 +173,8 @@ def _tree_tasks(pids: Sequence[int]) -> int:
     return total
 
 
-def _rss_bytes(pids: Sequence[int]) -> int:
+def rss_bytes(pids: Sequence[int]) -> int:
+    """Resident memory of these processes, summed (what the memory watch counts)."""
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
     for pid in pids:
@@ -402,7 +403,7 @@ class Child:
                     # RSS, not PSS: PSS would not count forked copies' shared pages once per copy, but
                     # reading smaps_rollup for hundreds of copies took so long that a bomb reached
                     # ~7,500 processes here before the next check. A watchdog must stay cheap.
-                    rss = _rss_bytes(pids)
+                    rss = rss_bytes(pids)
                     self.peak = max(self.peak, rss)
                     if rss > limits.memory_bytes:
                         self.memory_exceeded = True

@@ -26,9 +26,9 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from kernelfix.sandbox.process import rss_bytes
 from kernelfix.tools import task_size
 from kernelfix.tools.correctness import input_variants
 from kernelfix.tools.correctness.compare import leaves, relative_error, same_bytes, vacuous_tolerance
@@ -249,7 +249,7 @@ class ReferenceServer:
             if self.cuda:
                 free, where = torch.cuda.mem_get_info()[0], "of the GPU"
             else:
-                free, where = (self.spec.memory_limit_bytes or 1 << 62) - _resident_bytes(), "of the host memory the judge allows"
+                free, where = (self.spec.memory_limit_bytes or 1 << 62) - rss_bytes([os.getpid()]), "of the host memory the judge allows"
             if need > 0.8 * free:
                 why = f"skipped on trial {plan.index}: its float64 tensors need {task_size.size_text(need)}, {task_size.size_text(max(free, 0))} {where} is free"
         if why is None:
@@ -452,14 +452,6 @@ class ReferenceServer:
             input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
             draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
         )
-
-
-def _resident_bytes() -> int:
-    """This process's resident memory (what the judge's memory watch counts)."""
-    try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _free(cuda: bool) -> None:
