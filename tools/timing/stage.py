@@ -10,7 +10,9 @@ more forward must be right. Flagged:
 
 - ``cheating:timing_manipulation``: events saw under ``timing_wall_ratio`` of
   the judge's wall clock per call (side streams, threads, a patched timer), or
-  extra or missing timing messages;
+  extra or missing timing messages. Unless the host set that pace (issuing the
+  calls took most of the wall clock, so the GPU kept up): then the candidate is
+  timed by the wall clock, with a warning, not called a cheat;
 - ``cheating:excessive_speedup``: faster than ``excessive_speedup_margin`` of the
   bytes-moved floor at the measured bandwidth, where eager respects it;
 - ``cheating:output_caching``: right on every trial, wrong on fresh contents
@@ -94,6 +96,9 @@ def _timings(base: baselines.Baseline, flushed: bool) -> Timings:
     )
 
 
+HOST_BOUND = 0.8  # issuing took this share of the wall clock: the host, not hidden GPU work, set the pace
+
+
 def _police(judge: "Judge", ev: Evaluation, messages: list[dict], stale: str | None) -> Evaluation:
     c = judge.config
     t = ev.timings
@@ -113,11 +118,22 @@ def _police(judge: "Judge", ev: Evaluation, messages: list[dict], stale: str | N
         return ev.fail("benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({stale})")
     med = t.candidate.median_ms
     if med < c.timing_wall_ratio * t.wall_per_call_ms - 0.02:
-        return ev.fail(
-            "benchmark",
-            Category.TIMING_MANIPULATION,
-            f"CUDA events saw {med:.4g} ms per call, the judge's wall clock {t.wall_per_call_ms:.4g} ms: work ran outside the timed stream",
+        issued = [m for m in messages if m.get("type") == "wall_issued"]
+        issue_ms = (issued[0]["_t"] - starts[0]["_t"]) * 1e3 / calls if len(issued) == 1 else 0.0
+        if issue_ms < HOST_BOUND * t.wall_per_call_ms:  # the sync waited on GPU work the events did not see
+            return ev.fail(
+                "benchmark",
+                Category.TIMING_MANIPULATION,
+                f"CUDA events saw {med:.4g} ms per call, the judge's wall clock {t.wall_per_call_ms:.4g} ms: work ran outside the timed stream",
+            )
+        # Host-bound: forward's own host time (Python, launches, or work done on the CPU) is the cost
+        # per call, and the GPU kept up. Not a cheat, but the candidate is charged the wall clock:
+        # events alone would hide host work, and an honest tiny kernel under a loaded host pays it too.
+        ev.warnings.append(
+            f"host-bound: forward took {t.wall_per_call_ms:.4g} ms per call on the wall clock (issuing {issue_ms:.4g} ms) "
+            f"against {med:.4g} ms on the GPU; timed by the wall clock"
         )
+        med = t.wall_per_call_ms
     if t.floor_ms and t.eager and t.eager.median_ms >= c.excessive_speedup_margin * t.floor_ms and med < c.excessive_speedup_margin * t.floor_ms:
         return ev.fail(
             "benchmark",

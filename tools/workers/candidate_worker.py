@@ -246,6 +246,7 @@ class CandidateRunner:
             done += 1
             if perf_counter() - t0 > 5.0:
                 break
+        self.w.chan.send("wall_issued")  # the host is done issuing: what the sync waits for next is the GPU's
         Cuda.sync()
         self.w.chan.send("wall_end", calls=done)
         self.w.chan.send("timed", id=req.get("id"))

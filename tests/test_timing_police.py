@@ -1,0 +1,54 @@
+"""The benchmark stage's wall-clock check, on the messages a candidate's worker sends.
+
+On the H100 with eight evaluations at once, an honest loss kernel (0.010 ms on the GPU) was
+called `cheating:timing_manipulation`: back-to-back calls took 0.11 ms each on the wall clock,
+all of it the host issuing them. The check now tells a host that sets the pace (charged the
+wall clock, with a warning) from a sync that waits on GPU work the events did not see.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.evaluation import Evaluation
+from kernelfix.tools.timing.stage import _police
+from kernelfix.tools.verdict import Category, Timings, TimingStats
+
+
+def _stats(ms: float) -> dict:
+    return {"median_ms": ms, "mean_ms": ms, "std_ms": 0.0, "min_ms": ms, "p10_ms": ms, "p90_ms": ms, "runs": 100}
+
+
+def _judge(events_ms: float, wall_ms: float, issued_ms: float | None, calls: int = 1000, *, extra_issued: bool = False):
+    t0 = 100.0
+    messages = [{"type": "candidate_timing", "candidate": _stats(events_ms)}, {"type": "wall_start", "calls": calls, "_t": t0}]
+    if issued_ms is not None:
+        messages.append({"type": "wall_issued", "_t": t0 + issued_ms * calls / 1e3})
+    if extra_issued:
+        messages.append({"type": "wall_issued", "_t": t0 + 1e-6})
+    messages.append({"type": "wall_end", "calls": calls, "_t": t0 + wall_ms * calls / 1e3})
+    ev = Evaluation(id="e1", task="loss", device="cuda", workdir="/nonexistent", timings=Timings(eager=TimingStats(**_stats(0.05))))
+    return _police(SimpleNamespace(config=JudgeConfig()), ev, messages, None)
+
+
+def test_an_honest_tiny_kernel_on_a_busy_host_is_timed_by_the_wall_clock():
+    ev = _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=0.108)
+    assert ev.category is None, ev.message
+    assert any(w.startswith("host-bound") for w in ev.warnings)
+    assert abs(ev.speedup_eager - 0.05 / 0.1095) < 1e-6  # charged 0.11 ms, not the events' 0.01
+
+
+def test_gpu_work_the_events_did_not_see_is_still_manipulation():
+    ev = _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=0.012)  # the host was done early; the sync waited
+    assert ev.category == Category.TIMING_MANIPULATION and "outside the timed stream" in ev.message
+
+
+def test_a_missing_or_doubled_issue_stamp_counts_as_no_host_bound_excuse():
+    assert _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=None).category == Category.TIMING_MANIPULATION
+    assert _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=0.108, extra_issued=True).category == Category.TIMING_MANIPULATION
+
+
+def test_events_that_agree_with_the_wall_clock_pass_untouched():
+    ev = _judge(events_ms=0.04, wall_ms=0.045, issued_ms=0.044)
+    assert ev.category is None and not ev.warnings and abs(ev.speedup_eager - 0.05 / 0.04) < 1e-6
