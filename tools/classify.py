@@ -204,6 +204,11 @@ _PROCESS_HOLDS = re.compile(r"this process has ([\d.]+) (GiB|MiB|KiB) memory in 
 _UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
 
 
+def is_oom(err: dict) -> bool:
+    """A worker's error report is an out-of-memory error."""
+    return "OutOfMemoryError" in (err.get("mro") or []) or "out of memory" in (err.get("message") or "").lower()
+
+
 class GpuOom:
     """Whose memory a CUDA out-of-memory error ran into: what the process asked for and held, what
     was free, of how much. ``held`` counts all the process's device memory where torch's message gives
@@ -219,9 +224,7 @@ class GpuOom:
 
     @classmethod
     def of(cls, err: dict) -> "GpuOom | None":
-        text = f"{err.get('message') or ''}"
-        oom = "OutOfMemoryError" in (err.get("mro") or []) or "out of memory" in text.lower()
-        return cls(err) if oom and err.get("memory") else None
+        return cls(err) if is_oom(err) and err.get("memory") else None
 
     @property
     def would_fit_alone(self) -> bool:

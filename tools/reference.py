@@ -19,14 +19,13 @@ verdicts, never the candidate's.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
-from kernelfix.tools.classify import GpuOom
+from kernelfix.tools.classify import GpuOom, is_oom
 from kernelfix.tools.correctness import trials as trial_plan
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.task_size import TaskSize, size_text
@@ -168,7 +167,7 @@ class Reference:
         if err is not None and err.get("kind") == "too_large":  # counted on the meta device, refused before allocating
             raise ReferenceUnavailable(Category.TOO_LARGE, err.get("message") or "the task does not fit this machine")
         trial = f" (one trial: {self.size.describe()})" if self.size is not None else ""
-        if err is not None and _oom(err):
+        if err is not None and is_oom(err):
             category, message = _memory_verdict(err, self.input_bytes + self.output_bytes)
             raise ReferenceUnavailable(category, message + trial)
         if out.memory_exceeded:
@@ -284,10 +283,6 @@ class Reference:
                 self._baseline = baselines.Baseline.model_validate(msg)
                 baselines.save(key, self._baseline)
             return self._baseline
-
-
-def _oom(err: dict[str, Any]) -> bool:
-    return "OutOfMemoryError" in (err.get("mro") or []) or "out of memory" in (err.get("message") or "").lower()
 
 
 def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, str]:
