@@ -103,13 +103,16 @@ def build_graph(rt: Runtime) -> StateGraph:
     def prepare(state: SessionState) -> Update:
         if state.prepared:
             return {}
-        # A task that does not run stops the session here (TaskError), before any model turn is spent on it.
-        rt.judge.reference(lambda e: rt.emit(StageUpdate(turn=None, event=e)))
-        block = None
+        # Two sandboxed children, each a Python and torch start: the reference starts in the judge's
+        # background thread while the shape block's child runs here (seconds off the first turn).
+        rt.judge.ref.start_background()
+        block = problem = None
         if rt.config.shape_block:
             block, problem = shape_block(rt.store.task_path, timeout_s=rt.judge.config.run_timeout_s)
-            if problem:
-                rt.emit(Notice(text=f"no shape block in the first prompt: {problem}"))
+        # A task that does not run stops the session here (TaskError), before any model turn is spent on it.
+        rt.judge.reference(lambda e: rt.emit(StageUpdate(turn=None, event=e)))
+        if problem:
+            rt.emit(Notice(text=f"no shape block in the first prompt: {problem}"))
         return {"prepared": True, "shape_block": block}
 
     def control(state: SessionState) -> Update:

@@ -231,12 +231,13 @@ class Session:
             log.exception("cannot read the last checkpoint")
         reason, resumable = _interruption(e)
         state = state.model_copy(update={"stop_reason": reason, "stop_kind": None})
-        traj = self.trajectory(state, finished=False, device=judge.device)
-        traj.outcome.resumable = resumable
         try:
+            traj = self.trajectory(state, finished=False, device=judge.device)
+            traj.outcome.resumable = resumable
             self.store.write_trajectory(traj)
-        except OSError:  # the disk that failed the run may fail this too: the original error is the one to raise
-            log.exception("cannot record the interruption in %s", self.store.path)
+        except Exception:  # a full disk may fail this too: logged, and the original error is the one to raise
+            log.exception("cannot record the interruption (%s) in %s", reason, self.store.path)
+            return
         self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(self.store.path)))
 
 

@@ -3,7 +3,6 @@ a crashing session, the device lease, the report's metrics."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
+from proc_support import lock_holder, wait_gone
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
 from kernelfix.agent.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
@@ -132,19 +132,14 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "relu's second turn was never judged"
         time.sleep(0.05)
+    worker = lock_holder(relu / ".lock")  # the worker process running relu's session
+    assert worker is not None and worker != proc.pid
     proc.send_signal(signal.SIGKILL)  # no chance to clean up: the worker must notice on its own
     proc.wait()
 
-    # the orphaned worker records the interruption and exits: the session's lock comes free
-    with open(relu / ".lock", "a+") as f:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the worker outlived the batch"
-                time.sleep(0.1)
+    # the orphaned worker records the interruption and exits (its log complete, its lock free)
+    assert wait_gone(worker, within_s=60), "the worker outlived the batch"
+    assert lock_holder(relu / ".lock") is None
     scale_before = json.loads(next((out / "sessions").glob("scale-*/trajectory.json")).read_text())
     relu_before = check_session_dir(relu)
     assert scale_before["outcome"]["finished"] and [t.index for t in relu_before.turns] == [1]

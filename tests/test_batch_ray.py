@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
+from proc_support import lock_holder
 from test_batch import SCALE, SCALE_REPLAY, batch_cli, settings
 from kernelfix.agent.batch.plan import plan
 from kernelfix.agent.batch.ray_backend import LOOPBACK_ENV, gpu_share
@@ -104,16 +105,6 @@ def test_ray_backend_gives_the_same_per_task_results(tmp_path, ray_cluster):
     }
 
 
-def _lock_holder(lock: Path) -> int | None:
-    """The process holding a flock on ``lock``, from /proc/locks."""
-    ino = lock.stat().st_ino
-    for line in Path("/proc/locks").read_text().splitlines():
-        f = line.split()
-        if len(f) >= 6 and f[1] == "FLOCK" and int(f[5].rsplit(":", 1)[1]) == ino:
-            return int(f[4])
-    return None
-
-
 def test_a_ray_worker_killed_mid_job_is_resumed_by_the_rerun(tmp_path, ray_cluster):
     replays = tmp_path / "replays"
     replays.mkdir()
@@ -129,7 +120,7 @@ def test_a_ray_worker_killed_mid_job_is_resumed_by_the_rerun(tmp_path, ray_clust
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "relu's second turn was never judged"
         time.sleep(0.05)
-    worker = _lock_holder(relu / ".lock")  # the Ray worker process running the session
+    worker = lock_holder(relu / ".lock")  # the Ray worker process running the session
     assert worker is not None and worker != proc.pid
     os.kill(worker, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=120)

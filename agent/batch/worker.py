@@ -206,7 +206,8 @@ def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResul
 
     from kernelfix.agent.headless import HeadlessReporter
 
-    with open(log_path, "a", encoding="utf-8") as log:
+    # Line-buffered: what the session printed is in the log even if the worker is killed outright.
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         console = Console(file=log, highlight=False, width=160, force_terminal=False)
         try:
             res = run_task(job, gpu=gpu, on_event=HeadlessReporter(console=console, status_console=console))
