@@ -21,7 +21,19 @@ CORPUS = Path(__file__).parent / "corpus"
 HAS_CUDA = torch.cuda.is_available()
 
 
+# The files with minutes of tests, longest first. CI runs `-n 2 --dist loadfile`: xdist hands out whole
+# files, by default those with the most tests first, which left the crash tests (few, each minutes long)
+# for last, with the other worker idle for minutes. Longest first, the two finish together.
+# test_build is fourth so that it meets the corpus's builds after they made the shared precompiled header.
+LONGEST_FILES = (
+    "test_corpus.py", "test_agent_crash.py", "test_hostile.py", "test_build.py", "test_batch_ray.py",
+    "test_agent_cli.py", "test_correctness_checks.py", "test_scale.py", "test_batch.py", "test_tui_steering.py",
+)
+
+
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist: keep the order pytest_collection_modifyitems gives
+        config.option.loadscopereorder = False
     # One build cache per test session (the judge hands it to every child): tests see cold
     # builds, share them with each other, and never touch the user's cache. Set
     # KERNELFIX_CACHE to reuse one across sessions.
@@ -37,6 +49,8 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests stay together, in order
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device)")
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
