@@ -182,6 +182,19 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     assert sorted(r["metadata"]["task"] for r in records) == ["relu", "scale"]
 
 
+def test_a_worker_stops_once_however_many_sigterms_come(monkeypatch):
+    """A dead batch's PDEATHSIG reaches its worker once per thread the kernel reparents it to (6 SIGTERMs
+    within 2 ms, measured with 7 threads): the first stops the job, the rest must not interrupt the
+    session while it records where it stopped (a second KeyboardInterrupt there lost the record)."""
+    from kernelfix.agent.batch import worker
+
+    monkeypatch.setattr(worker, "_stopping", False)
+    with pytest.raises(KeyboardInterrupt):
+        worker._terminate(signal.SIGTERM, None)
+    assert worker._terminate(signal.SIGTERM, None) is None
+    assert worker._terminate(signal.SIGTERM, None) is None
+
+
 def test_a_crashing_session_fails_alone(tmp_path):
     """One job's worker is killed, another's task does not run: both are recorded, the batch finishes."""
     replay = write_replay(tmp_path / "r.jsonl", [reply("triton_relu_ok.py")])

@@ -196,8 +196,22 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+_stopping = False
+
+
 def _terminate(signum, frame):
-    raise KeyboardInterrupt  # the session records where it stopped; the sandbox kills the running child
+    """The first SIGTERM stops the job; the session records where it stopped, the sandbox kills the running child.
+
+    Later ones are ignored. When the batch process dies, PDEATHSIG comes again each time the kernel
+    reparents this worker to another of the batch's dying threads, a few ms apart. A second
+    KeyboardInterrupt used to land while the session was recording the first, and the record was lost
+    (trajectory.json kept its last turn's write) or came out empty (no turns).
+    """
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise KeyboardInterrupt
 
 
 def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResult:
