@@ -231,14 +231,15 @@ class Session:
             log.exception("cannot read the last checkpoint")
         reason, resumable = _interruption(e)
         state = state.model_copy(update={"stop_reason": reason, "stop_kind": None})
+        traj = None
         try:
             traj = self.trajectory(state, finished=False, device=judge.device)
             traj.outcome.resumable = resumable
             self.store.write_trajectory(traj)
         except Exception:  # a full disk may fail this too: logged, and the original error is the one to raise
             log.exception("cannot record the interruption (%s) in %s", reason, self.store.path)
-            return
-        self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(self.store.path)))
+        if traj is not None:  # the UI hears where the run stopped even when the disk refused the record
+            self.emit(SessionEnded(outcome=traj.outcome, session_dir=str(self.store.path)))
 
 
 def _unfinished(snap) -> bool:
