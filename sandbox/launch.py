@@ -26,6 +26,7 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Callable
 
 from kernelfix.sandbox import fsview, linux
 from kernelfix.sandbox.channel import MSG_FD_ENV, LAUNCHER_MESSAGE
@@ -169,7 +170,7 @@ def _reset_signals() -> None:
             pass
 
 
-def _init(setup: _Setup, cmd: list[str], status_w: int) -> None:
+def _init(setup: _Setup, run: Callable[[], None], status_w: int) -> None:
     """PID 1 of the namespace: start the command, reap orphans, leave with it."""
     try:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -186,7 +187,7 @@ def _init(setup: _Setup, cmd: list[str], status_w: int) -> None:
             os.setsid()  # kill(0, ...) by the candidate reaches its own group only
             linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
             setup.report()
-            _exec(cmd)
+            _run(run)
         os.close(0)
         while True:
             try:
@@ -216,16 +217,14 @@ def _relay(init_pid: int, status_r: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 125)
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m kernelfix.sandbox.launch SPEC_JSON -- CMD...", file=sys.stderr)
-        os._exit(2)
-    spec = json.loads(argv[0])
-    cmd = argv[2:]
-    # The stage dies with the judge that started it (its thread waits for us, so only a dead judge leaves).
+def enter(spec: dict, run: Callable[[], None]) -> None:
+    """Set up every layer ``spec`` asks for in this (fresh, single-threaded) process, then ``run``
+    the command where the layers hold: ``run`` execs it (``main``), or, in a child of the fork
+    server (``kernelfix.sandbox.zygote``), runs it in the already-imported interpreter. Never returns."""
+    # The stage dies with whoever started it (the judge's spawner thread, or the fork server).
     linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
     if spec.get("parent_pid") and os.getppid() != spec["parent_pid"]:
-        os._exit(125)  # the judge died before the line above took effect
+        os._exit(125)  # the parent died before the line above took effect
     iso = spec.get("isolation") or {}
     setup = _Setup(iso)
     _join_cgroups(spec.get("cgroup_procs") or [], setup.notes)
@@ -238,15 +237,37 @@ def main(argv: list[str]) -> None:
     if not setup.active["pid"]:
         setup.drop_capabilities()
         setup.report()
-        _exec(cmd)
+        _run(run)
     status_r, status_w = os.pipe()
     init_pid = os.fork()
     if init_pid == 0:
         os.close(status_r)
-        _init(setup, cmd, status_w)
+        _init(setup, run, status_w)
     os.close(status_w)
     os.close(0)
     _relay(init_pid, status_r)
+
+
+def _run(run: Callable[[], None]) -> None:
+    try:
+        run()
+    except SystemExit as e:
+        code = e.code
+        os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m kernelfix.sandbox.launch SPEC_JSON -- CMD...", file=sys.stderr)
+        os._exit(2)
+    cmd = argv[2:]
+    enter(json.loads(argv[0]), lambda: _exec(cmd))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ cgroup, its session and its descendants, whichever exist.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -27,7 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox.cgroup import Cgroup
 from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV, REQUEST_FD_ENV, MessageReader, RequestSocket, new_token
+from kernelfix.sandbox import zygote
 from kernelfix.sandbox.isolation import Isolation
+
+log = logging.getLogger(__name__)
 
 
 class Limits(BaseModel):
@@ -270,8 +274,10 @@ class Child:
         on_message: Callable[[dict[str, Any]], None] | None = None,
         requests: bool = False,
         poll_s: float = 0.05,
+        fork: bool = False,
     ):
         self.argv = list(argv)
+        self.forked = False  # started by the fork server (``fork``: when argv is ``python -m MODULE ...`` or ``-c CODE``)
         self.limits = limits
         self.isolation = isolation or Isolation.off()
         self.poll_s = poll_s
@@ -316,17 +322,25 @@ class Child:
         launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
         self.t0 = time.monotonic()
         self._oom_at_start = _oom_kills()
+        if fork and zygote.runnable(self.argv[1:]):
+            try:
+                z = zygote.for_env(self.argv[0], env, _import_path(), _spawn)
+                self.proc = z.fork(self.argv[1:], env=env, cwd=str(cwd), launcher_spec=spec, fds=inherit, token=bool(token))
+                self.forked = True
+            except zygote.ZygoteError as e:
+                log.warning("kernelfix: starting a worker by exec: the fork server cannot (%s)", e)
         try:
-            self.proc = _spawn(
-                launcher,
-                cwd=str(cwd),
-                env=env,
-                stdin=subprocess.PIPE if token else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=tuple(inherit),
-                start_new_session=True,
-            )
+            if not self.forked:
+                self.proc = _spawn(
+                    launcher,
+                    cwd=str(cwd),
+                    env=env,
+                    stdin=subprocess.PIPE if token else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=tuple(inherit),
+                    start_new_session=True,
+                )
         except OSError as e:
             os.close(read_fd)
             os.close(write_fd)
@@ -541,14 +555,18 @@ def run_child(
     authenticate: bool = False,
     on_message: Callable[[dict[str, Any]], None] | None = None,
     poll_s: float = 0.05,
+    fork: bool = False,
 ) -> ChildOutcome:
     """Run ``argv`` to completion (or its limits) and report what happened.
 
     ``isolation``: the layers to set up (default: none beyond session and rlimits).
     ``authenticate``: the child reads a token from stdin (``ChildChannel.open``) and
-    every message must carry it; others land in ``forged_messages``.
+    every message must carry it; others land in ``forged_messages``. ``fork``: a
+    ``python -m``/``-c`` command starts from the fork server (``kernelfix.sandbox.zygote``).
     """
-    child = Child(argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=authenticate, on_message=on_message, poll_s=poll_s)
+    child = Child(
+        argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=authenticate, on_message=on_message, poll_s=poll_s, fork=fork
+    )
     try:
         return child.wait()
     except BaseException:  # Ctrl-C or a stopping caller: nothing of the child's may outlive us

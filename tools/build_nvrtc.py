@@ -67,9 +67,11 @@ def _as_build_error(build_root: Path, source: str, kernel_name: str, message: st
 def available(device: str) -> bool:
     """Whether a candidate's NVRTC kernel can compile here: a CUDA device, a torch that has
     ``_compile_kernel``, and the NVRTC library torch loads for it."""
+    if device != "cuda":
+        return False  # before importing torch: a CPU session's process needs none
     import torch.cuda
 
-    if device != "cuda" or not torch.cuda.is_available() or not hasattr(torch.cuda, "_compile_kernel"):
+    if not torch.cuda.is_available() or not hasattr(torch.cuda, "_compile_kernel"):
         return False
     try:
         from torch.cuda import _utils

@@ -50,7 +50,7 @@ class CandidateRun:
         self.handle = WorkerHandle(
             "kernelfix.tools.workers.candidate_worker", spec.model_dump(), spec_path=workdir / "handoff" / "candidate.spec.json",
             cwd=workdir, env=sandboxing.env("candidate", workdir, judge.device, judge.gpu), limits=sandboxing.limits(c, lifetime),
-            isolation=iso, on_phase=on_phase,
+            isolation=iso, on_phase=on_phase, fork=c.fork_server,
         )
         self.built_msg: dict[str, Any] | None = None
         self.warmed_msg: dict[str, Any] | None = None
@@ -83,6 +83,36 @@ class CandidateRun:
             self.built()
             self.warmed_msg = self.handle.expect(["warmed"], Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s))
         return self.warmed_msg
+
+    def start_breakdown(self) -> dict[str, float]:
+        """Where the compile stage's seconds went, from the times the worker's messages arrived:
+        ``worker_start`` (fork or exec of the sandboxed process, its namespaces and imports, to the
+        worker's first word), ``runtime`` (torch's CUDA entry points, the op recorder), ``task_import``,
+        ``candidate_import`` (its extensions' builds or cached loads, Triton's parse) and ``model``
+        (ModelNew's construction). A worker started ahead (``standby``) counts from its ``go``."""
+        at: dict[str, float] = {}
+        for m in self.handle.since(0):
+            kind = m.get("type")
+            key = m.get("phase") if kind == "phase" else kind
+            if key and key not in at:
+                at[key] = float(m.get("_t", 0.0))
+        if not {"hello", "load_task", "import_candidate", "built"} <= at.keys():
+            return {}
+        out: dict[str, float] = {}
+        if "standby" not in at:
+            out["compile.worker_start"] = at["hello"]
+            out["compile.runtime"] = at["load_task"] - at["hello"]
+        out["compile.task_import"] = at["import_candidate"] - at["load_task"]
+        built = next((m for m in reversed(self.handle.since(0)) if m.get("type") == "built"), {})
+        imported = float(built.get("import_seconds") or 0.0)
+        out["compile.candidate_import"] = imported
+        out["compile.model"] = max(0.0, at["built"] - at["import_candidate"] - imported)
+        if self.handle.child.forked and "standby" not in at:  # from the fork server (kernelfix.sandbox.zygote)
+            waited = getattr(self.handle.child.proc, "waited_s", 0.0)
+            if waited > 0.001:  # the fork server's imports (torch, triton, ...), once per process
+                out["compile.fork_server_imports"] = waited
+                out["compile.worker_start"] -= waited
+        return {k: round(v, 3) for k, v in out.items()}
 
     def builds(self) -> list[ExtensionBuild]:
         """What the worker reported about its extension builds; informational, so garbage is dropped."""

@@ -8,6 +8,7 @@ compiler, the linker) and ends as ``infra:no_gpu``.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from kernelfix.tools.evaluation import Evaluation, EventSink
@@ -57,13 +58,16 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
             ev.warnings.append("traceback: " + " | ".join(f.details[-4:]))
         return ev.fail("compile", f.category, f.message)
     extensions = run.builds()
+    ev.breakdown |= run.start_breakdown()
     ev.compiled = True
     ev.compile = CompileReport(
         backend=ev.backend, seconds=round(float(msg.get("_t", 0.0)), 3), ok=True,
         cached=bool(extensions) and all(b.cached for b in extensions), extensions=extensions, log_path=log_path,
     )
+    t0 = time.monotonic()
     try:
         judge.reference(on_event)  # a broken task stops here, before any trial (TaskError)
     except ReferenceUnavailable as e:
         return ev.fail("compile", e.category, e.message)
+    ev.breakdown["compile.reference_wait"] = round(time.monotonic() - t0, 3)  # the reference worker still starting
     return ev

@@ -76,6 +76,14 @@ class JudgeConfig(BaseModel):
     precision: PrecisionPolicy = Field(
         "warn", description="a candidate far less accurate than the float32 reference vs float64: warn, fail, or off"
     )
+    truth_factor: float | None = Field(
+        8.0, gt=1,
+        description=(
+            "a float32 trial outside atol/rtol still passes when, against the float64 reference, the candidate's worst error and "
+            "error norm are within this multiple of the float32 reference's own (a kernel more exact than a TF32 reference); "
+            "None: atol/rtol alone, as KernelBench"
+        ),
+    )
     precision_factor: float = Field(10.0, gt=1, description="flag error vs float64 above this multiple of the float32 reference's")
     precision_floor: float = Field(
         3e-5, gt=0, description="and above this relative error norm (fp32 reorderings stay near 1e-6, fp16/TF32 inputs give ~3e-4)"
@@ -125,6 +133,9 @@ class JudgeConfig(BaseModel):
         description="isolation layers for every child; `writable`/`hidden` add to the judge's own (work dir, caches; reference dir, credentials)",
     )
     hide_credentials: bool = Field(True, description="hide ~/.ssh, ~/.aws, .env files and the like from candidates")
+    fork_server: bool = Field(
+        True, description="start workers by fork from a process that has imported torch (kernelfix.sandbox.zygote), not by exec"
+    )
 
     build: BuildOptions = Field(default_factory=BuildOptions)
 

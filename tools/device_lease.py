@@ -27,6 +27,29 @@ LOG_MAX_BYTES = 1 << 20  # the hold log starts over past this
 GPU_STAGES = frozenset({"reference", "correctness", "benchmark", "profile_ncu", "profile_torch"})
 
 
+def cuda_available() -> bool:
+    """Whether torch here can use a CUDA GPU, as ``torch.cuda.is_available()`` says, without importing
+    torch into the judge's process (a second or more that only the workers need): torch's CUDA
+    library must be installed and the driver must count a device."""
+    import ctypes
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    if not any(lib.glob("libtorch_cuda*.so*")):
+        return False  # a CPU build of torch
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    except OSError:
+        return False
+
+
 def visible_gpu() -> str:
     """The GPU a child uses by default: the first of CUDA_VISIBLE_DEVICES (an index or a UUID), else "0"."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()

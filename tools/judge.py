@@ -32,8 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
@@ -44,7 +43,7 @@ from kernelfix.tools.candidate_run import CandidateRun
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness import stage as correctness_stage
-from kernelfix.tools.device_lease import DeviceLease, visible_gpu
+from kernelfix.tools.device_lease import DeviceLease, cuda_available, visible_gpu
 from kernelfix.tools.evaluation import STAGES, Evaluation, EventSink, StageEvent
 from kernelfix.tools.workers.handle import Deadline, WorkerGone
 from kernelfix.tools.legality import stage as legality_stage
@@ -54,6 +53,9 @@ from kernelfix.tools.task import Task
 from kernelfix.tools.timing import stage as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
 
+if TYPE_CHECKING:
+    from kernelfix.tools.floor import TaskFloor
+
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
 
 
@@ -61,7 +63,7 @@ def resolve_device(requested: str | None) -> tuple[str, str | None]:
     """The device to use and, when it was chosen for the user, a one-line notice."""
     if requested is not None:
         return requested, None
-    if torch.cuda.is_available():
+    if cuda_available():
         return "cuda", None
     return "cpu", "no CUDA GPU here: judging on cpu (Triton kernels run in the interpreter; nothing is timed)"
 
@@ -202,6 +204,38 @@ class Judge:
 
     # ------------------------------------------------------------------ stages
 
+    def task_floor(self, *, with_baseline: bool = True) -> "TaskFloor | None":
+        """The task's floor on this GPU (tools/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
+        GPU eager's and torch.compile's times (the baselines, measured once per task and cached).
+        None when the reference has not reported its sizes."""
+        from kernelfix.tools import floor
+
+        if self.device != "cuda":
+            return None  # a floor is the GPU's: a CPU session times nothing
+        ready = self.ref.wait()
+        size = self.ref.size
+        if size is None:
+            return None
+        eager = compiled = None
+        if with_baseline and self.device == "cuda":
+            try:
+                base = self.ref.baseline(self.lease)
+                eager, compiled = base.eager.median_ms, base.compiled.median_ms if base.compiled else None
+            except Exception:  # no baseline is no reason to hold up the session: the floor alone still helps
+                pass
+        return floor.build(input_bytes=size.input_bytes, output_bytes=size.output_bytes, flops=ready.task_flops, dtypes=ready.dtypes,
+                           gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
+
+    def gpu_block(self) -> str:
+        """The GPU's numbers for the system prompt (tools/gpu_specs.py); empty off the GPU."""
+        ready = self.ref.wait()
+        if self.device != "cuda" or not ready.gpu_props:
+            return ""
+        from kernelfix.tools import gpu_specs
+
+        spec = gpu_specs.measured(ready.gpu_props)
+        return gpu_specs.render(spec) if spec is not None else ""
+
     def start(self, source: str, *, filename: str = "candidate.py", workdir: str | Path | None = None) -> Evaluation:
         """Extract the candidate (from a .py source or a model reply) and run the static checks."""
         t0 = time.monotonic()
@@ -306,6 +340,7 @@ class Judge:
             legal=legal,
             speedup_eager=ev.speedup_eager if ok else None,
             speedup_compile=ev.speedup_compile if ok else None,
+            kernelbench_allclose=ev.correctness.kernelbench_allclose if ok and ev.correctness is not None else None,
             timings=ev.timings,
             task=self.task.name,
             device=self.device,

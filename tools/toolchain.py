@@ -55,13 +55,27 @@ def is_gcc(executable: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def torch_identity() -> str:
-    import torch
+    """Which torch this is, for cache keys: its version file (version, git commit, CUDA) and its C
+    extension's size and time, where it lives. Read from disk, not imported: the judge's and the
+    agent's processes need no torch of their own (a second or more of their start)."""
+    import importlib.util
 
-    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
-    return " ".join(
-        str(x)
-        for x in (torch.__version__, torch.version.git_version, torch.version.cuda, abi, Path(torch.__file__).parent)
-    )
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return "no torch"
+    root = Path(spec.origin).parent
+    try:
+        version = (root / "version.py").read_text()
+    except OSError:
+        version = "no version.py"
+    stamps = []
+    for lib in sorted(root.glob("_C*.so")) + sorted((root / "lib").glob("libtorch_cpu*.so*")):
+        try:
+            st = lib.stat()
+            stamps.append(f"{lib.name} {st.st_size} {st.st_mtime_ns}")
+        except OSError:
+            continue
+    return " | ".join([" ".join(version.split()), *stamps, str(root)])
 
 
 def python_abi() -> str:

@@ -12,11 +12,12 @@ reference stays finite on it.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kernelfix.tools.verdict import InputVariant
+
+if TYPE_CHECKING:  # torch is imported where the variants are made (the reference worker), not by the judge
+    import torch
 
 SCALE = 10.0
 SHIFT_STDS = 2.0
@@ -34,12 +35,16 @@ def describe(variant: InputVariant, base_trial: int) -> str:
 
 
 def _student_t(n: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    import torch
+
     z = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
     chi2 = torch.randn((STUDENT_T_DOF, n), generator=gen, dtype=torch.float64, device=device).pow(2).sum(0)
     return z / (chi2 / STUDENT_T_DOF).sqrt()
 
 
 def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator) -> torch.Tensor:
+    import torch
+
     from kernelfix.tools.correctness.compare import _Moments, _chunks
 
     flat = x.detach().reshape(-1)
@@ -67,6 +72,8 @@ def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator) -> torch
 
 def apply(inputs: list[Any], variant: InputVariant, seed: int) -> tuple[list[Any], bool]:
     """The variant of ``inputs`` and whether any tensor changed (False: nothing floating-point to vary)."""
+    import torch
+
     gens: dict[torch.device, torch.Generator] = {}
     changed = False
 

@@ -71,6 +71,7 @@ class WorkerHandle:
         isolation: Isolation,
         wrap: Sequence[str] = (),
         on_phase: Callable[[dict[str, Any]], None] | None = None,
+        fork: bool = True,
     ):
         if spec_path.is_symlink() or spec_path.exists():
             spec_path.unlink()  # never write through something a candidate planted
@@ -84,7 +85,10 @@ class WorkerHandle:
         self._lock = threading.Lock()
         self._seen = 0
         self.argv = [*wrap, sys.executable, "-m", module, str(spec_path)]
-        self.child = Child(self.argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=True, on_message=self._on_message, requests=True)
+        self.child = Child(
+            self.argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=True, on_message=self._on_message,
+            requests=True, fork=fork and not wrap,  # a wrapper (ncu) must exec the interpreter itself
+        )
 
     def _on_message(self, msg: dict[str, Any]) -> None:
         self.last_message_at = time.monotonic()

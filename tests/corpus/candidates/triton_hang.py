@@ -1,5 +1,5 @@
 # expect: runtime_error:timeout
-# config: {"run_timeout_s": 30}
+# config: {"forward_timeout_s": 3, "cpu_forward_timeout_s": 3}
 import torch
 import torch.nn as nn
 import triton

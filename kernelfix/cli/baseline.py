@@ -6,8 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
+from kernelfix.cli.common import _common_judge_args, _judge_config
 
-def add_parser(sub, common_judge_args) -> None:
+
+def add_parser(sub) -> None:
     p = sub.add_parser(
         "baseline",
         help="check and time each task's reference (eager, torch.compile) before any candidate",
@@ -21,7 +24,7 @@ def add_parser(sub, common_judge_args) -> None:
         epilog="Exit codes: 0 every task has a baseline, 1 some task failed (its row says why), 2 bad usage, 130 interrupted.",
     )
     p.add_argument("tasks", nargs="+", metavar="TASK_OR_DIR", help="task files, or directories of them")
-    common_judge_args(p)
+    _common_judge_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", metavar="FILE", help="write the report here as each task finishes; resume from it")
     p.add_argument("--workers", type=int, metavar="N", help="tasks at a time (default: 4 on a GPU, 1 on cpu)")
@@ -31,14 +34,13 @@ def add_parser(sub, common_judge_args) -> None:
         "--kernelbench-times", metavar="JSON",
         help="KernelBench's published reference times (results/timing/<gpu>/baseline_time_torch.json): show them beside eager",
     )
-    p.set_defaults(func=cmd_baseline)
+    p.set_defaults(func=run)
 
 
-def cmd_baseline(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError, _judge_config
     from kernelfix.tools import baseline
 
     cfg = _judge_config(args)

@@ -1,0 +1,95 @@
+"""A cold ``kernelfix eval`` beside a naive same-process harness, measured in the same run.
+
+    python3 bench/cold_eval.py [--device cuda|cpu] [--repeat N] [--out OUT.json] [--case NAME=TASK:CANDIDATE ...]
+
+Each measurement is a new process, end to end, as a script or an RL reward loop calls it:
+``python -m kernelfix eval TASK CANDIDATE --json`` (the task never seen by that process; its
+build and baseline caches on disk warm, filled by one unmeasured run of each case first: "a
+cached or Triton candidate"), and ``python bench/naive_harness.py TASK CANDIDATE`` (import,
+5 trials, on a GPU 100 timed calls). The two alternate, so a drift of the machine hits both.
+Prints, per case, the median and range of each and their ratio, and the median of the
+verdict's stage times and breakdown (where kernelfix's seconds go); OUT.json keeps every run.
+
+Defaults: on a GPU, KernelBench level-1 88_MinGPTNewGelu (8192 x 8192 float32, 256 MiB in,
+256 MiB out) with a Triton and a CUDA (load_inline, from the build cache) candidate; on a CPU,
+examples/tasks/relu.py with its Triton candidate, run in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_CASES = {
+    "gelu_triton": (ROOT / "tests/kernelbench/level1/88_MinGPTNewGelu.py", ROOT / "bench/candidates/gelu_triton.py"),
+    "gelu_cuda_cached": (ROOT / "tests/kernelbench/level1/88_MinGPTNewGelu.py", ROOT / "bench/candidates/gelu_cuda.py"),
+}
+CPU_CASES = {"relu_triton": (ROOT / "examples/tasks/relu.py", ROOT / "examples/candidates/relu_triton.py")}
+
+
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    return time.monotonic() - t0, p
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--case", action="append", default=[], metavar="NAME=TASK:CANDIDATE")
+    args = ap.parse_args()
+    device = args.device or ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
+    cases = {c.split("=", 1)[0]: tuple(Path(x) for x in c.split("=", 1)[1].split(":")) for c in args.case} or (
+        GPU_CASES if device == "cuda" else CPU_CASES
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    py = sys.executable
+    results = []
+    for name, (task, cand) in cases.items():
+        kf = [py, "-P", "-m", "kernelfix", "eval", str(task), str(cand), "--device", device, "--json"]
+        naive = [py, str(ROOT / "bench" / "naive_harness.py"), str(task), str(cand), "--device", device]
+        first_s, first = run(kf, env)  # fills the build, Triton and baseline caches: unmeasured
+        run(naive, env)
+        row = {"case": name, "device": device, "first_kernelfix_s": round(first_s, 2), "kernelfix": [], "naive": [], "verdicts": []}
+        for _ in range(args.repeat):
+            s, p = run(kf, env)
+            try:
+                v = json.loads(p.stdout)
+            except ValueError:
+                v = {"category": "unparsed", "message": (p.stderr or p.stdout)[-500:]}
+            row["kernelfix"].append(round(s, 3))
+            row["verdicts"].append({k: v.get(k) for k in ("category", "message", "stage_seconds", "breakdown")})
+            s, p = run(naive, env)
+            row["naive"].append(round(s, 3))
+            if p.returncode != 0:
+                row.setdefault("naive_errors", []).append(p.stderr[-500:])
+        kfm, nm = statistics.median(row["kernelfix"]), statistics.median(row["naive"])
+        row["ratio"] = round(kfm / nm, 2)
+        results.append(row)
+        cats = sorted({v["category"] for v in row["verdicts"]})
+        print(f"{name} ({device}): kernelfix eval median {kfm:.2f} s ({min(row['kernelfix']):.2f}-{max(row['kernelfix']):.2f}), "
+              f"naive harness {nm:.2f} s ({min(row['naive']):.2f}-{max(row['naive']):.2f}), ratio {row['ratio']:.2f}x; "
+              f"verdicts {cats}; first run {first_s:.2f} s")
+        for key in ("stage_seconds", "breakdown"):
+            merged: dict[str, list[float]] = {}
+            for v in row["verdicts"]:
+                for k, x in (v.get(key) or {}).items():
+                    merged.setdefault(k, []).append(x)
+            med = {k: round(statistics.median(xs), 3) for k, xs in merged.items()}
+            print(f"  {key}: {med}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

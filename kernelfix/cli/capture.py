@@ -1,0 +1,120 @@
+"""``kernelfix capture`` (a submodule of your model into a task) and ``kernelfix swap`` (its best kernel back)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
+from kernelfix.cli.common import _judge_config
+
+
+def add_parser(sub) -> None:
+    """`capture` and `swap`."""
+    p = sub.add_parser(
+        "capture",
+        usage="kernelfix capture SCRIPT --module PATH [--out TASK.py] [--call N] [--no-keep-call] [--force] [--json] [--config FILE] [-- SCRIPT_ARGS ...]",
+        help="turn a submodule of your own model into a task (runs your script, captures one call)",
+        description=(
+            "Run SCRIPT (python SCRIPT ARGS: it builds your model and runs a forward, as your own code does) and capture "
+            "one call of the submodule PATH names (model.layers.0.mlp: submodule layers.0.mlp of the script's variable "
+            "`model`). torch.export traces it; kernelfix writes a self-contained KernelBench task: Model holds the traced "
+            "computation as readable ATen code, with the module's parameters and buffers in TASK.weights.pt beside it; "
+            "get_inputs() draws fresh tensors of the captured shapes, dtypes, strides and value ranges (your data is "
+            "never in the task). The task is kept only if it reproduces the captured output within the judge's "
+            "tolerance. Also written: TASK.capture.json (how the module was called) and TASK.call.pt (the captured "
+            "inputs and output, for `kernelfix swap`'s check; --no-keep-call leaves it out). The script stops right "
+            "after the captured call."
+        ),
+        epilog=(
+            "Exit codes: 0 task written and checked, 1 could not reproduce (export cannot trace the module, it draws "
+            "random numbers, or the task's output differs; nothing written), 2 bad input (no script, the script failed, "
+            "PATH names nothing or was never called, --out exists). Example: kernelfix capture train.py --module "
+            "model.blocks.0.mlp --out tasks/mlp.py -- --batch 8"
+        ),
+    )
+    p.add_argument("script", metavar="SCRIPT", help="your Python script that builds the model and runs a forward")
+    p.add_argument("--module", required=True, metavar="PATH", help="the submodule to capture: VARIABLE.sub.path (model.layers.0.mlp)")
+    p.add_argument("--out", metavar="TASK.py", help="the task to write (default captured/PATH_WITH_UNDERSCORES.py)")
+    p.add_argument("--call", type=int, default=1, metavar="N", help="capture the module's N-th call (default 1)")
+    p.add_argument("--no-keep-call", action="store_true", help="do not keep the captured inputs and output (TASK.call.pt); swap then checks on drawn inputs")
+    p.add_argument("--force", action="store_true", help="replace an earlier capture at --out")
+    p.add_argument("--json", action="store_true", help="print the capture report (kernelfix.capture.records.CaptureReport) as JSON")
+    p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read the judge's tolerance from")
+    p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
+
+    p = sub.add_parser(
+        "swap",
+        help="load a captured task's best kernel, check it, and print how to put it in your model",
+        description=(
+            "For a session on a task made by `kernelfix capture`: build the best kernel (best.py) with the captured "
+            "weights, call it as the captured module was called on the captured inputs (TASK.call.pt; without it, on "
+            "inputs from get_inputs() against the task's Model), compare the output within the judge's tolerance, and "
+            "print the Python lines that swap it into your model (kernelfix.load_best)."
+        ),
+        epilog="Exit codes: 0 loaded and checked, 1 no correct kernel yet or the check failed, 2 not a session of a captured task.",
+    )
+    p.add_argument("session_dir", metavar="SESSION_DIR")
+    p.add_argument("--device", metavar="DEVICE", help="where to run the check (default: where the module was captured, else cpu)")
+    p.add_argument("--no-check", action="store_true", help="only load the kernel and print the snippet")
+    p.add_argument("--json", action="store_true", help="print the report (kernelfix.capture.records.SwapReport) as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return cmd_swap(args) if args.command == "swap" else cmd_capture(args)
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from kernelfix.capture.errors import CaptureFailed, CaptureInputError
+    from kernelfix.capture.pipeline import capture
+    from kernelfix.capture.records import CaptureReport
+    from kernelfix.capture.summary import capture_text
+
+    config = _judge_config(args)
+    try:
+        result = capture(
+            args.script, args.module, args.out, call=args.call, script_args=args.script_args,
+            keep_call=not args.no_keep_call, force=args.force, config=config,
+        )
+    except (CaptureInputError, CaptureFailed) as e:
+        code = EXIT_USAGE if isinstance(e, CaptureInputError) else EXIT_FAIL
+        if args.json:
+            sys.stdout.write(CaptureReport(ok=False, exit_code=code, error=str(e)).model_dump_json(indent=2) + "\n")
+        print(f"kernelfix capture: {e}", file=sys.stderr)
+        return code
+    if args.json:
+        report = CaptureReport(ok=True, exit_code=EXIT_OK, files=[str(f) for f in result.files], manifest=result.manifest)
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        print(capture_text(result.manifest, result.files))
+    return EXIT_OK
+
+
+def cmd_swap(args: argparse.Namespace) -> int:
+    from kernelfix.capture.errors import SwapCheckFailed, SwapError
+    from kernelfix.capture.records import SwapReport
+    from kernelfix.capture.summary import swap_text
+    from kernelfix.capture.swap import SessionKernel, load_best, snippet
+
+    try:
+        sk = SessionKernel(args.session_dir)
+    except SwapError as e:
+        raise UsageError(str(e)) from None
+    report = SwapReport(
+        ok=False, session=str(sk.store.path), task=str(sk.files.task), module_path=sk.manifest.module_path,
+        best_turn=sk.best_turn, speedup_eager=sk.speedup_eager,
+    )
+    try:
+        module = load_best(args.session_dir, device=args.device, check=not args.no_check)
+        report.ok, report.checks = True, module.checks
+        report.snippet = snippet(sk.manifest.module_path, args.session_dir)
+    except SwapCheckFailed as e:
+        report.error, report.checks = str(e), e.check
+    except SwapError as e:
+        report.error = str(e)
+    if args.json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        print(swap_text(report), file=sys.stdout if report.ok else sys.stderr)
+    return EXIT_OK if report.ok else EXIT_FAIL

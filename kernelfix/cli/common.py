@@ -1,0 +1,126 @@
+"""Argument helpers and config loading shared by the commands.
+
+Light at import: argparse and the standard library only; the config, pydantic and
+the agent's settings are imported where a command reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from kernelfix.cli import UsageError
+
+
+def _common_judge_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=["cuda", "cpu"], help="where to judge (default: cuda when available, else cpu)")
+    p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read (default: nearest one)")
+    p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: by output dtype, float32 1e-4, float16/bfloat16 1e-2)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype, as --atol)")
+    p.add_argument(
+        "--profile", action=argparse.BooleanOptionalAction, default=None,
+        help="profile a correct, legal kernel with Nsight Compute (GPU only; default: on for optimize, off for eval and batch, unless the config sets judge.profile)",
+    )
+
+
+def _load_config(args: argparse.Namespace):
+    from kernelfix.config import ConfigError, load_config
+
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False):
+    """The judge's settings: config file, then flags. ``profile_by_default``: interactive
+    sessions profile correct kernels unless the config or --no-profile says otherwise
+    (--stop-at-sol reads the profile, so it asks for one too)."""
+    from pydantic import ValidationError
+
+    cfg = _load_config(args).judge
+    updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile") if getattr(args, k, None) is not None}
+    sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
+    if sol and updates.get("profile") is False:
+        raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")
+    if (profile_by_default or sol) and "profile" not in updates and "profile" not in cfg.model_fields_set:
+        updates["profile"] = True
+    try:  # validated like the config file: --trials 0 is as wrong as trials = 0
+        return type(cfg).model_validate({**cfg.model_dump(), **updates})
+    except ValidationError as e:
+        raise UsageError(str(e)) from None
+
+
+# CLI flag -> AgentConfig field
+_AGENT_FLAGS = {
+    "model": "model",
+    "api_base": "api_base",
+    "api_key_env": "api_key_env",
+    "max_turns": "max_turns",
+    "target_speedup": "target_speedup",
+    "max_tokens": "max_tokens",
+    "max_cost": "max_cost_usd",
+    "max_wall": "max_wall_s",
+    "width": "width",
+    "keep": "keep",
+    "sampling": "sampling",
+    "stop_at_sol": "stop_at_sol",
+}
+
+
+def _agent_config(base, args: argparse.Namespace):
+    from pydantic import ValidationError
+
+    from kernelfix.agent.config import AgentConfig
+
+    updates = {field: getattr(args, flag) for flag, field in _AGENT_FLAGS.items() if getattr(args, flag, None) is not None}
+    if getattr(args, "no_shape_block", False):
+        updates["shape_block"] = False
+    try:
+        return AgentConfig.model_validate({**base.model_dump(), **updates})
+    except ValidationError as e:
+        raise UsageError(f"invalid agent setting: {e}") from None
+
+
+def _model(cfg):
+    from kernelfix.agent.models import ModelError, make_model
+
+    if not cfg.model:
+        raise UsageError("no model: pass --model (a litellm model string, or replay:FILE.jsonl), or set [agent] model in kernelfix.toml")
+    api_key = None
+    if cfg.api_key_env:
+        api_key = os.environ.get(cfg.api_key_env)
+        if not api_key:
+            raise UsageError(f"the environment variable {cfg.api_key_env} (from --api-key-env) is not set")
+    try:
+        return make_model(cfg.model, cfg, api_key=api_key)
+    except (ValueError, ModelError) as e:
+        raise UsageError(str(e)) from None
+
+
+def _on_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
+    p.add_argument("--max-turns", type=int, metavar="N", help="model turns, or rounds with --width above 1 (default 8)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent (over every branch)")
+    p.add_argument("--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)")
+    p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
+
+
+def _session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
+    _limit_args(p)
+    _search_args(p)
+
+
+def _search_args(p: argparse.ArgumentParser) -> None:
+    """Width of the search (docs/search.md); each flag overrides [agent] in kernelfix.toml."""
+    p.add_argument("--width", type=int, metavar="N", help="candidates per round, drawn and judged in parallel (default 1: one chain)")
+    p.add_argument("--keep", type=int, metavar="K", help="branches each later round continues: the round's best K (default: the width)")
+    p.add_argument("--sampling", choices=["parallel", "n"], help="a round's replies to one prompt: parallel calls (default) or one call with n=")
+    p.add_argument("--stop-at-sol", type=float, metavar="F", help="stop once a correct kernel's DRAM or SM throughput reaches F (0-1) of peak (needs the profile)")

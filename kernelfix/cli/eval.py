@@ -1,0 +1,82 @@
+"""``kernelfix eval``: judge one candidate kernel against a task."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
+from kernelfix.cli.common import _common_judge_args, _judge_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="judge one candidate kernel against a task",
+        description=(
+            "Judge CANDIDATE (a .py file defining ModelNew, or a saved model reply whose last ```python block "
+            "defines it) against TASK (a KernelBench file with Model, get_inputs, get_init_inputs): compile, "
+            "correctness over several seeded trials, forbidden torch ops, and on a GPU timing against eager "
+            "PyTorch and torch.compile and, with --profile, an Nsight Compute profile."
+        ),
+        epilog="Exit codes: 0 verdict ok, 1 any other verdict, 2 bad usage or unreadable input.",
+    )
+    p.add_argument("task", metavar="TASK", help="KernelBench-format task file")
+    p.add_argument("candidate", metavar="CANDIDATE", help="candidate .py file, or a model reply (.md/.txt)")
+    _common_judge_args(p)
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--workdir", metavar="DIR", help="keep the evaluation's files (logs, builds) here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from rich.console import Console
+
+    from kernelfix.tools.judge import Judge, StageEvent
+    from kernelfix.tools.render import verdict_view
+    from kernelfix.tools.task import TaskError
+
+    err = Console(stderr=True)
+    cfg = _judge_config(args)
+    cand_path = Path(args.candidate)
+    try:
+        source = cand_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read candidate {cand_path}: {e}") from None
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kernelfix-eval-"))
+    try:
+        judge = Judge(args.task, cfg, workdir=workdir)
+    except TaskError as e:
+        raise UsageError(str(e)) from None
+    if judge.device_notice:
+        err.print(f"[yellow]note:[/] {judge.device_notice}")
+    with err.status("judging...") as status:
+
+        def show(e: StageEvent) -> None:
+            bits = [e.stage, e.status]
+            if e.detail:
+                bits.append(e.detail)
+            if e.total:
+                bits.append(f"{(e.done or 0) + 1}/{e.total}")
+            status.update(" ".join(bits) + " ...")
+
+        try:
+            verdict = judge.evaluate(source, filename=cand_path.name, on_event=show)
+        except TaskError as e:
+            raise UsageError(str(e)) from None
+        finally:
+            judge.close()  # the reference worker; the evaluation's files stay in the workdir
+    if args.json:
+        sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+    else:
+        Console().print(verdict_view(verdict))
+    if not args.workdir:
+        if verdict.ok:
+            shutil.rmtree(workdir, ignore_errors=True)  # nothing to look at
+        else:
+            err.print(f"logs and build files kept in {workdir}")
+    return EXIT_OK if verdict.ok else EXIT_FAIL

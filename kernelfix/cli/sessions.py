@@ -1,0 +1,61 @@
+"""``kernelfix sessions``: list earlier sessions; on a terminal, browse and resume them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
+from kernelfix.cli.common import _limit_args, _on_terminal
+from kernelfix.cli.optimize import _left_mid_turn, _open_for_resume
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sessions",
+        help="list earlier sessions; on a terminal, browse their history and resume one",
+        description=(
+            "List the sessions under ROOT (default ./sessions; a batch's OUT works too). On a terminal this opens "
+            "the terminal UI: enter shows a session's turns, r resumes it (under the limits given here, as "
+            "`kernelfix resume` would). --list prints a table instead."
+        ),
+        epilog="Exit codes: 0 listed, 1 a resumed session stopped on an error, 2 bad usage.",
+    )
+    p.add_argument("root", nargs="?", default="sessions", metavar="ROOT", help="folder holding sessions (default ./sessions)")
+    p.add_argument("--list", action="store_true", help="print a table, even on a terminal")
+    p.add_argument("--json", action="store_true", help="print the list as JSON (implies --list)")
+    _limit_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kernelfix.tui.session_list import find_sessions
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a folder of sessions")
+    if not (args.list or args.json) and _on_terminal():
+        from kernelfix.tui.app import KernelfixApp
+
+        app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
+        app.run()
+        _left_mid_turn(app)
+        if app.error is not None:
+            print(f"kernelfix: the resumed session stopped: {app.error}", file=sys.stderr)
+            return EXIT_FAIL
+        return EXIT_OK
+    found = find_sessions(root)
+    if args.json:
+        sys.stdout.write("[" + ",\n".join(s.model_dump_json() for s in found) + "]\n")
+        return EXIT_OK
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("session", "task", "turns", "status", "result", "best", "updated (UTC)"):
+        t.add_column(col, no_wrap=col != "session", overflow="fold")  # the path folds; the short columns stay whole
+    for s in found:
+        t.add_row(s.path, s.task, str(s.turns), s.status, s.result, s.best, s.updated)
+    Console(highlight=False).print(t if found else f"no sessions under {root}", soft_wrap=True)
+    return EXIT_OK

@@ -1,0 +1,175 @@
+"""The fork server (kernelfix.sandbox.zygote): a worker forked from it starts as an exec'd one would,
+inside the same sandbox, and the zygote itself holds nothing a candidate could use.
+
+Each test compares with the exec path where it can: the same probe, once started each way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelfix.sandbox import Isolation, Limits, probe, scrubbed_env, zygote
+from kernelfix.sandbox.process import Child, run_child
+
+# What a worker sees of its own start: everything here must be the same forked or exec'd.
+PROBE = r'''
+import json, os, resource, signal, socket, sys, tempfile
+fd = int(os.environ["KERNELFIX_MSG_FD"])
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+def writes(path):
+    try:
+        open(path, "w").close()
+        return "wrote"
+    except OSError as e:
+        return type(e).__name__
+try:
+    socket.create_connection(("127.0.0.1", 9), timeout=1)
+    net = "connected"
+except OSError as e:
+    net = type(e).__name__
+knobs = sys.modules.get("triton.knobs")
+info = {
+    "argv": sys.argv, "name": __name__, "cwd": os.getcwd(), "path0": sys.path[0], "env": dict(os.environ),
+    "tmp": tempfile.gettempdir(), "home": os.path.expanduser("~"),
+    "fds": sorted(int(x) for x in os.listdir("/proc/self/fd")),
+    "session_leader": os.getsid(0) == os.getpid(), "pid_namespace": os.getpid() < 10,
+    "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    "sigpipe": signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN,
+    "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, "sigchld": signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL,
+    "caps": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+    "rlimits": [resource.getrlimit(r) for r in (resource.RLIMIT_CPU, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)],
+    "write_outside": writes("/etc/kernelfix-zygote-probe"), "write_own": writes(os.path.join(os.getcwd(), "mine.txt")),
+    "net": net, "dev": sorted(os.listdir("/dev")),
+    "triton_home": knobs.cache.home_dir if knobs is not None else os.path.expanduser("~/"),
+    "preloaded": "torch" in sys.modules,
+}
+os.write(fd, (json.dumps({"type": "probe", **info}) + "\n").encode())
+'''
+
+SECRET = "sk-zygote-test-do-not-leak"
+
+
+def _start(tmp_path: Path, *, fork: bool, isolation: Isolation | None = None, code: str = PROBE, wall_s: float = 60.0, **extra):
+    (tmp_path / "probe_mod.py").write_text(code)
+    env = scrubbed_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "TRITON_CACHE_DIR": str(tmp_path / "triton")})
+    iso = isolation if isolation is not None else Isolation(writable=[str(tmp_path)])
+    return Child([sys.executable, "-m", "probe_mod", "arg1"], cwd=tmp_path, env=env, limits=Limits(wall_s=wall_s, memory_bytes=4 << 30),
+                 isolation=iso, fork=fork, **extra)
+
+
+def _probe(tmp_path: Path, fork: bool, isolation: Isolation | None = None) -> dict:
+    child = _start(tmp_path, fork=fork, isolation=isolation)
+    out = child.wait()
+    assert child.forked is fork
+    got = out.last("probe")
+    assert out.returncode == 0 and got is not None, out.stderr_tail[-3000:]
+    got.pop("_t")
+    msg_fd = int(got["env"].pop("KERNELFIX_MSG_FD"))  # the pipe's number in the judge, kept in the child
+    got["fds"] = ["msg" if fd == msg_fd else fd for fd in got["fds"]][:4]  # the last one is listdir's own
+    return {"isolation": out.isolation, "notes": out.sandbox_notes, **got}
+
+
+@pytest.mark.parametrize("layers", ["sandbox", "off"])
+def test_a_forked_worker_starts_as_an_execd_one_would(tmp_path, layers):
+    iso = Isolation(writable=[str(tmp_path / "x")]) if layers == "sandbox" else Isolation.off()
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    execd = _probe(tmp_path / "x", False, iso)
+    forked = _probe(tmp_path / "y" if layers == "off" else tmp_path / "x", True, iso)
+    assert forked.pop("preloaded") is True and execd.pop("preloaded") is False
+    if layers == "off":  # two dirs, so two sets of paths; everything else the same
+        forked = json.loads(json.dumps(forked).replace(str(tmp_path / "y"), str(tmp_path / "x")))
+    assert forked == execd
+    if layers == "sandbox" and probe().has("filesystem", "pid", "network", "capabilities"):
+        assert forked["write_outside"] == "OSError" or forked["write_outside"].endswith("Error")
+        assert forked["write_own"] == "wrote" and forked["pid_namespace"] and forked["caps"] == "0000000000000000"
+        assert forked["net"] != "connected" and not any(d.startswith(("sd", "nvme", "mem")) for d in forked["dev"])
+
+
+def test_the_zygote_holds_no_secret_and_passes_none(tmp_path, monkeypatch):
+    """The judge's environment holds a key; neither the zygote nor a forked worker sees it."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("KERNELFIX_API_TOKEN", SECRET)
+    forked = _probe(tmp_path, True)
+    assert SECRET not in json.dumps(forked["env"])
+    zygotes = list(zygote._zygotes.values())
+    assert zygotes
+    for z in zygotes:
+        environ = Path(f"/proc/{z.proc.pid}/environ").read_bytes()
+        assert SECRET.encode() not in environ
+
+
+def test_exit_codes_signals_and_timeouts_are_relayed(tmp_path):
+    exits = _start(tmp_path, fork=True, code="import sys; sys.exit(7)").wait()
+    assert exits.returncode == 7 and exits.signal is None
+    crash = _start(tmp_path, fork=True, code="import os, signal; os.kill(os.getpid(), signal.SIGSEGV)").wait()
+    assert crash.signal == "SIGSEGV"
+    marker = tmp_path / "grandchild_alive"
+    grandchild = tmp_path / "grandchild.py"
+    grandchild.write_text(f"import time\ntime.sleep(3)\nopen({str(marker)!r}, 'w').write('x')\n")
+    hang = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, {str(grandchild)!r}])\ntime.sleep(60)\n"
+    t0 = time.monotonic()
+    out = _start(tmp_path, fork=True, code=hang, wall_s=2.0).wait()
+    assert out.timed_out and time.monotonic() - t0 < 15
+    time.sleep(4)
+    assert not marker.exists(), "a grandchild outlived the timeout"
+
+
+def test_an_exit_before_the_caller_registers_it_is_not_lost(tmp_path):
+    for _ in range(5):  # a child that ends at once, its exit reported while fork() still returns
+        assert _start(tmp_path, fork=True, code="pass").wait().returncode == 0
+
+
+def test_a_dead_zygote_ends_its_children_and_is_replaced(tmp_path):
+    child = _start(tmp_path, fork=True, code="import time; time.sleep(60)")
+    z = next(z for z in zygote._zygotes.values() if z.alive and child.proc.pid in z._procs)
+    os.kill(z.proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    out = child.wait()
+    assert out.returncode is not None and out.returncode < 0 and time.monotonic() - t0 < 10
+    again = _probe(tmp_path, True)  # a new zygote starts
+    assert again["preloaded"]
+    assert any(z.alive and z.proc.pid != child.proc.pid for z in zygote._zygotes.values())
+
+
+def test_a_forked_worker_dies_with_its_judge(tmp_path):
+    """kill -9 of the judge: its zygote dies, and with it every worker forked from it."""
+    pidfile = tmp_path / "worker.pid"
+    judge = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from kernelfix.sandbox import Isolation, Limits, run_child, scrubbed_env
+        d = {str(tmp_path)!r}
+        code = "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+        run_child([sys.executable, "-c", code], cwd=d, env=scrubbed_env({{"HOME": d, "TMPDIR": d}}), limits=Limits(wall_s=120),
+                  isolation=Isolation.off(), fork=True)
+        """)])
+    deadline = time.monotonic() + 60
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = int(pidfile.read_text())
+    assert Path(f"/proc/{worker}").exists()
+    judge.kill()
+    judge.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        status = Path(f"/proc/{worker}/status").read_text() if Path(f"/proc/{worker}/status").exists() else ""
+        if "State:\tZ" in status:
+            break
+        time.sleep(0.1)
+    alive = Path(f"/proc/{worker}/status").exists() and "State:\tZ" not in Path(f"/proc/{worker}/status").read_text()
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "a forked worker outlived its judge"
+
+
+def test_what_the_zygote_cannot_run_starts_by_exec(tmp_path):
+    out = run_child(["/bin/sh", "-c", "echo plain"], cwd=tmp_path, env=scrubbed_env(), limits=Limits(wall_s=30), fork=True)
+    assert out.returncode == 0 and out.stdout_tail == "plain\n"
