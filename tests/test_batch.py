@@ -335,3 +335,13 @@ def test_fast_p_and_rates_on_timed_rows(tmp_path):
     assert "| eager | 75.0% | 50.0% | 25.0% | 25.0% |" in md and NOT_TIMED not in md
     plots = write_plots(tmp_path, s)
     assert len(plots) == 3 and all((tmp_path / p).stat().st_size > 1000 for p in plots)
+
+
+def test_fast_p_by_kernelbench_allclose_leaves_out_kernels_passed_by_the_float64_rule():
+    rows = [_row("a", eager=2.5, compile_=1.2), _row("b", eager=1.2, compile_=0.8), _row("c", correct=False)]
+    rows[0].kernelbench_allclose = False  # closer to float64 than the reference, outside its atol/rtol
+    rows[1].kernelbench_allclose = True
+    s = summarize(rows)
+    assert s.fast_p_eager == {"0": round(2 / 3, 4), "1.0": round(2 / 3, 4), "1.5": round(1 / 3, 4), "2.0": round(1 / 3, 4)}
+    assert s.fast_p_eager_kernelbench == {"0": round(1 / 3, 4), "1.0": round(1 / 3, 4), "1.5": 0.0, "2.0": 0.0}
+    assert "| eager, KernelBench allclose only | 33.3% | 33.3% | 0.0% | 0.0% |" in markdown(s, [])

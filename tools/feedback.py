@@ -29,6 +29,7 @@ def render(v: Verdict) -> str:
         lines += _checks(v.correctness)
         if v.profile:
             lines += v.profile.highlights
+            lines += _techniques(v)
     elif fam == Family.FORMAT:
         lines.append(f"Format error ({v.category.value.split(':')[1]}): {v.message}.")
         lines.append("Reply with one complete ```python block defining class ModelNew(nn.Module) with the same __init__ and forward signature as Model.")
@@ -58,6 +59,18 @@ def render(v: Verdict) -> str:
         lines.append("Warnings:")
         lines += [f"  - {w}" for w in warns[:6]]
     return "\n".join(lines)
+
+
+def _techniques(v: Verdict) -> list[str]:
+    """The knowledge notes the findings call for, by title (the agent's prompt carries their text and
+    exemplars: agent.prompting.picked_notes)."""
+    if v.profile is None or not v.profile.findings:
+        return []
+    from kernelfix.prompts import knowledge
+
+    ops = knowledge.task_ops(v.profile.task_flops, v.profile.min_bytes)
+    notes = knowledge.pick([f.kind for f in v.profile.findings], ops=ops, k=3)
+    return [f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."] if notes else []
 
 
 def _success(v: Verdict) -> str:
@@ -93,6 +106,14 @@ def _checks(rep: CorrectnessReport | None) -> list[str]:
         parts.append(f"right on {len(varied)} varied-input trials ({', '.join(varied)})")
     if rep.skipped_variants:
         parts.append("not tried: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped_variants.items()))
+    by_truth = [t for t in rep.trials if t.passed_by == "float64"]
+    if by_truth:
+        t = by_truth[0]
+        parts.append(
+            f"{len(by_truth)} trial(s) outside atol/rtol of the float32 reference passed against the float64 reference "
+            f"(trial {t.trial}: your max error {t.truth.error_max:.2g}, the float32 reference's own {t.truth.reference_error_max:.2g}); "
+            "KernelBench's allclose alone would fail them"
+        )
     f64 = [t for t in rep.trials if t.error_vs_float64 is not None]
     if f64:
         t = max(f64, key=lambda t: t.error_vs_float64)
@@ -118,7 +139,19 @@ def _correctness(v: Verdict) -> list[str]:
     if v.category == Category.INPUT_DEPENDENT:
         where = describe(t.variant, t.variant_of) if t.variant else "varied inputs"
         lines = [f"Right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}."]
-        advice = ["Compute the function for any input: nothing may rest on get_inputs()'s distribution (its mean, variance, range, a loss's expected value)."]
+        if t.truth is not None and not _far_above_rounding(t):
+            # Off by more than the factor, but within reach of float32 rounding: a precision
+            # problem the variant exposed, not a result that rests on the input distribution.
+            lines.append(
+                f"Against the exact (float64) result your relative error is {t.truth.error_norm:.2g}, "
+                f"{t.truth.error_norm / max(t.truth.reference_error_norm, 1e-300):.0f}x the float32 reference's own "
+                f"{t.truth.reference_error_norm:.2g} (the limit is {t.truth.factor:g}x)."
+            )
+            advice = ["On these inputs the kernel loses more precision than the reference: look at the accumulation order "
+                      "and width (pairwise or per-thread partial sums in float32, never float16 accumulators), large "
+                      "intermediates that cancel, and approximations (fast exp/rsqrt) that the wider range exposes."]
+        else:
+            advice = ["Compute the function for any input: nothing may rest on get_inputs()'s distribution (its mean, variance, range, a loss's expected value)."]
     elif v.category == Category.PRECISION:
         return [
             f"Not accurate enough: {v.message}.",
@@ -135,7 +168,19 @@ def _correctness(v: Verdict) -> list[str]:
         )
     elif t.worst_index is not None and t.expected is not None:
         lines.append(f"first at index {_fmt_index(t.worst_index)}: expected {t.expected:.6g}, got {t.actual}.")
+    if t.truth is not None and v.category != Category.INPUT_DEPENDENT:
+        lines.append(
+            f"Against the float64 reference: your max error {t.truth.error_max:.3g} and relative error norm {t.truth.error_norm:.3g}, "
+            f"the float32 reference's own {t.truth.reference_error_max:.3g} and {t.truth.reference_error_norm:.3g} "
+            f"(within {t.truth.factor:g}x of those would pass)."
+        )
     return lines + advice + _vacuous(rep)
+
+
+def _far_above_rounding(t) -> bool:
+    """An error against the float64 reference that float32 rounding cannot explain: a hundred times the
+    float32 reference's own, and above 1e-4 relative."""
+    return t.truth.error_norm > max(100 * t.truth.reference_error_norm, 1e-4)
 
 
 def _cheating(v: Verdict) -> list[str]:

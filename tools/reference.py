@@ -100,6 +100,7 @@ class Reference:
                 task_path=str(j._task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
                 inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
                 atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
+                truth_factor=self.config.truth_factor if self.config.float64_reference else None,
                 memory_limit_bytes=sandboxing.memory_limit(self.config),
             )
             iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
@@ -107,7 +108,7 @@ class Reference:
             self._worker = WorkerHandle(
                 "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
                 env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
-                isolation=iso, on_phase=self._relay,
+                isolation=iso, on_phase=self._relay, fork=self.config.fork_server,
             )
             deadline = Deadline("the reference's start", self.config.run_timeout_s)
             try:

@@ -55,6 +55,10 @@ def verdict_view(v: Verdict) -> Group:
         worst = max(v.correctness.trials, key=lambda r: r.max_abs_error or 0)
         t.add_row("trials", f"{v.correctness.passed}/{len(v.correctness.trials)} passed ({v.correctness.tolerance or _tol(v.correctness)}); max abs err {_fmt(worst.max_abs_error)}")
         _scale_rows(t, v.correctness)
+        by_truth = sum(r.passed_by == "float64" for r in v.correctness.trials)
+        if v.kernelbench_allclose is not None:
+            t.add_row("KernelBench allclose", "yes" if v.kernelbench_allclose else
+                      f"no: {by_truth} trial(s) passed against the float64 reference, closer to it than the float32 reference")
     if v.legality and v.legality.forbidden_ops:
         t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
     tm = v.timings

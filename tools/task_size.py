@@ -65,3 +65,20 @@ def on_meta(task: Any) -> TaskSize | None:
         return None
     size = TaskSize(input_bytes=tensor_bytes(inputs), output_bytes=tensor_bytes(out))
     return size if size.trial_bytes > 0 else None
+
+
+def flops_on_meta(task: Any) -> float | None:
+    """Matmul/conv FLOPs of one forward of the task's Model, counted by torch on the meta device
+    (no memory, no kernels, no random numbers drawn). None when its code does not run on meta."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        with torch.device("meta"):
+            model = task.Model(*task.get_init_inputs())
+            inputs = task.get_inputs()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(*inputs)
+        return float(counter.get_total_flops())
+    except Exception:
+        return None

@@ -156,6 +156,20 @@ class CompileReport(_Model):
     note: str | None = None
 
 
+class TruthCheck(_Model):
+    """The candidate against the float64 reference ("the truth"), beside the float32 reference's own
+    error against it: a candidate no further from the truth than ``factor`` times the float32
+    reference is correct, however far the reference's rounding puts it outside atol/rtol."""
+
+    passed: bool
+    factor: float
+    error_max: float  # max |candidate - truth|, worst output
+    reference_error_max: float  # max |float32 reference - truth|
+    error_norm: float  # ||candidate - truth|| / ||truth - mean(truth)||
+    reference_error_norm: float
+    why: str = ""  # what failed, when it did
+
+
 class TrialReport(_Model):
     """Comparison of one trial's candidate output with the reference output."""
 
@@ -179,6 +193,10 @@ class TrialReport(_Model):
     variant_of: int | None = None  # the trial whose inputs it varies
     error_vs_float64: float | None = None  # the candidate's relative error norm against the float64 reference
     reference_error_vs_float64: float | None = None  # the float32 reference's own
+    # KernelBench's own check on this trial: every element within atol/rtol of the float32 reference.
+    kernelbench_allclose: bool | None = None
+    passed_by: Literal["tolerance", "float64"] | None = None  # which rule passed it (ok trials)
+    truth: TruthCheck | None = None  # set where atol/rtol failed and the float64 reference decided
 
 
 class CorrectnessReport(_Model):
@@ -196,10 +214,19 @@ class CorrectnessReport(_Model):
     skipped_variants: dict[str, str] = Field(default_factory=dict)  # variant -> why it did not run
     float64_note: str | None = None  # why there is no float64 comparison, when there is none
     precision_warning: str | None = None  # error far above the float32 reference's own (fp16/bf16/TF32 arithmetic?)
+    truth_factor: float | None = None  # the float64 rule's multiple (JudgeConfig.truth_factor)
 
     @property
     def passed(self) -> int:
         return sum(t.ok for t in self.trials)
+
+    @property
+    def kernelbench_allclose(self) -> bool | None:
+        """Whether every trial also passed KernelBench's own check (allclose against the float32
+        reference): published fast_p numbers count only those. None without trials."""
+        if not self.trials:
+            return None
+        return all(t.kernelbench_allclose is not False for t in self.trials)
 
 
 class LegalityReport(_Model):
@@ -271,6 +298,34 @@ class KernelProfile(_Model):
     ncu_advice: list[str] = Field(default_factory=list)  # ncu's own rules with the largest estimated speedup
 
 
+FindingKind = Literal[
+    "uncoalesced", "bank_conflicts", "occupancy", "small_grid", "tail_wave", "launch_bound", "no_reuse",
+    "tensor_cores_unused", "local_memory", "divergence", "memory_bound", "latency_bound",
+]
+
+
+class CodeLine(_Model):
+    """Where Nsight Compute's source counters place a finding."""
+
+    file: str  # as ncu names it: the build's .cu, or the candidate's .py for Triton
+    line: int  # in that file
+    code: str  # the line's text
+    candidate_line: int | None = None  # the same text's line in the candidate's source, where it occurs once
+
+
+class Finding(_Model):
+    """One defect the profile shows, with its numbers, where it is, and what fixes it."""
+
+    kind: FindingKind
+    kernel: str
+    share_pct: float  # of the profiled kernels' time
+    what: str  # the finding with its numbers
+    fix: str  # what to do about it (never advice another finding contradicts)
+    where: CodeLine | None = None
+    gain_pct: float | None = None  # ncu's estimated time saved by fixing it, where one of its rules matched
+    ncu_rule: str | None = None  # that rule's own words, shortened
+
+
 class ProfileReport(_Model):
     """What profiling found: per kernel numbers, the bottleneck, and a few lines for the model."""
 
@@ -291,6 +346,7 @@ class ProfileReport(_Model):
     achieved_tflops: float | None = None  # task FLOPs over the candidate's median time
     note: str | None = None  # why there is no (full) profile
     log_path: str | None = None  # ncu's CSV on disk
+    findings: list[Finding] = Field(default_factory=list)  # most costly first (tools/profile/findings.py)
 
 
 class Verdict(_Model):
@@ -302,6 +358,10 @@ class Verdict(_Model):
     legal: bool | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    # A correct candidate that also passed KernelBench's own check (allclose against the float32
+    # reference) on every trial; False where the float64 rule passed it (docs/feedback.md). Published
+    # fast_p numbers count only True.
+    kernelbench_allclose: bool | None = None
     timings: Timings | None = None
     feedback: str = ""
 

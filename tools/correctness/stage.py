@@ -56,6 +56,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     ref = judge.ref
     report = CorrectnessReport(
         atol=c.atol, rtol=c.rtol, tolerance=describe(c.atol, c.rtol), init_seed=judge.seed, rel_error_tol=c.rel_error_tol,
+        truth_factor=c.truth_factor if c.float64_reference else None,
     )
     ev.correctness = report
     run = judge.run_for(ev, on_event)

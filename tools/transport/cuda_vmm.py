@@ -76,6 +76,21 @@ def _call(name: str, *args) -> None:
     _check(name, getattr(_lib(), name)(*args))
 
 
+_ATTR_MEMORY_CLOCK_RATE = 36  # CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, kHz
+_ATTR_GLOBAL_MEMORY_BUS_WIDTH = 37  # CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, bits
+
+
+def memory_attributes(device: int) -> dict[str, int]:
+    """The DRAM's clock (kHz) and bus width (bits) as the driver reports them: peak bandwidth is
+    2 x clock x width / 8 (double data rate)."""
+    out = {}
+    for key, attr in (("memory_clock_khz", _ATTR_MEMORY_CLOCK_RATE), ("memory_bus_width", _ATTR_GLOBAL_MEMORY_BUS_WIDTH)):
+        value = ctypes.c_int(0)
+        if _lib().cuDeviceGetAttribute(ctypes.byref(value), attr, device) == 0 and value.value > 0:
+            out[key] = value.value
+    return out
+
+
 def ensure_context(device: int) -> None:
     """torch's primary context on ``device``, current on this thread (the driver calls need one)."""
     import torch

@@ -46,6 +46,7 @@ class ReferenceSpec(_Msg):
     atol: float | None = None  # None: by the output's dtype
     rtol: float | None = None
     rel_error_tol: float | None = 1e-2
+    truth_factor: float | None = 8.0  # None: atol/rtol alone decide (no float64 rule)
     memory_limit_bytes: int | None = None  # the host memory the worker may use (a task larger is refused at once)
 
 
@@ -59,6 +60,10 @@ class ReferenceReady(_Msg):
     gpu: str | None = None
     capability: str | None = None
     draw_note: str | None = None  # how get_inputs() draws (on the device, or on the CPU and why)
+    # For the task's floor and the GPU block of the prompt (tools/floor.py, tools/gpu_specs.py):
+    task_flops: float | None = None  # matmul/conv FLOPs of one forward (torch's flop counter, on the meta device)
+    dtypes: list[str] = Field(default_factory=list)  # floating dtypes of the inputs, weights and outputs
+    gpu_props: dict[str, Any] = Field(default_factory=dict)  # what the driver reports of the GPU
 
 
 class Prepared(_Msg):

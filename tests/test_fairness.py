@@ -1,0 +1,53 @@
+"""Correct means close to the truth, not to the reference's rounding (issue 22, part 1), through the
+real judge on the CPU: a kernel exact where the float32 reference rounds passes by the float64
+rule, and says so (kernelbench_allclose false); zeros and a coarse approximation still fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.judge import Judge
+from kernelfix.tools.verdict import Category
+
+HERE = Path(__file__).parent / "feedback"
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    j = Judge(HERE / "tasks" / "cancel.py", JudgeConfig(device="cpu"), workdir=tmp_path_factory.mktemp("fair"))
+    yield j
+    j.close()
+
+
+def verdict(judge, name):
+    return judge.evaluate((HERE / "candidates" / f"{name}.py").read_text(), filename=f"{name}.py")
+
+
+def test_a_kernel_more_exact_than_the_reference_passes_and_the_verdict_says_by_which_rule(judge):
+    v = verdict(judge, "cancel_exact_triton")
+    assert v.category == Category.OK, v.feedback
+    assert v.kernelbench_allclose is False  # KernelBench's own check would have failed it
+    trials = v.correctness.trials
+    assert trials and all(t.ok for t in trials) and {t.passed_by for t in trials} == {"float64"}
+    t = trials[0]
+    assert t.kernelbench_allclose is False and t.mismatches > 0
+    assert t.truth is not None and t.truth.passed and t.truth.error_max < 1e-9  # float64's own rounding
+    assert 1e-4 < t.truth.reference_error_max < 1e-3  # the reference's rounding near 1e4, not the kernel's
+    assert any(t.variant for t in trials)  # the varied trials are judged by the same rule
+
+
+def test_zeros_and_a_coarse_approximation_still_fail(judge):
+    for name in ("cancel_zeros_triton", "cancel_rounded_triton"):
+        v = verdict(judge, name)
+        assert v.category == Category.NUMERICAL, (name, v.category, v.message)
+        bad = next(t for t in v.correctness.trials if not t.ok)
+        assert bad.truth is not None and not bad.truth.passed and "float64" in bad.problem, bad.problem
+
+
+def test_without_the_float64_rule_the_exact_kernel_fails_as_kernelbench_would(tmp_path):
+    with Judge(HERE / "tasks" / "cancel.py", JudgeConfig(device="cpu", truth_factor=None), workdir=tmp_path) as j:
+        v = verdict(j, "cancel_exact_triton")
+    assert v.category == Category.NUMERICAL and v.correctness.trials[0].truth is None
