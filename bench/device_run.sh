@@ -48,6 +48,17 @@ for step in "$@"; do
     fast-layout) python3 -P bench/fast_layout_replay.py --out "$OUT" --workdir /tmp/kf_fast_layout 2>&1 | tee "$OUT/fast_layout_replay.log" ;;
     capture-swap) python3 -P bench/capture_swap.py --out /tmp/kfout/capture_swap 2>&1 | tee "$OUT/capture_swap.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
+    feedback-capture) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback 2>&1 | tee "$OUT/feedback_capture.log"
+        tar czf "$OUT/ncu_feedback.tgz" --exclude='*.ncu-rep' -C /tmp/kfout ncu_feedback; ls -la "$OUT/ncu_feedback.tgz" ;;
+    fairness) for c in conv_direct_exact_cuda row_sum_tree_cuda; do t=$(sed -n 's/^# task: //p' tests/feedback/candidates/$c.py); case $t in kernelbench/*) t=tests/$t.py ;; *) t=tests/feedback/tasks/$t.py ;; esac
+        python3 -P -m kernelfix eval "$t" tests/feedback/candidates/$c.py --json > /tmp/kfout/fairness_$c.json 2> /tmp/kfout/fairness_$c.err
+        python3 -c "import json; v=json.load(open('/tmp/kfout/fairness_$c.json')); c=v.get('correctness') or {}; print('$c', v['category'], v['message'], [(t.get('trial'), t.get('variant'), t.get('ok'), t.get('mismatches'), t.get('max_abs_error'), t.get('error_vs_float64'), t.get('reference_error_vs_float64')) for t in c.get('trials', [])], v['stage_seconds'])"; done 2>&1 | tee "$OUT/fairness.log" ;;
+    feedback-capture:*) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback ${step#feedback-capture:} 2>&1 | tee -a "$OUT/feedback_capture.log" ;;
+    old-install) python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --upgrade --target /tmp/oldkf .oldkf >/dev/null && echo "landed kernelfix in /tmp/oldkf" ;;
+    fairness-old) PYTHONPATH=/tmp/oldkf:/tmp/site bash "$0" --one fairness; mv "$OUT/fairness.log" "$OUT/fairness_old.log"; cat "$OUT/fairness_old.log" ;;
+    cold-eval-old) PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval_old.json" 2>&1 | tee "$OUT/cold_eval_old.log" ;;
+    feedback-proof) python3 -P bench/feedback_proof.py --out "$OUT/feedback_proof.json" --parallel ${PROOF_PARALLEL:-4} ${PROOF_CASES:+--cases $PROOF_CASES} 2>&1 | tee "$OUT/feedback_proof.log" ;;
+    cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -26,20 +26,28 @@ def fake_ncu(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-# Replays a real capture: writes it to --log-file, then runs the target command as ncu does
-# (argv ends with "--launch-count N" then the target's). With --metrics, refuses if told to.
+# Replays a real capture as ncu would: the profiling run (argv ends with "--launch-count N" then the
+# target's) writes its report to --export PATH.ncu-rep and runs the target; an --import of that
+# report prints the page asked for (details: the capture; source: the source page, if there is one).
+# With --metrics, the profiling run refuses if told to.
 REPLAY = """
-log=""; metrics=0
+report=""; metrics=0; imported=""; page=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --log-file) log=$2; shift 2;;
+    --export) report=$2; shift 2;;
+    --import) imported=$2; shift 2;;
+    --page) page=$2; shift 2;;
     --metrics) metrics=1; shift 2;;
     --launch-count) shift 2; break;;
     *) shift;;
   esac
 done
+if [ -n "$imported" ]; then
+  if [ "$page" = details ]; then cat "$imported"; elif [ -f "{fixture}.source" ]; then cat "{fixture}.source"; fi
+  exit 0
+fi
 if [ "$metrics" = 1 ] && [ -n "$REFUSE_METRICS" ]; then echo "==ERROR== Failed to find metric $REFUSE_METRICS"; exit 1; fi
-cp "{fixture}" "$log"
+cp "{fixture}" "$report.ncu-rep"
 "$@" >/dev/null 2>&1
 exit 0
 """

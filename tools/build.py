@@ -151,6 +151,12 @@ def install(build_root: Path, device: str, options: BuildOptions | None = None) 
         kwargs["build_directory"] = str(build_root / _sanitize(name))
         Path(kwargs["build_directory"]).mkdir(parents=True, exist_ok=True)
         has_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
+        if has_cuda:
+            # Line tables (no effect on the code): Nsight Compute's source counters then name the
+            # candidate's own line in a finding (tools/profile/findings.py).
+            flags = list(kwargs.get("extra_cuda_cflags") or [])
+            if "-lineinfo" not in flags and "-G" not in flags:
+                kwargs["extra_cuda_cflags"] = [*flags, "-lineinfo"]
         if has_cuda and not cpu_only and options.local_arch and "TORCH_CUDA_ARCH_LIST" not in os.environ:
             if not _names_an_arch(kwargs.get("extra_cuda_cflags")):
                 arch = _local_arch_list()

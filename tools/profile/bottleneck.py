@@ -17,7 +17,11 @@ import re
 import statistics
 from collections.abc import Sequence
 
+from pathlib import Path
+
+from kernelfix.tools.profile import findings
 from kernelfix.tools.profile.ncu_csv import NcuKernel
+from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import Bottleneck, KernelProfile, ProfileReport, StallReason, Timings
 
 BUSY_PCT = 60.0  # of peak: a unit this busy is what limits the kernel
@@ -205,6 +209,13 @@ def _launch_bound(launches: int, per_call_ms: list[float], kernel_ms: float, can
     if launches >= LAUNCH_MANY and per_call_ms and statistics.median(per_call_ms) < SHORT_MS:
         more = " (or more)" if capped else ""
         return f"{launches}{more} kernel launches in one forward, median {statistics.median(per_call_ms) * 1e3:.1f} us each"
+    if capped and per_call_ms and candidate_ms and statistics.median(per_call_ms) < SHORT_MS:
+        each = statistics.median(per_call_ms)
+        if candidate_ms > LAUNCH_MANY * launches * each:  # the forward takes far longer than the launches ncu saw
+            return (
+                f"{launches} or more kernel launches (ncu stopped counting at {launches}) of about {each * 1e3:.1f} us each, "
+                f"in a forward that takes {candidate_ms:.4g} ms: on the order of {candidate_ms / each:,.0f} launches' worth"
+            )
     if candidate_ms and not capped and kernel_ms < BUSY_FRACTION * candidate_ms:
         return (
             f"its {launches} kernel launch{'es' if launches != 1 else ''} run{'' if launches != 1 else 's'} {kernel_ms:.4g} ms "
@@ -213,12 +224,14 @@ def _launch_bound(launches: int, per_call_ms: list[float], kernel_ms: float, can
     return None
 
 
+# Said only where no finding (tools/profile/findings.py) names the cause: then the class is all the
+# counters tell, and the advice stays with what the class itself implies.
 _ADVICE: dict[str, str] = {
     "launch-bound": "Most of the time goes to launching kernels: fuse them into fewer, larger kernels (one launch per forward if you can).",
     "memory-bound:DRAM": "It is limited by DRAM bandwidth: only moving fewer bytes makes it faster (fuse passes, read each input once, keep reused data on chip, use coalesced, vectorized accesses).",
-    "memory-bound": "It is limited by cache bandwidth: reuse data from registers or shared memory (larger tiles) instead of reloading it.",
-    "compute-bound": "The SM's busiest pipeline is near peak: do less work per output (fewer instructions, cheaper math) or, if it is not there already, move the math to tensor cores (tl.dot / mma in fp16, bf16 or tf32).",
-    "latency-bound": "Neither memory nor compute is busy: give each SM more independent work (more blocks and warps, fewer registers or less shared memory per block, more loads in flight per thread).",
+    "memory-bound": "It is limited by cache bandwidth (L1/L2): the usual causes are accesses that waste cache lines (adjacent threads far apart) and data read again instead of kept in registers or shared memory.",
+    "compute-bound": "The SM's busiest pipeline is near peak: do less work per output (fewer instructions, cheaper math) or, if it is not there already, move the math to tensor cores in the task's precision.",
+    "latency-bound": "Neither memory nor compute is busy: give each SM more independent work (more blocks and warps, more loads in flight per thread).",
 }
 
 
@@ -290,7 +303,23 @@ def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | N
     return r
 
 
-def _highlights(r: ProfileReport, kernels: list[KernelProfile], source: str) -> list[str]:
+def _finding_lines(r: ProfileReport, rule: str | None) -> list[str]:
+    """The findings, most costly first: what, where, the fix; then ncu's own words for the top one."""
+    lines = ["Findings (most costly first):"]
+    for i, f in enumerate(r.findings, 1):
+        where = ""
+        if f.where is not None:
+            at = f"line {f.where.candidate_line} of your code" if f.where.candidate_line else f"{Path(f.where.file).name}:{f.where.line}"
+            where = f" At {at}: `{f.where.code}`."
+        kernel = "" if f.kind == "launch_bound" or len({g.kernel for g in r.findings}) == 1 else f" [{f.kernel.split('(')[0]}, {f.share_pct:.0f}% of kernel time]"
+        lines.append(f"{i}. {f.what}.{kernel}{where}")
+        lines.append(f"   Fix: {f.fix}.")
+    if rule:
+        lines.append(f"Nsight Compute says: {rule}")
+    return lines
+
+
+def _highlights(r: ProfileReport, kernels: list[KernelProfile], source: str, rule: str | None = None) -> list[str]:
     if not kernels:
         return [f"Profile ({source}): {r.summary}"] if r.summary else []
     head = f"Profile ({source}, {r.launches} kernel launch{'es' if r.launches != 1 else ''}"
@@ -300,16 +329,22 @@ def _highlights(r: ProfileReport, kernels: list[KernelProfile], source: str) -> 
     else:  # the kernel lines below carry the numbers
         head += f"): {r.bottleneck}."
     lines = [head]
-    lines += [_kernel_line(p) for p in kernels[:2]]
+    lines += [_kernel_line(p) for p in [k for k in kernels if k.duration_ms is not None][:2]]
     lines += _floor_lines(r)
-    if r.bottleneck:
+    if r.findings:
+        lines += _finding_lines(r, rule)
+    elif r.bottleneck:
         dram = r.bottleneck == "memory-bound" and kernels and next((p.memory_unit for p in kernels if p.bottleneck == "memory-bound"), None) == "DRAM"
         lines.append(_ADVICE["memory-bound:DRAM" if dram else r.bottleneck])
     return lines
 
 
-def from_ncu(ncu_kernels: Sequence[NcuKernel], *, timings: Timings | None, task_flops: float | None, max_launches: int | None = None) -> ProfileReport:
-    """The report for the kernels ncu profiled in one forward."""
+def from_ncu(
+    ncu_kernels: Sequence[NcuKernel], *, timings: Timings | None, task_flops: float | None, max_launches: int | None = None,
+    sources: dict[str, list[SourceRow]] | None = None, context: findings.Context | None = None,
+) -> ProfileReport:
+    """The report for the kernels ncu profiled in one forward: numbers, bottleneck, and findings
+    (from the details page's counters and rules, and the source page's per-line counters)."""
     profiles = [condense(k) for k in ncu_kernels]
     r = ProfileReport(source="ncu", launches=len(profiles), launches_capped=max_launches is not None and len(profiles) >= max_launches)
     r.dram_bytes = sum(p.dram_bytes for p in profiles if p.dram_bytes is not None) or None
@@ -319,7 +354,20 @@ def from_ncu(ncu_kernels: Sequence[NcuKernel], *, timings: Timings | None, task_
     r.compute_floor_ms = sum(cfloors) if cfloors else None
     kernels = _merge(profiles)
     _finish(r, kernels, timings, task_flops)
-    r.highlights = _highlights(r, kernels, "Nsight Compute")
+    ctx = (context or findings.Context()).model_copy(update={"launch_reason": r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None})
+    if ctx.task_flops is None:
+        ctx.task_flops = task_flops
+    if ctx.min_bytes is None and timings is not None:
+        ctx.min_bytes = timings.bytes_moved
+    r.findings = findings.find(ncu_kernels, kernels, sources or {}, ctx)
+    top = r.findings[0] if r.findings else None
+    if top is not None and top.ncu_rule:  # ncu's own words for the costliest finding
+        rule = f"{top.ncu_rule} (ncu estimates up to {top.gain_pct:.0f}% less time)" if top.gain_pct else top.ncu_rule
+    elif top is None or top.kind in ("memory_bound",):
+        rule = None  # at the roofline ncu's largest rule is about something else
+    else:
+        rule = findings.top_rule(ncu_kernels, r.findings)
+    r.highlights = _highlights(r, kernels, "Nsight Compute", rule)
     return r
 
 

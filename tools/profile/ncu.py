@@ -24,13 +24,24 @@ from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.profile.ncu_csv import NcuOutput
 
 NVTX_RANGE = "kernelfix_candidate"
-SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis")
-# Stall reasons and FP instruction counts, which those sections' CSV leaves out. As regular
+# SourceCounters gives the per-line counters (tools/profile/ncu_source.py) and the coalescing,
+# shared-memory and divergence rules; InstructionStats and SchedulerStats the issue rates.
+SECTIONS = (
+    "SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis",
+    "SourceCounters", "InstructionStats", "SchedulerStats",
+)
+# Stall reasons, FP instruction counts, and the counters the findings need (L2-to-SM bytes, local
+# and global sectors, tensor-pipe activity), which those sections' CSV leaves out. As regular
 # expressions, a name this ncu or GPU lacks matches nothing instead of failing the run.
 EXTRA_METRICS = (
     r"regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$",
     r"regex:^smsp__sass_thread_inst_executed_op_[dhf](add|mul|fma)_pred_on\.sum$",
+    r"regex:^l1tex__m_xbar2l1tex_read_bytes\.sum$",
+    r"regex:^l1tex__t_sectors_pipe_lsu_mem_(local|global)_op_(ld|st)\.sum$",
+    r"regex:^sm__pipe_tensor(_op_hmma|_op_gmma)?_cycles_active\.avg\.pct_of_peak_sustained_active$",
+    r"regex:^dram__bytes_(read|write)\.sum$",
 )
+REPORT = "ncu-report"  # ncu adds .ncu-rep
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
 
 ProblemKind = Literal["missing", "permission", "timeout", "no_kernels", "metrics", "target_failed", "failed"]
@@ -66,15 +77,23 @@ def find(override: str | None = None) -> tuple[str | None, NcuProblem | None]:
     return None, NcuProblem(kind="missing", message="Nsight Compute (ncu) is not installed or not on PATH; set ncu_path in the judge settings")
 
 
-def command(ncu: str, log_file: Path, max_launches: int, *, extra_metrics: bool = True) -> list[str]:
-    """ncu's argv, to go in front of the profiled child's."""
-    argv = [ncu, "--csv", "--page", "details", "--print-units", "base", "--log-file", str(log_file)]
+def command(ncu: str, report: Path, max_launches: int, *, extra_metrics: bool = True) -> list[str]:
+    """ncu's argv, to go in front of the profiled child's: the report (with the kernels' source, for
+    the per-line counters) goes to ``report``.ncu-rep; ``import_command`` prints its pages."""
+    argv = [ncu, "--export", str(report), "--force-overwrite", "--import-source", "yes"]
     for s in SECTIONS:
         argv += ["--section", s]
     if extra_metrics:
         argv += ["--metrics", ",".join(EXTRA_METRICS)]
     argv += ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--target-processes", "all", "--launch-count", str(max_launches)]
     return argv
+
+
+def import_command(ncu: str, report: Path, page: Literal["details", "source"]) -> list[str]:
+    """Print one page of a report as CSV on stdout: ``details`` (metrics and rules per kernel) or
+    ``source`` (counters per source line, with the SASS under each)."""
+    argv = [ncu, "--import", str(report), "--csv", "--page", page]
+    return argv + (["--print-units", "base"] if page == "details" else ["--print-source", "cuda,sass"])
 
 
 _PERMISSION = re.compile(r"ERR_NVGPUCTRPERM|does not have permission to access NVIDIA GPU Performance Counters", re.I)

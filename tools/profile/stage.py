@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
-from kernelfix.tools.profile import bottleneck, ncu, ncu_csv
+from kernelfix.tools.profile import bottleneck, findings, ncu, ncu_csv, ncu_source
 from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
 from kernelfix.tools.workers import sandboxing
 
@@ -81,21 +81,31 @@ def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -
     }
     path, problem = ncu.find(c.ncu_path)
     if path is not None:
-        csv = outdir / "ncu.csv"  # ncu writes it from inside the sandbox: a directory the candidate may write
-        log = wd / "logs" / "ncu.csv"  # the judge's copy, kept with the logs
+        report = outdir / ncu.REPORT  # ncu writes it from inside the sandbox: a directory the candidate may write
+        log = wd / "logs" / "ncu.csv"  # the judge's copy of the details page, kept with the logs
         for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
-            csv.unlink(missing_ok=True)
-            wrap = ncu.command(path, csv, c.profile_max_kernels, extra_metrics=extra_metrics)
+            Path(f"{report}.ncu-rep").unlink(missing_ok=True)
+            wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=extra_metrics)
             outcome = _child(judge, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
-            text = _read_plain(csv)
+            text = _page(judge, ev, path, report, "details") if _is_plain(Path(f"{report}.ncu-rep")) else ""
             log.write_text(text)
-            parsed = ncu_csv.parse(text if '"ID",' in text else text + "\n" + outcome.stdout_tail)
+            parsed = ncu_csv.parse(text + "\n" + outcome.stdout_tail)
             problem = ncu.diagnose(outcome, parsed, c.profile_timeout_s)
             if problem is None or problem.kind != "metrics":
                 break
         if problem is None:
             result = _result(outcome, outdir / "profile_ncu.json")
-            ev.profile = bottleneck.from_ncu(parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels)
+            source = _page(judge, ev, path, report, "source")
+            (wd / "logs" / "ncu_source.csv").write_text(source)
+            ctx = findings.Context(
+                task_flops=result.get("flops"), min_bytes=ev.timings.bytes_moved if ev.timings else None,
+                dtypes=list(result.get("dtypes") or []), candidate_ms=ev.timings.candidate.median_ms if ev.timings and ev.timings.candidate else None,
+                candidate_source=_read_plain(Path(ev.candidate_path)) if ev.candidate_path else None,
+            )
+            ev.profile = bottleneck.from_ncu(
+                parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels,
+                sources=ncu_source.parse(source), context=ctx,
+            )
             ev.profile.log_path = str(log)
             return ev
     assert problem is not None
@@ -110,6 +120,31 @@ def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -
         why = f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}" if err else (outcome.signal or f"exit code {outcome.returncode}")
         ev.profile = ProfileReport(note=f"{problem.message}; torch.profiler fallback failed too ({why})")
     return ev
+
+
+def _page(judge: "Judge", ev: Evaluation, ncu_path: str, report: Path, page: str) -> str:
+    """One page of the report, printed by ncu in the candidate's sandbox (the report is a file the
+    candidate's process could have written: it is read where nothing it holds can matter)."""
+    wd = Path(ev.workdir)
+    iso, _ = sandboxing.isolation(
+        "candidate", judge.config, workdir=wd, private=judge._private, siblings=[], credentials=judge._credentials, device=judge.device
+    )
+    limits = sandboxing.limits(judge.config, 120.0).model_copy(update={"output_tail_bytes": 48 << 20})
+    outcome = run_child(ncu.import_command(ncu_path, Path(f"{report}.ncu-rep"), page), cwd=wd,  # type: ignore[arg-type]
+                        env=sandboxing.env("candidate", wd, judge.device, judge.gpu), limits=limits, isolation=iso)
+    if outcome.returncode != 0:
+        (wd / "logs" / f"ncu_{page}.err").write_text(outcome.stderr_tail[-4000:])
+    return outcome.stdout_tail
+
+
+def _is_plain(path: Path) -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _read_plain(path: Path, limit: int = 64 << 20) -> str:

@@ -21,21 +21,22 @@ from kernelfix.tools.workers.child import Cuda, Worker, build_model, load_module
 
 
 def _task_flops(task) -> float | None:
-    """Matmul/conv FLOPs of one reference forward, counted by torch on the meta device: no
-    memory, no kernels. None when the task's forward cannot run on meta (data-dependent
-    shapes, .item())."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    """Matmul/conv FLOPs of one reference forward (``task_size.flops_on_meta``)."""
+    from kernelfix.tools.task_size import flops_on_meta
 
-    try:
-        with torch.device("meta"):
-            model = task.Model(*task.get_init_inputs())
-            inputs = task.get_inputs()
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(*inputs)
-        return float(counter.get_total_flops())
-    except Exception:
-        return None
+    return flops_on_meta(task)
+
+
+def _tensors(obj: Any) -> list:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
 
 
 def _kernel_list(prof) -> list[dict[str, Any]]:
@@ -71,6 +72,7 @@ def body(w: Worker) -> None:
     seed_all(secrets.randbelow(2**30))
     with torch.device(device):
         inputs = to_device(list(task.get_inputs()), device)
+    result["dtypes"] = sorted({str(t.dtype).removeprefix("torch.") for t in _tensors(inputs) if t.is_floating_point()})
     build.install(Path(spec["build_dir"]), device, BuildOptions(**spec.get("build", {})))
     w.phase("import_candidate")
     cls = getattr(load_module(spec["candidate_path"], "kernelfix_candidate"), "ModelNew", None)

@@ -1,0 +1,439 @@
+"""From Nsight Compute's counters to named defects: each finding says what is wrong, with the
+numbers that show it, where (the candidate's line, when the source counters can place it), and
+the fix that matches it.
+
+A bottleneck class (memory-, compute-, latency-, launch-bound) says where time goes; a finding
+says why. Each kind below is decided from the counters that measure it, never from the class
+alone, and carries its own fix: "larger tiles" belongs to a matmul that re-reads its operands
+(no_reuse), not to an elementwise kernel whose warps stride across rows (uncoalesced).
+
+Kinds, and the counters behind them:
+
+- uncoalesced: global sectors fetched against the sectors a coalesced access needs (source
+  counters "L2 Theoretical Sectors Global" / "... Ideal"; ncu's UncoalescedGlobalAccess rule).
+- bank_conflicts: shared-memory wavefronts against the ideal (source counters "L1 Wavefronts
+  Shared" / "... Excessive"; rules SharedMemoryConflicts, UncoalescedSharedAccess).
+- occupancy: theoretical occupancy and its limiter (Occupancy's block limits: registers, shared
+  memory, warps, blocks per SM), where neither memory nor compute is busy.
+- small_grid / tail_wave: blocks against SMs, and the fraction of the last wave (LaunchStats).
+- launch_bound: many short launches, or kernels busy for a small part of the measured forward.
+- no_reuse: bytes the SMs read from L2 (or DRAM) against the task's inputs + outputs, on a
+  task with matmul/conv FLOPs to reuse them for.
+- tensor_cores_unused: a matmul/conv task whose kernels leave the tensor pipes idle.
+- local_memory: local-memory sectors (register spills, or arrays indexed at run time).
+- divergence: active threads per warp instruction, with divergent branches.
+- memory_bound: DRAM near peak while moving about the bytes the task needs: only fewer bytes help.
+- latency_bound: nothing busy and none of the above explains it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from kernelfix.tools.profile.ncu_csv import NcuKernel, NcuRule
+from kernelfix.tools.profile.ncu_source import SourceRow, rows_for
+from kernelfix.tools.verdict import CodeLine, Finding, KernelProfile
+
+MIN_SHARE = 10.0  # % of kernel time: a kernel below this is not worth a finding
+MAX_FINDINGS = 4
+# ncu rules whose advice is beside the point for a kernel's author (compression of L2 lines, the
+# sampling interval) or restates a symptom without a cause ("all pipelines under-utilized").
+NOISE_RULES = {"MemoryL2Compression", "PMSamplingData", "HighPipeUtilization", "SOLBottleneck", "IssueSlotUtilization"}
+L2_FLOPS_PER_BYTE = 32.0  # below this, a matmul/conv kernel is not reusing its tiles on chip
+TENSOR_PIPE = re.compile(r"sm__pipe_tensor(_op_hmma|_op_gmma)?_cycles_active\.avg\.pct_of_peak_sustained_active")
+
+
+class Context(BaseModel):
+    """What the findings need beyond the counters: the task's size and work, its dtypes, the
+    measured forward, and the candidate's source (to name its lines)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_flops: float | None = None  # matmul/conv FLOPs of the reference forward
+    min_bytes: float | None = None  # inputs + outputs
+    dtypes: list[str] = []  # floating dtypes of the task's tensors ("float16", ...)
+    candidate_ms: float | None = None
+    candidate_source: str | None = None
+    launch_reason: str | None = None  # set when the forward is launch-bound (bottleneck._launch_bound)
+
+    @property
+    def intensity(self) -> float | None:
+        """The task's FLOPs per byte it must move: high for matmul and conv, ~0 for elementwise."""
+        if not self.task_flops or not self.min_bytes:
+            return None
+        return self.task_flops / self.min_bytes
+
+
+def _fmt(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 1e9:.3g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB" if n >= 1e6 else f"{n / 1e3:.3g} KB"
+
+
+def _rule(k: NcuKernel, *names: str, contains: str | None = None) -> NcuRule | None:
+    """The matching rule with the largest estimated speedup."""
+    found = [r for r in k.rules if r.name in names and (contains is None or contains in r.description)]
+    return max(found, key=lambda r: r.speedup_pct or 0.0, default=None)
+
+
+def rule_text(r: NcuRule, sentences: int = 2, limit: int = 320) -> str:
+    parts = re.split(r"(?<=[.!?])\s+", " ".join(r.description.split()))
+    text = " ".join(parts[:sentences])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(rows: Sequence[SourceRow], metric: str, ctx: Context, *, lowest: bool = False) -> CodeLine | None:
+    """The line the counter ``metric`` puts the most on (the least with ``lowest``), with its line
+    in the candidate's own source when the text occurs there once."""
+    scored = [(r.number(metric), r) for r in rows if r.metrics.get(metric, "-") not in ("-", "")]
+    scored = [(v, r) for v, r in scored if (v > 0 if not lowest else True)]
+    if not scored:
+        return None
+    _, row = (min if lowest else max)(scored, key=lambda vr: vr[0])
+    return _code_line(row, ctx)
+
+
+def _code_line(row: SourceRow, ctx: Context) -> CodeLine:
+    found = None
+    if ctx.candidate_source and row.code:
+        hits = [i + 1 for i, text in enumerate(ctx.candidate_source.splitlines()) if text.strip() == row.code.strip()]
+        found = hits[0] if len(hits) == 1 else None
+    return CodeLine(file=row.file, line=row.line, code=row.code[:200], candidate_line=found)
+
+
+def _lines_with(rows: Sequence[SourceRow], column: str, needle: str) -> list[SourceRow]:
+    return [r for r in rows if needle in r.metrics.get(column, "")]
+
+
+# ---------------------------------------------------------------------------- one kernel
+
+
+class _Kernel:
+    """One kernel's counters, read once."""
+
+    def __init__(self, k: NcuKernel, p: KernelProfile, share: float, rows: list[SourceRow]):
+        self.k, self.p, self.share, self.rows = k, p, share, rows
+        g = k.get
+        self.sms = g("# SMs") or g("launch__sm_count")
+        self.grid = g("Grid Size") or g("launch__grid_size")
+        self.block = g("Block Size") or g("launch__block_size")
+        self.waves = g("Waves Per SM") or g("launch__waves_per_multiprocessor")
+        self.theoretical = g("Theoretical Occupancy")
+        self.achieved = g("Achieved Occupancy")
+        self.limits = {
+            "registers": g("Block Limit Registers"),
+            "shared memory": g("Block Limit Shared Mem"),
+            "warps": g("Block Limit Warps"),
+            "blocks per SM": g("Block Limit SM"),
+            "barriers": g("Block Limit Barriers"),
+        }
+        self.active_threads = g("Avg. Active Threads Per Warp")
+        self.branch_efficiency = g("Branch Efficiency")
+        self.divergent = g("Avg. Divergent Branches")
+        self.spill_requests = g("Local Memory Spilling Requests")
+        self.local_sectors = sum(v for n, v in k.matching(re.compile(r"l1tex__t_sectors_pipe_lsu_mem_local_op_(ld|st)\.sum")).items())
+        self.global_sectors = sum(v for n, v in k.matching(re.compile(r"l1tex__t_sectors_pipe_lsu_mem_global_op_(ld|st)\.sum")).items())
+        self.l2_read = g("l1tex__m_xbar2l1tex_read_bytes.sum")
+        tensor = k.matching(TENSOR_PIPE)
+        self.tensor_pct = max(tensor.values()) if tensor else None
+
+    @property
+    def busy(self) -> float:
+        return max(self.p.memory_pct or 0.0, self.p.compute_pct or 0.0)
+
+
+def _uncoalesced(x: _Kernel, ctx: Context) -> Finding | None:
+    rows = [r for r in x.rows if r.number("L2 Theoretical Sectors Global") > 0]
+    sectors = sum(r.number("L2 Theoretical Sectors Global") for r in rows)
+    ideal = sum(r.number("L2 Theoretical Sectors Global Ideal") for r in rows)
+    excessive = sum(r.number("L2 Theoretical Sectors Global Excessive") for r in rows)
+    rule = _rule(x.k, "UncoalescedGlobalAccess")
+    if sectors <= 0 and rule is not None:  # no source counters (no line info): ncu's rule has the totals
+        m = re.search(r"total of ([\d,]+) excessive sectors \((\d+)% of the total ([\d,]+) sectors\)", rule.description)
+        if m:
+            excessive, sectors = float(m.group(1).replace(",", "")), float(m.group(3).replace(",", ""))
+            ideal = sectors - excessive
+    if sectors <= 0 or excessive / sectors < 0.3:
+        return None
+    ratio = sectors / max(ideal, 1.0)
+    where = _where(x.rows, "L2 Theoretical Sectors Global Excessive", ctx)
+    return Finding(
+        kind="uncoalesced", kernel=x.k.name, share_pct=x.share,
+        what=(f"uncoalesced global access: {ratio:.1f}x the memory sectors a coalesced access needs "
+              f"({_fmt(sectors)} sectors where {_fmt(ideal)} would do; {100 * excessive / sectors:.0f}% excessive): "
+              "the 32 threads of a warp touch addresses far apart, so each load or store fetches many 32-byte sectors to use 4 bytes of each"),
+        fix=("make consecutive threads (lanes) touch consecutive addresses: index the contiguous, last dimension with threadIdx.x "
+             "(Triton: the tl.arange of a block runs along the contiguous axis, offsets = row * stride + col); where the data must be "
+             "read across rows (a transpose, a column walk), load coalesced tiles into shared memory and write them out from there; "
+             "then use 16-byte accesses (float4, or BLOCK sizes that let Triton vectorize)"),
+        where=where, gain_pct=rule.speedup_pct if rule else None, ncu_rule=rule_text(rule) if rule else None,
+    )
+
+
+def _bank_conflicts(x: _Kernel, ctx: Context) -> Finding | None:
+    rows = [r for r in x.rows if r.number("L1 Wavefronts Shared") > 0]
+    wavefronts = sum(r.number("L1 Wavefronts Shared") for r in rows)
+    excessive = sum(r.number("L1 Wavefronts Shared Excessive") for r in rows)
+    rule = _rule(x.k, "SharedMemoryConflicts", "UncoalescedSharedAccess")
+    if wavefronts <= 0 and rule is not None:
+        m = re.search(r"total of ([\d,]+) excessive wavefronts \((\d+)% of the total ([\d,]+) wavefronts\)", rule.description)
+        if m:
+            excessive, wavefronts = float(m.group(1).replace(",", "")), float(m.group(3).replace(",", ""))
+    if wavefronts <= 0 or excessive / wavefronts < 0.3:
+        return None
+    worst = max(rows, key=lambda r: r.number("L1 Wavefronts Shared Excessive"), default=None)
+    ways = None
+    if worst is not None:
+        w, e = worst.number("L1 Wavefronts Shared"), worst.number("L1 Wavefronts Shared Excessive")
+        ways = w / max(w - e, 1.0)
+    where = _code_line(worst, ctx) if worst is not None and worst.number("L1 Wavefronts Shared Excessive") > 0 else None
+    way_text = f"{ways:.0f}-way at the worst line; " if ways and ways >= 2 else ""
+    return Finding(
+        kind="bank_conflicts", kernel=x.k.name, share_pct=x.share,
+        what=(f"shared-memory bank conflicts: {way_text}{_fmt(wavefronts)} shared-memory wavefronts where "
+              f"{_fmt(wavefronts - excessive)} would do ({100 * excessive / wavefronts:.0f}% excessive): lanes of a warp hit the same bank, "
+              "so the access is split into one pass per conflicting lane"),
+        fix=("give the 32 lanes 32 different banks: pad each row of the shared tile by one element (`__shared__ float tile[32][33]`) "
+             "or swizzle the column index (col ^ row); read and write the tile along rows where you can. In Triton, express the "
+             "transpose or reduction with tl.trans / tl.sum / tl.dot and let the compiler pick a conflict-free layout"),
+        where=where, gain_pct=rule.speedup_pct if rule else None, ncu_rule=rule_text(rule) if rule else None,
+    )
+
+
+def _local_memory(x: _Kernel, ctx: Context) -> Finding | None:
+    local_rows = _lines_with(x.rows, "Address Space", "Local")
+    spills = (x.spill_requests or 0) > 0
+    if not local_rows and not spills and x.local_sectors <= 0.05 * max(x.global_sectors, 1.0):
+        return None
+    busiest = max(local_rows, key=lambda r: r.number("Instructions Executed"), default=None)
+    why = ("register spills (the compiler ran out of registers)" if spills
+           else "a per-thread array the compiler could not keep in registers (indexed with values known only at run time)")
+    traffic = f"{_bytes(32 * x.local_sectors)} of local loads and stores" if x.local_sectors else "local loads and stores"
+    share = f", {100 * x.local_sectors / (x.local_sectors + x.global_sectors):.0f}% of the kernel's L1 sectors" if x.local_sectors and x.global_sectors else ""
+    return Finding(
+        kind="local_memory", kernel=x.k.name, share_pct=x.share,
+        what=f"local memory: {traffic}{share}, from {why}; local memory is DRAM behind the L1 cache, per thread",
+        fix=("keep per-thread values in registers: index per-thread arrays only with compile-time constants (fully unroll the loops "
+             "that index them, #pragma unroll / tl.static_range), keep them small, or stage shared data in shared memory; for spills, "
+             "cut live values (smaller per-thread tiles) or relax __launch_bounds__ / maxrregcount"),
+        where=_code_line(busiest, ctx) if busiest else None, gain_pct=None,
+    )
+
+
+def _divergence(x: _Kernel, ctx: Context) -> Finding | None:
+    rule = _rule(x.k, "ThreadDivergence")
+    active = x.active_threads
+    if active is None or active >= 24:
+        return None
+    if not ((x.divergent or 0) > 0 or rule is not None):
+        return None  # partial warps at the edges, not branches
+    where = _where(x.rows, "Divergent Branches", ctx)
+    eff = f"; branch efficiency {x.branch_efficiency:.0f}%" if x.branch_efficiency is not None else ""
+    return Finding(
+        kind="divergence", kernel=x.k.name, share_pct=x.share,
+        what=(f"warp divergence: {active:.0f} of 32 threads active per instruction on average{eff}: lanes of one warp take different "
+              "paths, and the warp runs each path with the other lanes idle"),
+        fix=("make branches uniform across a warp: branch on the warp index (threadIdx.x / 32) or on data grouped so all 32 lanes "
+             "take one path; where both sides are short, compute both and select (no branch); move rare slow paths out of the hot loop"),
+        where=where, gain_pct=rule.speedup_pct if rule else None, ncu_rule=rule_text(rule) if rule else None,
+    )
+
+
+def _occupancy(x: _Kernel, ctx: Context) -> Finding | None:
+    theo = x.theoretical
+    if theo is None or theo >= 50.0 or x.busy >= 60.0:
+        return None  # ample occupancy, or a unit is busy already: occupancy is not what limits it
+    known = {name: v for name, v in x.limits.items() if v is not None}
+    if not known:
+        return None
+    low = min(known.values())
+    limiters = [name for name, v in known.items() if v == low]
+    block = int(x.block) if x.block else None
+    warps_per_sm = round(64 * theo / 100)
+    p = x.p
+    detail = {
+        "shared memory": f"{(p.shared_mem_per_block or 0) / 1024:.0f} KB of shared memory per block lets {low:.0f} block(s) fit an SM",
+        "registers": f"{p.registers_per_thread} registers per thread let {low:.0f} block(s) of {block} threads fit an SM",
+        "warps": f"blocks of {block} threads: {low:.0f} of them reach the SM's warp limit",
+        "blocks per SM": f"at most {low:.0f} blocks per SM, of only {block} threads each",
+        "barriers": f"{low:.0f} blocks per SM by the number of barriers",
+    }
+    fixes = {
+        "shared memory": "use less shared memory per block: smaller tiles or fewer pipeline stages (Triton: smaller BLOCK, num_stages), only what the block really needs",
+        "registers": "use fewer registers per thread: fewer live values, smaller per-thread tiles, __launch_bounds__(threads, minBlocksPerSM) (Triton: fewer elements per thread, num_warps)",
+        "warps": "the block size sets the limit: blocks of 128-256 threads let more blocks share an SM",
+        "blocks per SM": "make blocks larger (128-512 threads), so the per-SM block limit does not cap the warps",
+        "barriers": "use fewer named barriers per block",
+    }
+    name = limiters[0]
+    rule = _rule(x.k, "TheoreticalOccupancy")
+    achieved = f", {x.achieved:.0f}% achieved" if x.achieved is not None else ""
+    return Finding(
+        kind="occupancy", kernel=x.k.name, share_pct=x.share,
+        what=(f"low occupancy: {theo:.1f}% theoretical ({warps_per_sm} of 64 warps per SM){achieved}, limited by {name}: {detail[name]}; "
+              f"with so few warps nothing hides memory latency (memory {p.memory_pct or 0:.0f}%, SM {p.compute_pct or 0:.0f}% of peak)"),
+        fix=fixes[name],
+        gain_pct=rule.speedup_pct if rule else None, ncu_rule=rule_text(rule) if rule else None,
+    )
+
+
+def _grid(x: _Kernel, ctx: Context) -> Finding | None:
+    if not x.sms or not x.grid:
+        return None
+    rule = _rule(x.k, "LaunchConfiguration")
+    gain = rule.speedup_pct if rule else None
+    if x.grid < x.sms:
+        idle = x.sms - x.grid
+        return Finding(
+            kind="small_grid", kernel=x.k.name, share_pct=x.share,
+            what=f"grid too small: {x.grid:.0f} blocks for {x.sms:.0f} SMs, so {idle:.0f} SMs ({100 * idle / x.sms:.0f}%) do nothing",
+            fix=(f"launch enough blocks to fill every SM several times over: for a grid-stride loop, grid = 4 x {x.sms:.0f} blocks "
+                 "or more; otherwise give each block less work (Triton: a smaller BLOCK, more programs; split the reduction dimension)"),
+            gain_pct=gain if gain is not None else 100 * idle / x.sms, ncu_rule=rule_text(rule) if rule else None,
+        )
+    waves = x.waves
+    if waves is None or waves < 1.0 or waves > 8.0:
+        return None
+    last = waves - math.floor(waves)
+    if last == 0.0 or last >= 0.5:
+        return None
+    idle = (1.0 - last) / math.ceil(waves)  # share of the kernel's SM time the partial wave leaves idle
+    if idle < 0.1:
+        return None
+    per_wave = x.grid / waves
+    return Finding(
+        kind="tail_wave", kernel=x.k.name, share_pct=x.share,
+        what=(f"tail wave: {x.grid:.0f} blocks make {waves:.2f} waves of {per_wave:.0f} blocks; the last wave fills {100 * last:.0f}% "
+              f"of the GPU, so about {100 * idle:.0f}% of the kernel's SM time is idle waiting for it"),
+        fix=(f"size the work to whole waves: a block count that is a multiple of {per_wave:.0f} ({x.sms:.0f} SMs x blocks per SM), "
+             "or many more, smaller blocks so the last wave is short, or a persistent kernel with one block per SM slot looping over the work"),
+        gain_pct=gain if gain is not None else 100 * idle, ncu_rule=rule_text(rule) if rule else None,
+    )
+
+
+def _reuse_and_tensor(x: _Kernel, ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    intensity = ctx.intensity
+    heavy = intensity is not None and intensity >= 16.0  # matmul/conv-like: the task's bytes feed many FLOPs each
+    # A tiled kernel does a few dozen FLOPs or more per byte it reads from L2 (a 128 x 128 tile of a
+    # GEMM: ~64 on the H100); one that fetches its operands for every product does a handful.
+    per_byte = (ctx.task_flops or 0.0) * x.share / 100.0 / x.l2_read if x.l2_read else None
+    if heavy and ctx.min_bytes and per_byte is not None and per_byte < L2_FLOPS_PER_BYTE:
+        hot = _where(x.rows, "Warp Stall Sampling (All Samples)", ctx)
+        out.append(Finding(
+            kind="no_reuse", kernel=x.k.name, share_pct=x.share,
+            what=(f"no on-chip reuse: the SMs read {_bytes(x.l2_read)} from L2 for {_bytes(ctx.min_bytes)} of inputs and outputs "
+                  f"({x.l2_read / ctx.min_bytes:.0f}x; {per_byte:.1f} FLOP per byte read, where a tiled kernel does {L2_FLOPS_PER_BYTE:.0f} or more): "
+                  "operands are fetched again for each output they feed"),
+            fix=("tile the work: each block loads a BLOCK_M x BLOCK_K tile of one operand and a BLOCK_K x BLOCK_N tile of the other "
+                 "into shared memory (Triton: 2-D tl.load blocks in a loop over K, then tl.dot) and reuses them for the whole output "
+                 "tile; larger tiles (64-256) cut the traffic in proportion; order the blocks (a program-id swizzle) so neighbours share L2"),
+            where=hot, gain_pct=None,
+        ))
+    half = any(d in ("float16", "bfloat16") for d in ctx.dtypes)
+    if heavy and x.tensor_pct is not None and x.tensor_pct < 1.0 and (ctx.dtypes or half):
+        precision = (
+            "on fp16/bf16 tiles with a float32 accumulator (Triton tl.dot; CUDA mma.sync / wmma, WGMMA on Hopper)" if half else
+            "in a float32 task only as three TF32 products (Triton tl.dot(a, b, input_precision=\"tf32x3\")), which keeps float32 "
+            "accuracy (plain TF32 fails the judge's precision check); whether that beats well-tiled FP32 FMAs depends on the tiles, "
+            "so first make sure the operands are reused from shared memory"
+        )
+        achieved = ""
+        if ctx.task_flops and ctx.candidate_ms:
+            achieved = f" ({ctx.task_flops / (ctx.candidate_ms * 1e-3) / 1e12:.3g} TFLOP/s over the measured forward)"
+        out.append(Finding(
+            kind="tensor_cores_unused", kernel=x.k.name, share_pct=x.share,
+            what=f"tensor cores unused: the tensor pipes are {x.tensor_pct:.1f}% busy on a matmul/conv task{achieved}; its products run on the FMA pipes",
+            fix=f"do the products on the tensor cores, {precision}",
+            gain_pct=None,
+        ))
+    return out
+
+
+def _memory_bound(x: _Kernel, ctx: Context) -> Finding | None:
+    p = x.p
+    if (p.dram_pct or 0.0) < 60.0 or p.memory_unit != "DRAM":
+        return None
+    moved = f", moving {p.dram_bytes / ctx.min_bytes:.2f}x the task's inputs + outputs" if p.dram_bytes and ctx.min_bytes else ""
+    return Finding(
+        kind="memory_bound", kernel=x.k.name, share_pct=x.share,
+        what=f"at the memory roofline: limited by DRAM bandwidth, {p.dram_pct:.0f}% of peak ({p.dram_gbps or 0:,.0f} GB/s){moved}",
+        fix=("only moving fewer bytes makes it faster: fuse the passes before and after it into this kernel, read each input once, "
+             "keep intermediates on chip; the kernel itself is already streaming at the bandwidth limit"),
+    )
+
+
+def _latency_bound(x: _Kernel, ctx: Context) -> Finding | None:
+    if x.p.bottleneck != "latency-bound":
+        return None
+    stalls = ", ".join(f"{s.reason} {s.share_pct:.0f}%" for s in x.p.stalls[:2])
+    return Finding(
+        kind="latency_bound", kernel=x.k.name, share_pct=x.share,
+        what=f"latency-bound: memory {x.p.memory_pct or 0:.0f}% and SM {x.p.compute_pct or 0:.0f}% of peak" + (f"; top stalls {stalls}" if stalls else ""),
+        fix=("give each SM more independent work: more blocks and warps in flight, more loads per thread before their first use "
+             "(unroll, 16-byte vector loads), fewer dependent steps in the inner loop"),
+    )
+
+
+def find(
+    ncu_kernels: Sequence[NcuKernel], merged: Sequence[KernelProfile], sources: dict[str, list[SourceRow]], ctx: Context,
+) -> list[Finding]:
+    """The findings of one profiled forward, most costly first (at most ``MAX_FINDINGS``)."""
+    total = sum((p.duration_ms or 0.0) * p.calls for p in merged) or 1.0
+    out: list[Finding] = []
+    if ctx.launch_reason:
+        out.append(Finding(
+            kind="launch_bound", kernel="(the forward)", share_pct=100.0,
+            what=f"launch-bound: {ctx.launch_reason}",
+            fix=("do the forward in as few launches as possible: one kernel over all rows and elements (a 2-D grid, or a loop inside "
+                 "the kernel) instead of a launch per row or step, and fuse consecutive elementwise steps into it"),
+            gain_pct=90.0,
+        ))
+    for p in merged:
+        share = 100.0 * (p.duration_ms or 0.0) * p.calls / total
+        if share < MIN_SHARE:
+            continue
+        k = next((k for k in ncu_kernels if k.name == p.name and k.grid == p.grid and k.block == p.block), None)
+        if k is None:
+            continue
+        x = _Kernel(k, p, share, rows_for(k.name, sources))
+        specific = [f for f in (_uncoalesced(x, ctx), _bank_conflicts(x, ctx), _local_memory(x, ctx), _divergence(x, ctx),
+                                _occupancy(x, ctx), _grid(x, ctx)) if f is not None]
+        specific += _reuse_and_tensor(x, ctx)
+        if not specific:
+            general = _memory_bound(x, ctx) or _latency_bound(x, ctx)
+            if general is not None:
+                specific.append(general)
+        out += specific
+    out.sort(key=lambda f: -(f.share_pct / 100.0) * (f.gain_pct if f.gain_pct is not None else _DEFAULT_GAIN[f.kind]))
+    return out[:MAX_FINDINGS]
+
+
+# What fixing each kind saves, where no ncu rule estimated it: a ranking, not a promise.
+_DEFAULT_GAIN = {
+    "uncoalesced": 60.0, "bank_conflicts": 40.0, "occupancy": 40.0, "small_grid": 50.0, "tail_wave": 20.0, "launch_bound": 90.0,
+    "no_reuse": 80.0, "tensor_cores_unused": 70.0, "local_memory": 40.0, "divergence": 30.0, "memory_bound": 5.0, "latency_bound": 20.0,
+}
+
+
+def top_rule(ncu_kernels: Sequence[NcuKernel], findings: Sequence[Finding]) -> str | None:
+    """ncu's own advice with the largest estimated gain, among its rules that are about the kernel's
+    code (not the profiler's settings or L2 compression), for the longest kernel found wanting."""
+    if not ncu_kernels:
+        return None
+    kernel = findings[0].kernel if findings else ncu_kernels[0].name
+    rules = [r for k in ncu_kernels if k.name == kernel for r in k.rules
+             if r.kind in ("OPT", "WRN") and r.speedup_pct and r.name not in NOISE_RULES]
+    if not rules:
+        return None
+    best = max(rules, key=lambda r: r.speedup_pct or 0.0)
+    return f"{rule_text(best)} (ncu {best.name}: up to {best.speedup_pct:.0f}% less time)"
