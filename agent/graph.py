@@ -98,7 +98,10 @@ def _next_index(state: SessionState) -> int:
 def build_graph(rt: Runtime) -> StateGraph:
     g = StateGraph(SessionState)
     task = rt.judge.task
-    system = prompting.system_prompt(rt.judge.config, rt.judge.device)
+    def system(state: SessionState) -> str:
+        # After prepare: the GPU block comes from the reference worker, kept in the state so a resumed
+        # session sends the same system prompt.
+        return prompting.system_prompt(rt.judge.config, rt.judge.device, gpu_block=state.gpu_block)
 
     def prepare(state: SessionState) -> Update:
         if state.prepared:
@@ -113,7 +116,10 @@ def build_graph(rt: Runtime) -> StateGraph:
         rt.judge.reference(lambda e: rt.emit(StageUpdate(turn=None, event=e)))
         if problem:
             rt.emit(Notice(text=f"no shape block in the first prompt: {problem}"))
-        return {"prepared": True, "shape_block": block}
+        # The floor (bytes and FLOPs at the GPU's peaks) and eager's distance from it; on a GPU this
+        # measures the baselines now, once per task (cached on disk), rather than at the first timing.
+        floor = rt.judge.task_floor()
+        return {"prepared": True, "shape_block": block, "floor": floor, "gpu_block": rt.judge.gpu_block() or None}
 
     def control(state: SessionState) -> Update:
         rt.check_abort()
@@ -152,14 +158,17 @@ def build_graph(rt: Runtime) -> StateGraph:
         return {}
 
     def task_message(state: SessionState) -> str:
-        return prompting.task_prompt(task.name, task.source, shape_block=state.shape_block, goal=prompting.goal_text(rt.config, rt.judge.device))
+        return prompting.task_prompt(
+            task.name, task.source, shape_block=state.shape_block, goal=prompting.goal_text(rt.config, rt.judge.device),
+            floor=state.floor.first_prompt() if state.floor is not None else None,
+        )
 
     def generate(state: SessionState) -> Update:
         index = _next_index(state)
         judging.prestart(rt.store, rt.judge, index)  # its worker starts Python, torch and CUDA while the model writes
         hints = rt.controls.take_hints()
         task_msg = task_message(state)
-        messages = prompting.build_messages(system, task_msg, state.turns, hints)
+        messages = prompting.build_messages(system(state), task_msg, state.turns, hints)
         started = time.time()
         rt.emit(TurnStarted(turn=index, source="model"))
         try:
@@ -224,16 +233,22 @@ def build_graph(rt: Runtime) -> StateGraph:
                 parent = state.turn(turn.parent) if turn.parent is not None else None
                 parent_commit = parent.commit if parent is not None else rt.store.base_commit()
             path_best = search.path_best([*state.path(turn.parent), turn])
+            notes = prompting.picked_notes(turn, prompting.shown_notes(state.path(turn.parent)))
+            turn.notes = [n.slug for n in notes]
             turn.feedback = prompting.feedback_message(
-                turn, best=path_best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - state.rounds_done
+                turn, best=path_best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - state.rounds_done,
+                floor=state.floor, notes=notes,
             )
             turn.commit = rt.store.record_turn(turn, is_best=is_best, parent_commit=parent_commit)
             update["frontier"] = [turn.index, *(i for i in search.frontier(state) if i != turn.parent)]
         else:
             model_turns = state.model_turns + (turn.source == "model")
             turn.parent = state.turns[-1].index if state.turns else None
+            notes = prompting.picked_notes(turn, prompting.shown_notes(state.turns))
+            turn.notes = [n.slug for n in notes]
             turn.feedback = prompting.feedback_message(
-                turn, best=best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - model_turns
+                turn, best=best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - model_turns,
+                floor=state.floor, notes=notes,
             )
             turn.branch = rt.store.trunk()
             turn.commit = rt.store.record_turn(turn, is_best=is_best)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kernelfix.tools.correctness.tolerance import describe
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from importlib import resources
 from string import Template
 from typing import Any
@@ -21,6 +21,8 @@ from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools import build_nvrtc, build_times
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.prompts import knowledge
+from kernelfix.tools.floor import TaskFloor
 from kernelfix.tools.verdict import Category
 
 # The allocation/view ops named in the system prompt; the judge's full list is longer.
@@ -43,7 +45,7 @@ def goal_text(config: AgentConfig, device: str) -> str:
     return f"correct and legal (this session judges on {device}, where nothing is timed)."
 
 
-def system_prompt(judge: JudgeConfig, device: str) -> str:
+def system_prompt(judge: JudgeConfig, device: str, *, gpu_block: str | None = None) -> str:
     allowed = _NAMED_ALLOWED + (", " + ", ".join(judge.extra_allowed_ops) if judge.extra_allowed_ops else "")
     timing = (
         "times it on the GPU against eager PyTorch and torch.compile"
@@ -57,11 +59,13 @@ def system_prompt(judge: JudgeConfig, device: str) -> str:
         timing=timing,
         build_times=build_times.prompt_block(judge.build.object_cache),
         nvrtc=build_nvrtc.prompt_line(device),
+        gpu=f"The GPU that judges and times your kernel:\n{gpu_block.strip()}\n" if gpu_block else "",
     )
 
 
-def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str) -> str:
+def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str, floor: str | None = None) -> str:
     block = f"\nShapes, strides and contiguity of the reference (from torch.fx ShapeProp):\n\n{shape_block}\n" if shape_block else ""
+    block += f"\nThe floor: {floor}\n" if floor else ""
     return render("task", task_name=task_name, task_source=task_source.strip(), shape_block=block, goal=goal)
 
 
@@ -76,25 +80,52 @@ def _turns_left(left: int) -> str:
     return "This is the last turn." if left == 1 else f"({left} turns left.)"
 
 
-def _best_line(turn: Turn, best: Turn | None) -> str:
+def _best_line(turn: Turn, best: Turn | None, floor: TaskFloor | None = None) -> str:
     if best is None:
         return ""
+    ms = best.verdict.timings.candidate.median_ms if best.verdict and best.verdict.timings and best.verdict.timings.candidate else None
+    distance = (" " + floor.distance(ms)) if floor is not None and floor.distance(ms) else ""
     if best.index == turn.index:
-        return "This is the best candidate so far."
+        return "This is the best candidate so far." + distance
     s = best.verdict.speedup_eager if best.verdict else None
-    return f"The best candidate so far is turn {best.index}" + (f" at {s:.2f}x over eager." if s is not None else ".")
+    return f"The best candidate so far is turn {best.index}" + (f" at {s:.2f}x over eager." if s is not None else ".") + distance
 
 
-def feedback_message(turn: Turn, *, best: Turn | None, config: AgentConfig, device: str, turns_left: int) -> str:
-    """The next user message: repair-oriented after a failure, optimization-oriented after a success."""
+NOTES_PER_TURN = 2  # notes a turn's feedback carries, picked by its findings
+NOTES_MAX_CHARS = 6000
+
+
+def picked_notes(turn: Turn, shown: Collection[str] = ()) -> list[knowledge.Note]:
+    """The knowledge notes for a correct turn's findings (most costly first), leaving out those an
+    earlier turn's feedback already carried: each note's text stays in the context once."""
+    v = turn.verdict
+    if v is None or v.category != Category.OK or v.profile is None or not v.profile.findings:
+        return []
+    ops = knowledge.task_ops(v.profile.task_flops, v.profile.min_bytes)
+    return knowledge.pick([f.kind for f in v.profile.findings], ops=ops, k=NOTES_PER_TURN, exclude=shown)
+
+
+def shown_notes(turns: Sequence[Turn]) -> set[str]:
+    return {slug for t in turns for slug in t.notes}
+
+
+def feedback_message(
+    turn: Turn, *, best: Turn | None, config: AgentConfig, device: str, turns_left: int, floor: TaskFloor | None = None,
+    notes: Sequence[knowledge.Note] = (),
+) -> str:
+    """The next user message: repair-oriented after a failure, optimization-oriented after a success
+    (with ``notes``, the techniques its findings call for, each with a worked exemplar)."""
     v = turn.verdict
     assert v is not None, "feedback needs a verdict"
     if v.category == Category.OK:
+        extra = ""
+        if notes:
+            extra = "\n\nHow to fix what the profile found (notes, each with a judged exemplar):\n\n" + knowledge.render(notes, max_chars=NOTES_MAX_CHARS)
         return render(
             "optimize",
             turn=turn.index,
-            feedback=v.feedback.strip(),
-            best=_best_line(turn, best),
+            feedback=v.feedback.strip() + extra,
+            best=_best_line(turn, best, floor),
             goal=goal_text(config, device),
             turns_left=_turns_left(turns_left),
         )

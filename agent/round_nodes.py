@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Update = dict[str, Any]
 
 
-def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) -> None:
+def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> None:
     def plan_round(state: SessionState) -> Update:
         round_no = state.rounds_done + 1
         slots = search.plan(state, width=rt.config.width, round_no=round_no, first_turn=state.next_index, first_call=state.model_calls)
@@ -48,7 +48,7 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) 
         task_msg = task_message(state)
         for s in slots:
             s.hints = [*hints.get(None, []), *hints.get(parent_branch[s.turn], [])]
-            s.messages = prompting.build_messages(system, task_msg, state.path(s.parent), s.hints)
+            s.messages = prompting.build_messages(system(state), task_msg, state.path(s.parent), s.hints)
             s.basis = basis
         rt.planned = slots
         rt.emit(RoundStarted(round=round_no, slots=slots))
@@ -106,8 +106,11 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system: str, task_message) 
             best = t if is_best else best
             parent = next((x for x in turns if x.index == t.parent), None)
             path = path_to(turns, t.parent)
+            notes = prompting.picked_notes(t, prompting.shown_notes(path))
+            t.notes = [n.slug for n in notes]
             t.feedback = prompting.feedback_message(
-                t, best=search.path_best([*path, t]), config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - round_no
+                t, best=search.path_best([*path, t]), config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - round_no,
+                floor=state.floor, notes=notes,
             )
             t.commit = rt.store.record_turn(t, is_best=is_best, parent_commit=parent.commit if parent else rt.store.base_commit())
             turns.append(t)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.floor import TaskFloor
 from kernelfix.tools.judge import Evaluation
 from kernelfix.tools.verdict import Category, Verdict
 
@@ -63,6 +64,7 @@ class Turn(_Model):
     parent: int | None = None  # the turn this one continues (its context ends there); None: started from the task
     branch: str | None = None  # the git branch its commit is on
     round: int | None = None  # model turns: the round that drew it (with width 1, its ordinal)
+    notes: list[str] = Field(default_factory=list)  # knowledge notes its feedback carried (kernelfix.prompts.knowledge slugs)
 
     @property
     def correct(self) -> bool:
@@ -139,6 +141,8 @@ class SessionState(_Model):
 
     prepared: bool = False
     shape_block: str | None = None
+    floor: TaskFloor | None = None  # the task's floor on this GPU (tools/floor.py), for the first prompt and later turns
+    gpu_block: str | None = None  # the GPU's numbers for the system prompt, as the reference worker read them
     pending_candidate: str | None = None  # --candidate source, judged as turn 0
     pending_candidate_name: str = "candidate.py"  # its file name: .py is code, anything else a reply
     turns: list[Turn] = Field(default_factory=list)  # judged turns, in order

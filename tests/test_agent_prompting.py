@@ -102,3 +102,21 @@ def test_context_drops_reasoning_keeps_code_and_feedback_and_alternates_roles():
     assert answer == "ANSWER-1 ```python\nx\n```"
     assert "FEEDBACK-1" in last_user and "A hint from the user: HINT-2" in last_user
     assert all("SECRET-REASONING" not in m.content and m.reasoning_content is None for m in msgs)
+
+
+def test_a_correct_turns_feedback_carries_the_notes_its_findings_call_for_once():
+    from kernelfix.tools.verdict import Finding, ProfileReport
+
+    finding = Finding(kind="uncoalesced", kernel="k", share_pct=100.0, what="uncoalesced global access: 8.0x the sectors", fix="make lanes contiguous")
+    v = verdict(Category.OK, timings=Timings(candidate=stats(1.0), eager=stats(2.0)), speedup_eager=2.0,
+                profile=ProfileReport(source="ncu", findings=[finding], highlights=["Findings (most costly first):", f"1. {finding.what}."]))
+    t = turn(1, v)
+    notes = prompting.picked_notes(t)
+    assert notes and "uncoalesced" in notes[0].findings
+    text = prompting.feedback_message(t, best=t, config=AgentConfig(), device="cuda", turns_left=3, notes=notes)
+    assert notes[0].title in text and "```python" in text and "class ModelNew" in text
+    assert "Techniques for these findings:" in v.feedback  # the judge's own feedback names them by title
+    t.notes = [n.slug for n in notes]
+    again = prompting.picked_notes(turn(2, v), prompting.shown_notes([t]))
+    assert not {n.slug for n in again} & set(t.notes)  # a note's text goes into the context once
+    assert prompting.picked_notes(turn(3, verdict(Category.NUMERICAL, message="wrong"))) == []
