@@ -28,8 +28,8 @@ GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_st
 # The longest tests (seconds on two busy cores, from `--durations`), handed out first so that no
 # worker is left with a long one at the end while the other idles. Unlisted tests follow in file order.
 LONGEST = {
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 85,
-    "test_build.py::test_host_pch_gives_the_same_object": 60,
+    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 100,
+    "test_build.py::test_host_pch_gives_the_same_object": 75,
     "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 50,
     "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 50,
     "test_hostile.py": 95,  # groups: their whole time

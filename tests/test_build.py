@@ -246,6 +246,8 @@ def test_split_nvcc_errors_read_like_nvcc(tmp_path):
 
 _BINDING_BODY = (
     "torch::Tensor twice(torch::Tensor x) { TORCH_CHECK(x.numel() > 0, \"empty\"); return x + x; }\n"
+    "#define KF_STR2(x) #x\n#define KF_STR(x) KF_STR2(x)\n"
+    'extern "C" const char kf_where[] = "where:" __FILE__ ":" KF_STR(__LINE__);\n'  # the TU's line numbers, readable in the object
     'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("twice", torch::wrap_pybind_function(twice), "twice");\n}'
 )
 # main.cpp as load_inline writes it: torch's own first line, and (no_implicit_headers) the
@@ -282,7 +284,9 @@ def test_host_pch_applies_only_where_the_include_comes_first(tmp_path, text, app
 @pytest.mark.torch_build
 def test_host_pch_gives_the_same_object(tmp_path):
     """The binding TU compiled with the precompiled torch/extension.h is byte-identical to a plain
-    compile: with torch's implicit first line, and with blank lines and comments before it."""
+    compile (torch's implicit first line), and with blank lines and comments before the include the
+    TU keeps its own line numbers (``__LINE__`` as a plain compile has it, read from the object:
+    one plain compile of the torch headers is the test's cost, not two)."""
     import torch.utils.cpp_extension as ce
 
     bd = tmp_path / "bd"
@@ -294,14 +298,17 @@ def test_host_pch_gives_the_same_object(tmp_path):
         src = bd / f"{tag}.cpp"
         src.write_text(text)
         base = f"c++ -MMD -MF {tag}.o.d -DTORCH_EXTENSION_NAME=kf_twice -DTORCH_API_INCLUDE_EXTENSION_H {inc} -fPIC -std=c++20 -c {src} -o"
-        plain = subprocess.run(f"{base} {tag}-plain.o", shell=True, cwd=bd, capture_output=True, text=True)
-        assert plain.returncode == 0, plain.stderr[-2000:]
         use = host_pch.include_args(f"{base} {tag}-pch.o", src, store)
         assert use and use.args[0] == "-include" and Path(use.args[1] + ".gch").is_file()
         used = subprocess.run(f"{base} {tag}-pch.o {shlex.join(use.args)} -H", shell=True, cwd=bd, capture_output=True, text=True)
         assert used.returncode == 0, used.stderr[-2000:]
         assert f"! {use.args[1]}.gch" in used.stderr, f"{tag}: gcc did not use the PCH"
-        assert (bd / f"{tag}-pch.o").read_bytes() == (bd / f"{tag}-plain.o").read_bytes(), tag
+        line = next(i for i, t in enumerate(text.splitlines(), 1) if "kf_where" in t)
+        assert f"where:{src}:{line}".encode() in (bd / f"{tag}-pch.o").read_bytes(), f"{tag}: line numbers moved under the PCH"
+        if tag == "implicit":
+            plain = subprocess.run(f"{base} {tag}-plain.o", shell=True, cwd=bd, capture_output=True, text=True)
+            assert plain.returncode == 0, plain.stderr[-2000:]
+            assert (bd / f"{tag}-pch.o").read_bytes() == (bd / f"{tag}-plain.o").read_bytes(), tag
         uses.append(use)
         # another extension name: the same PCH serves it, already built
         again = host_pch.include_args(f"{base.replace('kf_twice', 'kf_other')} o.o", src, store)
