@@ -30,8 +30,8 @@ GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_st
 LONGEST = {
     "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 100,
     "test_build.py::test_host_pch_gives_the_same_object": 75,
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 50,
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 50,
+    "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 11,  # after the PCH test made its PCH
+    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 9,
     "test_hostile.py": 95,  # groups: their whole time
     "test_agent_crash.py": 85,
     "test_batch_ray.py": 70,
