@@ -68,6 +68,7 @@ def _weight(item) -> float:
     return LONGEST.get(f"{name}::{item.name}", LONGEST.get(name, 0.0) if name in GROUPED_FILES else 0.0)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks to name each test's group
 def pytest_collection_modifyitems(config, items):
     order = {id(item): i for i, item in enumerate(items)}
     group_weight = {}
