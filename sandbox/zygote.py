@@ -543,13 +543,9 @@ def _become(msg: dict[str, Any], fds: list[int]) -> None:
 def _python_signals() -> None:
     """Signal dispositions as a fresh interpreter has them (the sandbox's init resets them all to the
     default before the command; an exec'd interpreter then sets these three itself)."""
-    for sig in range(1, signal.NSIG):
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
+    from kernelfix.sandbox.launch import _reset_signals
+
+    _reset_signals()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if hasattr(signal, "SIGXFSZ"):

@@ -151,17 +151,23 @@ class _Kernel:
         return max(self.p.memory_pct or 0.0, self.p.compute_pct or 0.0)
 
 
-def _uncoalesced(x: _Kernel, ctx: Context) -> Finding | None:
-    rows = [r for r in x.rows if r.number("L2 Theoretical Sectors Global") > 0]
-    sectors = sum(r.number("L2 Theoretical Sectors Global") for r in rows)
-    ideal = sum(r.number("L2 Theoretical Sectors Global Ideal") for r in rows)
-    excessive = sum(r.number("L2 Theoretical Sectors Global Excessive") for r in rows)
-    rule = _rule(x.k, "UncoalescedGlobalAccess")
-    if sectors <= 0 and rule is not None:  # no source counters (no line info): ncu's rule has the totals
-        m = re.search(r"total of ([\d,]+) excessive sectors \((\d+)% of the total ([\d,]+) sectors\)", rule.description)
+def _excess(x: _Kernel, total: str, excess: str, rule: NcuRule | None, unit: str) -> tuple[float, float]:
+    """(total, excessive) of a counter pair summed over the source lines, or, without line counters
+    (no line information), from the totals ncu's rule states ("... a total of N excessive UNIT (P% of
+    the total T UNIT)")."""
+    rows = [r for r in x.rows if r.number(total) > 0]
+    count, extra = sum(r.number(total) for r in rows), sum(r.number(excess) for r in rows)
+    if count <= 0 and rule is not None:
+        m = re.search(rf"total of ([\d,]+) excessive {unit} \((\d+)% of the total ([\d,]+) {unit}\)", rule.description)
         if m:
-            excessive, sectors = float(m.group(1).replace(",", "")), float(m.group(3).replace(",", ""))
-            ideal = sectors - excessive
+            extra, count = float(m.group(1).replace(",", "")), float(m.group(3).replace(",", ""))
+    return count, extra
+
+
+def _uncoalesced(x: _Kernel, ctx: Context) -> Finding | None:
+    rule = _rule(x.k, "UncoalescedGlobalAccess")
+    sectors, excessive = _excess(x, "L2 Theoretical Sectors Global", "L2 Theoretical Sectors Global Excessive", rule, "sectors")
+    ideal = sectors - excessive
     if sectors <= 0 or excessive / sectors < 0.3:
         return None
     ratio = sectors / max(ideal, 1.0)
@@ -180,14 +186,9 @@ def _uncoalesced(x: _Kernel, ctx: Context) -> Finding | None:
 
 
 def _bank_conflicts(x: _Kernel, ctx: Context) -> Finding | None:
-    rows = [r for r in x.rows if r.number("L1 Wavefronts Shared") > 0]
-    wavefronts = sum(r.number("L1 Wavefronts Shared") for r in rows)
-    excessive = sum(r.number("L1 Wavefronts Shared Excessive") for r in rows)
     rule = _rule(x.k, "SharedMemoryConflicts", "UncoalescedSharedAccess")
-    if wavefronts <= 0 and rule is not None:
-        m = re.search(r"total of ([\d,]+) excessive wavefronts \((\d+)% of the total ([\d,]+) wavefronts\)", rule.description)
-        if m:
-            excessive, wavefronts = float(m.group(1).replace(",", "")), float(m.group(3).replace(",", ""))
+    wavefronts, excessive = _excess(x, "L1 Wavefronts Shared", "L1 Wavefronts Shared Excessive", rule, "wavefronts")
+    rows = [r for r in x.rows if r.number("L1 Wavefronts Shared") > 0]
     if wavefronts <= 0 or excessive / wavefronts < 0.3:
         return None
     worst = max(rows, key=lambda r: r.number("L1 Wavefronts Shared Excessive"), default=None)
