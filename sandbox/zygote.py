@@ -296,11 +296,16 @@ def for_env(python: str, env: dict[str, str], import_path: Sequence[str], spawn)
 
 
 def _zygote_home() -> str:
-    """A directory of the zygote's own for HOME and TMPDIR while it imports: no worker's paths."""
+    """A directory of the zygote's own for HOME and TMPDIR while it imports: no worker's paths.
+    Removed when this process exits."""
+    import atexit
+    import shutil
     import tempfile
 
     d = os.path.join(tempfile.gettempdir(), f"kernelfix-zygote-{os.getpid()}")
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    if not os.path.isdir(d):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
     return d
 
 
