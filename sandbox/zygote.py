@@ -234,7 +234,7 @@ class Zygote:
                 event, box = threading.Event(), []
                 self._pending[rid] = (event, box)
             request = {"type": "spawn", "id": rid, "command": list(command), "env": env, "cwd": cwd,
-                       "spec": launcher_spec, "targets": targets, "devnull_stdin": not token}
+                       "spec": launcher_spec, "targets": targets, "devnull_stdin": not token, "ignored_signals": ignored_signals()}
             if not self.sock.send(request, passed):
                 with self._lock:
                     self._pending.pop(rid, None)
@@ -511,7 +511,7 @@ def _become(msg: dict[str, Any], fds: list[int]) -> None:
 
     os.setsid()
     signal.set_wakeup_fd(-1)
-    _python_signals()
+    _inherited_signals([int(x) for x in msg.get("ignored_signals") or []])
     targets = [int(t) for t in msg["targets"]]
     if len(targets) != len(fds):
         raise RuntimeError(f"{len(fds)} descriptors for {len(targets)} places")
@@ -545,16 +545,40 @@ def _become(msg: dict[str, Any], fds: list[int]) -> None:
         launch.enter(spec, lambda: _python_signals() or _run_code(command[1]))
 
 
-def _python_signals() -> None:
-    """Signal dispositions as a fresh interpreter has them (the sandbox's init resets them all to the
-    default before the command; an exec'd interpreter then sets these three itself)."""
+def _inherited_signals(ignored: list[int]) -> None:
+    """The dispositions an exec'd launcher would have passed on: the judge's ignored signals stay
+    ignored, every other one is the default (a handler does not survive exec)."""
     from kernelfix.sandbox.launch import _reset_signals
 
     _reset_signals()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in ignored:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+
+
+def _python_signals() -> None:
+    """What a starting interpreter does to the dispositions it finds (the sandbox's init has reset
+    them all to the default by then; without a PID namespace they are the judge's, as inherited):
+    SIGPIPE and SIGXFSZ ignored, SIGINT raising KeyboardInterrupt unless it was ignored."""
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def ignored_signals() -> list[int]:
+    """The signals this process ignores (what an exec'd child inherits as ignored)."""
+    out = []
+    for sig in range(1, signal.NSIG):
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                out.append(sig)
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def _run_code(code: str) -> None:
