@@ -58,6 +58,7 @@ for step in "$@"; do
     fairness-old) PYTHONPATH=/tmp/oldkf:/tmp/site bash "$0" --one fairness; mv "$OUT/fairness.log" "$OUT/fairness_old.log"; cat "$OUT/fairness_old.log" ;;
     cold-eval-old) PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval_old.json" 2>&1 | tee "$OUT/cold_eval_old.log" ;;
     feedback-proof) python3 -P bench/feedback_proof.py --out "$OUT/feedback_proof.json" --parallel ${PROOF_PARALLEL:-4} ${PROOF_CASES:+--cases $PROOF_CASES} 2>&1 | tee "$OUT/feedback_proof.log" ;;
+    zygote-imports) python3 -P bench/zygote_imports.py 2>&1 | tee "$OUT/zygote_imports.log" ;;
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     *) echo "unknown step $step" ;;
   esac

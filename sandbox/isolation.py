@@ -9,9 +9,12 @@ isolated.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,8 +98,53 @@ def _cuda_runs(iso: Isolation, python: str) -> tuple[bool, str]:
     return ("cuda ok" in out.stdout_tail), (out.stderr_tail.strip().splitlines() or [f"exit {out.returncode}"])[-1][:200]
 
 
+_gpu_lock = threading.Lock()
+_gpu_known: dict[str, tuple[str, str | None]] = {}
+
+
+def _machine_id() -> str | None:
+    """This boot of this machine and its GPU driver: what a sandbox's effect on CUDA depends on.
+    None where either cannot be read (then nothing is kept on disk)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        driver = Path("/proc/driver/nvidia/version").read_text().strip()
+    except OSError:
+        return None
+    return hashlib.sha256(f"{boot}\n{driver}".encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=8)
-def _gpu_layers(settings_json: str, python: str) -> tuple[str, str | None]:
+def _gpu_layers(settings_json: str, python: str, record_dir: str | None = None) -> tuple[str, str | None]:
+    """``_search_gpu_layers``, once per process, and once per boot where ``record_dir`` is given:
+    the check starts torch and CUDA in a child (3-6 s on the H100's host, measured: most of a cold
+    ``kernelfix eval``'s compile stage beside the fork server's imports), and its answer cannot
+    change until the machine or its driver does."""
+    with _gpu_lock:  # the reference's and the candidate's first workers ask at once: one check
+        machine = _machine_id() if record_dir else None
+        key = hashlib.sha256(f"{machine}\n{python}\n{settings_json}".encode()).hexdigest()[:24]
+        if key in _gpu_known:
+            return _gpu_known[key]
+        path = Path(record_dir) / f"gpu-layers-{key}.json" if machine else None
+        if path is not None:
+            try:
+                rec = json.loads(path.read_text())
+                return rec["settings"], rec["note"]
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        chosen, note = _search_gpu_layers(settings_json, python)
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"settings": chosen, "note": note}))
+                os.replace(tmp, path)
+            except OSError:  # a read-only cache costs the next process the check, nothing more
+                pass
+        _gpu_known[key] = (chosen, note)
+        return chosen, note
+
+
+def _search_gpu_layers(settings_json: str, python: str) -> tuple[str, str | None]:
     """The settings CUDA works under: all asked for if it can; else each layer that works on its own, together."""
     base = Isolation.model_validate_json(settings_json)
     ok, why = _cuda_runs(base, python)
@@ -115,13 +163,14 @@ def _gpu_layers(settings_json: str, python: str) -> tuple[str, str | None]:
     return base.model_copy(update=dict.fromkeys(LAYERS, False)).model_dump_json(), f"CUDA fails inside the sandbox here ({why}); running without isolation"
 
 
-def for_gpu(iso: Isolation, python: str | None = None) -> tuple[Isolation, str | None]:
+def for_gpu(iso: Isolation, python: str | None = None, *, record_dir: str | Path | None = None) -> tuple[Isolation, str | None]:
     """``iso`` minus the layers that keep CUDA from working on this machine, and a note saying which.
 
-    Checked once per process and settings (a child that initialises CUDA, about a second):
-    a sandbox that breaks the GPU would turn every candidate into a runtime error.
+    Checked once per process and settings (a child that initialises CUDA), and with ``record_dir``
+    once per boot of the machine: a sandbox that breaks the GPU would turn every candidate into a
+    runtime error.
     """
     key = iso.model_copy(update={"writable": [], "hidden": []}).model_dump_json()
-    chosen, note = _gpu_layers(key, python or sys.executable)
+    chosen, note = _gpu_layers(key, python or sys.executable, str(record_dir) if record_dir else None)
     layers = Isolation.model_validate_json(chosen)
     return iso.model_copy(update=layers.model_dump(exclude={"writable", "hidden"})), note

@@ -348,6 +348,26 @@ def _driver_usable_after_fork() -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
+class _DriverlessAvailability:
+    """``torch.cuda.is_available()`` answered from the device files while a preload imports.
+
+    torch.utils.cpp_extension asks it at import (only to warn when CUDA_HOME has no runtime), and
+    torch's answer starts the driver, which marks every later fork bad: on the H100 each such
+    module cost the zygote a restart without it (15 s of a 24 s cold eval, measured). NVML would
+    answer without the driver, but NVML's state does not survive a fork either (children then saw
+    no device: "Invalid device id", measured)."""
+
+    def __enter__(self) -> None:
+        torch = sys.modules.get("torch")
+        self.saved = getattr(getattr(torch, "cuda", None), "is_available", None)
+        if self.saved is not None:
+            torch.cuda.is_available = lambda: os.path.exists("/dev/nvidiactl")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            sys.modules["torch"].cuda.is_available = self.saved
+
+
 def _fork_poisoned() -> bool:
     """Whether a child forked now would refuse CUDA. torch marks every later fork "bad" once anything
     has asked the CUDA driver (``torch.cuda.device_count()``, which some modules do at import on a
@@ -385,17 +405,29 @@ def serve(
     sock = RequestSocket(socket.socket(fileno=fd))
     t0 = time.monotonic()
     failed: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    # While it imports, nothing may start the CUDA driver (a forked child could not use it) and the
+    # library's bytecode is written as a plain ``python`` would (the workers' environment says
+    # PYTHONDONTWRITEBYTECODE: on an install without .pyc files every zygote compiled torch anew,
+    # its import and dynamo's 3x slower, measured on the H100's host). Nothing of a candidate's has
+    # run here.
+    no_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, False
+    driverless = _DriverlessAvailability()
     for name in preload:
         if name in skip:
             continue
+        t1 = time.monotonic()
         try:
-            __import__(name)
+            with driverless:
+                __import__(name)
         except Exception as e:  # triton is optional; a missing module just is not preloaded
             failed[name] = f"{type(e).__name__}: {e}"
             continue
+        seconds[name] = round(time.monotonic() - t1, 3)
         if name != "torch" and _fork_poisoned():
             sys.stdout.flush()
             os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name])])
+    sys.dont_write_bytecode = no_bytecode
     if _fork_poisoned():  # torch itself: nothing forked from here could use CUDA
         failed["torch"] = "importing torch made forked children refuse CUDA"
         sys.modules.pop("torch", None)
@@ -410,7 +442,7 @@ def serve(
     elif not _driver_usable_after_fork():
         ok, error = False, "the CUDA driver was started while importing: a forked child could not use it"
     sock.send({"type": "ready", "ok": ok, "error": error, "pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
-               "failed": failed, "skipped": list(skip), "threads": len(os.listdir("/proc/self/task"))})
+               "failed": failed, "skipped": list(skip), "imports": seconds, "threads": len(os.listdir("/proc/self/task"))})
     if not ok:
         os._exit(0)
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)  # see _spawn's note on threads

@@ -564,3 +564,31 @@ def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
     chosen, note = isolation.for_gpu(Isolation(), python="py-c")
     assert not any(getattr(chosen, k) for k in isolation.LAYERS) and "without isolation" in note
     isolation._gpu_layers.cache_clear()
+
+
+def test_gpu_settings_are_checked_once_per_boot(monkeypatch, tmp_path):
+    """A cold process reads the check's answer from the judge's cache (the check starts CUDA in a
+    child: seconds of a cold eval); a reboot or another driver checks again; a torn record is ignored."""
+    from kernelfix.sandbox import isolation
+
+    tried = []
+    monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (tried.append(iso) or not iso.pid, "Error 304"))
+    machine = ["boot-1"]
+    monkeypatch.setattr(isolation, "_machine_id", lambda: machine[0])
+
+    def cold_process():
+        isolation._gpu_layers.cache_clear()
+        isolation._gpu_known.clear()
+        return isolation.for_gpu(Isolation(), python="py-rec", record_dir=tmp_path)
+
+    first = cold_process()
+    assert not first[0].pid and "pid" in first[1]
+    n = len(tried)
+    assert n > 1 and cold_process() == first and len(tried) == n, "read back, not checked again"
+    machine[0] = "boot-2"
+    assert cold_process() == first and len(tried) == 2 * n, "another boot: checked again"
+    for rec in tmp_path.glob("gpu-layers-*.json"):
+        rec.write_text("{torn")
+    assert cold_process() == first and len(tried) == 3 * n
+    isolation._gpu_layers.cache_clear()
+    isolation._gpu_known.clear()

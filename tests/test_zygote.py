@@ -186,3 +186,18 @@ def test_a_forked_worker_dies_with_its_judge(tmp_path):
 def test_what_the_zygote_cannot_run_starts_by_exec(tmp_path):
     out = run_child(["/bin/sh", "-c", "echo plain"], cwd=tmp_path, env=scrubbed_env(), limits=Limits(wall_s=30), fork=True)
     assert out.returncode == 0 and out.stdout_tail == "plain\n"
+
+
+def test_no_preload_starts_the_cuda_driver(monkeypatch):
+    """While the zygote imports, torch.cuda.is_available() (asked by torch.utils.cpp_extension at
+    import) is answered from the device files, not by the driver (which would mark every fork bad),
+    and torch's own answer is back afterwards."""
+    import types
+
+    asked = []
+    cuda = types.SimpleNamespace(is_available=lambda: asked.append("driver") or True)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    original = cuda.is_available
+    with zygote._DriverlessAvailability():
+        assert cuda.is_available() is os.path.exists("/dev/nvidiactl")
+    assert asked == [] and cuda.is_available is original

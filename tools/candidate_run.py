@@ -16,6 +16,7 @@ A failure ends the worker (a CUDA fault poisons its context); ``failure`` names 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec, Pre
 
 class CandidateRun:
     def __init__(self, judge: Any, workdir: Path, candidate_path: Path, on_phase=None, *, standby: bool = False):
+        t0 = time.monotonic()
         c = judge.config
         self.judge, self.config, self.workdir = judge, c, workdir
         for d in sandboxing.CANDIDATE_DIRS:
@@ -52,6 +54,8 @@ class CandidateRun:
             cwd=workdir, env=sandboxing.env("candidate", workdir, judge.device, judge.gpu), limits=sandboxing.limits(c, lifetime),
             isolation=iso, on_phase=on_phase, fork=c.fork_server,
         )
+        # Before the worker's clock starts: its dirs, the sandbox's GPU check (once per boot), its cgroup.
+        self.setup_s = self.handle.child.t0 - t0
         self.built_msg: dict[str, Any] | None = None
         self.warmed_msg: dict[str, Any] | None = None
         self.standby = standby
@@ -100,6 +104,7 @@ class CandidateRun:
             return {}
         out: dict[str, float] = {}
         if "standby" not in at:
+            out["compile.sandbox_setup"] = self.setup_s
             out["compile.worker_start"] = at["hello"]
             out["compile.runtime"] = at["load_task"] - at["hello"]
         out["compile.task_import"] = at["import_candidate"] - at["load_task"]

@@ -76,7 +76,9 @@ def isolation(
     iso = base.model_copy(update={"writable": [*writable, *base.writable], "hidden": [*hidden, *credentials, *base.hidden]})
     note = None
     if device == "cuda":
-        iso, note = for_gpu(iso)
+        # The record lives where no candidate can write (judge_cache is hidden from them): a forged
+        # one could turn their sandbox's layers off.
+        iso, note = for_gpu(iso, record_dir=judge_cache() / "sandbox")
     return iso, note
 
 
