@@ -136,6 +136,10 @@ class JudgeConfig(BaseModel):
     fork_server: bool = Field(
         True, description="start workers by fork from a process that has imported torch (kernelfix.sandbox.zygote), not by exec"
     )
+    infra_retries: int = Field(
+        3, ge=0, description="judge a candidate again this many times when the machine failed to (an infra:* verdict), never the model's turn"
+    )
+    infra_backoff_s: float = Field(5.0, ge=0, description="the pause before the first such retry; doubling after, at most a minute")
 
     build: BuildOptions = Field(default_factory=BuildOptions)
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import compile_stage, feedback, static_checks
+from kernelfix.tools import compile_stage, feedback, retry, static_checks
 from kernelfix.tools.allowlist import make_allowed
 from kernelfix.tools.cache_dir import cache_root
 from kernelfix.tools.candidate_run import CandidateRun
@@ -359,6 +359,25 @@ class Judge:
         )
         v.feedback = feedback.render(v)
         return v
+
+    def evaluate_with_retries(
+        self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None,
+        on_retry: Callable[[int, float, Verdict], None] | None = None, check: Callable[[], None] | None = None,
+    ) -> Verdict:
+        """``evaluate``, judged again after a pause while the verdict is a transient machine fault
+        (tools/retry.py), at most ``infra_retries`` times; the verdict lists the faults met.
+        ``on_retry(tries_so_far, pause_s, verdict)`` before each pause; ``check`` may raise to stop."""
+        faults: list[str] = []
+        while True:
+            v = self.evaluate(source, filename=filename, on_event=on_event)
+            if not retry.should_retry(v.category, len(faults), self.config.infra_retries):
+                v.infra_retries = faults
+                return v
+            wait = retry.backoff_s(self.config.infra_backoff_s, len(faults))
+            faults.append(retry.fault_text(v.category, v.message))
+            if on_retry is not None:
+                on_retry(len(faults), wait, v)
+            retry.pause(wait, check)
 
     def evaluate(self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None) -> Verdict:
         """All stages, in order, stopping at the first failure."""

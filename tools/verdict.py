@@ -83,6 +83,18 @@ class Category(StrEnum):
     def family(self) -> Family:
         return Family(self.value.split(":", 1)[0])
 
+    @property
+    def machine_fault(self) -> bool:
+        """The machine failed to judge the candidate: a verdict on nothing of the model's. Not
+        ``no_gpu``: there the candidate was built for real and that build is the feedback."""
+        return self.family == Family.INFRA and self != Category.NO_GPU
+
+    @property
+    def transient(self) -> bool:
+        """A machine fault that judging again later may not meet (memory others held, a worker that
+        died, the GPU or host under load). ``too_large`` and ``no_gpu`` stay what they are."""
+        return self.machine_fault and self != Category.TOO_LARGE
+
 
 # Prefix of warnings about the judge's sandbox (a layer this machine could not set up).
 SANDBOX_NOTE = "sandbox: "
@@ -376,6 +388,8 @@ class Verdict(_Model):
     legality: LegalityReport | None = None
     profile: ProfileReport | None = None
     warnings: list[str] = Field(default_factory=list)
+    # Machine faults met before this verdict, each judged again after a pause ("infra:gpu_busy: ...").
+    infra_retries: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
     breakdown: dict[str, float] = Field(default_factory=dict)  # seconds inside the stages (reference wait, warm-up, trials, baseline, timing)
     logs_dir: str | None = None

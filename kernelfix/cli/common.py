@@ -23,6 +23,11 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
         "--profile", action=argparse.BooleanOptionalAction, default=None,
         help="profile a correct, legal kernel with Nsight Compute (GPU only; default: on for optimize, off for eval and batch, unless the config sets judge.profile)",
     )
+    p.add_argument(
+        "--no-retry", action="store_true",
+        help="report a machine fault (an infra:* verdict: GPU memory others hold, a worker that died) at once, rather than "
+        "judging the candidate again after a pause (judge.infra_retries, default 3)",
+    )
 
 
 def _load_config(args: argparse.Namespace):
@@ -45,6 +50,8 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
     sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
     if sol and updates.get("profile") is False:
         raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")
+    if getattr(args, "no_retry", False):
+        updates["infra_retries"] = 0
     if (profile_by_default or sol) and "profile" not in updates and "profile" not in cfg.model_fields_set:
         updates["profile"] = True
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0

@@ -20,7 +20,10 @@ def add_parser(sub) -> None:
             "correctness over several seeded trials, forbidden torch ops, and on a GPU timing against eager "
             "PyTorch and torch.compile and, with --profile, an Nsight Compute profile."
         ),
-        epilog="Exit codes: 0 verdict ok, 1 any other verdict, 2 bad usage or unreadable input.",
+        epilog=(
+            "A machine fault (an infra:* verdict) is judged again after a pause, up to judge.infra_retries times; the "
+            "verdict's infra_retries lists what was met. Exit codes: 0 verdict ok, 1 any other verdict, 2 bad usage or unreadable input."
+        ),
     )
     p.add_argument("task", metavar="TASK", help="KernelBench-format task file")
     p.add_argument("candidate", metavar="CANDIDATE", help="candidate .py file, or a model reply (.md/.txt)")
@@ -64,8 +67,12 @@ def run(args: argparse.Namespace) -> int:
                 bits.append(f"{(e.done or 0) + 1}/{e.total}")
             status.update(" ".join(bits) + " ...")
 
+        def retrying(tried: int, wait_s: float, v) -> None:
+            err.print(f"[yellow]machine fault[/] ({v.category.value}: {(v.message or '')[:160]}): judging again in {wait_s:.0f} s "
+                      f"(try {tried + 1} of {cfg.infra_retries + 1}; --no-retry reports it at once)")
+
         try:
-            verdict = judge.evaluate(source, filename=cand_path.name, on_event=show)
+            verdict = judge.evaluate_with_retries(source, filename=cand_path.name, on_event=show, on_retry=retrying)
         except TaskError as e:
             raise UsageError(str(e)) from None
         finally:
