@@ -19,7 +19,7 @@ from typing import Any
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.tools import build_nvrtc, build_times
+from kernelfix.tools.build import nvrtc as build_nvrtc, times as build_times
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.prompts import knowledge
 from kernelfix.tools.floor import TaskFloor

@@ -8,7 +8,7 @@ through stock ``load_inline`` and through kernelfix, side by side in one run.
 ``.cu``); ``bench/compile_candidates_fast/`` the same kernels in the fast layout
 (``.cu`` with CUDA headers only, launcher on raw pointers, torch wrapper in
 ``cpp_sources``, ``no_implicit_headers=True``). Every build runs in a fresh process
-through the hook the judge's child installs (``kernelfix.tools.build.install``), so
+through the hook the judge's child installs (``kernelfix.tools.build.load_inline.install``), so
 "stock" and "kernelfix" differ only in build options (stock = ``BuildOptions.stock()``:
 torch's own ninja, only redirected into a fresh directory). CUDA is initialized before
 the candidate is imported, as in the judge.
@@ -76,10 +76,10 @@ def worker(spec_path: str) -> None:
         torch.zeros(1, device="cuda")  # the judge's child has CUDA up before the candidate is imported
     import torch.utils.cpp_extension as ce
 
-    from kernelfix.tools import build
+    from kernelfix.tools.build import load_inline
     from kernelfix.tools.config import BuildOptions
 
-    build.install(Path(spec["build_root"]), device, BuildOptions(**spec["options"]))
+    load_inline.install(Path(spec["build_root"]), device, BuildOptions(**spec["options"]))
     calls: list[float] = []
     patched = ce.load_inline
 
@@ -102,7 +102,7 @@ def worker(spec_path: str) -> None:
     namespace: dict = {"__name__": "bench_candidate"}
     try:
         exec(compile(source, spec["candidate"], "exec"), namespace)
-    except build.GpuRequired as e:  # a machine without a GPU: built and linked, not run
+    except load_inline.GpuRequired as e:  # a machine without a GPU: built and linked, not run
         result["gpu_required"] = True
         result["note"] = str(e)[:300]
     except Exception as e:
@@ -112,7 +112,7 @@ def worker(spec_path: str) -> None:
     # CPU seconds the compilers used: what limits a batch of builds sharing the cores
     result["compiler_cpu_s"] = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     result["load_inline_s"] = sum(calls)
-    result["records"] = [r.model_dump() for r in build.records()]
+    result["records"] = [r.model_dump() for r in load_inline.records()]
     if result["error"] is None and device == "cuda":
         result.update(_run_once(namespace, spec["output"]))
     print("KF-RESULT " + json.dumps(result), flush=True)

@@ -37,15 +37,15 @@ def warm(build_root: str) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         torch.zeros(1, device="cuda")
-    from kernelfix.tools import build
+    from kernelfix.tools.build import load_inline
     from kernelfix.tools.config import BuildOptions
 
-    build.install(Path(build_root), device, BuildOptions())
+    load_inline.install(Path(build_root), device, BuildOptions())
     try:
         exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), {"__name__": "warm_up"})
-    except build.GpuRequired:
+    except load_inline.GpuRequired:
         pass  # built and linked; this machine cannot load it
-    print("KF-WARM " + json.dumps([r.model_dump() for r in build.records()]), flush=True)
+    print("KF-WARM " + json.dumps([r.model_dump() for r in load_inline.records()]), flush=True)
 
 
 def _units(ext: dict) -> str:

@@ -26,9 +26,9 @@ def load(path: str, name: str):
 def main() -> None:
     import torch
 
-    from kernelfix.tools import build
+    from kernelfix.tools.build import load_inline
 
-    build.install(Path(tempfile.mkdtemp(prefix="kf-drive-")), "cuda")
+    load_inline.install(Path(tempfile.mkdtemp(prefix="kf-drive-")), "cuda")
     task, cand = load(sys.argv[1], "task"), load(sys.argv[2], "candidate")
     if "--build-only" in sys.argv:  # fills the build cache, so the profiled run loads the extension
         return

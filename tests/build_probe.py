@@ -19,10 +19,10 @@ def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     import torch.utils.cpp_extension as ce
 
-    from kernelfix.tools import build
+    from kernelfix.tools.build import load_inline
     from kernelfix.tools.config import BuildOptions
 
-    build.install(Path(spec["build_root"]), spec.get("device", "cpu"), BuildOptions(**spec.get("options", {})))
+    load_inline.install(Path(spec["build_root"]), spec.get("device", "cpu"), BuildOptions(**spec.get("options", {})))
     if spec.get("ready_file"):
         Path(spec["ready_file"]).touch()
     go = spec.get("go_file")
@@ -35,7 +35,7 @@ def main() -> None:
         value = getattr(ctypes.CDLL(str(path)), spec["symbol"])()
     except Exception as e:  # reported, asserted on by the test
         error = f"{type(e).__name__}: {e}"
-    print(json.dumps({"records": [r.model_dump() for r in build.records()], "value": value, "error": error}))
+    print(json.dumps({"records": [r.model_dump() for r in load_inline.records()], "value": value, "error": error}))
 
 
 if __name__ == "__main__":

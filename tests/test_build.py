@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools import host_pch, ninja_file, nvcc_pipeline
+from kernelfix.tools.build import host_pch, ninja_file, nvcc_pipeline
 from kernelfix.tools.classify import classify
 from kernelfix.tools.store import Store
 from kernelfix.tools.verdict import Category

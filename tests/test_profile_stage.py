@@ -66,7 +66,7 @@ def judged(judges):
 
 def profile_with(judge, ev, monkeypatch, **config):
     monkeypatch.setattr(judge, "config", judge.config.model_copy(update=config))
-    return profile_stage.profile(judge, ev.model_copy(deep=True), None)
+    return profile_stage.profile(judge.stage_context(), ev.model_copy(deep=True), None)
 
 
 def test_on_cpu_the_stage_is_skipped_with_a_note(judged):

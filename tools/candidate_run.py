@@ -24,34 +24,35 @@ from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.verdict import ExtensionBuild
 from kernelfix.tools.workers import sandboxing
+from kernelfix.tools.workers.context import WorkerContext
 from kernelfix.tools.workers.handle import Deadline, WorkerGone, WorkerHandle
 from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec, Prepared
 
 
 class CandidateRun:
-    def __init__(self, judge: Any, workdir: Path, candidate_path: Path, on_phase=None, *, standby: bool = False):
+    def __init__(self, ctx: WorkerContext, workdir: Path, candidate_path: Path, on_phase=None, *, standby: bool = False):
         t0 = time.monotonic()
-        c = judge.config
-        self.judge, self.config, self.workdir = judge, c, workdir
+        c = ctx.config
+        self.ctx, self.config, self.workdir = ctx, c, workdir
         for d in sandboxing.CANDIDATE_DIRS:
             sandboxing.own_dir(workdir / d)
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         spec = CandidateSpec(
             task_path=str(workdir / "task.py"), candidate_path=str(candidate_path), build_dir=str(workdir / "build"),
-            build=c.build.model_dump(), device=judge.device, init_seed=judge.seed, record_ops=c.runtime_legality,
-            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if judge.device == "cuda" else 0, standby=standby,
+            build=c.build.model_dump(), device=ctx.device, init_seed=ctx.seed, record_ops=c.runtime_legality,
+            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if ctx.device == "cuda" else 0, standby=standby,
         )
-        evals = judge.root / "evals"
+        evals = ctx.root / "evals"
         siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals and evals.is_dir() else []
         iso, note = sandboxing.isolation(
-            "candidate", c, workdir=workdir, private=judge._private, siblings=siblings, credentials=judge._credentials, device=judge.device
+            "candidate", c, workdir=workdir, private=ctx.private, siblings=siblings, credentials=ctx.credentials, device=ctx.device
         )
-        judge._note_sandbox(note)
+        ctx.note_sandbox(note)
         self.notes = [n for n in [note] if n]
         lifetime = c.compile_timeout_s + c.run_timeout_s + c.bench_timeout_s
         self.handle = WorkerHandle(
             "kernelfix.tools.workers.candidate_worker", spec.model_dump(), spec_path=workdir / "handoff" / "candidate.spec.json",
-            cwd=workdir, env=sandboxing.env("candidate", workdir, judge.device, judge.gpu), limits=sandboxing.limits(c, lifetime),
+            cwd=workdir, env=sandboxing.env("candidate", workdir, ctx.device, ctx.gpu), limits=sandboxing.limits(c, lifetime),
             isolation=iso, on_phase=on_phase, fork=c.fork_server,
         )
         # Before the worker's clock starts: its dirs, the sandbox's GPU check (once per boot), its cgroup.
@@ -71,7 +72,7 @@ class CandidateRun:
 
     def forward_limit(self, ref_ms: float | None) -> float:
         c = self.config
-        floor = c.forward_timeout_s if self.judge.device == "cuda" else max(c.forward_timeout_s, c.cpu_forward_timeout_s)
+        floor = c.forward_timeout_s if self.ctx.device == "cuda" else max(c.forward_timeout_s, c.cpu_forward_timeout_s)
         return max(floor, c.forward_timeout_factor * (ref_ms or 0.0) / 1e3)
 
     # ------------------------------------------------------------------ stages

@@ -8,8 +8,9 @@ background at the first request and shared by every evaluation (it draws the
 trials' inputs, runs Model, compares, times the baselines), and one worker per
 candidate (it imports the candidate once and runs its compile, trials and
 timing). Tensors pass between them through shared memory, never through disk.
-The stages themselves live by concern: ``compile_stage``, ``correctness.stage``,
-``legality.stage``, ``timing.stage``, ``profile.stage``.
+The stages themselves live by concern: ``build.stage``, ``correctness.stage``,
+``legality.stage``, ``timing.stage``, ``profile.stage``. Each gets a :class:`StageContext`
+(what it may use of the judge), so none of them imports the judge back.
 
     judge = Judge("task.py", JudgeConfig(device="cpu"))
     verdict = judge.evaluate(source)            # all stages
@@ -36,8 +37,9 @@ from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import compile_stage, feedback, retry, static_checks
+from kernelfix.tools import feedback, retry, static_checks
 from kernelfix.tools.allowlist import make_allowed
+from kernelfix.tools.build import stage as compile_stage
 from kernelfix.tools.cache_dir import cache_root
 from kernelfix.tools.candidate_run import CandidateRun
 from kernelfix.tools.classify import disk_full
@@ -49,9 +51,11 @@ from kernelfix.tools.workers.handle import Deadline, WorkerGone
 from kernelfix.tools.legality import stage as legality_stage
 from kernelfix.tools.profile import stage as profile_stage
 from kernelfix.tools.reference import Reference
+from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.task import Task
 from kernelfix.tools.timing import stage as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
+from kernelfix.tools.workers.context import WorkerContext
 
 if TYPE_CHECKING:
     from kernelfix.tools.floor import TaskFloor
@@ -94,7 +98,7 @@ class Judge:
         self._task_copy = self._private / "task.py"
         self._task_copy.write_text(self.task.source)
         self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
-        self.ref = Reference(self)
+        self.ref = Reference(self._worker_context())
         self._runs: dict[str, CandidateRun] = {}
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
@@ -121,6 +125,22 @@ class Judge:
         if note and note not in self._sandbox_notes:
             self._sandbox_notes.append(note)
 
+    def _worker_context(self) -> WorkerContext:
+        return WorkerContext(**self._context_fields())
+
+    def _context_fields(self) -> dict[str, object]:
+        return dict(
+            task=self.task, config=self.config, device=self.device, gpu=self.gpu, seed=self.seed, root=self.root, private=self._private,
+            task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, note_sandbox=self._note_sandbox,
+        )
+
+    def stage_context(self) -> StageContext:
+        """What a stage gets of this judge; built for each stage, so it sees the judge's config as it is then."""
+        return StageContext(
+            **self._context_fields(), allowed_ops=self.allowed_ops, ref=self.ref, reference=self.reference, run_for=self.run_for,
+            release=self.release,
+        )
+
     def lease(self, what: str) -> contextlib.AbstractContextManager:
         """The GPU, alone, for a stage that runs on it (timing never shares a GPU)."""
         if self._lease is None:
@@ -138,7 +158,7 @@ class Judge:
                 return
             wd.mkdir(parents=True, exist_ok=True)
             (wd / "task.py").write_text(self.task.source)
-            run = self._standby[wd] = CandidateRun(self, wd, wd / "candidate.py", standby=True)
+            run = self._standby[wd] = CandidateRun(self._worker_context(), wd, wd / "candidate.py", standby=True)
         if wait:  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
             try:
                 run.handle.expect(["standby"], Deadline("standby", self.config.import_timeout_s))
@@ -172,7 +192,7 @@ class Judge:
                 if run is not None and run.handle.alive:
                     run.go(relay)
                 else:
-                    run = CandidateRun(self, Path(ev.workdir), ev.candidate_path, on_phase=relay)
+                    run = CandidateRun(self._worker_context(), Path(ev.workdir), ev.candidate_path, on_phase=relay)
                 self._runs[ev.id] = run
             return run
 
@@ -294,23 +314,29 @@ class Judge:
 
     def compile(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Import the candidate (building its extensions) and construct ModelNew; the reference starts meanwhile."""
-        return self._timed(ev, "compile", on_event, lambda: compile_stage.run(self, ev, on_event))
+        return self._timed(ev, "compile", on_event, lambda: compile_stage.run(self.stage_context(), ev, on_event))
 
     def correctness(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Run ModelNew on every correctness trial (the task's inputs, then their variants) and compare."""
-        return self._timed(ev, "correctness", on_event, lambda: correctness_stage.run(self, ev, on_event))
+        return self._timed(ev, "correctness", on_event, lambda: correctness_stage.run(self.stage_context(), ev, on_event))
 
     def legality(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Judge the aten ops recorded during every correctness call against the allowlist."""
-        return self._timed(ev, "legality", on_event, lambda: legality_stage.run(self, ev))
+        return self._timed(ev, "legality", on_event, lambda: legality_stage.run(self.stage_context(), ev))
 
     def benchmark(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Time the candidate against the cached eager and torch.compile baselines; police the timing."""
-        return self._timed(ev, "benchmark", on_event, lambda: timing_stage.run(self, ev, on_event))
+        return self._timed(ev, "benchmark", on_event, lambda: timing_stage.run(self.stage_context(), ev, on_event))
 
     def profile(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Nsight Compute on one forward of a correct, legal candidate (``JudgeConfig.profile``); never changes the verdict."""
-        return profile_stage.run(self, ev, on_event)
+        ctx = self.stage_context()
+        skipped = profile_stage.skip(ctx, ev)
+        if skipped is not None:
+            if on_event:
+                on_event(StageEvent(stage="profile", status="skipped", detail=skipped))
+            return ev
+        return self._timed(ev, "profile", on_event, lambda: profile_stage.profile(ctx, ev, on_event))
 
     # ------------------------------------------------------------------ verdict
 

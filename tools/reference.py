@@ -32,6 +32,7 @@ from kernelfix.tools.task_size import TaskSize, size_text
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category
 from kernelfix.tools.workers import sandboxing
+from kernelfix.tools.workers.context import WorkerContext
 from kernelfix.tools.workers.handle import Deadline, WorkerGone, WorkerHandle
 from kernelfix.tools.workers.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
 
@@ -46,10 +47,10 @@ class ReferenceUnavailable(Exception):
 
 
 class Reference:
-    def __init__(self, judge: Any):
-        self.judge = judge
-        self.config = judge.config
-        self.trials: list[TrialPlan] = trial_plan.plan(judge.seed, judge.config)
+    def __init__(self, ctx: WorkerContext):
+        self.ctx = ctx
+        self.config = ctx.config
+        self.trials: list[TrialPlan] = trial_plan.plan(ctx.seed, ctx.config)
         self.ready: ReferenceReady | None = None
         self.vacuous: str | None = None
         self.skipped_variants: dict[str, str] = {}
@@ -83,7 +84,7 @@ class Reference:
     def _start_quietly(self) -> None:
         try:
             self.ensure()
-            self.survey(self.judge.lease)
+            self.survey(self.ctx.lease)
         except BaseException as e:  # raised again to whoever waits for the reference
             self._start_error = e
 
@@ -94,17 +95,17 @@ class Reference:
                 raise self._task_error
             if self._worker is not None and self._worker.alive and self.ready is not None:
                 return self.ready
-            j = self.judge
-            wd = j._private
+            j = self.ctx
+            wd = j.private
             spec = ReferenceSpec(
-                task_path=str(j._task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
+                task_path=str(j.task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
                 inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
                 atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
                 truth_factor=self.config.truth_factor if self.config.float64_reference else None,
                 memory_limit_bytes=sandboxing.memory_limit(self.config),
             )
             iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
-            j._note_sandbox(note)
+            j.note_sandbox(note)
             self._worker = WorkerHandle(
                 "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
                 env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
@@ -161,7 +162,7 @@ class Reference:
         sized = out.last("sized")
         if sized is not None:
             self.size = TaskSize.model_validate(sized)
-        problem = _task_problem(self.judge.task.path, out, self.config.run_timeout_s)
+        problem = _task_problem(self.ctx.task.path, out, self.config.run_timeout_s)
         if err is not None and err.get("kind") == "task":
             self._task_error = TaskError(problem)
             raise self._task_error
@@ -268,7 +269,7 @@ class Reference:
             if self._baseline is not None:
                 return self._baseline
             ready = self.ensure()
-            key = baselines.key(self.judge.task, self.config, ready)
+            key = baselines.key(self.ctx.task, self.config, ready)
             cached = None if fresh else baselines.load(key)
             if cached is not None:
                 self._baseline = cached

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from kernelfix.tools.candidate_run import CandidateRun
 from kernelfix.tools.correctness import input_variants
@@ -28,12 +27,10 @@ from kernelfix.tools.correctness.tolerance import describe
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
 from kernelfix.tools.legality import stage as legality_stage
 from kernelfix.tools.reference import ReferenceUnavailable
+from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.verdict import Category, CorrectnessReport, TrialReport
 from kernelfix.tools.workers.handle import WorkerGone
 from kernelfix.tools.workers.protocol import TrialPlan
-
-if TYPE_CHECKING:
-    from kernelfix.tools.judge import Judge
 
 
 def fail_from(run: CandidateRun, ev: Evaluation, stage: str, e: WorkerGone) -> Evaluation:
@@ -46,20 +43,20 @@ def fail_from(run: CandidateRun, ev: Evaluation, stage: str, e: WorkerGone) -> E
     return ev.fail(stage, f.category, f.message)  # type: ignore[arg-type]
 
 
-def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
-    c = judge.config
+def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    c = ctx.config
     t0 = time.monotonic()
     try:
-        judge.reference(on_event)
+        ctx.reference(on_event)
     except ReferenceUnavailable as e:
         return ev.fail("correctness", e.category, e.message)
-    ref = judge.ref
+    ref = ctx.ref
     report = CorrectnessReport(
-        atol=c.atol, rtol=c.rtol, tolerance=describe(c.atol, c.rtol), init_seed=judge.seed, rel_error_tol=c.rel_error_tol,
+        atol=c.atol, rtol=c.rtol, tolerance=describe(c.atol, c.rtol), init_seed=ctx.seed, rel_error_tol=c.rel_error_tol,
         truth_factor=c.truth_factor if c.float64_reference else None,
     )
     ev.correctness = report
-    run = judge.run_for(ev, on_event)
+    run = ctx.run_for(ev, on_event)
     t1 = time.monotonic()
     try:
         run.warmed()  # first-call compilation and autotuning, before the GPU is held
@@ -67,8 +64,8 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
         return fail_from(run, ev, "correctness", e)
     t2 = time.monotonic()
     try:
-        with judge.lease("correctness"):
-            stale = _trials(judge, ev, run, report, on_event)
+        with ctx.lease("correctness"):
+            stale = _trials(ctx, ev, run, report, on_event)
     except WorkerGone as e:
         return fail_from(run, ev, "correctness", e)
     except ReferenceUnavailable as e:
@@ -76,12 +73,12 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     finally:
         ev.breakdown |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.held": round(time.monotonic() - t2, 3)}
     report.vacuous_tolerance, report.skipped_variants, report.float64_note = ref.vacuous, dict(ref.skipped_variants), ref.float64_note
-    return _decide(judge, ev, report, stale)
+    return _decide(ctx, ev, report, stale)
 
 
-def _trials(judge: "Judge", ev: Evaluation, run: CandidateRun, report: CorrectnessReport, on_event: EventSink | None) -> str | None:
+def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: CorrectnessReport, on_event: EventSink | None) -> str | None:
     """Run the trials into ``report``; the in-place check's problem, if the output went stale."""
-    ref = judge.ref
+    ref = ctx.ref
     own = [t for t in ref.trials if t.purpose == "correctness"]
     varied = [t for t in ref.trials if t.purpose == "varied"]
     total = len(own) + len(varied)
@@ -104,7 +101,7 @@ def _trials(judge: "Judge", ev: Evaluation, run: CandidateRun, report: Correctne
         keep = into is None and first_slot is None  # the first trial's inputs stay for the in-place check
         if keep:
             held.append(p.slot)  # type: ignore[arg-type]
-        _release(judge, run, [] if keep or into is not None else [p.slot], [p.out])
+        _release(ctx, run, [] if keep or into is not None else [p.slot], [p.out])
         rep = checked.report
         return rep.model_copy(update={"variant": t.variant, "variant_of": t.variant_of}) if t.variant else rep
 
@@ -134,9 +131,9 @@ def _trials(judge: "Judge", ev: Evaluation, run: CandidateRun, report: Correctne
             if rep is not None:
                 report.trials.append(rep)
         with _clock(ev, "correctness.ops"):
-            legality_stage.record(ev, run.ops(), judge.allowed_ops)
+            legality_stage.record(ev, run.ops(), ctx.allowed_ops)
     finally:
-        _release(judge, run, held, [])
+        _release(ctx, run, held, [])
     return stale
 
 
@@ -150,15 +147,15 @@ def _clock(ev: Evaluation, key: str) -> Iterator[None]:
         ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + time.monotonic() - t0, 3)
 
 
-def _release(judge: "Judge", run: CandidateRun, slots: list, outs: list) -> None:
+def _release(ctx: StageContext, run: CandidateRun, slots: list, outs: list) -> None:
     slots, outs = [s for s in slots if s is not None], [o for o in outs if o is not None]
     if slots or outs:
         run.release(slots, outs)
-        judge.ref.release(slots, outs)
+        ctx.ref.release(slots, outs)
 
 
-def _decide(judge: "Judge", ev: Evaluation, report: CorrectnessReport, stale: str | None) -> Evaluation:
-    c = judge.config
+def _decide(ctx: StageContext, ev: Evaluation, report: CorrectnessReport, stale: str | None) -> Evaluation:
+    c = ctx.config
     bad = [t for t in report.trials if not t.ok and t.variant is None]
     if bad:
         return ev.fail("correctness", bad[0].category or Category.NUMERICAL, f"trial {bad[0].trial}: {bad[0].problem}")
@@ -171,7 +168,7 @@ def _decide(judge: "Judge", ev: Evaluation, report: CorrectnessReport, stale: st
         t = varied[0]
         where = input_variants.describe(t.variant, t.variant_of) if t.variant else "varied inputs"
         return ev.fail("correctness", Category.INPUT_DEPENDENT, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}")
-    imprecise = _imprecise(judge, report) if c.precision != "off" else None
+    imprecise = _imprecise(ctx, report) if c.precision != "off" else None
     if imprecise is not None:
         t, why = imprecise
         if c.precision == "fail":
@@ -182,9 +179,9 @@ def _decide(judge: "Judge", ev: Evaluation, report: CorrectnessReport, stale: st
     return ev
 
 
-def _imprecise(judge: "Judge", report: CorrectnessReport) -> tuple[TrialReport, str] | None:
+def _imprecise(ctx: StageContext, report: CorrectnessReport) -> tuple[TrialReport, str] | None:
     """The first trial whose error vs float64 is far above the float32 reference's own, with what to say."""
-    c = judge.config
+    c = ctx.config
     for t in report.trials:
         e, own = t.error_vs_float64, t.reference_error_vs_float64
         if e is not None and own is not None and e > max(c.precision_factor * own, c.precision_floor):

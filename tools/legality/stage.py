@@ -8,14 +8,12 @@ machinery (the interpreter's copies, the autotuner) are not the candidate's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernelfix.tools.allowlist import is_allowed
 from kernelfix.tools.evaluation import Evaluation
+from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.verdict import Category, LegalityReport
-
-if TYPE_CHECKING:
-    from kernelfix.tools.judge import Judge
 
 
 def record(ev: Evaluation, result: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -38,10 +36,10 @@ def record(ev: Evaluation, result: dict[str, Any], allowed: frozenset[str]) -> N
     report.recorder_intact = bool(result.get("recorder_intact", True))
 
 
-def run(judge: "Judge", ev: Evaluation) -> Evaluation:
+def run(ctx: StageContext, ev: Evaluation) -> Evaluation:
     report = ev.legality or LegalityReport()
     ev.legality = report
-    if not judge.config.runtime_legality:
+    if not ctx.config.runtime_legality:
         report.note = "runtime legality check switched off in config"
         return ev
     if not report.runtime_checked:

@@ -11,40 +11,35 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from kernelfix.sandbox import ChildOutcome, run_child
-from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
+from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.profile import bottleneck, findings, ncu, ncu_csv, ncu_source
+from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
 from kernelfix.tools.workers import sandboxing
 
-if TYPE_CHECKING:
-    from kernelfix.tools.judge import Judge
 
-
-def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
-    def skip(detail: str) -> Evaluation:
-        if on_event:
-            on_event(StageEvent(stage="profile", status="skipped", detail=detail))
-        return ev
-
-    if not judge.config.profile:
-        return skip("profiling off")
+def skip(ctx: StageContext, ev: Evaluation) -> str | None:
+    """Why this evaluation is not profiled, if it is not (the judge says so as a skipped stage); off
+    the GPU, the note goes in its profile report too."""
+    if not ctx.config.profile:
+        return "profiling off"
     if ev.failed:
-        return skip("the candidate failed an earlier stage")
+        return "the candidate failed an earlier stage"
     if "profile" in ev.stages_done:
-        return skip("done")
+        return "done"
     if not (ev.correctness and ev.correctness.trials and "legality" in ev.stages_done):
-        return skip("only correct, legal candidates are profiled")
-    if judge.device != "cuda":
-        note = f"not profiled: profiling needs a CUDA GPU (device {judge.device})"
+        return "only correct, legal candidates are profiled"
+    if ctx.device != "cuda":
+        note = f"not profiled: profiling needs a CUDA GPU (device {ctx.device})"
         ev.profile = ProfileReport(note=note)
-        return skip(note)
-    return judge._timed(ev, "profile", on_event, lambda: profile(judge, ev, on_event))
+        return note
+    return None
 
 
-def _child(judge: "Judge", ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()) -> ChildOutcome:
+def _child(ctx: StageContext, ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()) -> ChildOutcome:
     """One profile target under the candidate's sandbox, ``wrap`` (ncu) in front."""
     wd = Path(ev.workdir)
     for d in sandboxing.CANDIDATE_DIRS:
@@ -55,11 +50,11 @@ def _child(judge: "Judge", ev: Evaluation, stage: str, spec: dict[str, Any], tim
         spec_path.unlink()  # never write through something the candidate planted
     spec_path.write_text(json.dumps({**spec, "stage": stage}, default=str))
     iso, note = sandboxing.isolation(
-        "candidate", judge.config, workdir=wd, private=judge._private, siblings=[], credentials=judge._credentials, device=judge.device
+        "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
     )
     argv = [*wrap, sys.executable, "-m", "kernelfix.tools.profile.target", str(spec_path)]
-    with judge.lease(stage):
-        outcome = run_child(argv, cwd=wd, env=sandboxing.env("candidate", wd, judge.device, judge.gpu), limits=sandboxing.limits(judge.config, timeout_s), isolation=iso, authenticate=True)
+    with ctx.lease(stage):
+        outcome = run_child(argv, cwd=wd, env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu), limits=sandboxing.limits(ctx.config, timeout_s), isolation=iso, authenticate=True)
     notes = [*outcome.sandbox_notes, *([note] if note else [])]
     ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]
     (wd / "logs" / f"{stage}.log").write_text(
@@ -69,14 +64,14 @@ def _child(judge: "Judge", ev: Evaluation, stage: str, spec: dict[str, Any], tim
     return outcome
 
 
-def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
-    c = judge.config
+def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+    c = ctx.config
     wd = Path(ev.workdir)
     outdir = wd / "out" / "profile"
     outdir.mkdir(parents=True, exist_ok=True)
     spec = {
         "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
-        "build": c.build.model_dump(), "device": judge.device, "init_seed": judge.seed, "outdir": str(outdir),
+        "build": c.build.model_dump(), "device": ctx.device, "init_seed": ctx.seed, "outdir": str(outdir),
         "warmup_calls": c.profile_warmup_calls, "nvtx_range": ncu.NVTX_RANGE,
     }
     path, problem = ncu.find(c.ncu_path)
@@ -86,8 +81,8 @@ def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -
         for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
             Path(f"{report}.ncu-rep").unlink(missing_ok=True)
             wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=extra_metrics)
-            outcome = _child(judge, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
-            text = _page(judge, ev, path, report, "details") if _is_plain(Path(f"{report}.ncu-rep")) else ""
+            outcome = _child(ctx, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
+            text = _page(ctx, ev, path, report, "details") if _is_plain(Path(f"{report}.ncu-rep")) else ""
             log.write_text(text)
             parsed = ncu_csv.parse(text + "\n" + outcome.stdout_tail)
             problem = ncu.diagnose(outcome, parsed, c.profile_timeout_s)
@@ -95,7 +90,7 @@ def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -
                 break
         if problem is None:
             result = _result(outcome, outdir / "profile_ncu.json")
-            source = _page(judge, ev, path, report, "source")
+            source = _page(ctx, ev, path, report, "source")
             (wd / "logs" / "ncu_source.csv").write_text(source)
             ctx = findings.Context(
                 task_flops=result.get("flops"), min_bytes=ev.timings.bytes_moved if ev.timings else None,
@@ -111,7 +106,7 @@ def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -
     assert problem is not None
     # Said once, as a warning; then the kernel list torch.profiler sees, where that works.
     ev.warnings.append(f"no Nsight Compute profile: {problem.message}")
-    outcome = _child(judge, ev, "profile_torch", spec, c.run_timeout_s)
+    outcome = _child(ctx, ev, "profile_torch", spec, c.run_timeout_s)
     result = _result(outcome, outdir / "profile_torch.json")
     if result.get("kernels") is not None:
         ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message)
@@ -122,16 +117,16 @@ def profile(judge: "Judge", ev: Evaluation, on_event: EventSink | None = None) -
     return ev
 
 
-def _page(judge: "Judge", ev: Evaluation, ncu_path: str, report: Path, page: str) -> str:
+def _page(ctx: StageContext, ev: Evaluation, ncu_path: str, report: Path, page: str) -> str:
     """One page of the report, printed by ncu in the candidate's sandbox (the report is a file the
     candidate's process could have written: it is read where nothing it holds can matter)."""
     wd = Path(ev.workdir)
     iso, _ = sandboxing.isolation(
-        "candidate", judge.config, workdir=wd, private=judge._private, siblings=[], credentials=judge._credentials, device=judge.device
+        "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
     )
-    limits = sandboxing.limits(judge.config, 120.0).model_copy(update={"output_tail_bytes": 48 << 20})
+    limits = sandboxing.limits(ctx.config, 120.0).model_copy(update={"output_tail_bytes": 48 << 20})
     outcome = run_child(ncu.import_command(ncu_path, Path(f"{report}.ncu-rep"), page), cwd=wd,  # type: ignore[arg-type]
-                        env=sandboxing.env("candidate", wd, judge.device, judge.gpu), limits=limits, isolation=iso)
+                        env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu), limits=limits, isolation=iso)
     if outcome.returncode != 0:
         (wd / "logs" / f"ncu_{page}.err").write_text(outcome.stderr_tail[-4000:])
     return outcome.stdout_tail

@@ -57,7 +57,7 @@ def body(w: Worker) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from kernelfix.tools import build
+    from kernelfix.tools.build import load_inline
     from kernelfix.tools.config import BuildOptions
 
     spec = w.spec
@@ -73,7 +73,7 @@ def body(w: Worker) -> None:
     with torch.device(device):
         inputs = to_device(list(task.get_inputs()), device)
     result["dtypes"] = sorted({str(t.dtype).removeprefix("torch.") for t in _tensors(inputs) if t.is_floating_point()})
-    build.install(Path(spec["build_dir"]), device, BuildOptions(**spec.get("build", {})))
+    load_inline.install(Path(spec["build_dir"]), device, BuildOptions(**spec.get("build", {})))
     w.phase("import_candidate")
     cls = getattr(load_module(spec["candidate_path"], "kernelfix_candidate"), "ModelNew", None)
     if cls is None:

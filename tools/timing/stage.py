@@ -22,40 +22,37 @@ more forward must be right. Flagged:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from kernelfix.tools.correctness.stage import fail_from
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.reference import ReferenceUnavailable
+from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category, TimingStats, Timings
 from kernelfix.tools.workers.handle import WorkerGone
 
-if TYPE_CHECKING:
-    from kernelfix.tools.judge import Judge
 
-
-def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
-    c = judge.config
-    if judge.device != "cuda":
-        ev.warnings.append(f"not timed: timing needs a CUDA GPU (device {judge.device})")
+def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    c = ctx.config
+    if ctx.device != "cuda":
+        ev.warnings.append(f"not timed: timing needs a CUDA GPU (device {ctx.device})")
         return ev
-    ref = judge.ref
+    ref = ctx.ref
     t0 = time.monotonic()
     try:
-        base = ref.baseline(judge.lease)
+        base = ref.baseline(ctx.lease)
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
     ev.breakdown["benchmark.baseline"] = round(time.monotonic() - t0, 3)
     ev.timings = _timings(base, c.flush_l2)
-    run = judge.run_for(ev, on_event)
+    run = ctx.run_for(ev, on_event)
     timing_trial = next(t for t in ref.trials if t.purpose == "correctness")
     fresh = next(t for t in ref.trials if t.purpose == "fresh")
     slots: list[int] = []
     outs: list[int] = []
     t1 = time.monotonic()
     try:
-        with judge.lease("benchmark"):
+        with ctx.lease("benchmark"):
             p, fds = ref.prepare(timing_trial)
             slots.append(p.slot)  # type: ignore[arg-type]
             outs.append(p.out)  # type: ignore[arg-type]
@@ -80,7 +77,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
             ref.release(slots, outs)
         except ReferenceUnavailable:
             pass
-    return _police(judge, ev, messages, stale)
+    return _police(ctx, ev, messages, stale)
 
 
 def _timings(base: baselines.Baseline, flushed: bool) -> Timings:
@@ -99,8 +96,8 @@ def _timings(base: baselines.Baseline, flushed: bool) -> Timings:
 HOST_BOUND = 0.8  # issuing took this share of the wall clock: the host, not hidden GPU work, set the pace
 
 
-def _police(judge: "Judge", ev: Evaluation, messages: list[dict], stale: str | None) -> Evaluation:
-    c = judge.config
+def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str | None) -> Evaluation:
+    c = ctx.config
     t = ev.timings
     assert t is not None
     timings = [m for m in messages if m.get("type") == "candidate_timing"]

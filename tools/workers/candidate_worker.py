@@ -103,11 +103,11 @@ class CandidateRunner:
     def build(self) -> None:
         import torch
 
-        from kernelfix.tools import build
+        from kernelfix.tools.build import load_inline
         from kernelfix.tools.config import BuildOptions
 
         self.task = load_task(self.w, self.spec.task_path)
-        build.install(Path(self.spec.build_dir), self.device, BuildOptions(**self.spec.build))
+        load_inline.install(Path(self.spec.build_dir), self.device, BuildOptions(**self.spec.build))
         _watch_compilers(self.w)
         self.w.phase("import_candidate")
         t0 = perf_counter()
@@ -115,7 +115,7 @@ class CandidateRunner:
             mod = load_module(self.spec.candidate_path, "kernelfix_candidate")
         finally:
             # What each extension build did (cache hit or not), for the compile report; sent on failure too.
-            self.w.chan.send("builds", builds=[b.model_dump() for b in build.records()])
+            self.w.chan.send("builds", builds=[b.model_dump() for b in load_inline.records()])
         cls = getattr(mod, "ModelNew", None)
         if cls is None:
             raise NoModelNew("the candidate module defines no ModelNew")

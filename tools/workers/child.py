@@ -85,7 +85,7 @@ class Worker:
         _exit(code)
 
     def report(self, e: BaseException) -> None:
-        from kernelfix.tools.build import GpuRequired
+        from kernelfix.tools.build.load_inline import GpuRequired
 
         kind = "exception"
         if isinstance(e, GpuRequired):

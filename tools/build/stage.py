@@ -9,19 +9,16 @@ compiler, the linker) and ends as ``infra:no_gpu``.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.reference import ReferenceUnavailable
+from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.verdict import Category, CompileReport
 from kernelfix.tools.workers.handle import WorkerGone
 
-if TYPE_CHECKING:
-    from kernelfix.tools.judge import Judge
 
-
-def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
-    run = judge.run_for(ev, on_event)
+def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    run = ctx.run_for(ev, on_event)
     log_path = str(run.workdir / "logs" / "candidate.log")
     try:
         try:
@@ -29,8 +26,8 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
         except WorkerGone as e:
             if e.outcome.last("hello") is not None or e.outcome.timed_out:
                 raise
-            judge.release(ev)  # it died before running anything of the candidate's: the machine's; once more
-            run = judge.run_for(ev, on_event)
+            ctx.release(ev)  # it died before running anything of the candidate's: the machine's; once more
+            run = ctx.run_for(ev, on_event)
             msg = run.built()
     except WorkerGone as e:
         extensions = run.builds()
@@ -46,7 +43,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
         if err is not None and err.get("kind") == "task":
             # The task failed in the candidate's worker: the reference worker says how (TaskError).
             try:
-                judge.reference(on_event)
+                ctx.reference(on_event)
             except ReferenceUnavailable as r:
                 return ev.fail("compile", r.category, r.message)
             return ev.fail("compile", Category.WORKER, f"the task did not load in the candidate's worker: {err.get('message')}")
@@ -66,7 +63,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     )
     t0 = time.monotonic()
     try:
-        judge.reference(on_event)  # a broken task stops here, before any trial (TaskError)
+        ctx.reference(on_event)  # a broken task stops here, before any trial (TaskError)
     except ReferenceUnavailable as e:
         return ev.fail("compile", e.category, e.message)
     ev.breakdown["compile.reference_wait"] = round(time.monotonic() - t0, 3)  # the reference worker still starting

@@ -6,7 +6,7 @@ torch, but:
 
 - every build lands in the evaluation's own build directory (two sessions never
   share one by accident, and the candidate cannot write its build elsewhere);
-- torch's ninja step is replaced by :mod:`kernelfix.tools.build_runner`: the
+- torch's ninja step is replaced by :mod:`kernelfix.tools.build.runner`: the
   same build.ninja and commands, with a content-addressed cache of finished
   extensions and compiled TUs shared across sessions and processes, a
   precompiled torch header for the binding TU and nvcc's front ends in
@@ -20,7 +20,7 @@ torch, but:
   caught; the extension cannot be loaded there, which ends the stage with
   :class:`GpuRequired` instead of a misleading error;
 - kernels compiled with NVRTC (``torch.cuda._compile_kernel``) are timed and
-  recorded too (:mod:`~kernelfix.tools.build_nvrtc`).
+  recorded too (:mod:`~kernelfix.tools.build.nvrtc`).
 
 What each extension build did is kept for the judge's compile report (:func:`records`).
 """
@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from kernelfix.tools import build_nvrtc, build_runner
+from kernelfix.tools.build import nvrtc as build_nvrtc, runner as build_runner
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.store import Store, digest

@@ -4,12 +4,12 @@ Built only from what the build recorded for that build (``ExtensionBuild``: per
 translation unit its seconds, the torch headers it includes itself, the PCH), so
 every sentence is true of that build: the torch-header advice appears only when a
 ``.cu`` that includes torch headers was the slowest unit, and the time it quotes
-for a ``.cu`` without them is a measured median (``build_times``), with its basis.
+for a ``.cu`` without them is a measured median (``build.times``), with its basis.
 """
 
 from __future__ import annotations
 
-from kernelfix.tools import host_pch
+from kernelfix.tools.build import host_pch
 from kernelfix.tools.verdict import ExtensionBuild, UnitBuild, Verdict
 
 _MAX_LINES = 4

@@ -17,7 +17,7 @@ each switchable in :class:`~kernelfix.tools.config.BuildOptions`:
 Each extension's record says what every translation unit took, which torch
 headers it includes and whether it used the PCH (the build feedback quotes it),
 and each fresh compile is added to this machine's build times
-(:mod:`~kernelfix.tools.build_times`).
+(:mod:`~kernelfix.tools.build.times`).
 
 Builds of the same key are serialized by a file lock, so concurrent identical
 builds compile once. A failed build raises the same ``RuntimeError`` torch
@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelfix.tools import build_times, host_pch, ninja_file, nvcc_pipeline
+from kernelfix.tools.build import host_pch, ninja_file, nvcc_pipeline, times as build_times
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.store import Store, digest, file_sha256
