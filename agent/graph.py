@@ -218,7 +218,8 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def feedback(state: SessionState) -> Update:
         turn = state.current.model_copy(deep=True)
-        judging.finish(rt.judge, turn, state.evaluation)
+        ev, faults = judging.settle(rt.store, rt.judge, turn, state.evaluation, rt.emit, rt.check_abort)
+        judging.finish(rt.judge, turn, ev, faults)
         best = state.best
         is_best = policy.is_better(turn, best)
         if is_best:

@@ -6,11 +6,13 @@ import shutil
 import time
 from collections.abc import Callable
 
-from kernelfix.agent.events import StageUpdate
+from kernelfix.agent.events import Notice, StageUpdate
 from kernelfix.agent.models import ModelReply
 from kernelfix.agent.session import SessionDir
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.tools.judge import Evaluation, Judge, StageEvent
+from kernelfix.tools import retry
+from kernelfix.tools.judge import STAGES, Evaluation, Judge, StageEvent
+from kernelfix.tools.retry import MachineFault
 
 
 def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hints: list[str], started_at: float, **tree) -> Turn:
@@ -58,9 +60,35 @@ def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], 
     return ev
 
 
-def finish(judge: Judge, turn: Turn, ev: Evaluation) -> None:
-    """The verdict and the turn's times."""
+def settle(
+    store: SessionDir, judge: Judge, turn: Turn, ev: Evaluation, emit: Callable[[object], None], check: Callable[[], None]
+) -> tuple[Evaluation, list[str]]:
+    """The turn's evaluation once the machine has judged it: while the verdict is a machine fault
+    (infra:*, tools/retry.py), the same candidate is judged again after a pause, up to
+    ``infra_retries`` times. (evaluation, the faults met). A fault that persists, or one no pause
+    cures (too_large), raises ``MachineFault``: no turn is spent and nothing reaches the model; the
+    session stops there and a resume judges the candidate again."""
+    faults: list[str] = []
+    while ev.failed and ev.category is not None and ev.category.machine_fault:
+        tried = len(faults)
+        faults.append(retry.fault_text(ev.category, ev.message))
+        abandon(judge, ev)
+        if not retry.should_retry(ev.category, tried, judge.config.infra_retries):
+            raise MachineFault(faults, turn=turn.index)
+        wait = retry.backoff_s(judge.config.infra_backoff_s, tried)
+        emit(Notice(text=f"turn {turn.index}: the machine could not judge it ({faults[-1][:200]}); judging it again in {wait:.0f} s"))
+        retry.pause(wait, check)
+        ev = start(store, judge, turn, emit)
+        for name in STAGES:
+            check()
+            ev = getattr(judge, name)(ev, lambda e: emit(StageUpdate(turn=turn.index, event=e)))
+    return ev, faults
+
+
+def finish(judge: Judge, turn: Turn, ev: Evaluation, faults: list[str] = ()) -> None:  # type: ignore[assignment]
+    """The verdict (with the machine faults met on the way) and the turn's times."""
     turn.verdict = judge.finish(ev)
+    turn.verdict.infra_retries = list(faults)
     turn.judge_s = round(sum(ev.stage_seconds.values()), 3)
     turn.finished_at = time.time()
     turn.wall_s = round(turn.finished_at - turn.started_at, 3)

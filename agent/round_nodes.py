@@ -87,10 +87,11 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
             for name in STAGES:
                 rt.check_abort()
                 ev = getattr(rt.judge, name)(ev, lambda e: rt.emit(StageUpdate(turn=slot.turn, event=e)))
+            ev, faults = judging.settle(rt.store, rt.judge, turn, ev, rt.emit, rt.check_abort)
         except BaseException:
             judging.abandon(rt.judge, ev)
             raise
-        judging.finish(rt.judge, turn, ev)
+        judging.finish(rt.judge, turn, ev, faults)
         rt.emit(TurnJudged(turn=turn, best_turn=ctl.judged(turn)))
         return result("judged", turn=turn)
 

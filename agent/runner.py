@@ -27,6 +27,7 @@ from kernelfix.agent.session import SessionDir
 from kernelfix.agent.state import REOPENABLE, Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
+from kernelfix.tools.retry import MachineFault
 from kernelfix.tools.task import Task, TaskError
 
 log = logging.getLogger(__name__)
@@ -263,6 +264,8 @@ def _interruption(e: BaseException) -> tuple[str, bool]:
         what = "interrupted by the user"
     elif isinstance(e, ModelError):
         what = f"model error ({e.kind}): {e}"
+    elif isinstance(e, MachineFault):
+        what = str(e)
     else:
         what = f"{type(e).__name__}: {e}"
     return f"{what}; `kernelfix resume` continues the session", True

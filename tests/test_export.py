@@ -231,3 +231,21 @@ def test_parquet(sessions, tmp_path):
     assert table.schema.field("metadata").type.field("final_speedup_eager").type == "double"
     final = rows[0]["messages"][-1]
     assert final["role"] == "assistant" and final["weight"] == 1
+
+
+def test_a_turn_the_machine_failed_to_judge_is_never_a_model_mistake(tmp_path):
+    """Sessions from before machine faults were retried hold infra turns: the SFT record ends before
+    the first one, and RL gets no reward for it nor for a prompt that carries its feedback."""
+    from kernelfix.agent.export import rl
+    from kernelfix.agent.export.records import record
+
+    traj = trajectory("faulted", [("compile_error:nvcc", None, R), ("ok", 1.2, R), ("infra:gpu_busy", None, R), ("ok", 1.5, R)])
+    rec = record(traj, session_dir="x")
+    assert rec.metadata.final_turn == 2 and rec.metadata.final_category == "ok"
+    assert all("infra" not in (m.content or "") for m in rec.messages)
+    assert [r.metadata.turn for r in rl.records(traj, session_dir="x")] == [1, 2]
+    first = trajectory("first", [("infra:worker", None, R), ("ok", 1.5, R)])
+    assert record(first, session_dir="x") is None
+    # infra:no_gpu is no fault: the candidate was built for real, and that build is the feedback
+    built = trajectory("built", [("infra:no_gpu", None, R), ("ok", 1.5, R)], device="cpu")
+    assert record(built, session_dir="x").metadata.final_turn == 2

@@ -148,6 +148,7 @@ def run_task(job: Job, *, gpu: str | None = None, on_event=None) -> TaskResult:
     from kernelfix.agent.models import ModelError, make_model
     from kernelfix.agent.runner import Session
     from kernelfix.tools.judge import Judge
+    from kernelfix.tools.retry import MachineFault
     from kernelfix.tools.task import TaskError
 
     t0 = time.monotonic()
@@ -174,6 +175,8 @@ def run_task(job: Job, *, gpu: str | None = None, on_event=None) -> TaskResult:
     except ModelError as e:
         # the session recorded where it stopped; a rerun of the batch resumes it
         return result("unfinished" if e.kind == "unavailable" else "failed", f"model error ({e.kind}): {e}")
+    except MachineFault as e:  # kept where it stopped: a rerun of the batch judges that candidate again
+        return result("unfinished", f"{e}; the session is kept, a rerun of the batch continues it")
     except TaskError as e:
         return result("failed", f"the task does not run: {e}")
     except SessionError as e:

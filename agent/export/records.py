@@ -164,6 +164,13 @@ def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final", fina
     if final is None:
         return None
     turns = path_to(traj.turns, final.index) if _searched(traj) else traj.turns
+    # A turn the machine failed to judge (infra:*) is no model mistake: the record ends before it.
+    fault = next((t for t in turns if t.index <= final.index and t.verdict is not None and t.verdict.category.machine_fault), None)
+    if fault is not None:
+        final = next((t for t in reversed(turns) if t.index < fault.index and t.source == "model" and t.reply is not None), None)
+        if final is None:
+            return None
+        turns = [t for t in turns if t.index <= final.index]
     context = [Message(role=m.role, content=m.content) for m in final.messages]  # reasoning_content dropped
     for m in context:
         if m.role == "assistant":

@@ -59,11 +59,20 @@ def reward(turn: Turn) -> float | None:
     return turn.verdict.speedup_eager  # None: correct but untimed
 
 
+def machine_fault_in(messages, traj: Trajectory) -> bool:
+    """Whether a prompt carries the feedback of a turn the machine failed to judge (sessions from before
+    machine faults were retried recorded such turns)."""
+    faulted = [t.feedback for t in traj.turns if t.verdict is not None and t.verdict.category.machine_fault and t.feedback]
+    return any(m.content in faulted for m in messages if m.role == "user")
+
+
 def records(traj: Trajectory, *, session_dir: str) -> list[RLRecord]:
     out = []
     for t in traj.turns:
         if t.source != "model" or t.reply is None or t.verdict is None:
             continue
+        if machine_fault_in(t.messages, traj) or t.verdict.category.machine_fault:
+            continue  # the machine failed to judge it, or its prompt holds such a turn: no reward to learn
         v = t.verdict
         out.append(
             RLRecord(

@@ -18,6 +18,7 @@ import argparse
 import sys
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_MACHINE = 3  # the machine kept failing to judge (infra:*): the session is kept, a resume continues it
 
 
 class UsageError(Exception):
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
             "the PyTorch reference, rejects kernels that call torch to do the work, and times them "
             "against eager and torch.compile."
         ),
-        epilog="Exit codes: 0 ok, 1 the candidate failed, 2 bad usage or unreadable input, 130 interrupted.",
+        epilog="Exit codes: 0 ok, 1 the candidate failed, 2 bad usage or unreadable input, 3 the machine kept failing to judge (a session stops, resumable), 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"kernelfix {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

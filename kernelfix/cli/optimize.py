@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from kernelfix.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError
 from kernelfix.cli.common import (
     _agent_config,
     _common_judge_args,
@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
             "runs out, a budget is spent or you stop it. Every judged turn is a commit in the session directory; "
             "a killed session continues with `kernelfix resume`."
         ),
-        epilog="Exit codes: 0 a correct, legal kernel was found, 1 not, 2 bad usage or input (task, model, key, session directory).",
+        epilog="Exit codes: 0 a correct, legal kernel was found, 1 not, 2 bad usage or input (task, model, key, session directory), 3 the machine kept failing to judge a candidate (the session is kept: resume it).",
     )
     p.add_argument("task", metavar="TASK", help="KernelBench-format task file")
     p.add_argument("--candidate", metavar="FILE", help="a failing or slow kernel (.py, or a saved reply) to judge as turn 0 and repair")
@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
             "no judged turn is lost or judged twice. Raising --max-turns or a budget continues a session that "
             "stopped on that limit."
         ),
-        epilog="Exit codes: 0 a correct, legal kernel was found, 1 not, 2 bad usage or input.",
+        epilog="Exit codes: 0 a correct, legal kernel was found, 1 not, 2 bad usage or input, 3 the machine kept failing to judge a candidate (resume again later).",
     )
     p.add_argument("session_dir", metavar="SESSION_DIR")
     _session_args(p)
@@ -121,6 +121,7 @@ def _run_session(session, sink) -> int:
     """Run under the terminal UI when ``sink`` is its EventRelay, else headless."""
     from kernelfix.agent.models import ModelError
     from kernelfix.agent.session import SessionError
+    from kernelfix.tools.retry import MachineFault
     from kernelfix.tools.task import TaskError
 
     from kernelfix.agent.headless import HeadlessReporter
@@ -134,6 +135,9 @@ def _run_session(session, sink) -> int:
             return EXIT_USAGE
         traj = session.store.read_trajectory()
         return EXIT_OK if traj is not None and traj.outcome.success else EXIT_FAIL
+    except MachineFault as e:
+        print(f"kernelfix: {e}\nkernelfix: no turn was spent on it; the session is kept; continue it with: kernelfix resume {session.store.path}", file=sys.stderr)
+        return EXIT_MACHINE
     except TaskError as e:
         raise UsageError(f"{e}\n(the session directory {session.store.path} keeps its records; the task itself must be fixed)") from None
     except SessionError as e:
