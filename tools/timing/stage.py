@@ -24,7 +24,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from kernelfix.tools.correctness.stage import fail_from
+from kernelfix.tools import input_sets
+from kernelfix.tools.correctness.stage import fail_from, ref_shapes
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.timing import baselines
@@ -36,21 +37,46 @@ if TYPE_CHECKING:
 
 
 def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluation:
-    c = judge.config
     if judge.device != "cuda":
         ev.warnings.append(f"not timed: timing needs a CUDA GPU (device {judge.device})")
         return ev
+    sets = input_sets.sets_of(judge.ref.trials)
+    if sets == [None]:
+        return _one(judge, ev, on_event, None)
+    # Each set timed like a task of its own; the speedup that ranks is their geometric mean.
+    shapes = ref_shapes(judge)
+    if not ev.input_sets:
+        ev.input_sets = input_sets.reports(shapes, [])
+    first: object = None
+    for s in sets:
+        ev.timings, ev.speedup_eager, ev.speedup_compile = None, None, None
+        ev = _one(judge, ev, on_event, s)
+        if ev.failed:
+            ev.message = f"{input_sets.label(shapes, s)}: {ev.message}"
+            return ev
+        line = ev.input_sets[s - 1]  # type: ignore[index,operator]
+        line.timings, line.speedup_eager, line.speedup_compile = ev.timings, ev.speedup_eager, ev.speedup_compile
+        first = first or ev.timings
+    ev.timings = first  # type: ignore[assignment]
+    ev.speedup_eager = input_sets.geomean([x.speedup_eager for x in ev.input_sets])
+    ev.speedup_compile = input_sets.geomean([x.speedup_compile for x in ev.input_sets])
+    return ev
+
+
+def _one(judge: "Judge", ev: Evaluation, on_event: EventSink | None, input_set: int | None) -> Evaluation:
+    """Time one set's first trial (a task without sets: the first trial) and police it."""
+    c = judge.config
     ref = judge.ref
     t0 = time.monotonic()
     try:
-        base = ref.baseline(judge.lease)
+        base = ref.baseline(judge.lease, input_set=input_set)
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
-    ev.breakdown["benchmark.baseline"] = round(time.monotonic() - t0, 3)
+    ev.breakdown["benchmark.baseline"] = round(ev.breakdown.get("benchmark.baseline", 0.0) + time.monotonic() - t0, 3)
     ev.timings = _timings(base, c.flush_l2)
     run = judge.run_for(ev, on_event)
-    timing_trial = next(t for t in ref.trials if t.purpose == "correctness")
-    fresh = next(t for t in ref.trials if t.purpose == "fresh")
+    timing_trial = next(t for t in ref.trials if t.purpose == "correctness" and t.input_set == input_set)
+    fresh = next(t for t in ref.trials if t.purpose == "fresh" and t.input_set == input_set)
     slots: list[int] = []
     outs: list[int] = []
     t1 = time.monotonic()
@@ -73,7 +99,7 @@ def run(judge: "Judge", ev: Evaluation, on_event: EventSink | None) -> Evaluatio
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
     finally:
-        ev.breakdown["benchmark.candidate"] = round(time.monotonic() - t1, 3)
+        ev.breakdown["benchmark.candidate"] = round(ev.breakdown.get("benchmark.candidate", 0.0) + time.monotonic() - t1, 3)
         if run.handle.alive:
             run.release(slots, outs)
         try:
