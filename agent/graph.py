@@ -45,6 +45,7 @@ from kernelfix.agent.models import ChatModel, ReplayExhausted
 from kernelfix.agent.round_nodes import add_round_nodes
 from kernelfix.agent.session import SessionDir
 from kernelfix.agent.shapes import shape_block
+from kernelfix.tools import input_sets
 from kernelfix.agent.state import SessionState, Slot, Turn
 from kernelfix.tools.judge import STAGES, Judge
 
@@ -114,6 +115,9 @@ def build_graph(rt: Runtime) -> StateGraph:
             block, problem = shape_block(rt.store.task_path, timeout_s=rt.judge.config.run_timeout_s)
         # A task that does not run stops the session here (TaskError), before any model turn is spent on it.
         rt.judge.reference(lambda e: rt.emit(StageUpdate(turn=None, event=e)))
+        sets = input_sets.prompt_block(rt.judge.ref.ready.input_sets if rt.judge.ref.ready else None)
+        if sets:  # a task with get_input_sets(): the shapes the kernel must serve
+            block = f"{block}\n\n{sets}" if block else sets
         if problem:
             rt.emit(Notice(text=f"no shape block in the first prompt: {problem}"))
         # The floor (bytes and FLOPs at the GPU's peaks) and eager's distance from it; on a GPU this

@@ -19,7 +19,8 @@ from kernelfix.capture.files import CaptureFiles
 from kernelfix.capture.graph import task_graph
 from kernelfix.capture.records import CaptureManifest
 from kernelfix.capture.reproduce import reproduce
-from kernelfix.capture.script import CapturedCall, run_and_capture
+from kernelfix.capture.records import InputLeaf, OutputLeaf
+from kernelfix.capture.script import CapturedCall, run_and_capture_calls
 from kernelfix.capture.task_source import render_task
 from kernelfix.capture.tensors import clone_like
 from kernelfix.capture.trace import export_call, random_ops
@@ -44,12 +45,16 @@ def capture(
     out: str | Path | None = None,
     *,
     call: int = 1,
+    calls: list[int] | str | None = None,
+    max_calls: int = 8,
     script_args: list[str] | tuple[str, ...] = (),
     keep_call: bool = True,
     force: bool = False,
     config: JudgeConfig | None = None,
 ) -> CaptureResult:
-    """Capture the ``call``-th call of ``module_path`` in ``script`` as a task at ``out``.
+    """Capture the ``call``-th call of ``module_path`` in ``script`` as a task at ``out``; or, with ``calls``
+    (call numbers, or "all": the first call of each distinct signature, at most ``max_calls``), several
+    calls, each a set of the task's get_input_sets() (get_inputs() is the first), each checked.
 
     Raises CaptureInputError (bad input) or CaptureFailed (cannot be made faithful); writes nothing then.
     """
@@ -59,8 +64,21 @@ def capture(
     existing = [str(p) for p in files.all() if p.exists()]
     if existing and not force:
         raise CaptureInputError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; pass --force to replace")
-    c = run_and_capture(script, module_path, call=call, script_args=script_args)
-    ep = export_call(c)
+    wanted = None if calls == "all" else list(calls) if calls is not None else [call]
+    cs = run_and_capture_calls(script, module_path, calls=wanted, limit=max_calls, script_args=script_args)
+    c, others = cs[0], cs[1:]
+    skipped = []
+    for x in others:
+        why = _fixed_values_differ(c, x)
+        if why and calls != "all":
+            raise CaptureFailed(why)
+        if why:
+            skipped.append(why)
+    if skipped:  # `all`: such calls are another task's
+        bad = {int(w.split()[1]) for w in skipped}
+        others = [x for x in others if x.call not in bad]
+        cs = [c, *others]
+    ep = export_call(c, others)
     rnd = random_ops(ep)
     if rnd:
         raise CaptureFailed(
@@ -79,15 +97,20 @@ def capture(
         torch.save({a.key: clone_like(a.value).cpu() for a in tg.attrs}, staged.weights)
         with open(staged.weights, "rb") as f:
             sha = hashlib.file_digest(f, "sha256").hexdigest()
+        sets = [_set_inputs(tg.inputs, x) for x in cs] if others else []
         source = render_task(
             tg, module_path=module_path, module_class=type(c.module).__qualname__, script=str(script),
             weights_name=final.weights.name, weights_abs=str(final.weights), weights_sha256=sha,
+            input_sets=sets, calls=[x.call for x in cs],
         )
         atomic.write_text(staged.task, source)
-        check = reproduce(staged.task, c, config)
-        if not check.ok:
-            raise CaptureFailed(f"cannot capture {module_path}: {check.problem}. Nothing was written.")
-        notes = list(tg.notes)
+        checks = [reproduce(staged.task, x, config) for x in cs]  # every captured call, as the one call is checked
+        for x, check in zip(cs, checks):
+            if not check.ok:
+                which = f" (call {x.call}, set {cs.index(x) + 1} of {len(cs)})" if others else ""
+                raise CaptureFailed(f"cannot capture {module_path}{which}: {check.problem}. Nothing was written.")
+        check = checks[0]
+        notes = list(tg.notes) + [f"not captured: {w}" for w in skipped]
         notes += [f"input {i.name} had {i.tensor.nonfinite} non-finite values; get_inputs() draws finite ones"
                   for i in tg.inputs if i.tensor is not None and i.tensor.nonfinite]
         in_spec, why = _in_spec(c)
@@ -95,7 +118,7 @@ def capture(
             notes.append(why)
         call_kept = False
         if keep_call:
-            call_kept, why = _save_call(c, staged.call)
+            call_kept, why = _save_call(c, staged.call, others)
             if why:
                 notes.append(why)
         manifest = CaptureManifest(
@@ -105,6 +128,8 @@ def capture(
             training=c.module.training, grad_enabled=c.grad_enabled, task=final.task.name, weights=final.weights.name,
             weights_sha256=sha, call_file=final.call.name if call_kept else None, in_spec=in_spec, inputs=tg.inputs,
             outputs=tg.outputs, graph_ops=dict(tg.ops.most_common()), check=check, notes=notes,
+            calls=[x.call for x in cs] if others else [], input_sets=sets,
+            set_outputs=[_outputs(x) for x in cs] if others else [], set_checks=checks if others else [],
         )
         atomic.write_json(staged.manifest, manifest)
         written = []
@@ -128,11 +153,44 @@ def _in_spec(c: CapturedCall) -> tuple[str, str | None]:
         return "", f"the call's argument structure cannot be saved ({e}); load_best cannot map calls to the kernel"
 
 
-def _save_call(c: CapturedCall, path: Path) -> tuple[bool, str | None]:
-    """The captured inputs and output beside the task, for load_best's check (loadable with weights_only)."""
+def _save_call(c: CapturedCall, path: Path, others: list[CapturedCall] = ()) -> tuple[bool, str | None]:
+    """The captured inputs and output beside the task, for load_best's check (loadable with weights_only);
+    with other calls, every call under "sets" (the first included)."""
     leaves = pytree.tree_leaves((tuple(c.args), dict(c.kwargs)))
     odd = [type(x).__name__ for x in leaves if not isinstance(x, (torch.Tensor, *_PRIMITIVES))]
     if odd:
         return False, f"the call passes {odd[0]} objects, which cannot be kept safely: load_best checks against the task's Model instead"
-    torch.save({"leaves": leaves, "output": c.output}, path)
+    saved: dict = {"leaves": leaves, "output": c.output}
+    if others:
+        saved["sets"] = [{"leaves": pytree.tree_leaves((tuple(x.args), dict(x.kwargs))), "output": x.output} for x in (c, *others)]
+    torch.save(saved, path)
     return True, None
+
+
+def _fixed_values_differ(c: CapturedCall, x: CapturedCall) -> str | None:
+    """The task fixes every non-tensor argument to the first call's value: why call ``x`` does not agree, if it does not."""
+    first, first_spec = pytree.tree_flatten((tuple(c.args), dict(c.kwargs)))
+    flat, spec = pytree.tree_flatten((tuple(x.args), dict(x.kwargs)))
+    if spec != first_spec:
+        return f"call {x.call} of {c.module_path} passes its arguments unlike call {c.call}: capture them separately (--call N)"
+    for a, b in zip(first, flat):
+        if not isinstance(a, torch.Tensor) and repr(a) != repr(b):
+            return (f"call {x.call} of {c.module_path} passes {b!r} where call {c.call} passed {a!r}: a task fixes non-tensor "
+                    "arguments to one value; capture such calls separately (--call N)")
+    return None
+
+
+def _set_inputs(first: list[InputLeaf], x: CapturedCall) -> list[InputLeaf]:
+    """One call's inputs described as the task's first call's are (the same names, this call's shapes and ranges)."""
+    from kernelfix.capture.tensors import describe
+
+    leaves = pytree.tree_leaves((tuple(x.args), dict(x.kwargs)))
+    return [leaf.model_copy(update={"tensor": describe(v)}) if leaf.tensor is not None else leaf for leaf, v in zip(first, leaves)]
+
+
+def _outputs(x: CapturedCall) -> list[OutputLeaf]:
+    from kernelfix.capture.check import leaves_with_paths
+    from kernelfix.capture.tensors import describe
+
+    out, _ = leaves_with_paths(x.output)
+    return [OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v)) for p, v in out]

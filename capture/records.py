@@ -134,6 +134,12 @@ class CaptureManifest(BaseModel):
     in_spec: str = Field(description="torch.utils._pytree.treespec_dumps of the call's (args, kwargs)")
     inputs: list[InputLeaf]
     outputs: list[OutputLeaf]
+    # `--calls`: every captured call (the first is `call`, `inputs`, `outputs` and `check` above), each a set
+    # of the task's get_input_sets(); empty for a capture of one call.
+    calls: list[int] = Field(default_factory=list, description="the captured calls, one per input set (empty: `call` alone)")
+    input_sets: list[list[InputLeaf]] = Field(default_factory=list, description="each captured call's inputs, in `calls` order")
+    set_outputs: list[list[OutputLeaf]] = Field(default_factory=list)
+    set_checks: list[ReproductionCheck] = Field(default_factory=list, description="each call reproduced by the task's Model")
     graph_ops: dict[str, int] = Field(default_factory=dict, description="ATen operator -> count in the task's forward")
     check: ReproductionCheck
     notes: list[str] = Field(default_factory=list)
@@ -160,6 +166,7 @@ class SwapCheck(BaseModel):
     against: Literal["captured_call", "original_module", "task_model"]
     output: OutputCheck
     note: str | None = None
+    input_set: int | None = None  # which captured call (1-based set of get_input_sets()); None: the one call
 
 
 class SwapReport(BaseModel):

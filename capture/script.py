@@ -129,19 +129,40 @@ def _submodule(root: nn.Module, rest: str, head: str) -> nn.Module:
     return mod
 
 
+def signature(args: tuple, kwargs: dict) -> tuple:
+    """A call's kind: its argument structure, each tensor's shape and dtype, every other value."""
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    return (str(spec), tuple((str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else repr(x) for x in flat))
+
+
 def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, script_args: list[str] | tuple[str, ...] = ()) -> CapturedCall:
     """Run ``script`` until the ``call``-th call of the module at ``module_path`` has returned; that call, recorded."""
+    return run_and_capture_calls(script, module_path, calls=[call], script_args=script_args)[0]
+
+
+def run_and_capture_calls(
+    script: str | Path, module_path: str, *, calls: list[int] | None, limit: int = 8, script_args: list[str] | tuple[str, ...] = ()
+) -> list[CapturedCall]:
+    """Several calls of the module, recorded: ``calls`` by number, or (None) the first call of each distinct
+    signature (shapes, dtypes, structure), at most ``limit``. The script stops once nothing more is wanted.
+    Every call shares the state (parameters, buffers) recorded before the first one: the task has one set of weights."""
     script = Path(script)
     if not script.is_file():
         raise CaptureInputError(f"no such script: {script}")
-    if call < 1:
-        raise CaptureInputError("--call counts from 1")
+    if calls is not None and (not calls or min(calls) < 1):
+        raise CaptureInputError("--call and --calls count from 1")
+    wanted = sorted(set(calls)) if calls is not None else None
+    kinds: set[tuple] = set()
     resolver = _Resolver(module_path)
     depth = 0
     seen = 0
     pending: dict[str, Any] = {}
     captured: list[CapturedCall] = []
     failure: list[CaptureInputError] = []
+    state: dict[str, Any] = {}
+
+    def done() -> bool:
+        return len(captured) >= (len(wanted) if wanted is not None else limit)
 
     def pre_hook(module: nn.Module, args: tuple) -> None:
         nonlocal depth, seen
@@ -151,13 +172,16 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
             failure.append(e)
             raise _Captured from None  # stop the script: the path is wrong
         depth += 1
-        if module is not target or captured or pending:
+        if module is not target or done() or pending:
             return
         seen += 1
-        if seen == call:
+        if wanted is None or seen in wanted:
             # Before the call: a module that updates its buffers (running stats, counters) must be captured as it was.
             pending["args"] = detach_tree(args)  # (keyword arguments reach only the post-hook: copied after the call)
-            pending["state"] = {n: clone_like(t) for n, t in _named_state(module)}
+            if not state:  # the first captured call's: the task's weights
+                state.update({n: clone_like(t) for n, t in _named_state(module)})
+            pending["state"] = state
+            pending["call"] = seen
             pending["grad"] = torch.is_grad_enabled()
             pending["autocast"] = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
 
@@ -167,15 +191,22 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
         if len(rest) != 2:  # the forward raised: torch then calls always-call hooks as (module, args, result)
             return
         kwargs, output = rest
-        if module is resolver.target and pending and not captured:
+        if module is resolver.target and pending:
+            p = dict(pending)
+            pending.clear()
+            kind = signature(p["args"], kwargs)
+            if wanted is None and kind in kinds:
+                return  # a kind already captured: `--calls all` keeps the first of each
+            kinds.add(kind)
             captured.append(
                 CapturedCall(
-                    module=module, module_path=module_path, call=call, args=pending["args"], kwargs=detach_tree(kwargs),
-                    output=detach_tree(output), state=pending["state"], grad_enabled=pending["grad"],
-                    autocast=pending["autocast"],
+                    module=module, module_path=module_path, call=p["call"], args=p["args"], kwargs=detach_tree(kwargs),
+                    output=detach_tree(output), state=p["state"], grad_enabled=p["grad"],
+                    autocast=p["autocast"],
                 )
             )
-            raise _Captured
+            if done():
+                raise _Captured
 
     handles = [
         nn.modules.module.register_module_forward_pre_hook(pre_hook),
@@ -201,13 +232,15 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
     finally:
         for h in handles:
             h.remove()
+            # torch leaves a global hook's with_kwargs flag behind, and torch.compile then warns of global hooks
+            getattr(nn.modules.module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
         sys.argv, sys.path[:] = saved_argv, saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
     if failure:
         raise failure[0]
-    if captured:
-        return captured[0]
+    if captured and (wanted is None or len(captured) == len(wanted)):
+        return captured
     if resolver.target is None:
         how = f"no variable {resolver.head!r} holding a module" + (
             f", and no top-level module call ({', '.join(sorted(set(resolver.tried_roots)))}) has a submodule {module_path!r}"
@@ -215,6 +248,7 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
         )
         raise CaptureInputError(f"{script} ran to its end without calling {module_path}: {how}")
     what = f"{module_path} ({type(resolver.target).__name__})"
+    call = (wanted or [1])[len(captured)] if wanted else 1
     if seen >= call:
         raise CaptureInputError(f"{script}: call {call} of {what} raised instead of returning (the script caught it)")
     raise CaptureInputError(

@@ -12,6 +12,8 @@ from kernelfix.capture.task_source import input_summary
 def capture_text(m: CaptureManifest, files: list[Path]) -> str:
     ops = ", ".join(f"{k.removeprefix('aten.')} x{v}" if v > 1 else k.removeprefix("aten.") for k, v in m.graph_ops.items())
     task = next((f for f in files if f.name == m.task), files[-1] if files else Path(m.task))
+    if m.calls:  # --calls: one input set per call, each checked
+        return _sets_text(m, files, ops, task)
     lines = [
         f"captured {m.module_path} ({m.module_class.rsplit('.', 1)[-1]}), call {m.call}, on {m.device}"
         + (" in training mode" if m.training else ""),
@@ -26,6 +28,23 @@ def capture_text(m: CaptureManifest, files: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def _sets_text(m: CaptureManifest, files: list[Path], ops: str, task: Path) -> str:
+    lines = [f"captured {m.module_path} ({m.module_class.rsplit('.', 1)[-1]}), calls {', '.join(map(str, m.calls))}, on {m.device}" + (" in training mode" if m.training else "")]
+    for k, (call, inputs, outputs, check) in enumerate(zip(m.calls, m.input_sets, m.set_outputs, m.set_checks), start=1):
+        lines.append(f"  set {k} (call {call})")
+        lines += [f"    input   {s}" for s in input_summary(inputs)]
+        lines += [f"    output  {o.path}: {o.description}" for o in outputs]
+        lines.append(f"    check   reproduces call {call}: {check.captured.summary() if check.captured else '-'}")
+    lines += [
+        f"  graph   {sum(m.graph_ops.values())} ATen ops: {ops}",
+        f"  inputs  get_input_sets() draws the {len(m.calls)} sets; get_inputs() the first; {m.check.fresh_inputs}",
+        *(f"  note    {n}" for n in m.notes),
+        f"  wrote   {', '.join(_rel(f) for f in files)}",
+        f"next: kernelfix optimize {_rel(task)} --model M",
+    ]
+    return "\n".join(lines)
+
+
 def swap_text(r: SwapReport) -> str:
     if not r.ok and r.error:
         return f"kernelfix swap: {r.error}"
@@ -33,7 +52,8 @@ def swap_text(r: SwapReport) -> str:
     speed = f", {r.speedup_eager:.2f}x over eager" if r.speedup_eager is not None else ""
     lines = [f"best kernel of {_rel(Path(r.session))} ({best}{speed}) for {r.module_path}"]
     for c in r.checks:
-        lines.append(f"  check against the {c.against.replace('_', ' ')}: {'ok' if c.ok else 'FAILED'}, {c.output.summary()}" + (f" ({c.note})" if c.note else ""))
+        where = f" (set {c.input_set})" if c.input_set is not None else ""
+        lines.append(f"  check against the {c.against.replace('_', ' ')}{where}: {'ok' if c.ok else 'FAILED'}, {c.output.summary()}" + (f" ({c.note})" if c.note else ""))
     if not r.checks:
         lines.append("  not checked (--no-check)")
     if r.snippet:

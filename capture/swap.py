@@ -5,9 +5,11 @@
 load_best builds the session's best ``ModelNew`` with the captured weights and
 wraps it in :class:`CapturedKernel`, which takes the call as the captured module
 took it (positional and keyword arguments, nested structures) and hands the
-kernel its tensors. A call unlike the captured one (another shape or dtype,
-another value where export fixed one) is not what the kernel was judged on: it
-raises, or runs the original module when one was given.
+kernel its tensors, through a custom operator (capture/custom_op.py) so that
+``torch.compile(model, fullgraph=True)`` compiles the model without a graph
+break. A call unlike every captured one (another shape or dtype, another value
+where export fixed one) is not what the kernel was judged on: it raises, or runs
+the original module when one was given.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from kernelfix.tools.config import JudgeConfig
 class CapturedKernel(nn.Module):
     """A kernel called as the captured module was called."""
 
-    def __init__(self, kernel: nn.Module, manifest: CaptureManifest, original: nn.Module | None = None):
+    def __init__(self, kernel: nn.Module, manifest: CaptureManifest, original: nn.Module | None = None, reference: nn.Module | None = None):
+        """``reference``: the task's Model on the meta device (capture/custom_op.py); with it the kernel runs
+        as a custom operator that torch.compile takes whole, without it as a plain call."""
         super().__init__()
         self.kernel = kernel
         self.original = original  # a submodule, so .to() moves it along; runs the calls the kernel was not judged on
@@ -42,12 +46,34 @@ class CapturedKernel(nn.Module):
         self.checks: list[SwapCheck] = []
         self.fallbacks = 0  # calls handed to the original module
         self._in_spec = pytree.treespec_loads(manifest.in_spec) if manifest.in_spec else None
+        self._sets = manifest.input_sets or [manifest.inputs]  # every captured call's inputs: what the kernel was judged on
+        # The calls' signatures as plain tuples: torch.compile traces this check without a graph break.
+        self._signatures = [_signature(leaves) for leaves in self._sets]
+        self._op = self._out_spec = None
+        self.op_name: str | None = None
+        if reference is not None:
+            from kernelfix.capture.custom_op import register
+
+            sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in manifest.inputs if leaf.tensor]
+            self._op, self._out_spec = register(kernel, reference, manifest.module_path, sample)
+            self.op_name = self._op._qualname
 
     def kernel_inputs(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-        """The kernel's tensors from a call; CallMismatch when the call is not the captured one's kind."""
+        """The kernel's tensors from a call; CallMismatch when the call is unlike every captured one."""
         if self._in_spec is None:
             raise CallMismatch("the capture could not record the call's structure")
-        return match_call(self._in_spec, self.manifest.inputs, args, kwargs)
+        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if spec == self._in_spec:
+            sig = tuple((x.dtype, tuple(x.shape)) if isinstance(x, torch.Tensor) else x for x in flat)
+            if sig in self._signatures:
+                return [x for x in flat if isinstance(x, torch.Tensor)]
+        errors = []
+        for leaves in self._sets:  # the slow path, for its message (and keywords in another order)
+            try:
+                return match_call(self._in_spec, leaves, args, kwargs)
+            except CallMismatch as e:
+                errors.append(str(e))
+        raise CallMismatch(errors[0] if len(errors) == 1 else "; ".join(f"captured call {k}: {e}" for k, e in enumerate(errors, start=1)))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -56,10 +82,12 @@ class CapturedKernel(nn.Module):
             if self.original is None:
                 raise CallMismatch(f"{self.manifest.module_path}: {e}") from None
             self.fallbacks += 1
-            if self.fallbacks == 1:
+            if self.fallbacks == 1 and not torch.compiler.is_compiling():
                 warnings.warn(f"{self.manifest.module_path}: {e}; such calls run the original module", stacklevel=2)
             return self.original(*args, **kwargs)
-        return self.kernel(*tensors)
+        if self._op is None:
+            return self.kernel(*tensors)
+        return pytree.tree_unflatten(self._op(tensors), self._out_spec)
 
     def extra_repr(self) -> str:
         return f"captured={self.manifest.module_path!r}, fallbacks={self.fallbacks}"
@@ -87,6 +115,20 @@ def match_call(in_spec: pytree.TreeSpec, leaves: list[InputLeaf], args: tuple, k
             raise CallMismatch(f"{leaf.path} is {got}; the kernel was judged on {want}")
         tensors.append(value)
     return tensors
+
+
+def _signature(leaves: list[InputLeaf]) -> tuple:
+    """A call's leaves as (dtype, shape) per tensor and the value of each fixed one, for a fast match."""
+    out: list[Any] = []
+    for leaf in leaves:
+        if leaf.tensor is not None:
+            out.append((getattr(torch, leaf.tensor.dtype), tuple(leaf.tensor.shape)))
+        else:
+            try:
+                out.append(ast.literal_eval(leaf.constant or "None"))
+            except (ValueError, SyntaxError):
+                out.append(object())  # matches nothing: such calls take the slow path, which compares reprs
+    return tuple(out)
 
 
 def _captured_keywords(in_spec: pytree.TreeSpec) -> list[str] | None:
@@ -146,6 +188,7 @@ def load_best(
     *,
     device: str | torch.device | None = None,
     check: bool = True,
+    custom_op: bool = True,
 ) -> CapturedKernel:
     """The session's best kernel as a module that replaces the captured one.
 
@@ -153,7 +196,10 @@ def load_best(
     also compares against it. ``device``: default the one the module was captured on (CPU when
     that is not here; Triton kernels then run in its interpreter). ``check``: run the kernel on the
     captured call (TASK.call.pt, else inputs from get_inputs()) and raise SwapCheckFailed unless it
-    matches within the judge's tolerance. Raises SwapError when there is nothing to load.
+    matches within the judge's tolerance (at every captured call, for a task captured with --calls).
+    ``custom_op``: run the kernel as a custom operator with a fake implementation (capture/custom_op.py),
+    so ``torch.compile(model, fullgraph=True)`` compiles the model without a graph break.
+    Raises SwapError when there is nothing to load.
     """
     sk = SessionKernel(session_dir)
     if not sk.best.is_file():
@@ -168,7 +214,15 @@ def load_best(
         kernel = best.ModelNew(*task.get_init_inputs()).to(dev)
     except Exception as e:
         raise SwapError(f"cannot build the best kernel of {sk.store.path}: {type(e).__name__}: {e}") from e
-    module = CapturedKernel(kernel, sk.manifest, original)
+    reference = None
+    if custom_op:
+        from kernelfix.capture.custom_op import meta_reference
+
+        try:
+            reference = meta_reference(task.Model(*task.get_init_inputs()))
+        except Exception as e:
+            raise SwapError(f"cannot build the task's Model for the kernel's shape rule: {type(e).__name__}: {e}") from e
+    module = CapturedKernel(kernel, sk.manifest, original, reference)
     if check:
         module.checks = swap_checks(module, sk, task, dev)
         failed = [c for c in module.checks if not c.ok]
@@ -204,37 +258,42 @@ def swap_checks(module: CapturedKernel, sk: SessionKernel, task, dev: torch.devi
     cfg = sk.judge_config
     call_file = sk.files.call if m.call_file else None
     checks = []
+    multi = len(m.input_sets) > 1
     with torch.no_grad():
         if call_file is not None and call_file.is_file():
             saved = torch.load(call_file, map_location=dev, weights_only=True)
-            args, kwargs = pytree.tree_unflatten(saved["leaves"], module._in_spec)
-            got = module(*args, **kwargs)
-            checks.append(_check("captured_call", compare_outputs(got, saved["output"], cfg)))
+            for k, one in enumerate(saved.get("sets") or [saved], start=1):  # every captured call
+                args, kwargs = pytree.tree_unflatten(one["leaves"], module._in_spec)
+                got = module(*args, **kwargs)
+                checks.append(_check("captured_call", compare_outputs(got, one["output"], cfg), input_set=k if multi else None))
+                if module.original is not None:
+                    checks.append(_check("original_module", compare_outputs(got, module.original(*args, **kwargs), cfg), input_set=k if multi else None))
         else:
-            args, kwargs = _drawn_call(m, task, dev, module._in_spec)
-            got = module(*args, **kwargs)
-            ref = task.Model(*task.get_init_inputs()).to(dev)(*module.kernel_inputs(args, kwargs))
-            note = "no captured call kept (TASK.call.pt): compared on inputs from get_inputs()"
-            checks.append(_check("task_model", compare_outputs(got, ref, cfg), note))
-        if module.original is not None:
-            want = module.original(*args, **kwargs)
-            checks.append(_check("original_module", compare_outputs(got, want, cfg)))
+            model = task.Model(*task.get_init_inputs()).to(dev)
+            for k in range(1, len(m.input_sets) + 1) if multi else [None]:
+                args, kwargs = _drawn_call(m, task, dev, module._in_spec, k)
+                got = module(*args, **kwargs)
+                ref = model(*module.kernel_inputs(args, kwargs))
+                note = "no captured call kept (TASK.call.pt): compared on inputs from get_inputs()" + ("" if k is None else f" (set {k} of get_input_sets())")
+                checks.append(_check("task_model", compare_outputs(got, ref, cfg), note, input_set=k))
+                if module.original is not None:
+                    checks.append(_check("original_module", compare_outputs(got, module.original(*args, **kwargs), cfg), input_set=k))
     if module.fallbacks:
         raise SwapError("the check's own call ran the original module: the captured call no longer matches the capture's record")
     return checks
 
 
-def _check(against: str, output: OutputCheck, note: str | None = None) -> SwapCheck:
-    return SwapCheck(ok=output.ok, against=against, output=output, note=note)
+def _check(against: str, output: OutputCheck, note: str | None = None, input_set: int | None = None) -> SwapCheck:
+    return SwapCheck(ok=output.ok, against=against, output=output, note=note, input_set=input_set)
 
 
-def _drawn_call(m: CaptureManifest, task, dev: torch.device, in_spec: pytree.TreeSpec | None) -> tuple[tuple, dict]:
-    """A call of the captured kind with tensors from get_inputs() and the fixed values as captured."""
+def _drawn_call(m: CaptureManifest, task, dev: torch.device, in_spec: pytree.TreeSpec | None, input_set: int | None = None) -> tuple[tuple, dict]:
+    """A call of the captured kind with tensors from get_inputs() (or one set of get_input_sets()) and the fixed values as captured."""
     if in_spec is None:
         raise SwapError("the capture could not record the call's structure, and no captured call was kept: nothing to check with")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        drawn = iter([t.to(dev) for t in task.get_inputs()])
+        drawn = iter([t.to(dev) for t in (task.get_inputs() if input_set is None else task.get_input_sets()[input_set - 1])])
     leaves = []
     for leaf in m.inputs:
         if leaf.tensor is not None:
@@ -248,9 +307,12 @@ def _drawn_call(m: CaptureManifest, task, dev: torch.device, in_spec: pytree.Tre
 
 
 def snippet(module_path: str, session_dir: str | Path) -> str:
-    """The two lines that put the kernel in the user's model."""
+    """The lines that put the kernel in the user's model (a custom operator: torch.compile takes it whole)."""
     target = attribute_path(module_path)
-    return f"import kernelfix\n{target} = kernelfix.load_best({str(session_dir)!r}, {target})"
+    return (
+        f"import kernelfix\n{target} = kernelfix.load_best({str(session_dir)!r}, {target})\n"
+        "# the kernel runs as a custom operator: torch.compile(model, fullgraph=True) compiles it without a graph break"
+    )
 
 
 def attribute_path(module_path: str) -> str:

@@ -57,6 +57,8 @@ def render_task(
     weights_name: str,
     weights_abs: str,
     weights_sha256: str,
+    input_sets: list[list[InputLeaf]] = (),
+    calls: list[int] = (),
 ) -> str:
     imports, forward = forward_source(tg)
     names = ", ".join(f"{i.name} {i.tensor.describe()}" for i in tg.inputs if i.tensor is not None) or "no tensors"
@@ -73,6 +75,14 @@ def render_task(
         "the same path and loads the same tensors: torch.load(weights, weights_only=True) is a dict of tensors.",
         "get_inputs() draws fresh tensors of the captured shapes, dtypes, strides and value ranges.",
     ]
+    if input_sets:
+        doc += [
+            "",
+            f"The module was captured at {len(input_sets)} calls ({', '.join(map(str, calls))}), one per input signature; forward's",
+            "dimensions that differ between them are symbolic. get_input_sets() draws one input list per call",
+            "(get_inputs() is the first); a kernel is judged at every one:",
+            *[f"  set {k}: " + ", ".join(f"{i.name} {i.tensor.describe()}" for i in s if i.tensor is not None) for k, s in enumerate(input_sets, start=1)],
+        ]
     init = [
         "    def __init__(self, weights: str):",
         "        super().__init__()",
@@ -118,6 +128,7 @@ def render_task(
         f"    return [{', '.join(i.name for i in tensors)}]",
         "",
         "",
+        *(_sets_source(input_sets) if input_sets else []),
         "def get_init_inputs():",
         "    return [weights_path()]",
         "",
@@ -125,6 +136,16 @@ def render_task(
         "",
     ]
     return "\n".join(parts)
+
+
+def _sets_source(input_sets: list[list[InputLeaf]]) -> list[str]:
+    """get_input_sets(): one list per captured call, drawn as get_inputs() draws."""
+    lines = ["def get_input_sets():", "    sets = []"]
+    for s in input_sets:
+        tensors = [i for i in s if i.tensor is not None]
+        lines += [f"    {i.name} = {_draw(i.tensor)}" for i in tensors]
+        lines.append(f"    sets.append([{', '.join(i.name for i in tensors)}])")
+    return [*lines, "    return sets", "", ""]
 
 
 def forward_source(tg: TaskGraph) -> tuple[list[str], str]:

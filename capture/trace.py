@@ -24,8 +24,10 @@ _KNOWN = (
 )
 
 
-def export_call(call: CapturedCall) -> torch.export.ExportedProgram:
-    """The call traced by torch.export (non-strict: the module's own Python runs, on fake tensors)."""
+def export_call(call: CapturedCall, others: list[CapturedCall] = ()) -> torch.export.ExportedProgram:
+    """The call traced by torch.export (non-strict: the module's own Python runs, on fake tensors). With
+    ``others`` (calls of other shapes), each dimension that differs between the calls is exported dynamic,
+    so the one graph computes every captured shape."""
     if call.autocast:
         raise CaptureFailed(
             f"{call.module_path} ran under torch.autocast ({', '.join(call.autocast)}): the task would compute in full precision "
@@ -33,9 +35,39 @@ def export_call(call: CapturedCall) -> torch.export.ExportedProgram:
         )
     try:
         with _quiet(), torch.set_grad_enabled(call.grad_enabled):
-            return torch.export.export(call.module, call.args, call.kwargs, strict=False)
+            return torch.export.export(call.module, call.args, call.kwargs, strict=False, dynamic_shapes=dynamic_shapes(call, others))
     except Exception as e:
         raise untraceable(e, call.module_path) from e
+
+
+def dynamic_shapes(call: CapturedCall, others: list[CapturedCall]) -> dict | None:
+    """export's dynamic_shapes: by the forward's argument names, Dim.AUTO for the dims that vary across the calls."""
+    import inspect
+
+    import torch.utils._pytree as pytree
+
+    if not others:
+        return None
+    flats = [pytree.tree_leaves((tuple(c.args), dict(c.kwargs))) for c in (call, *others)]
+    varying: list[set[int]] = []
+    for i, leaf in enumerate(flats[0]):
+        dims = set()
+        if isinstance(leaf, torch.Tensor):
+            for other in flats[1:]:
+                o = other[i]
+                dims |= {d for d in range(leaf.dim()) if isinstance(o, torch.Tensor) and o.dim() == leaf.dim() and o.shape[d] != leaf.shape[d]}
+        varying.append(dims)
+    if not any(varying):
+        return None
+    bound = inspect.signature(call.module.forward).bind(*call.args, **call.kwargs)
+    counter = iter(varying)
+
+    def spec(x):
+        dims = next(counter)
+        return {d: torch.export.Dim.AUTO for d in sorted(dims)} if dims else None
+
+    # pytree order of (args, kwargs) is the bound arguments' order for a forward of named parameters
+    return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from kernelfix.tools.verdict import (
     Category,
     CompileReport,
     CorrectnessReport,
+    InputSetReport,
     LegalityReport,
     ProfileReport,
     Stage,
@@ -64,6 +65,7 @@ class Evaluation(BaseModel):
     timings: Timings | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    input_sets: list[InputSetReport] = Field(default_factory=list)  # get_input_sets() tasks: per set
     profile: ProfileReport | None = None
     warnings: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)

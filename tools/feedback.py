@@ -8,6 +8,7 @@ stay on disk and in the verdict.
 
 from __future__ import annotations
 
+from kernelfix.tools import input_sets
 from kernelfix.tools.build import report as build_report
 from kernelfix.tools.correctness.input_variants import describe
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, TimingStats, Verdict
@@ -53,6 +54,7 @@ def render(v: Verdict) -> str:
         lines.append(f"Compiled; not run: {v.message}")
     else:
         lines.append(f"Judge problem ({v.category.value}), not caused by your code: {v.message}")
+    lines += input_sets.lines(v.input_sets, v.speedup_eager)  # a task with get_input_sets(): each shape
     lines += build_report.lines(v)  # every turn that built an extension: its time and what dominated it
     warns = [w for w in v.warnings if w and not w.startswith(SANDBOX_NOTE)]  # the judge's own limits are not the model's business
     if warns and v.category not in (Category.DISALLOWED_ATEN,):

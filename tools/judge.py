@@ -368,6 +368,7 @@ class Judge:
             speedup_compile=ev.speedup_compile if ok else None,
             kernelbench_allclose=ev.correctness.kernelbench_allclose if ok and ev.correctness is not None else None,
             timings=ev.timings,
+            input_sets=ev.input_sets,
             task=self.task.name,
             device=self.device,
             backend=ev.backend,

@@ -26,6 +26,7 @@ from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import GpuOom, is_oom
+from kernelfix.tools import input_sets
 from kernelfix.tools.correctness import trials as trial_plan
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.task_size import TaskSize, size_text
@@ -60,7 +61,7 @@ class Reference:
         self.ref_ms: dict[int, float] = {}
         self.noise: dict[int, float] = {}
         self.surveyed = False
-        self._baseline: baselines.Baseline | None = None
+        self._baselines: dict[int | None, baselines.Baseline] = {}  # by input set (None: get_inputs())
         self._worker: WorkerHandle | None = None
         self._task_error: TaskError | None = None
         # Lock order, everywhere: the GPU lease first, then this lock (a stage holds the lease while it asks
@@ -120,6 +121,9 @@ class Reference:
             except WorkerGone as e:
                 self._failed(e)
             self.ready = ReferenceReady.model_validate(msg)
+            if self.ready.input_sets and not self.surveyed and all(t.input_set is None for t in self.trials):
+                # Only the worker imports the task: the sets' count arrives with it, and each set gets its trials.
+                self.trials = input_sets.plan(self.ctx.seed, self.config, len(self.ready.input_sets))
             if self.float64_note is None:
                 self.float64_note = self.ready.float64_note
             return self.ready
@@ -260,31 +264,35 @@ class Reference:
     # ------------------------------------------------------------------ baselines
 
     def baseline(
-        self, lease: Callable[[str], Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False
+        self, lease: Callable[[str], Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
+        input_set: int | None = None,
     ) -> baselines.Baseline:
         """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
         (torch.compile's compilation outside the GPU lease, under ``warm_gate`` when given, the
-        timing inside it). ``fresh``: measure even when the disk cache has them."""
+        timing inside it). ``fresh``: measure even when the disk cache has them. ``input_set``: on
+        that set's first trial (tools/input_sets.py); default the first trial of all."""
         with self._lock:
-            if self._baseline is not None:
-                return self._baseline
             ready = self.ensure()
-            key = baselines.key(self.ctx.task, self.config, ready)
+            if input_set is None:  # a task with sets: its first set is its default shape
+                input_set = self.trials[0].input_set
+            if input_set in self._baselines:
+                return self._baselines[input_set]
+            key = baselines.key(self.ctx.task, self.config, ready) + (f"-set{input_set}" if input_set is not None else "")
             cached = None if fresh else baselines.load(key)
             if cached is not None:
-                self._baseline = cached
+                self._baselines[input_set] = cached
                 return cached
         timing = baselines.timing_settings(self.config)
-        trial = self.trials[0]
+        trial = next((t for t in self.trials if t.input_set == input_set), self.trials[0])
         if self.config.time_torch_compile:  # torch.compile's compilation: CPU work, outside the lease
             with warm_gate() if warm_gate is not None else contextlib.nullcontext(), self._lock:
                 self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
         with lease("baseline"), self._lock:
-            if self._baseline is None:
+            if input_set not in self._baselines:
                 msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
-                self._baseline = baselines.Baseline.model_validate(msg)
-                baselines.save(key, self._baseline)
-            return self._baseline
+                self._baselines[input_set] = baselines.Baseline.model_validate(msg)
+                baselines.save(key, self._baselines[input_set])
+            return self._baselines[input_set]
 
 
 def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, str]:

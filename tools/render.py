@@ -7,6 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kernelfix.tools import input_sets
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Verdict
 
 
@@ -71,8 +72,10 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("torch.compile", f"{tm.compiled.median_ms:.4g} ms")
     elif tm and tm.compile_note:
         t.add_row("torch.compile", tm.compile_note)
+    for line in input_sets.lines(v.input_sets)[1:]:  # each shape of a get_input_sets() task
+        t.add_row("input set", line.strip())
     if v.speedup_eager is not None:
-        t.add_row("speedup", f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")
+        t.add_row("speedup", ("geometric mean " if v.input_sets else "") + f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")
     if v.profile and (v.profile.summary or v.profile.note):
         t.add_row("profile", v.profile.summary or v.profile.note or "")
     if v.stage_seconds:

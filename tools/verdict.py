@@ -209,6 +209,7 @@ class TrialReport(_Model):
     kernelbench_allclose: bool | None = None
     passed_by: Literal["tolerance", "float64"] | None = None  # which rule passed it (ok trials)
     truth: TruthCheck | None = None  # set where atol/rtol failed and the float64 reference decided
+    input_set: int | None = None  # 1-based set of get_input_sets() (tools/input_sets.py); None: get_inputs()
 
 
 class CorrectnessReport(_Model):
@@ -271,6 +272,18 @@ class Timings(_Model):
     bandwidth_gbps: float | None = None
     l2_flushed: bool = True
     gpu: str | None = None
+
+
+class InputSetReport(_Model):
+    """One set of a task's get_input_sets() (tools/input_sets.py): its shapes, its trials, its speedup."""
+
+    index: int  # 1-based
+    shapes: str  # "x float32[7, 4096]"
+    trials: int = 0  # trials of this set that ran (own and varied)
+    ok: bool | None = None  # every trial of the set right; None: not reached
+    timings: Timings | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
 
 
 Bottleneck = Literal["memory-bound", "compute-bound", "latency-bound", "launch-bound"]
@@ -374,7 +387,10 @@ class Verdict(_Model):
     # reference) on every trial; False where the float64 rule passed it (docs/feedback.md). Published
     # fast_p numbers count only True.
     kernelbench_allclose: bool | None = None
-    timings: Timings | None = None
+    timings: Timings | None = None  # with input sets: the first set's (each set's in input_sets)
+    # A task with get_input_sets(): each set's shapes, trials and speedup; speedup_eager and
+    # speedup_compile are then their geometric mean. Empty for a task with get_inputs() alone.
+    input_sets: list[InputSetReport] = Field(default_factory=list)
     feedback: str = ""
 
     task: str

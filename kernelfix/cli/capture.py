@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
     """`capture` and `swap`."""
     p = sub.add_parser(
         "capture",
-        usage="kernelfix capture SCRIPT --module PATH [--out TASK.py] [--call N] [--no-keep-call] [--force] [--json] [--config FILE] [-- SCRIPT_ARGS ...]",
+        usage="kernelfix capture SCRIPT --module PATH [--out TASK.py] [--call N | --calls LIST|all [--max-calls N]] [--no-keep-call] [--force] [--json] [--config FILE] [-- SCRIPT_ARGS ...]",
         help="turn a submodule of your own model into a task (runs your script, captures one call)",
         description=(
             "Run SCRIPT (python SCRIPT ARGS: it builds your model and runs a forward, as your own code does) and capture "
@@ -37,6 +37,12 @@ def add_parser(sub) -> None:
     p.add_argument("--module", required=True, metavar="PATH", help="the submodule to capture: VARIABLE.sub.path (model.layers.0.mlp)")
     p.add_argument("--out", metavar="TASK.py", help="the task to write (default captured/PATH_WITH_UNDERSCORES.py)")
     p.add_argument("--call", type=int, default=1, metavar="N", help="capture the module's N-th call (default 1)")
+    p.add_argument(
+        "--calls", metavar="LIST|all",
+        help="capture several calls (1,3,4), or `all`: the first call of each distinct signature (shapes, dtypes); the task's "
+        "get_input_sets() holds one input list per call (get_inputs() the first), each checked to reproduce its call",
+    )
+    p.add_argument("--max-calls", type=int, default=8, metavar="N", help="with --calls all: at most N signatures (default 8)")
     p.add_argument("--no-keep-call", action="store_true", help="do not keep the captured inputs and output (TASK.call.pt); swap then checks on drawn inputs")
     p.add_argument("--force", action="store_true", help="replace an earlier capture at --out")
     p.add_argument("--json", action="store_true", help="print the capture report (kernelfix.capture.records.CaptureReport) as JSON")
@@ -72,9 +78,15 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from kernelfix.capture.summary import capture_text
 
     config = _judge_config(args)
+    calls = None
+    if args.calls is not None:
+        try:
+            calls = "all" if args.calls.strip() == "all" else [int(x) for x in args.calls.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--calls takes call numbers (1,3) or all, not {args.calls!r}") from None
     try:
         result = capture(
-            args.script, args.module, args.out, call=args.call, script_args=args.script_args,
+            args.script, args.module, args.out, call=args.call, calls=calls, max_calls=args.max_calls, script_args=args.script_args,
             keep_call=not args.no_keep_call, force=args.force, config=config,
         )
     except (CaptureInputError, CaptureFailed) as e:

@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+from kernelfix.tools import input_sets
 from kernelfix.tools.candidate_run import CandidateRun
 from kernelfix.tools.correctness import input_variants
 from kernelfix.tools.correctness.tolerance import describe
@@ -79,12 +80,12 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
 def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: CorrectnessReport, on_event: EventSink | None) -> str | None:
     """Run the trials into ``report``; the in-place check's problem, if the output went stale."""
     ref = ctx.ref
-    own = [t for t in ref.trials if t.purpose == "correctness"]
     varied = [t for t in ref.trials if t.purpose == "varied"]
-    total = len(own) + len(varied)
+    total = sum(t.purpose == "correctness" for t in ref.trials) + len(varied)
     first_slot: int | None = None
     stale: str | None = None
     held: list[int] = []
+    done = 0
 
     def one(t: TrialPlan, into: int | None = None) -> TrialReport | None:
         with _clock(ev, "correctness.prepare"):
@@ -103,30 +104,38 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
             held.append(p.slot)  # type: ignore[arg-type]
         _release(ctx, run, [] if keep or into is not None else [p.slot], [p.out])
         rep = checked.report
+        if t.input_set is not None:
+            rep = rep.model_copy(update={"input_set": t.input_set})
         return rep.model_copy(update={"variant": t.variant, "variant_of": t.variant_of}) if t.variant else rep
 
     try:
-        for k, t in enumerate(own):
-            if on_event:
-                on_event(StageEvent(stage="correctness", status="progress", detail="trial", done=k, total=total))
-            rep = one(t)
-            if rep is None:
-                continue
-            if first_slot is None:
-                first_slot = held[0] if held else None
-            report.trials.append(rep)
-            if not rep.ok:
-                return None  # a wrong output on the task's own inputs decides the stage
-        if len(own) >= 2 and first_slot is not None:
-            # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
-            if on_event:
-                on_event(StageEvent(stage="correctness", status="progress", detail="inplace_check"))
-            rep = one(own[1], into=first_slot)
-            if rep is not None and not rep.ok:
-                stale = rep.problem
+        for s in input_sets.sets_of(ref.trials):  # one set at a time (a task without sets: one, None)
+            own = [t for t in ref.trials if t.purpose == "correctness" and t.input_set == s]
+            first_slot = None
+            for t in own:
+                if on_event:
+                    on_event(StageEvent(stage="correctness", status="progress", detail="trial", done=done, total=total))
+                done += 1
+                rep = one(t)
+                if rep is None:
+                    continue
+                if first_slot is None:
+                    first_slot = held[0] if held else None
+                report.trials.append(rep)
+                if not rep.ok:
+                    return None  # a wrong output on the task's own inputs decides the stage
+            if len(own) >= 2 and first_slot is not None:
+                # Same tensor objects, new contents: a cache keyed on identity or address returns stale output.
+                if on_event:
+                    on_event(StageEvent(stage="correctness", status="progress", detail="inplace_check"))
+                rep = one(own[1], into=first_slot)
+                if rep is not None and not rep.ok and stale is None:
+                    stale = input_sets.prefixed(ref_shapes(ctx), rep, rep.problem or "")
+            _release(ctx, run, held, [])  # the set's first inputs: kept only for its in-place check
+            held.clear()
         for k, t in enumerate(varied):
             if on_event:
-                on_event(StageEvent(stage="correctness", status="progress", detail="varied", done=len(own) + k, total=total))
+                on_event(StageEvent(stage="correctness", status="progress", detail="varied", done=done + k, total=total))
             rep = one(t)
             if rep is not None:
                 report.trials.append(rep)
@@ -154,11 +163,18 @@ def _release(ctx: StageContext, run: CandidateRun, slots: list, outs: list) -> N
         ctx.ref.release(slots, outs)
 
 
+def ref_shapes(ctx: StageContext) -> list[str] | None:
+    """Each input set's shapes in words (tools/input_sets.py); None for a task without sets."""
+    return ctx.ref.ready.input_sets if ctx.ref.ready is not None else None
+
+
 def _decide(ctx: StageContext, ev: Evaluation, report: CorrectnessReport, stale: str | None) -> Evaluation:
     c = ctx.config
+    shapes = ref_shapes(ctx)
+    ev.input_sets = input_sets.reports(shapes, report.trials)
     bad = [t for t in report.trials if not t.ok and t.variant is None]
     if bad:
-        return ev.fail("correctness", bad[0].category or Category.NUMERICAL, f"trial {bad[0].trial}: {bad[0].problem}")
+        return ev.fail("correctness", bad[0].category or Category.NUMERICAL, input_sets.prefixed(shapes, bad[0], f"trial {bad[0].trial}: {bad[0].problem}"))
     if stale is not None:
         return ev.fail("correctness", Category.OUTPUT_CACHING, f"given the same input tensors with new contents, forward returned a stale result ({stale})")
     if report.input_mutated:
@@ -167,10 +183,11 @@ def _decide(ctx: StageContext, ev: Evaluation, report: CorrectnessReport, stale:
     if varied:
         t = varied[0]
         where = input_variants.describe(t.variant, t.variant_of) if t.variant else "varied inputs"
-        return ev.fail("correctness", Category.INPUT_DEPENDENT, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}")
+        return ev.fail("correctness", Category.INPUT_DEPENDENT, input_sets.prefixed(shapes, t, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}"))
     imprecise = _imprecise(ctx, report) if c.precision != "off" else None
     if imprecise is not None:
         t, why = imprecise
+        why = input_sets.prefixed(shapes, t, why)
         if c.precision == "fail":
             report.trials[report.trials.index(t)] = t.model_copy(update={"ok": False, "category": Category.PRECISION, "problem": why})
             return ev.fail("correctness", Category.PRECISION, why)

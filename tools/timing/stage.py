@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import time
 
-from kernelfix.tools.correctness.stage import fail_from
+from kernelfix.tools import input_sets
+from kernelfix.tools.correctness.stage import fail_from, ref_shapes
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.stage_context import StageContext
@@ -32,22 +33,48 @@ from kernelfix.tools.verdict import Category, TimingStats, Timings
 from kernelfix.tools.workers.handle import WorkerGone
 
 
+
 def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
-    c = ctx.config
     if ctx.device != "cuda":
         ev.warnings.append(f"not timed: timing needs a CUDA GPU (device {ctx.device})")
         return ev
+    sets = input_sets.sets_of(ctx.ref.trials)
+    if sets == [None]:
+        return _one(ctx, ev, on_event, None)
+    # Each set timed like a task of its own; the speedup that ranks is their geometric mean.
+    shapes = ref_shapes(ctx)
+    if not ev.input_sets:
+        ev.input_sets = input_sets.reports(shapes, [])
+    first: object = None
+    for s in sets:
+        ev.timings, ev.speedup_eager, ev.speedup_compile = None, None, None
+        ev = _one(ctx, ev, on_event, s)
+        if ev.failed:
+            ev.message = f"{input_sets.label(shapes, s)}: {ev.message}"
+            return ev
+        line = ev.input_sets[s - 1]  # type: ignore[index,operator]
+        line.timings, line.speedup_eager, line.speedup_compile = ev.timings, ev.speedup_eager, ev.speedup_compile
+        first = first or ev.timings
+    ev.timings = first  # type: ignore[assignment]
+    ev.speedup_eager = input_sets.geomean([x.speedup_eager for x in ev.input_sets])
+    ev.speedup_compile = input_sets.geomean([x.speedup_compile for x in ev.input_sets])
+    return ev
+
+
+def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_set: int | None) -> Evaluation:
+    """Time one set's first trial (a task without sets: the first trial) and police it."""
+    c = ctx.config
     ref = ctx.ref
     t0 = time.monotonic()
     try:
-        base = ref.baseline(ctx.lease)
+        base = ref.baseline(ctx.lease, input_set=input_set)
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
-    ev.breakdown["benchmark.baseline"] = round(time.monotonic() - t0, 3)
+    ev.breakdown["benchmark.baseline"] = round(ev.breakdown.get("benchmark.baseline", 0.0) + time.monotonic() - t0, 3)
     ev.timings = _timings(base, c.flush_l2)
     run = ctx.run_for(ev, on_event)
-    timing_trial = next(t for t in ref.trials if t.purpose == "correctness")
-    fresh = next(t for t in ref.trials if t.purpose == "fresh")
+    timing_trial = next(t for t in ref.trials if t.purpose == "correctness" and t.input_set == input_set)
+    fresh = next(t for t in ref.trials if t.purpose == "fresh" and t.input_set == input_set)
     slots: list[int] = []
     outs: list[int] = []
     t1 = time.monotonic()
@@ -70,7 +97,7 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
     finally:
-        ev.breakdown["benchmark.candidate"] = round(time.monotonic() - t1, 3)
+        ev.breakdown["benchmark.candidate"] = round(ev.breakdown.get("benchmark.candidate", 0.0) + time.monotonic() - t1, 3)
         if run.handle.alive:
             run.release(slots, outs)
         try:

@@ -30,6 +30,7 @@ class TrialPlan(_Msg):
     variant: InputVariant | None = None
     variant_of: int | None = None
     float64: bool = False  # compare against a float64 reference too (float32 tasks)
+    input_set: int | None = None  # 1-based set of get_input_sets() it draws from; None: get_inputs()
 
 
 class ReferenceSpec(_Msg):
@@ -64,6 +65,7 @@ class ReferenceReady(_Msg):
     task_flops: float | None = None  # matmul/conv FLOPs of one forward (torch's flop counter, on the meta device)
     dtypes: list[str] = Field(default_factory=list)  # floating dtypes of the inputs, weights and outputs
     gpu_props: dict[str, Any] = Field(default_factory=dict)  # what the driver reports of the GPU
+    input_sets: list[str] | None = None  # each get_input_sets() set's shapes in words; None: the task has none
 
 
 class Prepared(_Msg):

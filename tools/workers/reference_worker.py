@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelfix.sandbox.process import rss_bytes
-from kernelfix.tools import task_size
+from kernelfix.tools import input_sets, task_size
 from kernelfix.tools.correctness import input_variants
 from kernelfix.tools.correctness.compare import leaves, relative_error, same_bytes, vacuous_tolerance
 from kernelfix.tools.transport import Arena, TensorSpec, flatten, layout, unflatten
@@ -138,8 +138,15 @@ class ReferenceServer:
             gpu=props.name if props else None, capability=f"{props.major}.{props.minor}" if props else None,
             draw_note="drawn on the device" if self.on_device else None,
             task_flops=task_size.flops_on_meta(self.task), dtypes=self._dtypes(), gpu_props=_gpu_props(props) if props else {},
+            input_sets=self._describe_sets(),
         )
         self.w.chan.send("ready", **ready.model_dump())
+
+    def _describe_sets(self) -> list[str] | None:
+        try:
+            return input_sets.describe_all(self.task, self.spec.init_seed)
+        except Exception as e:
+            raise TaskProblem(f"{short(e)} while calling {input_sets.FUNCTION}()") from e
 
     def _dtypes(self) -> list[str]:
         import torch
@@ -178,8 +185,14 @@ class ReferenceServer:
 
     # ------------------------------------------------------------------ trial data
 
-    def _draw(self, seed: int) -> list:
+    def _draw(self, seed: int, input_set: int | None = None) -> list:
         import torch
+
+        def get() -> list:  # get_inputs(), or one set of get_input_sets() (tools/input_sets.py)
+            try:
+                return input_sets.pick(self.task, input_set)
+            except input_sets.InputSetsProblem as e:
+                raise TaskProblem(str(e)) from e
 
         seed_all(seed)
         if self.on_device:
@@ -187,14 +200,16 @@ class ReferenceServer:
                 # The same distributions get_inputs() asks for, drawn where they are used: a 6 GiB
                 # input takes milliseconds here and ~10 s on the CPU.
                 with torch.device(self.device):
-                    inputs = self.task.get_inputs()
+                    inputs = get()
+            except TaskProblem:
+                raise
             except Exception as e:
                 self.on_device = False
                 self.draw_note = f"get_inputs() fails on the device ({short(e)}): drawn on the CPU"
                 seed_all(seed)
-                inputs = self.task.get_inputs()
+                inputs = get()
         else:
-            inputs = self.task.get_inputs()
+            inputs = get()
         if not isinstance(inputs, (list, tuple)):
             raise TaskProblem(f"get_inputs() returned {type(inputs).__name__}, not a list")
         return to_device(list(inputs), self.device)
@@ -202,7 +217,7 @@ class ReferenceServer:
     def _inputs_of(self, index: int) -> list:
         if index in self.cache:
             return self.cache[index].inputs or []
-        return self._draw(self.plans[index].seed)
+        return self._draw(self.plans[index].seed, self.plans[index].input_set)
 
     def _get(self, plan: TrialPlan) -> _Data:
         if plan.index in self.cache:
@@ -230,7 +245,7 @@ class ReferenceServer:
                 if not changed:
                     return _Data(skipped="no floating-point tensor inputs to vary")
             else:
-                inputs = self._draw(plan.seed)
+                inputs = self._draw(plan.seed, plan.input_set)
             t0 = perf_counter()
             with torch.no_grad():
                 out = self.model(*inputs)
@@ -456,6 +471,9 @@ class ReferenceServer:
                     self._compile_note = f"torch.compile failed: {short(e)}"
                     torch._dynamo.reset()
         if req.get("warm_only"):
+            if self._compiled is not None and plan.input_set is not None:  # another set's shapes: compiled here, outside the lease
+                self._compiled(*inputs)
+                sync(self.device)
             self.w.chan.send("baseline_warm", id=req.get("id"))
             return
         flush = l2_flush_buffer(t.get("flush_l2", True))
