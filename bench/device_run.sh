@@ -61,6 +61,8 @@ for step in "$@"; do
     feedback-proof) python3 -P bench/feedback_proof.py --out "$OUT/feedback_proof.json" --parallel ${PROOF_PARALLEL:-4} ${PROOF_CASES:+--cases $PROOF_CASES} 2>&1 | tee "$OUT/feedback_proof.log" ;;
     zygote-imports) python3 -P bench/zygote_imports.py 2>&1 | tee "$OUT/zygote_imports.log" ;;
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
+    many-judges) python3 -P bench/many_judges.py --copies ${MANY_COPIES:-1} --out "$OUT/many_judges_${MANY_COPIES:-1}.json" ${MANY_ARGS:+--extra-args "$MANY_ARGS"} 2>&1 | tee "$OUT/many_judges_${MANY_COPIES:-1}.log" ;;
+    fault-batch) python3 -P bench/fault_batch.py --hold-s ${FAULT_HOLD_S:-60} --leave-gib ${FAULT_LEAVE_GIB:-1} --out "$OUT/fault_batch.json" 2>&1 | tee "$OUT/fault_batch.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

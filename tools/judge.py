@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
 
 
+YIELD_POLL_S = 0.2  # how soon an idle judge gives back GPU memory another judge wants
+
+
 def resolve_device(requested: str | None) -> tuple[str, str | None]:
     """The device to use and, when it was chosen for the user, a one-line notice."""
     if requested is not None:
@@ -102,10 +105,15 @@ class Judge:
         self._runs: dict[str, CandidateRun] = {}
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
+        self._holding = 0  # GPU leases this judge's threads hold now
+        self._holding_lock = threading.Lock()
+        self._yielder: threading.Thread | None = None
+        self._closed = threading.Event()
 
     # ------------------------------------------------------------------ plumbing
 
     def close(self) -> None:
+        self._closed.set()
         with self._runs_lock:
             runs, self._runs = [*self._runs.values(), *self._standby.values()], {}
             self._standby = {}
@@ -145,7 +153,42 @@ class Judge:
         """The GPU, alone, for a stage that runs on it (timing never shares a GPU)."""
         if self._lease is None:
             return contextlib.nullcontext()
-        return self._lease.hold(f"{self.task.name} {what}")
+        return self._held(what)
+
+    @contextlib.contextmanager
+    def _held(self, what: str):
+        assert self._lease is not None
+        self._start_yielding()
+        with self._lease.hold(f"{self.task.name} {what}"):
+            with self._holding_lock:
+                self._holding += 1
+            try:
+                yield
+            finally:
+                with self._holding_lock:
+                    self._holding -= 1
+
+    # ------------------------------------------------------------------ GPU memory shared by many judges
+
+    def _start_yielding(self) -> None:
+        """Watch, from the first GPU stage on, for other judges that want this GPU (docs/judge.md, "Many
+        judges on one GPU"): while this judge does not hold the lease, its reference keeps no trials on
+        the GPU and its allocators' free blocks go back, so the stage that holds the lease gets the memory."""
+        with self._holding_lock:
+            if self._yielder is not None:
+                return
+            self._yielder = threading.Thread(target=self._yield_while_others_want, daemon=True, name="kernelfix-yield-gpu")
+        self._yielder.start()
+
+    def _yield_while_others_want(self) -> None:
+        assert self._lease is not None
+        while not self._closed.wait(YIELD_POLL_S):
+            if self._holding or not self.ref.holds_gpu_memory or not self._lease.others_want():
+                continue
+            try:
+                self.ref.give_back_gpu_memory()
+            except Exception:  # a reference that is gone or failing: the stage that needs it will say so
+                pass
 
     def prestart(self, workdir: str | Path, *, wait: bool = False) -> None:
         """Start a candidate worker now for the evaluation that will use ``workdir`` (the agent calls

@@ -62,6 +62,7 @@ class Reference:
         self.noise: dict[int, float] = {}
         self.surveyed = False
         self._baselines: dict[int | None, baselines.Baseline] = {}  # by input set (None: get_inputs())
+        self._gpu_dirty = False  # a request ran on the GPU since its memory was last given back
         self._worker: WorkerHandle | None = None
         self._task_error: TaskError | None = None
         # Lock order, everywhere: the GPU lease first, then this lock (a stage holds the lease while it asks
@@ -193,10 +194,34 @@ class Reference:
         # A time-out, a signal, an exception in the worker's own code: not the task's, not the candidate's.
         raise ReferenceUnavailable(Category.WORKER, problem)
 
+    @property
+    def holds_gpu_memory(self) -> bool:
+        """Whether the worker may keep GPU memory past its last request (cached trials, free blocks)."""
+        return self._gpu_dirty and self._worker is not None and self._worker.alive
+
+    def give_back_gpu_memory(self) -> int | None:
+        """Drop the trials kept on the GPU and return the allocator's free blocks (another judge's stage
+        wants the memory; each trial is computed again when asked, from its seed). Bytes freed; None when
+        the worker is busy (a request in flight keeps what it uses: asked again later)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._worker is None or not self._worker.alive:
+                return 0
+            msg = self._worker.request("trim", "trimmed", Deadline("the reference's trim", 60.0))
+            self._gpu_dirty = False
+            return int(msg.get("freed") or 0)
+        except WorkerGone as e:
+            self._failed(e)
+            raise  # unreachable
+        finally:
+            self._lock.release()
+
     def _request(self, kind: str, reply: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
         with self._lock:
             self.ensure()
             assert self._worker is not None
+            self._gpu_dirty = self.ctx.device == "cuda"
             try:
                 return self._worker.request(kind, reply, Deadline(f"the reference's {kind}", timeout_s), **payload)
             except WorkerGone as e:
@@ -285,7 +310,10 @@ class Reference:
         timing = baselines.timing_settings(self.config)
         trial = next((t for t in self.trials if t.input_set == input_set), self.trials[0])
         if self.config.time_torch_compile:  # torch.compile's compilation: CPU work, outside the lease
-            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), self._lock:
+            # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
+            # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
+            big = self.size is not None and self.size.input_bytes + self.size.output_bytes > self.config.warmup_max_gb * 2**30
+            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), lease("baseline warm-up") if big else contextlib.nullcontext(), self._lock:
                 self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
         with lease("baseline"), self._lock:
             if input_set not in self._baselines:

@@ -262,6 +262,10 @@ class CandidateRunner:
             self.slots.pop(sid, None)
         for oid in req.get("outs") or []:
             self.outs.pop(oid, None)
+        if self.device.startswith("cuda"):
+            # The stage is over and the lease goes back: what the allocator holds free is another judge's to use.
+            Cuda.sync()
+            Cuda.empty_cache()
         self.w.chan.send("released", id=req.get("id"))
 
 

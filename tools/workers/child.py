@@ -204,12 +204,14 @@ class Cuda:
     record: Callable[..., None]
     elapsed: Callable[..., float]
     stream: Any
+    empty_cache: Callable[[], None]
 
     @classmethod
     def bind(cls) -> None:
         import torch
 
         cls.sync = torch._C._cuda_synchronize
+        cls.empty_cache = torch._C._cuda_emptyCache
         cls.Event = torch._C._CudaEventBase
         cls.record = torch._C._CudaEventBase.record
         cls.elapsed = torch._C._CudaEventBase.elapsed_time

@@ -31,28 +31,54 @@ class WorkerGone(Exception):
         self.what = what
 
 
+# Before its first word a worker is starting (the fork server's imports, an exec'd interpreter's):
+# the machine's time, not the task's or the candidate's; it has a bound of its own.
+START_S = 180.0
+LOAD_FACTOR_MAX = 8.0
+
+
+def load_factor() -> float:
+    """How oversubscribed the host's CPUs are: the 1-minute load over the cores, at least 1. A
+    deadline stretches by it, so a machine running many judges does not fail a stage that is only
+    waiting its turn for a core (seen: the reference's start missing 15 s at 8 test workers)."""
+    import os
+
+    try:
+        return min(LOAD_FACTOR_MAX, max(1.0, os.getloadavg()[0] / max(1, os.cpu_count() or 1)))
+    except OSError:
+        return 1.0
+
+
 class Deadline:
     """When waiting must end: ``limit_s`` of time outside compilers, ``hard_s`` of any time,
-    ``idle_s`` without any message from the worker."""
+    ``idle_s`` without any message from the worker. Time before the worker's first word counts
+    toward ``START_S`` only, and every bound stretches with the host's load (``load_factor``)."""
 
     def __init__(self, what: str, limit_s: float, *, hard_s: float | None = None, idle_s: float | None = None):
         self.what, self.limit_s, self.hard_s, self.idle_s = what, limit_s, hard_s, idle_s
         self.start = self.last = time.monotonic()
         self.active = 0.0
+        self.starting = 0.0
 
     def check(self, handle: "WorkerHandle") -> tuple[str, bool] | None:
         """(why, hung) once waiting must end: ``hung`` when the code itself stopped making progress
         (time outside compilers, or no message), not when a stage's overall limit ran out."""
         now = time.monotonic()
-        if not handle.compiling:
+        k = load_factor()
+        if not handle.started:
+            self.starting += now - self.last
+        elif not handle.compiling:
             self.active += now - self.last
         self.last = now
-        if self.active > self.limit_s:
-            return f"{self.what} did not finish within {self.limit_s:.3g} s" + (" with no compiler running" if handle.compiled_any else ""), True
-        if self.hard_s is not None and now - self.start > self.hard_s:
-            return f"{self.what} did not finish within {self.hard_s:.3g} s", False
-        if self.idle_s is not None and now - max(self.start, handle.last_message_at) > self.idle_s:
-            return f"{self.what} made no progress for {self.idle_s:.3g} s", True
+        if self.starting > START_S * k:
+            return f"{self.what}: the worker did not start within {START_S * k:.3g} s", False
+        if self.active > self.limit_s * k:
+            load = f" (stretched {k:.2g}x for the host's load)" if k > 1 else ""
+            return f"{self.what} did not finish within {self.limit_s * k:.3g} s" + (" with no compiler running" if handle.compiled_any else "") + load, True
+        if self.hard_s is not None and now - self.start > self.hard_s * k:
+            return f"{self.what} did not finish within {self.hard_s * k:.3g} s", False
+        if self.idle_s is not None and now - max(self.start, handle.last_message_at) > self.idle_s * k:
+            return f"{self.what} made no progress for {self.idle_s * k:.3g} s", True
         return None
 
 
@@ -78,6 +104,7 @@ class WorkerHandle:
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(json.dumps(spec, default=str))
         self.compiling = False
+        self.started = False  # the worker's first word arrived (its imports and sandbox are done)
         self.compiled_any = False  # a compiler ran at some point (then a hang message says it was not running)
         self.last_message_at = time.monotonic()
         self.on_phase = on_phase
@@ -93,7 +120,9 @@ class WorkerHandle:
     def _on_message(self, msg: dict[str, Any]) -> None:
         self.last_message_at = time.monotonic()
         kind = msg.get("type")
-        if kind == "compiler":
+        if kind == "hello":
+            self.started = True
+        elif kind == "compiler":
             self.compiling = bool(msg.get("running"))
             self.compiled_any = True
         elif kind == "phase" and self.on_phase is not None:

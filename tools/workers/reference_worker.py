@@ -432,6 +432,16 @@ class ReferenceServer:
                 data.out64_transient = True
         return report
 
+    def trim(self, req: dict[str, Any], fds: list[int]) -> None:
+        """Another judge's stage wants this GPU's memory: drop the cached trials (each is computed again
+        from its seed when asked) and return the allocator's free blocks. Arenas in use stay."""
+        freed = self.cache_used + (self.recent[1].size if self.recent is not None else 0)
+        self.cache.clear()
+        self.cache_used = 0
+        self.recent = None
+        _free(self.cuda)
+        self.w.chan.send("trimmed", id=req.get("id"), freed=freed)
+
     def release(self, req: dict[str, Any], fds: list[int]) -> None:
         import torch
 
@@ -625,7 +635,8 @@ def main() -> None:
         server = ReferenceServer(w, ReferenceSpec.model_validate(w.spec))
         server.start()
         w.serve(
-            {"prepare": server.prepare, "survey": server.survey, "check": server.check, "release": server.release, "baseline": server.baseline, "determinism": server.determinism}
+            {"prepare": server.prepare, "survey": server.survey, "check": server.check, "release": server.release, "baseline": server.baseline, "determinism": server.determinism,
+             "trim": server.trim}
         )
 
     w.run(body)

@@ -1,0 +1,58 @@
+"""Judges on one GPU share its memory by plan (docs/judge.md, "Many judges on one GPU").
+
+Each hold of the GPU's lease leaves a mark while asked for and held; a judge that sees another's
+mark while it holds no lease gives back what its workers keep on the GPU: the reference's cached
+trials and the allocators' free blocks. These tests run the parts that need no GPU: the marks
+between real processes, and a real reference worker giving back its cache and computing the same
+trials again from their seeds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from agent_support import candidate_code
+from kernelfix.tools.device_lease import DeviceLease
+from kernelfix.tools.verdict import Category
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from kernelfix.tools.device_lease import DeviceLease
+lease = DeviceLease(Path(sys.argv[1]), "0")
+with lease.hold("another judge"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_judge_sees_another_processes_wish_for_the_gpu_and_a_dead_ones_mark_is_swept(tmp_path):
+    lease = DeviceLease(tmp_path, "0")
+    with lease.hold("mine"):
+        assert not lease.others_want(), "its own hold is not another's"
+    other = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        assert lease.others_want()
+    finally:
+        other.send_signal(signal.SIGKILL)  # dies holding: its mark stays behind until someone looks
+        other.wait()
+    assert len(os.listdir(lease.wants)) == 1
+    assert not lease.others_want() and os.listdir(lease.wants) == []
+
+
+def test_the_reference_gives_back_its_cached_trials_and_recomputes_them_alike(judges):
+    judge = judges("relu", "cpu")
+    code = candidate_code("triton_relu_ok.py")
+    first = judge.evaluate(code)
+    assert first.category == Category.OK, first.message
+    freed = judge.ref.give_back_gpu_memory()
+    assert freed and freed > 0, "the survey's trials were cached"
+    assert judge.ref.give_back_gpu_memory() == 0, "nothing is left to give"
+    again = judge.evaluate(code)  # every trial computed anew from its seed: the same references
+    assert again.category == Category.OK, again.message
+    assert [(t.trial, t.max_abs_error) for t in again.correctness.trials] == [(t.trial, t.max_abs_error) for t in first.correctness.trials]
