@@ -75,12 +75,36 @@ class GpuSampler(threading.Thread):
                 p = subprocess.run([self._exe, *self.QUERY], capture_output=True, text=True, timeout=10)
                 gpus = [[float(x) for x in line.split(",")] for line in p.stdout.strip().splitlines() if line.strip()]
                 if p.returncode == 0 and gpus:
-                    self.samples.append({"t": round(time.monotonic() - t0, 2), "gpus": gpus})
+                    self.samples.append({"t": round(time.monotonic() - t0, 2), "gpus": gpus, "holders": self._holders()})
                 else:
                     self.error = f"nvidia-smi exit {p.returncode}: {(p.stderr or p.stdout)[-200:]}"
             except (OSError, ValueError, subprocess.SubprocessError) as e:
                 self.error = f"nvidia-smi: {e!r}"[:300]
             self._halt.wait(self.every_s)
+
+    def _holders(self) -> dict[str, list[float]]:
+        """GPU memory by holder at this sample: {role: [processes, MiB]}. The role comes from the process's
+        working directory (a judge's reference worker runs in .../reference, a candidate's in .../evals/ID)."""
+        try:
+            p = subprocess.run([self._exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        out: dict[str, list[float]] = {}
+        for line in p.stdout.strip().splitlines():
+            try:
+                pid, mib = (x.strip() for x in line.split(","))
+                cwd = os.readlink(f"/proc/{int(pid)}/cwd")
+            except (ValueError, OSError):
+                cwd, mib = "", mib if "mib" in locals() else "0"
+            role = "reference" if cwd.endswith("/reference") else "candidate" if "/evals/" in cwd else "other"
+            row = out.setdefault(role, [0, 0.0])
+            row[0] += 1
+            try:
+                row[1] += float(mib)
+            except ValueError:
+                pass
+        return out
 
     def stop(self) -> None:
         self._halt.set()
@@ -93,7 +117,8 @@ class GpuSampler(threading.Thread):
             return None
         used = max(((g[0], g[1], i, s["t"]) for s in self.samples for i, g in enumerate(s["gpus"])), key=lambda x: x[0])
         util = max(g[2] for s in self.samples for g in s["gpus"])
-        return {"used_mib": used[0], "total_mib": used[1], "gpu": used[2], "at_s": used[3], "max_util_pct": util}
+        holders = next((x.get("holders") for x in self.samples if x["t"] == used[3]), None)
+        return {"used_mib": used[0], "total_mib": used[1], "gpu": used[2], "at_s": used[3], "max_util_pct": util, "holders_at_peak": holders}
 
 
 def parse_pairs(items: list[str]) -> dict[str, tuple[str, str]]:
@@ -228,7 +253,8 @@ def summarize(rows: list, sampler: GpuSampler, wall: float, copies: int, extra: 
 def summary_line(summary: dict, sampler: GpuSampler) -> str:
     peak = summary["peak_gpu"]
     gpu_text = (
-        f"peak GPU memory {peak['used_mib']:.0f} of {peak['total_mib']:.0f} MiB (GPU {peak['gpu']}, at {peak['at_s']} s; max util {peak['max_util_pct']:.0f}%)"
+        f"peak GPU memory {peak['used_mib']:.0f} of {peak['total_mib']:.0f} MiB (GPU {peak['gpu']}, at {peak['at_s']} s; max util {peak['max_util_pct']:.0f}%; "
+        f"held then by {peak.get('holders_at_peak')})"
         if peak
         else f"peak GPU memory unknown ({sampler.error or 'no samples'})"
     )

@@ -56,3 +56,14 @@ def test_the_reference_gives_back_its_cached_trials_and_recomputes_them_alike(ju
     again = judge.evaluate(code)  # every trial computed anew from its seed: the same references
     assert again.category == Category.OK, again.message
     assert [(t.trial, t.max_abs_error) for t in again.correctness.trials] == [(t.trial, t.max_abs_error) for t in first.correctness.trials]
+
+
+def test_a_stage_that_fails_mid_trial_leaves_no_arena_in_the_reference(judges):
+    """A candidate that dies in its forward never releases the trial it was given; the judge frees
+    those arenas when it ends the evaluation (each failed try left 12 GiB of 19_ReLU on the H100)."""
+    judge = judges("relu", "cpu")
+    v = judge.evaluate(candidate_code("crash.py"))
+    assert v.category == Category.CRASH, v.message
+    assert not judge.ref._owned, "every evaluation's arenas are accounted for"
+    judge.ref.give_back_gpu_memory()
+    assert (judge.ref.last_trim["slots"], judge.ref.last_trim["outs"]) == (0, 0)

@@ -109,11 +109,18 @@ class DeviceLease:
                 (self.wants / name).unlink(missing_ok=True)
         return found
 
+    def note(self, entry: dict) -> None:
+        """A line in ``gpu-<id>.memory.log``: GPU memory a judge gave back to the others."""
+        self._write({"gpu": self.gpu, "pid": os.getpid(), "at": round(time.time(), 4), **entry}, self.path.with_suffix(".memory.log"))
+
     def _record(self, what: str, asked: float, got: float) -> None:
-        entry = {"gpu": self.gpu, "pid": os.getpid(), "what": what, "asked": round(asked, 4), "got": round(got, 4), "released": round(time.time(), 4)}
+        self._write({"gpu": self.gpu, "pid": os.getpid(), "what": what, "asked": round(asked, 4), "got": round(got, 4), "released": round(time.time(), 4)})
+
+    def _write(self, entry: dict, log: Path | None = None) -> None:
+        log = log or self.log
         try:
-            mode = "w" if self.log.exists() and self.log.stat().st_size > LOG_MAX_BYTES else "a"
-            with open(self.log, mode, encoding="utf-8") as f:
+            mode = "w" if log.exists() and log.stat().st_size > LOG_MAX_BYTES else "a"
+            with open(log, mode, encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
         except OSError:  # the record is a courtesy; the lock is what matters
             pass

@@ -186,7 +186,10 @@ class Judge:
             if self._holding or not self.ref.holds_gpu_memory or not self._lease.others_want():
                 continue
             try:
-                self.ref.give_back_gpu_memory()
+                if self.ref.give_back_gpu_memory() is not None:
+                    t = self.ref.last_trim or {}
+                    self._lease.note({"gave_back": self.task.name, "freed": t.get("freed"), "reserved_after": t.get("reserved"),
+                                      "arenas": (t.get("slots"), t.get("outs"))})
             except Exception:  # a reference that is gone or failing: the stage that needs it will say so
                 pass
 
@@ -250,6 +253,7 @@ class Judge:
         out = run.close() if run is not None else None
         if out is not None:
             ev.warnings += [SANDBOX_NOTE + n for n in out.sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
+        self.ref.release_owned(ev.id)
 
     # ------------------------------------------------------------------ reference
 

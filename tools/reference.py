@@ -63,6 +63,8 @@ class Reference:
         self.surveyed = False
         self._baselines: dict[int | None, baselines.Baseline] = {}  # by input set (None: get_inputs())
         self._gpu_dirty = False  # a request ran on the GPU since its memory was last given back
+        self.last_trim: dict[str, Any] | None = None
+        self._owned: dict[str, tuple[set[int], set[int]]] = {}  # arenas prepared per evaluation, not yet released
         self._worker: WorkerHandle | None = None
         self._task_error: TaskError | None = None
         # Lock order, everywhere: the GPU lease first, then this lock (a stage holds the lease while it asks
@@ -163,6 +165,7 @@ class Reference:
         out = e.outcome
         self._worker = None
         self.ready = None
+        self._owned.clear()  # its arenas went with it
         err = out.last("error")
         sized = out.last("sized")
         if sized is not None:
@@ -210,6 +213,7 @@ class Reference:
                 return 0
             msg = self._worker.request("trim", "trimmed", Deadline("the reference's trim", 60.0))
             self._gpu_dirty = False
+            self.last_trim = msg
             return int(msg.get("freed") or 0)
         except WorkerGone as e:
             self._failed(e)
@@ -263,14 +267,33 @@ class Reference:
         if p.float64_note and trial.float64 and not p.has_float64 and self.float64_note is None:
             self.float64_note = p.float64_note
 
-    def prepare(self, trial: TrialPlan, into: int | None = None) -> tuple[Prepared, list[int]]:
-        """A trial's inputs in an input slot (a new arena, or ``into``) and an output arena; their fds."""
+    def prepare(self, trial: TrialPlan, into: int | None = None, *, owner: str | None = None) -> tuple[Prepared, list[int]]:
+        """A trial's inputs in an input slot (a new arena, or ``into``) and an output arena; their fds.
+        ``owner``: the evaluation whose arenas they are (``release_owned`` frees what it left)."""
         with self._lock:
             msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into)
             p = Prepared.model_validate(msg)
             fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
+            if owner is not None and p.skipped is None:
+                slots, outs = self._owned.setdefault(owner, (set(), set()))
+                if into is None and p.slot is not None:
+                    slots.add(p.slot)
+                if p.out is not None:
+                    outs.add(p.out)
         self._learn(trial, p)
         return p, fds
+
+    def release_owned(self, owner: str) -> None:
+        """Free the arenas an evaluation still holds: a stage that failed between a trial's prepare and
+        its release left them (on the H100 each failed try of 19_ReLU left 12 GiB in the reference,
+        which the next try then lacked). Best effort: a worker that is gone holds nothing."""
+        with self._lock:
+            slots, outs = self._owned.pop(owner, (set(), set()))
+        if slots or outs:
+            try:
+                self.release(sorted(slots), sorted(outs))
+            except Exception:
+                pass
 
     def check(self, trial: TrialPlan, output: CandidateOutput, slot: int | None) -> Checked:
         msg = self._request("check", "checked", self.config.run_timeout_s, trial=trial.index, output=output.model_dump(), slot=slot)
@@ -278,6 +301,9 @@ class Reference:
 
     def release(self, slots: list[int] = (), outs: list[int] = ()) -> None:  # type: ignore[assignment]
         with self._lock:
+            for owned_slots, owned_outs in self._owned.values():
+                owned_slots.difference_update(slots)
+                owned_outs.difference_update(outs)
             if self._worker is None or not self._worker.alive:
                 return  # a restarted worker holds none of them
             self._request("release", "released", 60.0, slots=list(slots), outs=list(outs))

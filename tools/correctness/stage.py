@@ -89,7 +89,7 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
 
     def one(t: TrialPlan, into: int | None = None) -> TrialReport | None:
         with _clock(ev, "correctness.prepare"):
-            p, fds = ref.prepare(t, into)
+            p, fds = ref.prepare(t, into, owner=ev.id)
         if p.skipped is not None:
             return None
         with _clock(ev, "correctness.forward"):

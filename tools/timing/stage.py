@@ -80,13 +80,13 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
     t1 = time.monotonic()
     try:
         with ctx.lease("benchmark"):
-            p, fds = ref.prepare(timing_trial)
+            p, fds = ref.prepare(timing_trial, owner=ev.id)
             slots.append(p.slot)  # type: ignore[arg-type]
             outs.append(p.out)  # type: ignore[arg-type]
             run.forward(p, fds)  # binds the timed tensors in the worker
             messages = run.time(p.slot, baselines.timing_settings(c), p.ref_ms)  # type: ignore[arg-type]
             # The timed tensors, new contents: a cache of the timed call's result shows here.
-            q, fds = ref.prepare(fresh, into=p.slot)
+            q, fds = ref.prepare(fresh, into=p.slot, owner=ev.id)
             stale = None
             if q.skipped is None:
                 outs.append(q.out)  # type: ignore[arg-type]

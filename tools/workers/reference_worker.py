@@ -440,7 +440,10 @@ class ReferenceServer:
         self.cache_used = 0
         self.recent = None
         _free(self.cuda)
-        self.w.chan.send("trimmed", id=req.get("id"), freed=freed)
+        import torch
+
+        reserved = torch.cuda.memory_reserved() if self.cuda else 0  # what is left: live tensors, the model
+        self.w.chan.send("trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs))
 
     def release(self, req: dict[str, Any], fds: list[int]) -> None:
         import torch
