@@ -67,3 +67,11 @@ def test_a_stage_that_fails_mid_trial_leaves_no_arena_in_the_reference(judges):
     assert not judge.ref._owned, "every evaluation's arenas are accounted for"
     judge.ref.give_back_gpu_memory()
     assert (judge.ref.last_trim["slots"], judge.ref.last_trim["outs"]) == (0, 0)
+
+
+def test_judges_in_one_process_see_each_other(tmp_path):
+    """A batch's judges, or the throughput bench's, share a process: each is another to the rest."""
+    mine, theirs = DeviceLease(tmp_path, "0"), DeviceLease(tmp_path, "0")
+    with theirs.hold("a stage of another judge"):
+        assert mine.others_want() and not theirs.others_want()
+    assert not mine.others_want()

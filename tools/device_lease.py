@@ -68,10 +68,11 @@ class DeviceLease:
         # One file per hold asked for and not yet given back: who else wants the GPU's memory now.
         self.wants = self.path.with_suffix(".wants")
         self.wants.mkdir(exist_ok=True)
+        self.token = uuid.uuid4().hex[:12]  # this lease's holder (a judge): several may share a process
 
     @contextmanager
     def hold(self, what: str = "") -> Iterator[None]:
-        mark = self.wants / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        mark = self.wants / f"{os.getpid()}-{self.token}-{uuid.uuid4().hex[:12]}"
         try:
             mark.touch()
         except OSError:  # a courtesy to the other judges, like the log
@@ -90,18 +91,17 @@ class DeviceLease:
             mark.unlink(missing_ok=True)
 
     def others_want(self) -> bool:
-        """Whether another process has asked for this GPU and not yet given it back: then what this
-        process keeps on the GPU while it does not hold it (cached trials, free allocator blocks) is in
-        their way. A dead process's mark is swept."""
-        me = str(os.getpid())
+        """Whether another judge (in this process or another) has asked for this GPU and not yet given
+        it back: then what this one keeps on the GPU while it does not hold it (cached trials, free
+        allocator blocks) is in their way. A dead process's mark is swept."""
         try:
             marks = os.listdir(self.wants)
         except OSError:
             return False
         found = False
         for name in marks:
-            pid = name.split("-", 1)[0]
-            if pid == me:
+            pid, token, _ = (name.split("-", 2) + ["", ""])[:3]
+            if token == self.token:
                 continue
             if pid.isdigit() and _alive(int(pid)):
                 found = True
