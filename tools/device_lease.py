@@ -110,8 +110,8 @@ class DeviceLease:
         return found
 
     def note(self, entry: dict) -> None:
-        """A line in ``gpu-<id>.memory.log``: GPU memory a judge gave back to the others."""
-        self._write({"gpu": self.gpu, "pid": os.getpid(), "at": round(time.time(), 4), **entry}, self.path.with_suffix(".memory.log"))
+        """A line in ``gpu-<id>.memory`` (not the hold log): GPU memory a judge gave back to the others."""
+        self._write({"gpu": self.gpu, "pid": os.getpid(), "at": round(time.time(), 4), **entry}, self.path.with_suffix(".memory"))
 
     def _record(self, what: str, asked: float, got: float) -> None:
         self._write({"gpu": self.gpu, "pid": os.getpid(), "what": what, "asked": round(asked, 4), "got": round(got, 4), "released": round(time.time(), 4)})
