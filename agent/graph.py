@@ -114,7 +114,7 @@ def build_graph(rt: Runtime) -> StateGraph:
         if rt.config.shape_block:
             block, problem = shape_block(rt.store.task_path, timeout_s=rt.judge.config.run_timeout_s)
         # A task that does not run stops the session here (TaskError), before any model turn is spent on it.
-        rt.judge.reference(lambda e: rt.emit(StageUpdate(turn=None, event=e)))
+        judging.reference_ready(rt.judge, rt.emit, rt.check_abort)
         sets = input_sets.prompt_block(rt.judge.ref.ready.input_sets if rt.judge.ref.ready else None)
         if sets:  # a task with get_input_sets(): the shapes the kernel must serve
             block = f"{block}\n\n{sets}" if block else sets

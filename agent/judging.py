@@ -12,6 +12,7 @@ from kernelfix.agent.session import SessionDir
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools import retry
 from kernelfix.tools.judge import STAGES, Evaluation, Judge, StageEvent
+from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.retry import MachineFault
 
 
@@ -58,6 +59,25 @@ def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], 
     turn.code = ev.code
     emit(StageUpdate(turn=turn.index, event=StageEvent(stage="extract", status="finished", detail=ev.category.value if ev.category else "ok")))
     return ev
+
+
+def reference_ready(judge: Judge, emit: Callable[[object], None], check: Callable[[], None]) -> None:
+    """The task's reference, started and surveyed, before any model turn: a machine fault there (the GPU's
+    memory held by a process outside kernelfix) is waited out as a turn's is (``settle``), and one that
+    persists raises ``MachineFault`` (the session is kept; a resume or a rerun of the batch starts here)."""
+    faults: list[str] = []
+    while True:
+        try:
+            judge.reference(lambda e: emit(StageUpdate(turn=None, event=e)))
+            return
+        except ReferenceUnavailable as e:
+            tried = len(faults)
+            faults.append(retry.fault_text(e.category, e.message))
+            if not retry.should_retry(e.category, tried, judge.config.infra_retries):
+                raise MachineFault(faults, what="the task's reference") from e
+            wait = retry.backoff_s(judge.config.infra_backoff_s, tried)
+            emit(Notice(text=f"the machine could not run the task's reference ({faults[-1][:200]}); trying again in {wait:.0f} s"))
+            retry.pause(wait, check)
 
 
 def settle(

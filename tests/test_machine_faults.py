@@ -96,3 +96,31 @@ def test_eval_retries_and_says_so_unless_told_not_to(tmp_path, faults, capsys):
     assert main(["eval", str(TASK), str(cand), "--device", "cpu", "--json", "--no-retry"]) == EXIT_FAIL
     v = json.loads(capsys.readouterr().out)
     assert v["category"] == "infra:gpu_busy" and v["infra_retries"] == []
+
+
+def test_a_fault_before_the_first_turn_is_waited_out_too(tmp_path, cpu_judge, monkeypatch):
+    """The task's reference meets the fault (a batch's session starts while another process holds the
+    GPU): judged again after a pause, and when it persists the session stops resumable, no turn spent."""
+    from kernelfix.tools.reference import ReferenceUnavailable
+
+    original = Judge.reference
+    left = [1]
+
+    def reference(self, on_event=None):
+        if left[0] > 0:
+            left[0] -= 1
+            raise ReferenceUnavailable(Category.GPU_BUSY, BUSY)
+        return original(self, on_event)
+
+    monkeypatch.setattr(Judge, "reference", reference)
+    monkeypatch.setattr(retry, "backoff_s", lambda first_s, tried: 0.0)
+    s = replay_session(tmp_path, [reply("triton_relu_ok.py")], cpu_judge, max_turns=1)
+    assert s.run().success
+    assert any(isinstance(e, Notice) and "task's reference" in e.text for e in s.events)
+    left[0] = 99
+    (tmp_path / "again").mkdir()
+    s2 = replay_session(tmp_path / "again", [reply("triton_relu_ok.py")], cpu_judge, max_turns=1)
+    with pytest.raises(MachineFault, match="could not run the task's reference"):
+        s2.run()
+    traj = Trajectory.model_validate_json((s2.store.path / "trajectory.json").read_text())
+    assert traj.turns == [] and traj.outcome.resumable

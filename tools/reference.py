@@ -360,7 +360,9 @@ def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, st
         )
     if oom.total and oom.free is not None:
         return Category.GPU_BUSY, oom.others_text("the reference")
-    return Category.TOO_LARGE, f"the task's reference ran out of memory: {(err.get('message') or '').strip()[:300]}"
+    # No sizes in the error: CUDA's own allocation failed (a context, a library's workspace), not a
+    # tensor of the task's, which torch's allocator reports with its sizes. The GPU is full, not the task too large.
+    return Category.GPU_BUSY, f"the GPU had no memory for the task's reference (CUDA: {((err.get('message') or '').strip().splitlines() or [''])[0][:200]})"
 
 
 def _task_problem(path: Path, outcome: ChildOutcome, timeout_s: float) -> str:

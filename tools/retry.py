@@ -24,12 +24,12 @@ _TICK_S = 0.25
 class MachineFault(Exception):
     """The machine kept failing to judge a candidate: the session stops here and resumes later."""
 
-    def __init__(self, faults: list[str], *, turn: int | None = None):
+    def __init__(self, faults: list[str], *, turn: int | None = None, what: str | None = None):
         self.faults = faults
         self.turn = turn
-        where = f"turn {turn}" if turn is not None else "the candidate"
+        where = f"judge turn {turn}" if turn is not None else f"run {what}" if what else "judge the candidate"
         tries = f"{len(faults)} tr{'y' if len(faults) == 1 else 'ies'}"
-        super().__init__(f"the machine could not judge {where} ({tries}; last: {faults[-1] if faults else 'unknown'})")
+        super().__init__(f"the machine could not {where} ({tries}; last: {faults[-1] if faults else 'unknown'})")
 
 
 def fault_text(category: Category | None, message: str | None) -> str:

@@ -153,7 +153,9 @@ class World:
         # The cache too, but for the compiler caches judged code may write, the lease's hold log,
         # which the judge itself appends to, and the judge's baseline store, which it fills the
         # first time a candidate of the task reaches timing (checked apart: _baselines_are_the_judges).
-        own = [self.cache / name for name in COMPILER_CACHES] + list((self.cache / "locks").glob("gpu-*.log"))
+        # The lease's own records beside the locks too: its memory log and the marks of holds asked for.
+        locks = self.cache / "locks"
+        own = [self.cache / name for name in COMPILER_CACHES] + [*locks.glob("gpu-*.log"), *locks.glob("gpu-*.memory"), *locks.glob("gpu-*.wants")]
         own.append(self.cache / "judge" / "baselines")
         snap.update(_tree(self.cache, [*skip, *own]))
         return snap

@@ -85,6 +85,10 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
             outs.append(p.out)  # type: ignore[arg-type]
             run.forward(p, fds)  # binds the timed tensors in the worker
             messages = run.time(p.slot, baselines.timing_settings(c), p.ref_ms)  # type: ignore[arg-type]
+            if _hidden_work(messages, c.timing_wall_ratio):
+                # Once more before calling it a cheat: a host that other judges load (8 test workers on the
+                # H100's 16 cores) stretched the wall clock of honest kernels; hidden work shows twice.
+                messages = run.time(p.slot, baselines.timing_settings(c), p.ref_ms)  # type: ignore[arg-type]
             # The timed tensors, new contents: a cache of the timed call's result shows here.
             q, fds = ref.prepare(fresh, into=p.slot, owner=ev.id)
             stale = None
@@ -121,6 +125,24 @@ def _timings(base: baselines.Baseline, flushed: bool) -> Timings:
 
 
 HOST_BOUND = 0.8  # issuing took this share of the wall clock: the host, not hidden GPU work, set the pace
+
+
+def _hidden_work(messages: list[dict], ratio: float) -> bool:
+    """Whether these timing messages show GPU work the events did not see (as ``_police`` judges it)."""
+    try:
+        (timing,) = [m for m in messages if m.get("type") == "candidate_timing"]
+        (start,) = [m for m in messages if m.get("type") == "wall_start"]
+        (end,) = [m for m in messages if m.get("type") == "wall_end"]
+        calls = max(1, int(end.get("calls", 1)))
+        wall = (end["_t"] - start["_t"]) * 1e3 / calls
+        med = float(timing["candidate"]["median_ms"])
+    except (ValueError, KeyError, TypeError):
+        return False  # malformed: _police names it
+    if med >= ratio * wall - 0.02:
+        return False
+    issued = [m for m in messages if m.get("type") == "wall_issued"]
+    issue_ms = (issued[0]["_t"] - start["_t"]) * 1e3 / calls if len(issued) == 1 else 0.0
+    return issue_ms < HOST_BOUND * wall
 
 
 def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str | None) -> Evaluation:
