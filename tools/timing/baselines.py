@@ -47,7 +47,7 @@ def timing_settings(config: JudgeConfig) -> dict[str, Any]:
         "timing_budget_s": config.timing_budget_s,
         "time_torch_compile": config.time_torch_compile,
         "flush_l2": config.flush_l2,
-    }
+    } | ({"backward": True} if config.backward else {})  # forward-only keys stay as they were
 
 
 def key(task: Task, config: JudgeConfig, ready: ReferenceReady) -> str:
