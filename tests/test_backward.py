@@ -58,3 +58,19 @@ def test_flag_wins_over_the_task(tmp_path):
     for path, cfg, want in [(task / "scale_bw.py", None, True), (task / "scale_bw.py", False, False), (task / "relu.py", None, False), (task / "relu.py", True, True)]:
         with Judge(path, JudgeConfig(device="cpu", backward=cfg), workdir=tmp_path / f"{path.stem}-{cfg}") as j:
             assert j.config.backward is want
+
+
+@pytest.mark.gpu
+def test_forward_backward_timed_and_ranked(judges):
+    v = judges("scale_bw", "cuda").evaluate((CASES / "scale_bw_ok.py").read_text(), filename="scale_bw_ok.py")
+    assert v.category == Category.OK, v.message
+    t = v.timings
+    assert t is not None and t.backward is not None and {"candidate", "eager"} <= set(t.backward)
+    for name, p in t.backward.items():
+        assert p.forward is not None and p.forward_backward is not None and p.backward_ms is not None, name
+    # What ranks under --backward is forward+backward.
+    assert t.candidate == t.backward["candidate"].forward_backward and t.eager == t.backward["eager"].forward_backward
+    # The engine runs a CUDA backward on its device threads: the recorder must see the candidate's ops there too.
+    assert v.legality is not None and "empty_like" in (v.legality.backward_ops or {}) and not v.legality.forbidden_backward_ops
+    cheat = judges("scale_bw", "cuda").evaluate((CASES / "scale_bw_torch.py").read_text(), filename="scale_bw_torch.py")
+    assert cheat.category == Category.DISALLOWED_ATEN, cheat.message

@@ -38,6 +38,9 @@ class Baseline(BaseModel):
     bandwidth_gbps: float
     gpu: str | None = None
     cached: bool = False  # read from the disk cache, not measured by this judge
+    # --backward: ``eager``/``compiled`` above are forward+backward; these are forward alone (grad enabled)
+    eager_forward: TimingStats | None = None
+    compiled_forward: TimingStats | None = None
 
 
 def timing_settings(config: JudgeConfig) -> dict[str, Any]:

@@ -275,9 +275,16 @@ class CandidateRunner:
             self.w.phase("time_candidate", done=n)
 
         self.w.phase("time_candidate")
-        cand = time_cuda(lambda: model(*inputs), t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+        forward = None
+        if t.get("backward"):  # forward (grad enabled), then forward+backward: what ranks, and what the wall check calls
+            fwd, call = _passes(model, inputs)
+            forward = time_cuda(fwd, t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+        else:
+            def call() -> None:
+                model(*inputs)
+        cand = time_cuda(call, t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
         del flush
-        self.w.chan.send("candidate_timing", candidate=cand)
+        self.w.chan.send("candidate_timing", candidate=cand, **({"forward": forward} if forward is not None else {}))
 
         # Judge-observed wall clock: back-to-back calls, one device-wide sync at the end,
         # bracketed by messages the parent stamps on arrival. Work on side streams or
@@ -289,7 +296,7 @@ class CandidateRunner:
         t0 = perf_counter()
         done = 0
         while done < k:
-            model(*inputs)
+            call()
             done += 1
             if perf_counter() - t0 > 5.0:
                 break
@@ -308,6 +315,32 @@ class CandidateRunner:
             Cuda.sync()
             Cuda.empty_cache()
         self.w.chan.send("released", id=req.get("id"))
+
+
+def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
+    """--backward timing: forward with grad enabled, and forward+backward on the judge's cotangent."""
+    import torch
+
+    from kernelfix.tools.correctness import gradients
+
+    inputs, cots = payload
+    args, leaf_list = gradients.grad_leaves(inputs)
+
+    def forward() -> None:
+        with torch.enable_grad():
+            model(*args)
+
+    def forward_backward() -> None:
+        for x in leaf_list:
+            if isinstance(x, torch.Tensor):
+                x.grad = None
+        gradients.clear_grads(model)
+        with torch.enable_grad():
+            out = model(*args)
+            if gradients.backward(out, cots) is not None:
+                raise RuntimeError("the output carries no gradient")
+
+    return forward, forward_backward
 
 
 def _warm_backward(model: Any, inputs: list) -> None:

@@ -571,7 +571,10 @@ class ReferenceServer:
                 self.w.phase("compile_reference")
                 try:
                     cref = torch.compile(self.model)
-                    cref(*inputs)
+                    if t.get("backward"):  # the training graph, and its backward compiled at its first call
+                        self._passes(cref, data)[1]()
+                    else:
+                        cref(*inputs)
                     sync(self.device)
                     self._compiled = cref
                 except Exception as e:  # a task torch.compile can't handle still gets an eager speedup
@@ -579,7 +582,10 @@ class ReferenceServer:
                     torch._dynamo.reset()
         if req.get("warm_only"):
             if self._compiled is not None and plan.input_set is not None:  # another set's shapes: compiled here, outside the lease
-                self._compiled(*inputs)
+                if t.get("backward"):
+                    self._passes(self._compiled, data)[1]()
+                else:
+                    self._compiled(*inputs)
                 sync(self.device)
             self.w.chan.send("baseline_warm", id=req.get("id"))
             return
@@ -589,19 +595,57 @@ class ReferenceServer:
         def progress(n: int) -> None:
             self.w.phase("timing", done=n)
 
-        self.w.phase("time_eager")
-        eager = time_cuda(lambda: self.model(*inputs), runs, warm, budget, flush, progress)
-        compiled = None
-        if self._compiled is not None:
-            self.w.phase("time_torch_compile")
-            compiled = time_cuda(lambda: self._compiled(*inputs), runs, warm, budget, flush, progress)
+        extra: dict[str, Any] = {}
+        if t.get("backward"):  # forward (grad enabled) and forward+backward; the latter is what ranks
+            self.w.phase("time_eager")
+            fwd, both = self._passes(self.model, data)
+            extra["eager_forward"] = time_cuda(fwd, runs, warm, budget, flush, progress)
+            eager = time_cuda(both, runs, warm, budget, flush, progress)
+            compiled = None
+            if self._compiled is not None:
+                self.w.phase("time_torch_compile")
+                fwd, both = self._passes(self._compiled, data)
+                extra["compiled_forward"] = time_cuda(fwd, runs, warm, budget, flush, progress)
+                compiled = time_cuda(both, runs, warm, budget, flush, progress)
+            _clear_grads(self.model)
+        else:
+            self.w.phase("time_eager")
+            eager = time_cuda(lambda: self.model(*inputs), runs, warm, budget, flush, progress)
+            compiled = None
+            if self._compiled is not None:
+                self.w.phase("time_torch_compile")
+                compiled = time_cuda(lambda: self._compiled(*inputs), runs, warm, budget, flush, progress)
         del flush
         self.w.phase("bandwidth")
         bw = bandwidth_gbps()
         self.w.chan.send(
             "baseline", id=req.get("id"), eager=eager, compiled=compiled, compile_note=self._compile_note,
-            bytes_moved=nbytes(inputs) + nbytes(data.out), bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0),
+            bytes_moved=nbytes(inputs) + nbytes(data.out), bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0), **extra,
         )
+
+    def _passes(self, model: Any, data: _Data) -> tuple[Any, Any]:
+        """--backward timing: a forward with grad enabled, and a forward+backward on the trial's cotangent
+        (``.grad`` set to None first each call, outside nothing: a host-side reset, as a training step's zero_grad)."""
+        import torch
+
+        from kernelfix.tools.correctness import gradients
+
+        args, leaf_list = gradients.grad_leaves(data.inputs or [])
+        cots = data.cot or []
+
+        def forward() -> None:
+            with torch.enable_grad():
+                model(*args)
+
+        def forward_backward() -> None:
+            for x in leaf_list:
+                if isinstance(x, torch.Tensor):
+                    x.grad = None
+            gradients.clear_grads(self.model)  # torch.compile's module shares these parameters
+            with torch.enable_grad():
+                gradients.backward(model(*args), cots)
+
+        return forward, forward_backward
 
     def determinism(self, req: dict[str, Any], fds: list[int]) -> None:
         """The same trial twice from scratch: inputs and outputs must agree (``kernelfix baseline``)."""
@@ -620,6 +664,12 @@ class ReferenceServer:
             input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
             draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
         )
+
+
+def _clear_grads(model: Any) -> None:
+    from kernelfix.tools.correctness import gradients
+
+    gradients.clear_grads(model)
 
 
 def _gpu_props(props: Any) -> dict[str, Any]:
