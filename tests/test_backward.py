@@ -29,6 +29,7 @@ def test_wrong_gradient_is_named(judges):
     v = _judge(judges, "scale_bw_wrong.py")
     assert v.category == Category.NUMERICAL
     assert "grad of parameter weight" in v.message and "grad of input" not in v.message
+    assert v.feedback.startswith("Wrong gradient on trial") and "chain rule" in v.feedback
 
 
 def test_backward_in_torch_ops_is_disallowed(judges):
@@ -41,6 +42,16 @@ def test_output_without_gradient_fails_clearly(judges):
     v = _judge(judges, "scale_bw_nograd.py")
     assert v.category == Category.NO_GRADIENT
     assert "carries no gradient" in v.message and "autograd.Function" in v.message
+    assert "ctx.save_for_backward" in v.feedback
+
+
+def test_prompt_says_backward_is_judged():
+    from kernelfix.agent import prompting
+    from kernelfix.tools.config import JudgeConfig
+
+    assert "autograd" not in prompting.system_prompt(JudgeConfig(), "cuda")  # forward-only sessions: as before
+    text = prompting.system_prompt(JudgeConfig(backward=True), "cuda")
+    assert "The backward pass is judged" in text and "ctx.save_for_backward" in text and "What to save" in text
 
 
 def test_flag_wins_over_the_task(tmp_path):
