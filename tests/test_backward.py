@@ -85,3 +85,63 @@ def test_forward_backward_timed_and_ranked(judges):
     assert v.legality is not None and "empty_like" in (v.legality.backward_ops or {}) and not v.legality.forbidden_backward_ops
     cheat = judges("scale_bw", "cuda").evaluate((CASES / "scale_bw_torch.py").read_text(), filename="scale_bw_torch.py")
     assert cheat.category == Category.DISALLOWED_ATEN, cheat.message
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_capture_in_training_writes_a_backward_task(tmp_path, grad):
+    from kernelfix.capture.files import CaptureFiles
+    from kernelfix.capture.pipeline import capture
+    from kernelfix.tools.task import Task
+
+    script = tmp_path / "train.py"
+    wrap = "" if grad else "with torch.no_grad():\n    "
+    script.write_text(
+        "import torch\nimport torch.nn as nn\n\ntorch.manual_seed(0)\nmodel = nn.Sequential(nn.Linear(8, 4))\n"
+        f"{wrap}model(torch.randn(2, 8))\n"
+    )
+    files = CaptureFiles(tmp_path / "lin.py")
+    m = capture(script, "model", files.task).manifest
+    assert m.backward is grad and Task.load(files.task).declares_backward is grad
+
+
+def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
+    """A task captured in training says BACKWARD = True; the swapped module's gradients are the original's."""
+    import torch
+
+    import kernelfix
+    from kernelfix.tools.task import Task
+    from test_capture_swap import KERNEL, _capture, _session
+
+    task, model = _capture(tmp_path)
+    assert Task.load(task).declares_backward
+    swapped = kernelfix.load_best(_session(tmp_path, task, KERNEL.format(wrong="")), model.inner)
+    x, s = torch.randn(4, 4, requires_grad=True), torch.full((4, 4), 0.5)
+    g = torch.randn(4, 4)
+    swapped(x, scale=s, causal=True)["y"].backward(g)
+    got_x, got_gain = x.grad.clone(), swapped.kernel.gain.grad.clone()
+    x.grad = None
+    model.inner(x, scale=s, causal=True)["y"].backward(g)
+    assert torch.allclose(got_x, x.grad) and torch.allclose(got_gain, model.inner.gain.grad)
+
+
+def test_baseline_says_which_tasks_have_a_backward(tmp_path):
+    from kernelfix.cli.baseline import table
+    from kernelfix.tools import baseline
+    from kernelfix.tools.config import JudgeConfig
+
+    for name, body in [("1_relu", "torch.relu(x)"), ("2_argmax", "torch.argmax(x, dim=1)")]:
+        (tmp_path / f"{name}.py").write_text(
+            "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+            f"        return {body}\n\ndef get_inputs():\n    return [torch.randn(8, 16)]\n\ndef get_init_inputs():\n    return []\n"
+        )
+    cfg = JudgeConfig(device="cpu", backward=True, trials=1, input_variants=[], float64_reference=False, reference_cache_gb=0.0)
+    report = baseline.run(baseline.find_tasks([str(tmp_path)]), cfg, out=None)
+    rows = {r.task: r for r in report.rows}
+    assert rows["1_relu"].status == "ok"
+    assert rows["2_argmax"].status == "no_backward" and "does not require grad" in rows["2_argmax"].error
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(table(report, {}))
+    text = console.export_text()
+    assert "eager fwd+bwd ms" in text and "no backward" in text

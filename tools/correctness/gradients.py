@@ -15,6 +15,8 @@ from kernelfix.tools.transport import flatten, unflatten
 
 COTANGENT_SALT = 0x9E3779B1  # the cotangent's generator seed is the trial's seed plus this: never the inputs' stream
 
+NO_BACKWARD = "the task has no backward"  # how the reference worker's TaskProblem starts: `kernelfix baseline` makes it a row of its own
+
 NO_GRAD_HINT = "put the kernels in a torch.autograd.Function whose backward launches your backward kernels (docs/backward.md)"
 
 

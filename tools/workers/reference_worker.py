@@ -301,10 +301,10 @@ class ReferenceServer:
             cot = gradients.cotangents(out, seed) if cot is None else cot
             why = gradients.backward(out, cot)
         if why is not None:
-            raise TaskProblem(f"the task has no backward ({why}): run it without --backward")
+            raise TaskProblem(f"{gradients.NO_BACKWARD} ({why}): run it without --backward")
         keys, grads = gradients.reference_grads(model, leaf_list)
         if not keys:
-            raise TaskProblem("the task has no backward (no floating input or parameter gets a gradient): run it without --backward")
+            raise TaskProblem(f"{gradients.NO_BACKWARD} (no floating input or parameter gets a gradient): run it without --backward")
         gradients.clear_grads(model)
         out = _detached(out)
         return out, cot, [GradKey.model_validate(k) for k in keys], [g.detach() for g in grads]
