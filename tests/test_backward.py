@@ -145,3 +145,26 @@ def test_baseline_says_which_tasks_have_a_backward(tmp_path):
     console.print(table(report, {}))
     text = console.export_text()
     assert "eager fwd+bwd ms" in text and "no backward" in text
+
+
+def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
+    """examples/replays/scale_train.jsonl on the shared judge: the prompt says backward is judged, turn 1's
+    weight gradient is wrong and named in the feedback, turn 2 is right."""
+    from agent_support import REPO, check_session_dir
+
+    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.models import ReplayModel
+    from kernelfix.agent.runner import Session
+
+    judge = judges("scale_bw", "cpu")
+    s = Session.create(
+        tmp_path / "session", task_path=Path(__file__).parent / "corpus" / "tasks" / "scale_bw.py",
+        model=ReplayModel(REPO / "examples" / "replays" / "scale_train.jsonl"), agent=AgentConfig(shape_block=False, max_turns=2),
+        judge_config=judge.config, judge=judge,
+    )
+    s.run()
+    traj = check_session_dir(tmp_path / "session")
+    cats = [t.verdict.category for t in traj.turns]
+    assert cats == [Category.NUMERICAL, Category.OK], [t.verdict.message for t in traj.turns]
+    assert "grad of parameter weight" in traj.turns[0].feedback
+    assert "The backward pass is judged" in traj.turns[0].messages[0].content
