@@ -20,8 +20,8 @@ def _judge(judges, name: str):
 def test_honest_triton_backward_passes_with_no_false_positive(judges):
     v = _judge(judges, "scale_bw_ok.py")
     assert v.category == Category.OK, v.message
-    # The engine's own work (AccumulateGrad into .grad, the summed gradients) is not the candidate's.
-    assert v.legality is not None and v.legality.backward_ops == {"empty_like": v.legality.backward_ops["empty_like"]}
+    # Its backward's allocations, and AccumulateGrad's detach into .grad (allowed); no compute of the engine's.
+    assert v.legality is not None and set(v.legality.backward_ops or {}) == {"empty_like", "detach"}
     assert not v.legality.forbidden_backward_ops
 
 
@@ -168,3 +168,37 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
     assert cats == [Category.NUMERICAL, Category.OK], [t.verdict.message for t in traj.turns]
     assert "grad of parameter weight" in traj.turns[0].feedback
     assert "The backward pass is judged" in traj.turns[0].messages[0].content
+
+
+def test_recorder_blames_hooks_not_the_engine():
+    """In-process: the engine's sum of two gradients of one tensor is not counted; a hook's compute is."""
+    import torch
+
+    from kernelfix.tools.legality.recorder import OpRecorder, mark_function_backward
+
+    class Copy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.empty_like(x).copy_(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.empty_like(g).copy_(g)
+
+    def record(forward):
+        r = OpRecorder()
+        mark_function_backward(r)
+        x = torch.randn(4, requires_grad=True)
+        with torch.enable_grad():
+            out = r.run(forward, x)
+            r.run_backward(torch.autograd.backward, list(out), [torch.randn(4) for _ in out])
+        return r.backward_ops()
+
+    both = record(lambda x: (Copy.apply(x), Copy.apply(x)))  # x's two gradients: the engine adds them
+    assert "aten::add" not in both and "aten::add_" not in both and both["aten::copy_"] == 2
+
+    def hooked(x):
+        x.register_hook(lambda g: g * 2)  # the gradient computed by torch, in a hook
+        return (Copy.apply(x),)
+
+    assert "aten::mul" in record(hooked)

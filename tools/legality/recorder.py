@@ -17,10 +17,13 @@ those ops apart (``backward_ops``). It counts what the candidate's backward runs
 the code inside its ``torch.autograd.Function.backward`` (marked by wrapping
 ``BackwardCFunction.apply``, the engine's Python entry into it) and torch's own
 derivative formulas for ops the candidate's forward called (a node of torch's, an
-``expand``'s ``sum``). Not the engine's bookkeeping: ``AccumulateGrad`` into
-``.grad``, and what runs under a custom Function's node once its backward returned
-(the engine summing two gradients of one tensor, casting one to its input's
-dtype). The judge passes the cotangent itself, so no seed gradient is made.
+``expand``'s ``sum``), and hooks (a tensor's hook runs under the node it precedes,
+before that node's backward). Not the engine's bookkeeping: what runs under a custom
+Function's node once its backward returned (the engine summing two gradients of one
+tensor, casting one to its input's dtype). ``AccumulateGrad`` into a ``.grad`` the
+judge set to None steals the gradient or detaches/clones it: allowed ops, so it is
+counted like the rest (a hook there computing is caught). The judge passes the
+cotangent itself, so no seed gradient is made.
 
 Whether the candidate removed the mode (``recorder_intact``) is checked when
 each forward returns: the mode must still be the innermost one. Python code
@@ -52,6 +55,7 @@ class OpRecorder(TorchDispatchMode):
         self.backward_counts: Counter[str] = Counter()
         self.in_backward = False  # the judge's backward call is running
         self.in_function_backward = 0  # inside a custom Function's backward (BackwardCFunction.apply)
+        self.returned: set[int] = set()  # custom Functions' nodes whose backward has returned (this backward call)
 
     def __torch_dispatch__(self, func, types, args: Any = (), kwargs: Any = None):
         if not self.suspended:
@@ -69,9 +73,11 @@ class OpRecorder(TorchDispatchMode):
         from torch.autograd.function import BackwardCFunction
 
         node = torch._C._current_autograd_node()
-        if node is None or isinstance(node, BackwardCFunction):
-            return False  # the engine's own setup, or its work after a custom backward returned
-        return node.name() not in ENGINE_NODES
+        if node is None:
+            return False  # the engine's own setup
+        if isinstance(node, BackwardCFunction):
+            return id(node) not in self.returned  # before its backward: a hook; after: the engine's work
+        return True
 
     def run(self, fn, *args: Any) -> Any:
         """``fn(*args)`` with the recorder on; marks it broken if ``fn`` took it off the mode stack."""
@@ -87,19 +93,18 @@ class OpRecorder(TorchDispatchMode):
     def run_backward(self, fn, *args: Any) -> Any:
         """The judge's backward call with the recorder on, its ops kept apart."""
         self.in_backward = True
+        self.returned.clear()
         try:
             return self.run(fn, *args)
         finally:
             self.in_backward = False
+            self.returned.clear()
 
     def ops(self) -> dict[str, int]:
         return dict(self.counts)
 
     def backward_ops(self) -> dict[str, int]:
         return dict(self.backward_counts)
-
-
-ENGINE_NODES = frozenset({"torch::autograd::AccumulateGrad", "AccumulateGrad"})
 
 
 def mark_function_backward(recorder: OpRecorder) -> None:
@@ -117,6 +122,7 @@ def mark_function_backward(recorder: OpRecorder) -> None:
                 return orig(self, *args, **kwargs)
             finally:
                 recorder.in_function_backward -= 1
+                recorder.returned.add(id(self))
 
         setattr(BackwardCFunction, attr, run)
 
