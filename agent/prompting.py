@@ -52,7 +52,7 @@ def system_prompt(judge: JudgeConfig, device: str, *, gpu_block: str | None = No
         if device == "cuda"
         else f"on {device} times nothing (timing needs a CUDA GPU)"
     )
-    return render(
+    text = render(
         "system",
         allowed_ops=allowed,
         tolerance=describe(judge.atol, judge.rtol),
@@ -61,6 +61,12 @@ def system_prompt(judge: JudgeConfig, device: str, *, gpu_block: str | None = No
         nvrtc=build_nvrtc.prompt_line(device),
         gpu=f"The GPU that judges and times your kernel:\n{gpu_block.strip()}\n" if gpu_block else "",
     )
+    if judge.backward:  # docs/backward.md: what is judged, and the autograd.Function pattern
+        text = text.replace(EXPERT, render("backward") + "\n\n" + EXPERT, 1)
+    return text
+
+
+EXPERT = "How an expert approaches a kernel:"
 
 
 def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str, floor: str | None = None) -> str:

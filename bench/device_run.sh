@@ -46,6 +46,11 @@ for step in "$@"; do
     throughput) python3 -P bench/judge_throughput.py --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" ;;
     baseline:*) [ -f .kb/baseline.json ] && cp .kb/baseline.json "$OUT/baseline.json"  # an earlier call's rows, carried back in: resume
       python3 -P -m kernelfix baseline ${step#baseline:} --out "$OUT/baseline.json" --kernelbench-times .kb/baseline_time_torch.json --workers ${BASELINE_WORKERS:-4} > "$OUT/baseline.log" 2>&1; tail -60 "$OUT/baseline.log" ;;
+    backward-sweep) # issue 25: which level 1-2 tasks have a backward, eager and torch.compile fwd / fwd+bwd; then the backward GPU tests
+      [ -f .kb/baseline_backward.json ] && cp .kb/baseline_backward.json "$OUT/baseline_backward.json"  # resume
+      python3 -P -m kernelfix baseline --backward ${BACKWARD_DIRS:-.kb/level1 .kb/level2} --out "$OUT/baseline_backward.json" --workers ${BASELINE_WORKERS:-4} > "$OUT/baseline_backward.log" 2>&1; tail -60 "$OUT/baseline_backward.log"
+      python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 tests/test_backward.py 2>&1 | tee "$OUT/backward_gpu.log" | grep -E "passed|failed|Error"
+      python3 -P -m kernelfix eval examples/tasks/scale_train.py examples/candidates/scale_train_triton.py --json > /tmp/kfout/backward_eval.json; python3 -c "import json; v=json.load(open('/tmp/kfout/backward_eval.json')); print(v['category'], v['message'], v['speedup_eager'], (v.get('timings') or {}).get('backward'))" 2>&1 | tee "$OUT/backward_eval.log" ;;
     fast-layout) python3 -P bench/fast_layout_replay.py --out "$OUT" --workdir /tmp/kf_fast_layout 2>&1 | tee "$OUT/fast_layout_replay.log" ;;
     capture-swap) python3 -P bench/capture_swap.py --out /tmp/kfout/capture_swap 2>&1 | tee "$OUT/capture_swap.log" ;;
     capture-shapes) python3 -P bench/capture_shapes.py --out /tmp/kfout/capture_shapes 2>&1 | tee "$OUT/capture_shapes.log" ;;

@@ -101,7 +101,7 @@ def capture(
         source = render_task(
             tg, module_path=module_path, module_class=type(c.module).__qualname__, script=str(script),
             weights_name=final.weights.name, weights_abs=str(final.weights), weights_sha256=sha,
-            input_sets=sets, calls=[x.call for x in cs],
+            input_sets=sets, calls=[x.call for x in cs], backward=trains(c),
         )
         atomic.write_text(staged.task, source)
         checks = [reproduce(staged.task, x, config) for x in cs]  # every captured call, as the one call is checked
@@ -125,7 +125,7 @@ def capture(
             kernelfix_version=__version__, torch_version=torch.__version__, created_at=time.time(),
             script=str(Path(script).resolve()), script_args=list(script_args), module_path=module_path,
             module_class=f"{type(c.module).__module__}.{type(c.module).__qualname__}", call=call, device=str(c.device),
-            training=c.module.training, grad_enabled=c.grad_enabled, task=final.task.name, weights=final.weights.name,
+            training=c.module.training, grad_enabled=c.grad_enabled, backward=trains(c), task=final.task.name, weights=final.weights.name,
             weights_sha256=sha, call_file=final.call.name if call_kept else None, in_spec=in_spec, inputs=tg.inputs,
             outputs=tg.outputs, graph_ops=dict(tg.ops.most_common()), check=check, notes=notes,
             calls=[x.call for x in cs] if others else [], input_sets=sets,
@@ -143,6 +143,15 @@ def capture(
         return CaptureResult(manifest=manifest, files=written)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def trains(c: CapturedCall) -> bool:
+    """The call was part of training: grad enabled, and a trainable parameter or an input that requires grad."""
+    if not c.grad_enabled:
+        return False
+    params = any(p.requires_grad for p in c.module.parameters())
+    inputs = any(isinstance(x, torch.Tensor) and x.requires_grad for x in pytree.tree_leaves((tuple(c.args), dict(c.kwargs))))
+    return params or inputs
 
 
 def _in_spec(c: CapturedCall) -> tuple[str, str | None]:

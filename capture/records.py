@@ -127,6 +127,7 @@ class CaptureManifest(BaseModel):
     device: str = Field(description="where the module ran when captured")
     training: bool
     grad_enabled: bool
+    backward: bool = False  # the task says BACKWARD = True: grad enabled on trainable tensors (training)
     task: str  # file names, beside each other
     weights: str
     weights_sha256: str

@@ -85,9 +85,16 @@ class CapturedKernel(nn.Module):
             if self.fallbacks == 1 and not torch.compiler.is_compiling():
                 warnings.warn(f"{self.manifest.module_path}: {e}; such calls run the original module", stacklevel=2)
             return self.original(*args, **kwargs)
-        if self._op is None:
+        if self._op is None or self._trains(tensors):
+            # The custom operator is opaque to autograd (the kernel's weights are not its inputs): a training
+            # call runs the kernel itself, whose torch.autograd.Function carries the backward that was judged.
             return self.kernel(*tensors)
         return pytree.tree_unflatten(self._op(tensors), self._out_spec)
+
+    def _trains(self, tensors: list[torch.Tensor]) -> bool:
+        if not self.manifest.backward or not torch.is_grad_enabled():
+            return False
+        return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in self.kernel.parameters())
 
     def extra_repr(self) -> str:
         return f"captured={self.manifest.module_path!r}, fallbacks={self.fallbacks}"

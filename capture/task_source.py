@@ -59,7 +59,10 @@ def render_task(
     weights_sha256: str,
     input_sets: list[list[InputLeaf]] = (),
     calls: list[int] = (),
+    backward: bool = False,
 ) -> str:
+    """``backward``: the call ran with grad enabled on trainable tensors (training): the task says BACKWARD = True,
+    so the judge checks and times its gradients too (docs/backward.md)."""
     imports, forward = forward_source(tg)
     names = ", ".join(f"{i.name} {i.tensor.describe()}" for i in tg.inputs if i.tensor is not None) or "no tensors"
     fixed = [f"{i.path}={i.constant}" for i in tg.inputs if i.constant is not None]
@@ -105,6 +108,8 @@ def render_task(
         f"WEIGHTS_NAME = {weights_name!r}",
         f"WEIGHTS_SHA256 = {weights_sha256!r}",
         f"CAPTURED_WEIGHTS = {weights_abs!r}  # where capture wrote them: the judge runs a copy of this file from elsewhere",
+        *(["BACKWARD = True  # captured in training (grad enabled): gradients are judged and timed too; --no-backward for forward only"]
+          if backward else []),
         "",
         "",
         "def weights_path() -> str:",

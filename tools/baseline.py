@@ -33,7 +33,7 @@ from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import Category, TimingStats
 
-Status = Literal["ok", "task_error", "infra"]
+Status = Literal["ok", "task_error", "infra", "no_backward"]  # no_backward: --backward on a task with nothing to differentiate
 
 
 class BaselineRow(BaseModel):
@@ -55,6 +55,9 @@ class BaselineRow(BaseModel):
     eager: TimingStats | None = None
     compiled: TimingStats | None = None
     compile_note: str | None = None
+    # --backward: ``eager``/``compiled`` above are forward+backward; these are the forward alone (grad enabled)
+    eager_forward: TimingStats | None = None
+    compiled_forward: TimingStats | None = None
     baseline_cached: bool = False
     draw: str | None = None
     seconds: float = 0.0
@@ -97,7 +100,8 @@ def _order(p: Path) -> tuple[int, str]:
 
 def settings(config: JudgeConfig) -> dict:
     return {"timing_runs": config.timing_runs, "warmup_ms": config.warmup_ms, "flush_l2": config.flush_l2,
-            "time_torch_compile": config.time_torch_compile, "inputs_on_device": config.inputs_on_device, "seed": config.seed}
+            "time_torch_compile": config.time_torch_compile, "inputs_on_device": config.inputs_on_device, "seed": config.seed} | (
+                {"backward": True} if config.backward else {})
 
 
 class _MemoryGate:
@@ -151,11 +155,15 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
             row.vacuous, row.ref_ms, row.draw = ref.vacuous, det.get("ref_ms"), det.get("draw_note")
             row.input_bytes, row.output_bytes = det.get("input_bytes", 0), det.get("output_bytes", 0)
             if judge.device == "cuda":
-                size = 3 * (row.input_bytes + row.output_bytes)
+                # Compiling holds a trial's tensors; under --backward their gradients too (inputs' and outputs' size again).
+                size = (5 if judge.config.backward else 3) * (row.input_bytes + row.output_bytes)
                 base = ref.baseline(judge.lease, warm_gate=(lambda: gate.hold(size)) if gate else None, fresh=fresh)
                 row.eager, row.compiled, row.compile_note, row.baseline_cached = base.eager, base.compiled, base.compile_note, base.cached
+                row.eager_forward, row.compiled_forward = base.eager_forward, base.compiled_forward
     except TaskError as e:
-        row.status, row.error = "task_error", str(e)
+        from kernelfix.tools.correctness.gradients import NO_BACKWARD
+
+        row.status, row.error = ("no_backward" if NO_BACKWARD in str(e) and config.backward is not False else "task_error"), str(e)
     except ReferenceUnavailable as e:
         row.status, row.category, row.error = "infra", e.category.value, e.message
         counted = judge.ref.size if judge is not None else None

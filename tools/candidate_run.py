@@ -41,6 +41,7 @@ class CandidateRun:
             task_path=str(workdir / "task.py"), candidate_path=str(candidate_path), build_dir=str(workdir / "build"),
             build=c.build.model_dump(), device=ctx.device, init_seed=ctx.seed, record_ops=c.runtime_legality,
             warmup_max_bytes=int(c.warmup_max_gb * 2**30) if ctx.device == "cuda" else 0, standby=standby,
+            backward=bool(c.backward),
         )
         evals = ctx.root / "evals"
         siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals and evals.is_dir() else []
@@ -138,7 +139,7 @@ class CandidateRun:
                 "trial", "output", Deadline(f"forward on trial {p.index}", self.forward_limit(p.ref_ms), hard_s=self.config.run_timeout_s),
                 fds=fds, index=p.index, slot=p.slot, in_arena=p.in_arena.model_dump() if p.in_arena else None, inputs=p.inputs,
                 input_specs=[s.model_dump() for s in p.input_specs], out=p.out, out_arena=p.out_arena.model_dump() if p.out_arena else None,
-                expected_specs=[s.model_dump() for s in p.expected_specs],
+                expected_specs=[s.model_dump() for s in p.expected_specs], grads=[g.model_dump() for g in p.grads],
             )
         finally:
             for fd in fds:

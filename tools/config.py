@@ -21,6 +21,7 @@ class TaskOverride(BaseModel):
     input_variants: list[InputVariant] | None = None
     float64_reference: bool | None = None
     precision: PrecisionPolicy | None = None
+    backward: bool | None = None
     extra_allowed_ops: list[str] | None = None
     allow_libraries: bool | None = None
     allow_streams: bool | None = None
@@ -53,6 +54,13 @@ class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     device: Literal["cuda", "cpu"] | None = Field(None, description="None: cuda when available, else cpu")
+    backward: bool | None = Field(
+        None,
+        description=(
+            "judge and time the backward pass too (gradients of floating inputs and parameters, docs/backward.md); "
+            "None: as the task says (BACKWARD = True)"
+        ),
+    )
     trials: int = Field(5, ge=1, description="correctness trials, each with fresh inputs under its own seed")
     seed: int | None = Field(
         None, description="base of the trial and weight seeds; None: drawn at random per judge, so no candidate can know its inputs in advance"

@@ -89,9 +89,23 @@ def _success(v: Verdict) -> str:
         parts.append(f"torch.compile {_ms(t.compiled)}: {v.speedup_compile:.2f}x.")
     elif t.compile_note:
         parts.append(f"({t.compile_note})")
-    if t.floor_ms:
+    if t.backward:  # --backward: the times above are forward+backward; where the time goes, per pass
+        parts.insert(1, "(forward+backward, what ranks.)")
+        parts.append(_passes(t))
+    elif t.floor_ms:
         parts.append(f"Memory floor {t.floor_ms:.4g} ms ({c.median_ms / t.floor_ms:.1f}x above it).")
     return " ".join(parts)
+
+
+def _passes(t) -> str:
+    """--backward: each callable's forward and backward, so the model knows which pass to work on."""
+    names = {"candidate": "yours", "eager": "eager", "compiled": "torch.compile"}
+    out = []
+    for key, label in names.items():
+        p = (t.backward or {}).get(key)
+        if p is not None and p.forward is not None and p.backward_ms is not None:
+            out.append(f"{label} forward {p.forward.median_ms:.4g} ms + backward {p.backward_ms:.4g} ms")
+    return ("Passes: " + "; ".join(out) + ".") if out else ""
 
 
 def _checks(rep: CorrectnessReport | None) -> list[str]:
@@ -159,6 +173,18 @@ def _correctness(v: Verdict) -> list[str]:
             f"Not accurate enough: {v.message}.",
             'Compute in float32 as the task does: no fp16/bf16 casts; in Triton, tl.dot(a, b, input_precision="ieee") (on GPUs its default is TF32).',
         ]
+    elif v.category == Category.NO_GRADIENT:
+        return [
+            f"No gradient on trial {t.trial}: {t.problem}.",
+            "The backward pass is judged: wrap your kernels in a torch.autograd.Function (forward saves what backward needs "
+            "with ctx.save_for_backward; backward launches your backward kernels and returns one gradient per forward input), "
+            "call it as Fn.apply(...) in ModelNew.forward, and use the parameters (same order and shapes as Model's) as its inputs.",
+        ]
+    elif (t.problem or "").startswith("grad of"):
+        lines = [f"Wrong gradient on trial {t.trial} (seed {t.seed}; the forward output is right): {t.problem}."]
+        advice = ["Check your backward against the chain rule for this input or parameter: the cotangent (grad_output) is random, "
+                  "the reduction over broadcast dimensions (a weight's gradient sums over the batch) belongs in your kernel, "
+                  "and each gradient has its input's shape and dtype."]
     else:
         lines = [f"Wrong output on trial {t.trial} (seed {t.seed}; {len(failing)} of {n} trials fail): {t.problem}."]
     if t.max_abs_error is not None and t.category == Category.NUMERICAL and t.expected is not None:
@@ -187,6 +213,15 @@ def _far_above_rounding(t) -> bool:
 
 def _cheating(v: Verdict) -> list[str]:
     cat = v.category
+    if cat == Category.DISALLOWED_ATEN and v.legality and v.legality.forbidden_backward_ops and not v.legality.forbidden_ops:
+        ops = v.legality.forbidden_backward_ops
+        listed = ", ".join(f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:10])
+        return [
+            f"Not allowed: {v.message} ({listed}).",
+            "The backward is judged like the forward: compute the gradients in your own kernels inside the autograd.Function's "
+            "backward; torch may only allocate, view and copy there. Ops torch differentiates for you (an expand's sum, a "
+            "matmul's) count too: keep them inside your Function.",
+        ]
     if cat == Category.DISALLOWED_ATEN:
         ops = v.legality.forbidden_ops if v.legality else {}
         listed = ", ".join(f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:10])

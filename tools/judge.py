@@ -84,6 +84,8 @@ class Judge:
         """``gpu``: the CUDA device (as CUDA_VISIBLE_DEVICES names it) this judge's workers use; default the first visible."""
         self.task = task if isinstance(task, Task) else Task.load(task)
         self.config = (config or JudgeConfig()).for_task(self.task.name)
+        if self.config.backward is None:  # the flag or config wins; else the task's own BACKWARD = True
+            self.config = self.config.model_copy(update={"backward": self.task.declares_backward})
         self.device, self.device_notice = resolve_device(self.config.device)
         self.gpu = gpu
         # GPU stages queue per device, across processes, so timed runs never share a GPU.

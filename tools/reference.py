@@ -106,7 +106,7 @@ class Reference:
                 inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
                 atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
                 truth_factor=self.config.truth_factor if self.config.float64_reference else None,
-                memory_limit_bytes=sandboxing.memory_limit(self.config),
+                memory_limit_bytes=sandboxing.memory_limit(self.config), backward=bool(self.config.backward),
             )
             iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
             j.note_sandbox(note)

@@ -62,7 +62,15 @@ def verdict_view(v: Verdict) -> Group:
                       f"no: {by_truth} trial(s) passed against the float64 reference, closer to it than the float32 reference")
     if v.legality and v.legality.forbidden_ops:
         t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
+    if v.legality and v.legality.forbidden_backward_ops:
+        t.add_row("forbidden ops (backward)", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_backward_ops.items()))
     tm = v.timings
+    if tm and tm.backward:  # --backward: the rows below are forward+backward
+        for name, label in (("candidate", "candidate"), ("eager", "eager"), ("compiled", "torch.compile")):
+            p = tm.backward.get(name)
+            if p is not None and p.forward is not None and p.forward_backward is not None:
+                t.add_row(f"{label} passes", f"forward {p.forward.median_ms:.4g} ms, backward {_fmt(p.backward_ms)} ms, "
+                          f"forward+backward {p.forward_backward.median_ms:.4g} ms")
     if tm and tm.candidate:
         c = tm.candidate
         t.add_row("candidate", f"{c.median_ms:.4g} ms median (p10 {c.p10_ms:.4g}, p90 {c.p90_ms:.4g}, n={c.runs})")

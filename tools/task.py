@@ -28,6 +28,14 @@ class Task(BaseModel):
     source: str
     sha1: str
 
+    @property
+    def declares_backward(self) -> bool:
+        """The task says ``BACKWARD = True`` at top level (``kernelfix capture`` of a training call writes it)."""
+        for node in pysource.parse(self.source).body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BACKWARD" for t in node.targets):
+                return isinstance(node.value, ast.Constant) and node.value.value is True
+        return False
+
     @classmethod
     def load(cls, path: str | Path) -> "Task":
         """Read and statically check a task file. Importing happens in a child process."""

@@ -58,6 +58,7 @@ class Category(StrEnum):
     NUMERICAL = "correctness_error:numerical"
     INPUT_DEPENDENT = "correctness_error:input_dependent"  # right on get_inputs()'s distribution only
     PRECISION = "correctness_error:precision"  # far less accurate than the float32 reference (when configured to fail)
+    NO_GRADIENT = "correctness_error:no_gradient"  # --backward: the output carries no gradient, or one the reference has is missing
 
     DISALLOWED_ATEN = "cheating:disallowed_aten"
     DISALLOWED_LIBRARY = "cheating:disallowed_library"
@@ -249,6 +250,9 @@ class LegalityReport(_Model):
     runtime_checked: bool = False
     recorder_intact: bool = True  # False: the candidate switched the op recorder off
     note: str | None = None
+    # --backward: the ops the candidate's backward ran (its autograd.Function's backward, torch's derivatives of its forward's ops)
+    backward_ops: dict[str, int] | None = None
+    forbidden_backward_ops: dict[str, int] = Field(default_factory=dict)
 
 
 class TimingStats(_Model):
@@ -259,6 +263,14 @@ class TimingStats(_Model):
     p10_ms: float
     p90_ms: float
     runs: int
+
+
+class PassTimings(_Model):
+    """--backward: one callable's forward (grad enabled), backward and forward+backward (docs/backward.md)."""
+
+    forward: TimingStats | None = None
+    backward_ms: float | None = None  # forward+backward's median less forward's: the backward alone, without a graph kept across calls
+    forward_backward: TimingStats | None = None
 
 
 class Timings(_Model):
@@ -272,6 +284,8 @@ class Timings(_Model):
     bandwidth_gbps: float | None = None
     l2_flushed: bool = True
     gpu: str | None = None
+    # --backward: per callable; ``candidate``/``eager``/``compiled`` above are then forward+backward (what ranks)
+    backward: dict[str, PassTimings] | None = None  # "candidate", "eager", "compiled"
 
 
 class InputSetReport(_Model):

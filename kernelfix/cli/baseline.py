@@ -81,9 +81,10 @@ def run(args: argparse.Namespace) -> int:
         out = Console()
         out.print(table(report, kb))
         for r in report.rows:
-            if r.status != "ok":
+            if r.status not in ("ok", "no_backward"):
                 out.print(f"{r.task}: {r.error}", markup=False, highlight=False)
-    return EXIT_OK if all(r.status == "ok" for r in report.rows) else EXIT_FAIL
+    # A task without a backward is an answer (integer outputs, argmax), not a failure.
+    return EXIT_OK if all(r.status in ("ok", "no_backward") for r in report.rows) else EXIT_FAIL
 
 
 def _gib(n: int) -> str:
@@ -92,18 +93,32 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}" if n >= 2**27 else f"{n / 2**20:.1f}M"
 
 
+def _ms(t) -> str:
+    return f"{t.median_ms:.3f}" if t is not None else "-"
+
+
 def table(report, kb: dict[str, float]):
     from rich.table import Table
 
+    backward = bool(report.settings.get("backward"))
     t = Table(title=f"kernelfix baseline on {report.gpu or report.device} (torch {report.torch})", show_lines=False)
-    for col in ("task", "in GiB", "out GiB", "same twice", "vacuous tolerance", "eager ms", "compile ms"):
+    times = ("eager fwd ms", "eager fwd+bwd ms", "compile fwd ms", "compile fwd+bwd ms") if backward else ("eager ms", "compile ms")
+    for col in ("task", "in GiB", "out GiB", "same twice", "vacuous tolerance", *times):
         t.add_column(col, overflow="fold")
     if kb:
         t.add_column("KernelBench eager ms")
         t.add_column("ratio")
     for r in report.rows:
-        if r.status != "ok":
-            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", r.category or r.status, "-", "-"]
+        if r.status == "no_backward":
+            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", "no backward: " + (r.error or "").split("(", 1)[-1].split(")")[0], *["-"] * len(times)]
+        elif r.status != "ok":
+            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", r.category or r.status, *["-"] * len(times)]
+        elif backward:
+            det = "yes" if r.deterministic else "no"
+            cells = [
+                r.task, _gib(r.input_bytes), _gib(r.output_bytes), det, "yes" if r.vacuous else "",
+                _ms(r.eager_forward), _ms(r.eager), _ms(r.compiled_forward), _ms(r.compiled) if r.compiled else (r.compile_note or "-")[:40],
+            ]
         else:
             det = "yes" if r.deterministic else ("inputs differ" if r.inputs_equal is False else f"no ({r.rel_error_between_runs:.1e})" if r.rel_error_between_runs else "no")
             cells = [

@@ -24,6 +24,12 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
         help="profile a correct, legal kernel with Nsight Compute (GPU only; default: on for optimize, off for eval and batch, unless the config sets judge.profile)",
     )
     p.add_argument(
+        "--backward", action=argparse.BooleanOptionalAction, default=None,
+        help="judge the backward pass too: gradients of the floating inputs and parameters checked against the reference's, "
+        "torch ops in backward refused, forward+backward timed and ranked (docs/backward.md; default: as the task's BACKWARD says, "
+        "or judge.backward in the config)",
+    )
+    p.add_argument(
         "--no-retry", action="store_true",
         help="report a machine fault (an infra:* verdict: GPU memory others hold, a worker that died) at once, rather than "
         "judging the candidate again after a pause (judge.infra_retries, default 3)",
@@ -46,7 +52,7 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
     from pydantic import ValidationError
 
     cfg = _load_config(args).judge
-    updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile") if getattr(args, k, None) is not None}
+    updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile", "backward") if getattr(args, k, None) is not None}
     sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
     if sol and updates.get("profile") is False:
         raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")

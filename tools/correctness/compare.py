@@ -86,6 +86,7 @@ def compare(
     seed: int,
     rel_error_tol: float | None = None,
     noise: float = 0.0,
+    path: str = "output",
 ) -> TrialReport:
     """One trial's report. Never raises on bad outputs: the report says what is wrong.
 
@@ -93,17 +94,18 @@ def compare(
     ``rel_error_tol`` caps each floating-point output's relative error norm (None: not
     checked). ``noise`` is the float32 reference's own relative error against float64,
     when known: a candidate is not asked to agree with the reference more closely than
-    the reference agrees with the exact result.
+    the reference agrees with the exact result. ``path``: what the messages call it
+    ("output", or under --backward "grad of input 0").
     """
     try:
-        _structure(ref, out)
+        _structure(ref, out, path)
     except Mismatch as m:
         return TrialReport(trial=trial, seed=seed, ok=False, problem=m.message, category=m.category)
     worst: TrialReport | None = None
     total_mismatch = total_numel = 0
     max_abs = max_rel = 0.0
     norm: tuple[float, float] | None = None  # (relative error norm, its threshold) of the output nearest its threshold
-    for idx, ((path, r), (_, o)) in enumerate(zip(leaves(ref), leaves(out))):
+    for idx, ((path, r), (_, o)) in enumerate(zip(leaves(ref, path), leaves(out, path))):
         if not isinstance(r, torch.Tensor):
             a, rt = tolerance("float32", atol, rtol)  # a Python number: float32's
             if isinstance(r, (int, float)) and isinstance(o, (int, float)):
@@ -141,7 +143,7 @@ def compare(
     return TrialReport(trial=trial, seed=seed, ok=True, passed_by="tolerance", **stats)
 
 
-def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol: float | None) -> TruthCheck:
+def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol: float | None, path: str = "output") -> TruthCheck:
     """The candidate's error against the float64 reference (``truth``) beside the float32
     reference's own, output by output: it passes where, for every floating output, its worst element
     and its error norm are each within ``factor`` times the reference's, its relative error norm
@@ -149,7 +151,7 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
     is as large as the signal), and it is finite wherever the truth is. Non-floating outputs must
     equal the reference exactly (their mismatch failed already, so they fail here too)."""
     worst: TruthCheck | None = None
-    for (path, r), (_, t), (_, o) in zip(leaves(ref), leaves(truth), leaves(out)):
+    for (path, r), (_, t), (_, o) in zip(leaves(ref, path), leaves(truth, path), leaves(out, path)):
         if not isinstance(r, torch.Tensor):
             continue
         if not (r.is_floating_point() and isinstance(o, torch.Tensor) and isinstance(t, torch.Tensor)) or o.shape != r.shape or o.device.type == "meta":

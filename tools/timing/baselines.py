@@ -38,6 +38,9 @@ class Baseline(BaseModel):
     bandwidth_gbps: float
     gpu: str | None = None
     cached: bool = False  # read from the disk cache, not measured by this judge
+    # --backward: ``eager``/``compiled`` above are forward+backward; these are forward alone (grad enabled)
+    eager_forward: TimingStats | None = None
+    compiled_forward: TimingStats | None = None
 
 
 def timing_settings(config: JudgeConfig) -> dict[str, Any]:
@@ -47,7 +50,7 @@ def timing_settings(config: JudgeConfig) -> dict[str, Any]:
         "timing_budget_s": config.timing_budget_s,
         "time_torch_compile": config.time_torch_compile,
         "flush_l2": config.flush_l2,
-    }
+    } | ({"backward": True} if config.backward else {})  # forward-only keys stay as they were
 
 
 def key(task: Task, config: JudgeConfig, ready: ReferenceReady) -> str:

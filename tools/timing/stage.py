@@ -29,7 +29,7 @@ from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.timing import baselines
-from kernelfix.tools.verdict import Category, TimingStats, Timings
+from kernelfix.tools.verdict import Category, PassTimings, TimingStats, Timings
 from kernelfix.tools.workers.handle import WorkerGone
 
 
@@ -121,7 +121,20 @@ def _timings(base: baselines.Baseline, flushed: bool) -> Timings:
         floor_ms=base.bytes_moved / (base.bandwidth_gbps * 1e9) * 1e3,
         l2_flushed=flushed,
         gpu=base.gpu,
+        backward=_passes({"eager": (base.eager_forward, base.eager), "compiled": (base.compiled_forward, base.compiled)})
+        if base.eager_forward is not None else None,
     )
+
+
+def _passes(pairs: dict[str, tuple[TimingStats | None, TimingStats | None]]) -> dict[str, PassTimings]:
+    """--backward: each callable's forward, forward+backward and their difference (the backward)."""
+    out = {}
+    for name, (fwd, both) in pairs.items():
+        if both is None:
+            continue
+        bwd = max(both.median_ms - fwd.median_ms, 0.0) if fwd is not None else None
+        out[name] = PassTimings(forward=fwd, forward_backward=both, backward_ms=bwd)
+    return out
 
 
 HOST_BOUND = 0.8  # issuing took this share of the wall clock: the host, not hidden GPU work, set the pace
@@ -156,6 +169,8 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
         return ev.fail("benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel")
     try:
         t.candidate = TimingStats(**timings[0]["candidate"])
+        if t.backward is not None and timings[0].get("forward") is not None:
+            t.backward |= _passes({"candidate": (TimingStats(**timings[0]["forward"]), t.candidate)})
     except (TypeError, ValueError):
         return ev.fail("benchmark", Category.TIMING_MANIPULATION, "a malformed timing message on the judge's channel")
     calls = max(1, int(ends[0].get("calls", 1)))

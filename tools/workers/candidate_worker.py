@@ -86,10 +86,12 @@ class CandidateRunner:
         if self.device.startswith("cuda"):
             Cuda.bind()
         if self.spec.record_ops:
-            from kernelfix.tools.legality.recorder import OpRecorder, suspend_in_triton
+            from kernelfix.tools.legality.recorder import OpRecorder, mark_function_backward, suspend_in_triton
 
             self.recorder = OpRecorder()
             suspend_in_triton(self.recorder)
+            if self.spec.backward:
+                mark_function_backward(self.recorder)
         if self.spec.standby:
             self.w.chan.send("standby")
             self.w.requests = self.w.chan.requests()
@@ -159,7 +161,10 @@ class CandidateRunner:
                 inputs = input_sets.pick(self.task, k)
             inputs = to_device(list(inputs), self.device)
             t0 = perf_counter()
-            self.model(*inputs)
+            if self.spec.backward:
+                _warm_backward(self.model, inputs)
+            else:
+                self.model(*inputs)
             sync(self.device)
             ms += (perf_counter() - t0) * 1e3
             del inputs
@@ -188,13 +193,16 @@ class CandidateRunner:
         index = int(req["index"])
         open_ms = (perf_counter() - t_open) * 1e3
         self.w.phase("forward", trial=index)
+        reply = CandidateOutput(index=index, out=int(req["out"]), open_ms=open_ms)
         t0 = perf_counter()
-        out = self.recorder.run(self.model, *inputs.obj) if self.recorder is not None else self.model(*inputs.obj)
-        sync(self.device)
-        ms = (perf_counter() - t0) * 1e3
+        if self.spec.backward:
+            out = self._forward_backward(inputs.obj, req, expected, reply)
+        else:
+            out = self.recorder.run(self.model, *inputs.obj) if self.recorder is not None else self.model(*inputs.obj)
+            sync(self.device)
+        reply.forward_ms = (perf_counter() - t0) * 1e3
         self.w.phase("handoff", trial=index)
         t1 = perf_counter()
-        reply = CandidateOutput(index=index, out=int(req["out"]), forward_ms=ms, open_ms=open_ms)
         try:
             reply.skeleton, leaves = flatten(out)
             reply.specs = [spec_of(t) for t in leaves]
@@ -218,9 +226,42 @@ class CandidateRunner:
             reply.allocated = int(torch.cuda.memory_allocated())
         self.w.chan.send("output", id=req.get("id"), **reply.model_dump())
 
+    def _forward_backward(self, payload: Any, req: dict[str, Any], expected: list[TensorSpec], reply: CandidateOutput) -> Any:
+        """--backward: forward with grad on fresh leaves, backward with the judge's cotangent (both under the
+        recorder); returns [output, gradients] in the order the reference's gradients come (``req["grads"]``)."""
+        import torch
+
+        from kernelfix.tools.correctness import gradients
+        from kernelfix.tools.transport.tree import torch_dtype
+        from kernelfix.tools.workers.protocol import GradKey
+
+        inputs, cots = payload
+        keys = [GradKey.model_validate(k) for k in req.get("grads") or []]
+        args, leaf_list = gradients.grad_leaves(inputs)
+        gradients.clear_grads(self.model)
+        rec = self.recorder
+        with torch.enable_grad():
+            out = rec.run(self.model, *args) if rec is not None else self.model(*args)
+            sync(self.device)
+            self.w.phase("backward", trial=int(req["index"]))
+            t0 = perf_counter()
+            why = rec.run_backward(gradients.backward, out, cots) if rec is not None else gradients.backward(out, cots)
+            sync(self.device)
+            reply.backward_ms = (perf_counter() - t0) * 1e3
+        fill = [torch.zeros(e.shape, dtype=torch_dtype(e.dtype), device=self.device) for e in expected[len(expected) - len(keys):]]
+        grads, missing = gradients.candidate_grads(self.model, leaf_list, keys, fill)
+        if why is not None:
+            why = f"{why}: {gradients.NO_GRAD_HINT}"
+        reply.no_gradient = why or missing
+        gradients.clear_grads(self.model)
+        return [out, grads]
+
     def ops(self, req: dict[str, Any], fds: list[int]) -> None:
         r = self.recorder
-        self.w.chan.send("ops", id=req.get("id"), ops=r.ops() if r is not None else None, recorder_intact=r.intact if r is not None else True)
+        self.w.chan.send(
+            "ops", id=req.get("id"), ops=r.ops() if r is not None else None, recorder_intact=r.intact if r is not None else True,
+            backward_ops=r.backward_ops() if r is not None and self.spec.backward else None,
+        )
 
     def time(self, req: dict[str, Any], fds: list[int]) -> None:
         from kernelfix.tools.timing.clock import l2_flush_buffer, time_cuda
@@ -234,9 +275,16 @@ class CandidateRunner:
             self.w.phase("time_candidate", done=n)
 
         self.w.phase("time_candidate")
-        cand = time_cuda(lambda: model(*inputs), t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+        forward = None
+        if t.get("backward"):  # forward (grad enabled), then forward+backward: what ranks, and what the wall check calls
+            fwd, call = _passes(model, inputs)
+            forward = time_cuda(fwd, t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+        else:
+            def call() -> None:
+                model(*inputs)
+        cand = time_cuda(call, t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
         del flush
-        self.w.chan.send("candidate_timing", candidate=cand)
+        self.w.chan.send("candidate_timing", candidate=cand, **({"forward": forward} if forward is not None else {}))
 
         # Judge-observed wall clock: back-to-back calls, one device-wide sync at the end,
         # bracketed by messages the parent stamps on arrival. Work on side streams or
@@ -248,7 +296,7 @@ class CandidateRunner:
         t0 = perf_counter()
         done = 0
         while done < k:
-            model(*inputs)
+            call()
             done += 1
             if perf_counter() - t0 > 5.0:
                 break
@@ -267,6 +315,47 @@ class CandidateRunner:
             Cuda.sync()
             Cuda.empty_cache()
         self.w.chan.send("released", id=req.get("id"))
+
+
+def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
+    """--backward timing: forward with grad enabled, and forward+backward on the judge's cotangent."""
+    import torch
+
+    from kernelfix.tools.correctness import gradients
+
+    inputs, cots = payload
+    args, leaf_list = gradients.grad_leaves(inputs)
+
+    def forward() -> None:
+        with torch.enable_grad():
+            model(*args)
+
+    def forward_backward() -> None:
+        for x in leaf_list:
+            if isinstance(x, torch.Tensor):
+                x.grad = None
+        gradients.clear_grads(model)
+        with torch.enable_grad():
+            out = model(*args)
+            if gradients.backward(out, cots) is not None:
+                raise RuntimeError("the output carries no gradient")
+
+    return forward, forward_backward
+
+
+def _warm_backward(model: Any, inputs: list) -> None:
+    """Forward with grad and backward on a cotangent of its own: the backward's kernels compile here too."""
+    import torch
+
+    from kernelfix.tools.correctness import gradients
+
+    args, _ = gradients.grad_leaves(inputs)
+    with torch.enable_grad():
+        out = model(*args)
+        outs = [o for o in gradients.floating(out) if o.requires_grad]
+        if outs:
+            torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
+    gradients.clear_grads(model)
 
 
 def _watch_compilers(w: Worker) -> None:

@@ -49,6 +49,7 @@ class ReferenceSpec(_Msg):
     rel_error_tol: float | None = 1e-2
     truth_factor: float | None = 8.0  # None: atol/rtol alone decide (no float64 rule)
     memory_limit_bytes: int | None = None  # the host memory the worker may use (a task larger is refused at once)
+    backward: bool = False  # gradients judged and timed too (docs/backward.md)
 
 
 class ReferenceReady(_Msg):
@@ -66,6 +67,15 @@ class ReferenceReady(_Msg):
     dtypes: list[str] = Field(default_factory=list)  # floating dtypes of the inputs, weights and outputs
     gpu_props: dict[str, Any] = Field(default_factory=dict)  # what the driver reports of the GPU
     input_sets: list[str] | None = None  # each get_input_sets() set's shapes in words; None: the task has none
+    parameters: list[str] = Field(default_factory=list)  # --backward: Model's trainable parameters, by name, in order
+
+
+class GradKey(_Msg):
+    """One gradient the reference has: of a floating input (by its flat index) or of a parameter (by its index in parameters())."""
+
+    kind: Literal["input", "parameter"]
+    index: int
+    name: str  # "grad of input 0", "grad of parameter linear.weight"
 
 
 class Prepared(_Msg):
@@ -89,6 +99,10 @@ class Prepared(_Msg):
     float64_note: str | None = None
     vacuous: str | None = None  # a trivial output passes atol/rtol on this trial
     cached: bool = False  # the reference came from the worker's cache, not a new forward
+    # --backward: the input arena holds [inputs, cotangents] and the output arena [output, gradients]; which
+    # gradients, in order ("input 0", "parameter 3": the index in parameters()), and what to call them
+    grads: list[GradKey] = Field(default_factory=list)
+    no_backward: str | None = None  # why this trial has nothing to differentiate (integer outputs, argmax)
 
 
 class CandidateSpec(_Msg):
@@ -104,6 +118,7 @@ class CandidateSpec(_Msg):
     record_ops: bool = True
     warmup_max_bytes: int = 0  # warm up (first-call compilation) on own inputs when they are this small; 0: never
     standby: bool = False  # started ahead of its candidate: Python, torch, CUDA up, then wait for "go"
+    backward: bool = False  # each trial: forward with grad, backward with the judge's cotangent, gradients returned
 
 
 class CandidateOutput(_Msg):
@@ -119,6 +134,8 @@ class CandidateOutput(_Msg):
     open_ms: float = 0.0  # mapping the arenas and binding the inputs
     handoff_ms: float = 0.0  # copying the outputs into the output arena
     allocated: int | None = None  # the worker's live GPU allocations after the forward (diagnostics)
+    no_gradient: str | None = None  # --backward: why no gradient could be taken or one is missing
+    backward_ms: float = 0.0
 
 
 class Checked(_Msg):

@@ -64,10 +64,26 @@ class _Data:
     float64_note: str | None = None
     skipped: str | None = None
     out64_transient: bool = False  # computed for one check, beyond the cache's budget: dropped after it
+    # --backward: the cotangent sent with the inputs, the gradients the reference got (and in float64)
+    cot: list | None = None
+    grads: list | None = None
+    grad_keys: list = field(default_factory=list)
+    grads64: list | None = None
+    grad_noise: list | None = None
 
     @property
     def size(self) -> int:
-        return nbytes(self.inputs) + nbytes(self.out) + nbytes(self.out64)
+        return nbytes(self.inputs) + nbytes(self.out) + nbytes(self.out64) + nbytes(self.cot) + nbytes(self.grads) + nbytes(self.grads64)
+
+    @property
+    def payload(self) -> Any:
+        """What the input arena carries: the inputs, and under --backward the cotangent beside them."""
+        return self.inputs if self.cot is None else [self.inputs, self.cot]
+
+    @property
+    def expected(self) -> Any:
+        """What the output arena receives: the output, and under --backward the gradients beside it."""
+        return self.out if self.grads is None else [self.out, self.grads]
 
 
 @dataclass
@@ -247,10 +263,13 @@ class ReferenceServer:
             else:
                 inputs = self._draw(plan.seed, plan.input_set)
             t0 = perf_counter()
-            with torch.no_grad():
-                out = self.model(*inputs)
+            if self.spec.backward:
+                out, cot, keys, grads = self._forward_backward(self.model, inputs, plan.seed)
+            else:
+                with torch.no_grad():
+                    out = self.model(*inputs)
             sync(self.device)
-            ref_ms = (perf_counter() - t0) * 1e3
+            ref_ms = (perf_counter() - t0) * 1e3  # under --backward forward+backward: the candidate's deadline covers both
         except TaskProblem:
             raise
         except Exception as e:
@@ -260,11 +279,35 @@ class ReferenceServer:
         if plan.variant and not _finite(out):
             return _Data(skipped=f"the reference is not finite on {input_variants.describe(plan.variant, plan.variant_of or 0)}")
         data = _Data(inputs=inputs, out=out, ref_ms=ref_ms)
+        if self.spec.backward:
+            data.cot, data.grad_keys, data.grads = cot, keys, grads
         if plan.float64 and self.model64 is not None:
             self._float64(plan, data)
         if plan.purpose == "correctness":
             data.vacuous = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
         return data
+
+    def _forward_backward(self, model: Any, inputs: list, seed: int, cot: list | None = None) -> tuple[Any, list, list, list]:
+        """Forward with grad, backward with the trial's cotangent: (output, cotangent, gradient keys, gradients)."""
+        import torch
+
+        from kernelfix.tools.correctness import gradients
+        from kernelfix.tools.workers.protocol import GradKey
+
+        args, leaf_list = gradients.grad_leaves(inputs)
+        gradients.clear_grads(model)
+        with torch.enable_grad():
+            out = model(*args)
+            cot = gradients.cotangents(out, seed) if cot is None else cot
+            why = gradients.backward(out, cot)
+        if why is not None:
+            raise TaskProblem(f"{gradients.NO_BACKWARD} ({why}): run it without --backward")
+        keys, grads = gradients.reference_grads(model, leaf_list)
+        if not keys:
+            raise TaskProblem(f"{gradients.NO_BACKWARD} (no floating input or parameter gets a gradient): run it without --backward")
+        gradients.clear_grads(model)
+        out = _detached(out)
+        return out, cot, [GradKey.model_validate(k) for k in keys], [g.detach() for g in grads]
 
     def _float64(self, plan: TrialPlan, data: _Data) -> None:
         import torch
@@ -274,7 +317,7 @@ class ReferenceServer:
         if why is None:
             # A check it cannot afford is skipped with a note, not run into the memory limit (which would
             # end the worker and refuse a task that fits without it).
-            need = 2 * (nbytes(data.inputs) + nbytes(data.out))
+            need = 2 * (nbytes(data.inputs) + nbytes(data.out) + nbytes(data.grads) + nbytes(data.cot))
             if self.cuda:
                 free, where = torch.cuda.mem_get_info()[0], "of the GPU"
             else:
@@ -283,10 +326,16 @@ class ReferenceServer:
                 why = f"skipped on trial {plan.index}: its float64 tensors need {task_size.size_text(need)}, {task_size.size_text(max(free, 0))} {where} is free"
         if why is None:
             try:
-                out64 = _forward_float64(self.model64, data.inputs, self.device)
+                if data.grads is not None:
+                    out64, grads64 = self._backward_float64(data)
+                else:
+                    out64, grads64 = _forward_float64(self.model64, data.inputs, self.device), None
                 why = _float64_mismatch(data.out, out64)
                 if why is None:
                     data.out64, data.noise = out64, relative_error(out64, data.out) or 0.0
+                    if grads64 is not None and len(grads64) == len(data.grads or []):
+                        data.grads64 = grads64
+                        data.grad_noise = [relative_error(g64, g) or 0.0 for g64, g in zip(grads64, data.grads or [])]
                 if self.cuda:
                     torch.cuda.empty_cache()  # its float64 inputs were temporaries: the arenas to come need the memory
             except Exception as e:  # an op without a float64 kernel, a forward that mixes dtypes, no memory
@@ -297,6 +346,22 @@ class ReferenceServer:
             data.float64_note = why
             if not why.startswith("skipped"):
                 self.model64, self.float64_note = None, why  # a task that is not float32 stays so
+
+    def _backward_float64(self, data: _Data) -> tuple[Any, list | None]:
+        """The float64 model's output and gradients on the same inputs and cotangent (upcast)."""
+        import torch
+
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)  # tensors the forward creates itself follow
+        try:
+            ins, cot = _up(data.inputs, self.device), _up(data.cot, self.device)
+            out64, _, keys, grads64 = self._forward_backward(self.model64, ins, 0, cot)
+            sync(self.device)
+        finally:
+            torch.set_default_dtype(previous)
+        if [k.name for k in keys] != [k.name for k in data.grad_keys]:
+            return out64, None
+        return out64, grads64
 
     # ------------------------------------------------------------------ requests
 
@@ -310,7 +375,7 @@ class ReferenceServer:
             self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
             return
         self.w.phase("handoff", trial=plan.index)
-        skel, tensors = flatten(data.inputs)
+        skel, tensors = flatten(data.payload)
         specs = [spec_of(t) for t in tensors]
         created: list[Arena] = []
         into = req.get("into")
@@ -331,7 +396,7 @@ class ReferenceServer:
             self.slots[sid] = _Slot(arena, specs, plan.index)
             reply.in_arena = arena.spec
             created.append(arena)
-        exp_skel, exp = flatten(data.out)
+        exp_skel, exp = flatten(data.expected)
         exp_specs = [contiguous_spec(t) for t in exp]
         out = self._arena(layout(exp_specs))
         oid = self._id()
@@ -342,6 +407,7 @@ class ReferenceServer:
         reply.out, reply.out_arena, reply.expected, reply.expected_specs = oid, out.spec, exp_skel, exp_specs
         reply.ref_ms, reply.noise, reply.has_float64, reply.vacuous = data.ref_ms, data.noise, data.out64 is not None, data.vacuous
         reply.input_bytes, reply.output_bytes = nbytes(data.inputs), nbytes(data.out)
+        reply.grads = list(data.grad_keys)
         assert self.w.requests is not None
         self.w.requests.send({"type": "fds", "id": req.get("id")}, [a.fd for a in created if a.fd is not None])
         for a in created:
@@ -390,12 +456,19 @@ class ReferenceServer:
                 else:
                     tensors = [_meta(s) for s in got.specs]
                 cand = unflatten(got.skeleton, tensors)
+                cand_grads = None
+                if data.grads is not None:  # [output, gradients], as the candidate's worker sends it
+                    if not (isinstance(cand, list) and len(cand) == 2):
+                        raise ValueError("the worker's reply is not [output, gradients]")
+                    cand, cand_grads = cand
                 report = compare(
                     data.out, cand, atol=self.spec.atol, rtol=self.spec.rtol, trial=plan.index, seed=plan.seed,
                     rel_error_tol=self.spec.rel_error_tol, noise=data.noise or 0.0,
                 )
                 if not report.ok and report.category == Category.NUMERICAL and self.spec.truth_factor:
                     report = self._by_truth(plan, data, cand, report)
+                if report.ok and data.grads is not None:
+                    report = self._check_grads(plan, data, got, cand_grads, report)
             except Exception as e:  # a malformed skeleton, or values that never arrived
                 report = TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.OUTPUT_STRUCTURE, problem=f"output could not be read ({short(e)})")
         if data.out64 is not None and cand is not None:
@@ -405,9 +478,33 @@ class ReferenceServer:
         mutated: list[int] = []
         slot = self.slots.get(req.get("slot")) if req.get("slot") is not None else None
         if slot is not None and slot.trial == plan.index:
-            _, mine = flatten(data.inputs)
+            _, mine = flatten(data.inputs)  # the inputs lead the arena; a cotangent after them is not an input
             mutated = [i for i, (a, s) in enumerate(zip(mine, slot.specs)) if not same_bytes(a, read(slot.arena, s))]
         self.w.chan.send("checked", id=req.get("id"), **Checked(report=report, mutated=mutated).model_dump())
+
+    def _check_grads(self, plan: TrialPlan, data: _Data, got: CandidateOutput, cand_grads: Any, report: Any) -> Any:
+        """Each gradient by the output's rules (dtype tolerance, error norm, the float64 rule); the first wrong one named."""
+        from kernelfix.tools.correctness.compare import compare, truth_check
+        from kernelfix.tools.verdict import Category, TrialReport
+
+        if got.no_gradient:
+            return TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.NO_GRADIENT, problem=got.no_gradient)
+        if not isinstance(cand_grads, list) or len(cand_grads) != len(data.grads or []):
+            return TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.NO_GRADIENT, problem="the gradients did not arrive")
+        for i, (key, ref_g, g) in enumerate(zip(data.grad_keys, data.grads or [], cand_grads)):
+            noise = data.grad_noise[i] if data.grad_noise else 0.0
+            rep = compare(ref_g, g, atol=self.spec.atol, rtol=self.spec.rtol, trial=plan.index, seed=plan.seed,
+                          rel_error_tol=self.spec.rel_error_tol, noise=noise, path=key.name)
+            if not rep.ok and rep.category == Category.NUMERICAL and self.spec.truth_factor and data.grads64 is not None:
+                check = truth_check(
+                    ref_g, data.grads64[i], g, factor=float(self.spec.truth_factor), rel_error_tol=self.spec.rel_error_tol, path=key.name,
+                )
+                if check.passed:
+                    continue
+                rep = rep.model_copy(update={"truth": check, "problem": f"{rep.problem}; against the float64 reference: {check.why}"})
+            if not rep.ok:
+                return rep
+        return report
 
     def _by_truth(self, plan: TrialPlan, data: _Data, cand: Any, report: Any) -> Any:
         """A trial outside atol/rtol, judged against the float64 reference: passed when the candidate
@@ -491,7 +588,10 @@ class ReferenceServer:
                 self.w.phase("compile_reference")
                 try:
                     cref = torch.compile(self.model)
-                    cref(*inputs)
+                    if t.get("backward"):  # the training graph, and its backward compiled at its first call
+                        self._passes(cref, data)[1]()
+                    else:
+                        cref(*inputs)
                     sync(self.device)
                     self._compiled = cref
                 except Exception as e:  # a task torch.compile can't handle still gets an eager speedup
@@ -499,7 +599,10 @@ class ReferenceServer:
                     torch._dynamo.reset()
         if req.get("warm_only"):
             if self._compiled is not None and plan.input_set is not None:  # another set's shapes: compiled here, outside the lease
-                self._compiled(*inputs)
+                if t.get("backward"):
+                    self._passes(self._compiled, data)[1]()
+                else:
+                    self._compiled(*inputs)
                 sync(self.device)
             self.w.chan.send("baseline_warm", id=req.get("id"))
             return
@@ -509,19 +612,57 @@ class ReferenceServer:
         def progress(n: int) -> None:
             self.w.phase("timing", done=n)
 
-        self.w.phase("time_eager")
-        eager = time_cuda(lambda: self.model(*inputs), runs, warm, budget, flush, progress)
-        compiled = None
-        if self._compiled is not None:
-            self.w.phase("time_torch_compile")
-            compiled = time_cuda(lambda: self._compiled(*inputs), runs, warm, budget, flush, progress)
+        extra: dict[str, Any] = {}
+        if t.get("backward"):  # forward (grad enabled) and forward+backward; the latter is what ranks
+            self.w.phase("time_eager")
+            fwd, both = self._passes(self.model, data)
+            extra["eager_forward"] = time_cuda(fwd, runs, warm, budget, flush, progress)
+            eager = time_cuda(both, runs, warm, budget, flush, progress)
+            compiled = None
+            if self._compiled is not None:
+                self.w.phase("time_torch_compile")
+                fwd, both = self._passes(self._compiled, data)
+                extra["compiled_forward"] = time_cuda(fwd, runs, warm, budget, flush, progress)
+                compiled = time_cuda(both, runs, warm, budget, flush, progress)
+            _clear_grads(self.model)
+        else:
+            self.w.phase("time_eager")
+            eager = time_cuda(lambda: self.model(*inputs), runs, warm, budget, flush, progress)
+            compiled = None
+            if self._compiled is not None:
+                self.w.phase("time_torch_compile")
+                compiled = time_cuda(lambda: self._compiled(*inputs), runs, warm, budget, flush, progress)
         del flush
         self.w.phase("bandwidth")
         bw = bandwidth_gbps()
         self.w.chan.send(
             "baseline", id=req.get("id"), eager=eager, compiled=compiled, compile_note=self._compile_note,
-            bytes_moved=nbytes(inputs) + nbytes(data.out), bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0),
+            bytes_moved=nbytes(inputs) + nbytes(data.out), bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0), **extra,
         )
+
+    def _passes(self, model: Any, data: _Data) -> tuple[Any, Any]:
+        """--backward timing: a forward with grad enabled, and a forward+backward on the trial's cotangent
+        (``.grad`` set to None first each call, outside nothing: a host-side reset, as a training step's zero_grad)."""
+        import torch
+
+        from kernelfix.tools.correctness import gradients
+
+        args, leaf_list = gradients.grad_leaves(data.inputs or [])
+        cots = data.cot or []
+
+        def forward() -> None:
+            with torch.enable_grad():
+                model(*args)
+
+        def forward_backward() -> None:
+            for x in leaf_list:
+                if isinstance(x, torch.Tensor):
+                    x.grad = None
+            gradients.clear_grads(self.model)  # torch.compile's module shares these parameters
+            with torch.enable_grad():
+                gradients.backward(model(*args), cots)
+
+        return forward, forward_backward
 
     def determinism(self, req: dict[str, Any], fds: list[int]) -> None:
         """The same trial twice from scratch: inputs and outputs must agree (``kernelfix baseline``)."""
@@ -540,6 +681,12 @@ class ReferenceServer:
             input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
             draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
         )
+
+
+def _clear_grads(model: Any) -> None:
+    from kernelfix.tools.correctness import gradients
+
+    gradients.clear_grads(model)
 
 
 def _gpu_props(props: Any) -> dict[str, Any]:
@@ -609,17 +756,36 @@ def _not_float32(model, inputs: list, out: Any) -> str | None:
     return None
 
 
+def _up(obj: Any, device: str) -> Any:
+    """float32 tensors as float64 (on ``device``), anything else as it is."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device=device, dtype=torch.float64) if obj.dtype == torch.float32 else obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_up(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _up(v, device) for k, v in obj.items()}
+    return obj
+
+
+def _detached(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_detached(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
+
+
 def _forward_float64(model64, inputs: list, device: str) -> Any:
     import torch
 
     def up(obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
-            return obj.to(device=device, dtype=torch.float64) if obj.dtype == torch.float32 else obj.to(device)
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(up(o) for o in obj)
-        if isinstance(obj, dict):
-            return {k: up(v) for k, v in obj.items()}
-        return obj
+        return _up(obj, device)
 
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)  # tensors the forward creates itself follow
