@@ -64,6 +64,7 @@ __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_
 
 
 YIELD_POLL_S = 0.2  # how soon an idle judge gives back GPU memory another judge wants
+IDLE_REFERENCE_S = 20.0  # ... and after how long idle its reference worker stops (started again on demand)
 
 
 def resolve_device(requested: str | None) -> tuple[str, str | None]:
@@ -108,6 +109,7 @@ class Judge:
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
         self._holding = 0  # GPU leases this judge's threads hold now
+        self._last_held = time.monotonic()
         self._holding_lock = threading.Lock()
         self._yielder: threading.Thread | None = None
         self._closed = threading.Event()
@@ -169,6 +171,7 @@ class Judge:
             finally:
                 with self._holding_lock:
                     self._holding -= 1
+                    self._last_held = time.monotonic()
 
     # ------------------------------------------------------------------ GPU memory shared by many judges
 
@@ -185,7 +188,14 @@ class Judge:
     def _yield_while_others_want(self) -> None:
         assert self._lease is not None
         while not self._closed.wait(YIELD_POLL_S):
-            if self._holding or not self.ref.holds_gpu_memory or not self._lease.others_want():
+            if self._holding or not self._lease.others_want():
+                continue
+            if time.monotonic() - self._last_held > IDLE_REFERENCE_S and self.ref.stop_idle():
+                # Idle that long while others want the GPU: its CUDA context goes too (a judge kept for
+                # later, as a test session or a batch keeps several); the next request starts it again.
+                self._lease.note({"stopped_idle_reference": self.task.name})
+                continue
+            if not self.ref.holds_gpu_memory:
                 continue
             try:
                 if self.ref.give_back_gpu_memory() is not None:

@@ -154,6 +154,21 @@ class Reference:
                 self._worker.close()
                 self._worker = None
 
+    def stop_idle(self) -> bool:
+        """Stop a worker no request uses and no evaluation holds arenas of (its CUDA context and all
+        it keeps go back to the GPU); ``ensure`` starts another when asked, which computes the same
+        trials from their seeds. False when busy, in use, or not running."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._worker is None or not self._worker.alive or self._owned or self._start_thread is not None or not self.surveyed:
+                return False
+            self._worker.close()
+            self._worker, self.ready, self._gpu_dirty = None, None, False
+            return True
+        finally:
+            self._lock.release()
+
     def _relay(self, msg: dict[str, Any]) -> None:
         if self.on_event is not None:
             self.on_event(msg)

@@ -155,8 +155,11 @@ class World:
         # first time a candidate of the task reaches timing (checked apart: _baselines_are_the_judges).
         # The lease's own records beside the locks too: its memory log and the marks of holds asked for.
         locks = self.cache / "locks"
+        # And the judge's own cache (hidden from every candidate), which a fresh judge's reference fills
+        # in the background: a slow machine made it after the first snapshot (16 test workers on the H100).
         own = [self.cache / name for name in COMPILER_CACHES] + [*locks.glob("gpu-*.log"), *locks.glob("gpu-*.memory"), *locks.glob("gpu-*.wants")]
-        own.append(self.cache / "judge" / "baselines")
+        own += [lock for lock in locks.glob("gpu-*.lock") if lock.name != "gpu-canary.lock"]
+        own.append(self.cache / "judge")
         snap.update(_tree(self.cache, [*skip, *own]))
         return snap
 
