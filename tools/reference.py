@@ -115,7 +115,7 @@ class Reference:
                 env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
                 isolation=iso, on_phase=self._relay, fork=self.config.fork_server,
             )
-            deadline = Deadline("the reference's start", self.config.run_timeout_s)
+            deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
             try:
                 msg = self._worker.expect(["sized", "ready"], deadline)
                 if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
@@ -236,13 +236,13 @@ class Reference:
         finally:
             self._lock.release()
 
-    def _request(self, kind: str, reply: str, timeout_s: float, **payload: Any) -> dict[str, Any]:
+    def _request(self, kind: str, reply: str, timeout_s: float, *, stretch: bool = False, **payload: Any) -> dict[str, Any]:
         with self._lock:
             self.ensure()
             assert self._worker is not None
             self._gpu_dirty = self.ctx.device == "cuda"
             try:
-                return self._worker.request(kind, reply, Deadline(f"the reference's {kind}", timeout_s), **payload)
+                return self._worker.request(kind, reply, Deadline(f"the reference's {kind}", timeout_s, stretch=stretch), **payload)
             except WorkerGone as e:
                 self._failed(e)
                 raise  # unreachable: _failed always raises
@@ -260,7 +260,7 @@ class Reference:
         with lease("reference"), self._lock:
             if self.surveyed:
                 return
-            msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials])
+            msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials], stretch=True)
             by_index = {t.index: t for t in self.trials}
             for raw in msg["trials"]:  # a large task's survey stops at the first trial its cache cannot hold
                 p = Prepared.model_validate(raw)

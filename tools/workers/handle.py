@@ -52,10 +52,12 @@ def load_factor() -> float:
 class Deadline:
     """When waiting must end: ``limit_s`` of time outside compilers, ``hard_s`` of any time,
     ``idle_s`` without any message from the worker. Time before the worker's first word counts
-    toward ``START_S`` only, and every bound stretches with the host's load (``load_factor``)."""
+    toward ``START_S`` only (stretched with the host's load, ``load_factor``); with ``stretch`` the
+    other bounds stretch too: the judge's own work (the reference's start, its survey), not a
+    candidate's forward, whose hang is caught as soon on a loaded machine as on an idle one."""
 
-    def __init__(self, what: str, limit_s: float, *, hard_s: float | None = None, idle_s: float | None = None):
-        self.what, self.limit_s, self.hard_s, self.idle_s = what, limit_s, hard_s, idle_s
+    def __init__(self, what: str, limit_s: float, *, hard_s: float | None = None, idle_s: float | None = None, stretch: bool = False):
+        self.what, self.limit_s, self.hard_s, self.idle_s, self.stretch = what, limit_s, hard_s, idle_s, stretch
         self.start = self.last = time.monotonic()
         self.active = 0.0
         self.starting = 0.0
@@ -64,14 +66,14 @@ class Deadline:
         """(why, hung) once waiting must end: ``hung`` when the code itself stopped making progress
         (time outside compilers, or no message), not when a stage's overall limit ran out."""
         now = time.monotonic()
-        k = load_factor()
         if not handle.started:
             self.starting += now - self.last
         elif not handle.compiling:
             self.active += now - self.last
         self.last = now
-        if self.starting > START_S * k:
-            return f"{self.what}: the worker did not start within {START_S * k:.3g} s", False
+        if self.starting > START_S * load_factor():
+            return f"{self.what}: the worker did not start within {START_S * load_factor():.3g} s", False
+        k = load_factor() if self.stretch else 1.0
         if self.active > self.limit_s * k:
             load = f" (stretched {k:.2g}x for the host's load)" if k > 1 else ""
             return f"{self.what} did not finish within {self.limit_s * k:.3g} s" + (" with no compiler running" if handle.compiled_any else "") + load, True
