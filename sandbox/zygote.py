@@ -321,11 +321,17 @@ def shutdown() -> None:
 # ---------------------------------------------------------------------------- the zygote's side
 
 
-def _boot(fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str], skip: Sequence[str]) -> str:
-    """The ``python -c`` program of a zygote."""
+def _boot(
+    fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str], skip: Sequence[str],
+    write_bytecode: bool | None = None,
+) -> str:
+    """The ``python -c`` program of a zygote. ``write_bytecode``: as the judge's own process would
+    (its user's PYTHONDONTWRITEBYTECODE holds; the workers' environment always sets it)."""
+    if write_bytecode is None:
+        write_bytecode = not sys.dont_write_bytecode
     return (
         f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.zygote import serve; "
-        f"serve({fd}, {parent_pid}, {list(preload)!r}, {list(run_modules)!r}, {list(import_path)!r}, {list(skip)!r})"
+        f"serve({fd}, {parent_pid}, {list(preload)!r}, {list(run_modules)!r}, {list(import_path)!r}, {list(skip)!r}, {write_bytecode!r})"
     )
 
 
@@ -388,7 +394,8 @@ def _fork_poisoned() -> bool:
 
 
 def serve(
-    fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str] = (), skip: Sequence[str] = ()
+    fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str] = (), skip: Sequence[str] = (),
+    write_bytecode: bool = True,
 ) -> None:
     """The zygote's main loop: import, say so, then fork on request until the judge goes away.
 
@@ -407,11 +414,11 @@ def serve(
     failed: dict[str, str] = {}
     seconds: dict[str, float] = {}
     # While it imports, nothing may start the CUDA driver (a forked child could not use it) and the
-    # library's bytecode is written as a plain ``python`` would (the workers' environment says
+    # library's bytecode is written as the judge's own process would (the workers' environment says
     # PYTHONDONTWRITEBYTECODE: on an install without .pyc files every zygote compiled torch anew,
     # its import and dynamo's 3x slower, measured on the H100's host). Nothing of a candidate's has
     # run here.
-    no_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, False
+    no_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, not write_bytecode
     driverless = _DriverlessAvailability()
     for name in preload:
         if name in skip:
@@ -426,7 +433,7 @@ def serve(
         seconds[name] = round(time.monotonic() - t1, 3)
         if name != "torch" and _fork_poisoned():
             sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name])])
+            os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode)])
     sys.dont_write_bytecode = no_bytecode
     if _fork_poisoned():  # torch itself: nothing forked from here could use CUDA
         failed["torch"] = "importing torch made forked children refuse CUDA"
