@@ -105,3 +105,30 @@ def candidate_grads(model: Any, leaves: list, keys: list[Any], fill: list) -> tu
             ": backward returned None for it, or forward used it outside autograd"
         )
     return grads, why
+
+
+def timed_passes(model: Any, inputs: list, cots: list, *, params_of: Any = None, strict: bool = False) -> tuple[Any, Any]:
+    """``--backward`` timing's two callables, for the reference's workers and the candidate's alike: a
+    forward with grad enabled, and a forward+backward on the trial's cotangent (every ``.grad`` set to
+    None first, as a training step's zero_grad). ``params_of``: the module whose parameters collect the
+    gradients (torch.compile's wrapper shares its original's); ``strict``: an output with no gradient raises."""
+    import torch
+
+    args, leaf_list = grad_leaves(inputs)
+    owner = params_of if params_of is not None else model
+
+    def forward() -> None:
+        with torch.enable_grad():
+            model(*args)
+
+    def forward_backward() -> None:
+        for x in leaf_list:
+            if isinstance(x, torch.Tensor):
+                x.grad = None
+        clear_grads(owner)
+        with torch.enable_grad():
+            missing = backward(model(*args), cots)
+        if strict and missing is not None:
+            raise RuntimeError("the output carries no gradient")
+
+    return forward, forward_backward

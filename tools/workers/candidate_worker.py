@@ -319,28 +319,10 @@ class CandidateRunner:
 
 def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
     """--backward timing: forward with grad enabled, and forward+backward on the judge's cotangent."""
-    import torch
-
     from kernelfix.tools.correctness import gradients
 
     inputs, cots = payload
-    args, leaf_list = gradients.grad_leaves(inputs)
-
-    def forward() -> None:
-        with torch.enable_grad():
-            model(*args)
-
-    def forward_backward() -> None:
-        for x in leaf_list:
-            if isinstance(x, torch.Tensor):
-                x.grad = None
-        gradients.clear_grads(model)
-        with torch.enable_grad():
-            out = model(*args)
-            if gradients.backward(out, cots) is not None:
-                raise RuntimeError("the output carries no gradient")
-
-    return forward, forward_backward
+    return gradients.timed_passes(model, inputs, cots, strict=True)
 
 
 def _warm_backward(model: Any, inputs: list) -> None:

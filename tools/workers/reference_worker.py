@@ -641,28 +641,10 @@ class ReferenceServer:
         )
 
     def _passes(self, model: Any, data: _Data) -> tuple[Any, Any]:
-        """--backward timing: a forward with grad enabled, and a forward+backward on the trial's cotangent
-        (``.grad`` set to None first each call, outside nothing: a host-side reset, as a training step's zero_grad)."""
-        import torch
-
+        """--backward timing's callables (gradients.timed_passes); torch.compile's module shares Model's parameters."""
         from kernelfix.tools.correctness import gradients
 
-        args, leaf_list = gradients.grad_leaves(data.inputs or [])
-        cots = data.cot or []
-
-        def forward() -> None:
-            with torch.enable_grad():
-                model(*args)
-
-        def forward_backward() -> None:
-            for x in leaf_list:
-                if isinstance(x, torch.Tensor):
-                    x.grad = None
-            gradients.clear_grads(self.model)  # torch.compile's module shares these parameters
-            with torch.enable_grad():
-                gradients.backward(model(*args), cots)
-
-        return forward, forward_backward
+        return gradients.timed_passes(model, data.inputs or [], data.cot or [], params_of=self.model)
 
     def determinism(self, req: dict[str, Any], fds: list[int]) -> None:
         """The same trial twice from scratch: inputs and outputs must agree (``kernelfix baseline``)."""
