@@ -1,6 +1,6 @@
 # behaviour: memory bomb: host memory grows 64 MiB at a time until something stops it
 # expect: runtime_error:oom
-# config: {"run_timeout_s": 60, "memory_limit_gb": 8}
+# config: {"run_timeout_s": 60, "memory_limit_gb": 3}
 import torch
 import torch.nn as nn
 import triton
