@@ -140,22 +140,35 @@ def _passes(pairs: dict[str, tuple[TimingStats | None, TimingStats | None]]) -> 
 HOST_BOUND = 0.8  # issuing took this share of the wall clock: the host, not hidden GPU work, set the pace
 
 
+def _wall(messages: list[dict]) -> tuple[float, float] | None:
+    """(wall-clock ms per call, ms per call the host took to issue them) of the wall-clock check; None
+    unless it ran exactly once."""
+    starts = [m for m in messages if m.get("type") == "wall_start"]
+    ends = [m for m in messages if m.get("type") == "wall_end"]
+    if len(starts) != 1 or len(ends) != 1:
+        return None
+    calls = max(1, int(ends[0].get("calls", 1)))
+    issued = [m for m in messages if m.get("type") == "wall_issued"]
+    issue_ms = (issued[0]["_t"] - starts[0]["_t"]) * 1e3 / calls if len(issued) == 1 else 0.0
+    return (ends[0]["_t"] - starts[0]["_t"]) * 1e3 / calls, issue_ms
+
+
+def _pace(med_ms: float, wall_ms: float, issue_ms: float, ratio: float) -> str | None:
+    """Who set the pace where the events saw less than the wall clock: "host" (issuing took most of it)
+    or "hidden" (the sync waited on GPU work the events did not see); None where they agree."""
+    if med_ms >= ratio * wall_ms - 0.02:
+        return None
+    return "host" if issue_ms >= HOST_BOUND * wall_ms else "hidden"
+
+
 def _hidden_work(messages: list[dict], ratio: float) -> bool:
     """Whether these timing messages show GPU work the events did not see (as ``_police`` judges it)."""
     try:
         (timing,) = [m for m in messages if m.get("type") == "candidate_timing"]
-        (start,) = [m for m in messages if m.get("type") == "wall_start"]
-        (end,) = [m for m in messages if m.get("type") == "wall_end"]
-        calls = max(1, int(end.get("calls", 1)))
-        wall = (end["_t"] - start["_t"]) * 1e3 / calls
-        med = float(timing["candidate"]["median_ms"])
+        wall = _wall(messages)
+        return wall is not None and _pace(float(timing["candidate"]["median_ms"]), *wall, ratio) == "hidden"
     except (ValueError, KeyError, TypeError):
         return False  # malformed: _police names it
-    if med >= ratio * wall - 0.02:
-        return False
-    issued = [m for m in messages if m.get("type") == "wall_issued"]
-    issue_ms = (issued[0]["_t"] - start["_t"]) * 1e3 / calls if len(issued) == 1 else 0.0
-    return issue_ms < HOST_BOUND * wall
 
 
 def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str | None) -> Evaluation:
@@ -163,9 +176,8 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
     t = ev.timings
     assert t is not None
     timings = [m for m in messages if m.get("type") == "candidate_timing"]
-    starts = [m for m in messages if m.get("type") == "wall_start"]
-    ends = [m for m in messages if m.get("type") == "wall_end"]
-    if len(starts) != 1 or len(ends) != 1 or len(timings) != 1:
+    wall = _wall(messages)
+    if wall is None or len(timings) != 1:
         return ev.fail("benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel")
     try:
         t.candidate = TimingStats(**timings[0]["candidate"])
@@ -173,15 +185,13 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
             t.backward |= _passes({"candidate": (TimingStats(**timings[0]["forward"]), t.candidate)})
     except (TypeError, ValueError):
         return ev.fail("benchmark", Category.TIMING_MANIPULATION, "a malformed timing message on the judge's channel")
-    calls = max(1, int(ends[0].get("calls", 1)))
-    t.wall_per_call_ms = (ends[0]["_t"] - starts[0]["_t"]) * 1e3 / calls
+    t.wall_per_call_ms, issue_ms = wall
     if stale is not None:
         return ev.fail("benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({stale})")
     med = t.candidate.median_ms
-    if med < c.timing_wall_ratio * t.wall_per_call_ms - 0.02:
-        issued = [m for m in messages if m.get("type") == "wall_issued"]
-        issue_ms = (issued[0]["_t"] - starts[0]["_t"]) * 1e3 / calls if len(issued) == 1 else 0.0
-        if issue_ms < HOST_BOUND * t.wall_per_call_ms:  # the sync waited on GPU work the events did not see
+    pace = _pace(med, t.wall_per_call_ms, issue_ms, c.timing_wall_ratio)
+    if pace is not None:
+        if pace == "hidden":
             return ev.fail(
                 "benchmark",
                 Category.TIMING_MANIPULATION,
