@@ -99,7 +99,7 @@ def _cuda_runs(iso: Isolation, python: str) -> tuple[bool, str]:
 
 
 _gpu_lock = threading.Lock()
-_gpu_known: dict[str, tuple[str, str | None]] = {}
+_gpu_known: dict[tuple[str, str, str | None], tuple[str, str | None]] = {}  # this process's answers
 
 
 def _machine_id() -> str | None:
@@ -113,34 +113,36 @@ def _machine_id() -> str | None:
     return hashlib.sha256(f"{boot}\n{driver}".encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=8)
 def _gpu_layers(settings_json: str, python: str, record_dir: str | None = None) -> tuple[str, str | None]:
     """``_search_gpu_layers``, once per process, and once per boot where ``record_dir`` is given:
     the check starts torch and CUDA in a child (3-6 s on the H100's host, measured: most of a cold
     ``kernelfix eval``'s compile stage beside the fork server's imports), and its answer cannot
     change until the machine or its driver does."""
     with _gpu_lock:  # the reference's and the candidate's first workers ask at once: one check
+        known = _gpu_known.get((settings_json, python, record_dir))
+        if known is not None:
+            return known
         machine = _machine_id() if record_dir else None
         key = hashlib.sha256(f"{machine}\n{python}\n{settings_json}".encode()).hexdigest()[:24]
-        if key in _gpu_known:
-            return _gpu_known[key]
-        path = Path(record_dir) / f"gpu-layers-{key}.json" if machine else None
+        path = Path(record_dir) / f"gpu-layers-{key}.json" if record_dir and machine else None
+        chosen = note = None
         if path is not None:
             try:
                 rec = json.loads(path.read_text())
-                return rec["settings"], rec["note"]
+                chosen, note = rec["settings"], rec["note"]
             except (OSError, ValueError, KeyError, TypeError):
                 pass
-        chosen, note = _search_gpu_layers(settings_json, python)
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps({"settings": chosen, "note": note}))
-                os.replace(tmp, path)
-            except OSError:  # a read-only cache costs the next process the check, nothing more
-                pass
-        _gpu_known[key] = (chosen, note)
+        if chosen is None:
+            chosen, note = _search_gpu_layers(settings_json, python)
+            if path is not None:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps({"settings": chosen, "note": note}))
+                    os.replace(tmp, path)
+                except OSError:  # a read-only cache costs the next process the check, nothing more
+                    pass
+        _gpu_known[(settings_json, python, record_dir)] = (chosen, note)
         return chosen, note
 
 

@@ -546,7 +546,7 @@ def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
         return ok, "" if ok else "RuntimeError: ... Error 304"
 
     monkeypatch.setattr(isolation, "_cuda_runs", fake_cuda_runs)
-    isolation._gpu_layers.cache_clear()
+    isolation._gpu_known.clear()
     chosen, note = isolation.for_gpu(Isolation(writable=["/w"]), python="py-a")
     assert (chosen.network, chosen.capabilities, chosen.cgroup, chosen.pid, chosen.filesystem) == (True, True, True, False, False)
     assert chosen.writable == ["/w"]
@@ -556,14 +556,14 @@ def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
     assert len(tried) == n, "probed once per settings and interpreter, whatever the writable dirs"
 
     monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (True, ""))
-    isolation._gpu_layers.cache_clear()
+    isolation._gpu_known.clear()
     assert isolation.for_gpu(Isolation(), python="py-b") == (Isolation(), None)
 
     monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (not any(getattr(iso, k) for k in isolation.LAYERS), "no"))
-    isolation._gpu_layers.cache_clear()
+    isolation._gpu_known.clear()
     chosen, note = isolation.for_gpu(Isolation(), python="py-c")
     assert not any(getattr(chosen, k) for k in isolation.LAYERS) and "without isolation" in note
-    isolation._gpu_layers.cache_clear()
+    isolation._gpu_known.clear()
 
 
 def test_gpu_settings_are_checked_once_per_boot(monkeypatch, tmp_path):
@@ -577,7 +577,6 @@ def test_gpu_settings_are_checked_once_per_boot(monkeypatch, tmp_path):
     monkeypatch.setattr(isolation, "_machine_id", lambda: machine[0])
 
     def cold_process():
-        isolation._gpu_layers.cache_clear()
         isolation._gpu_known.clear()
         return isolation.for_gpu(Isolation(), python="py-rec", record_dir=tmp_path)
 
@@ -590,5 +589,4 @@ def test_gpu_settings_are_checked_once_per_boot(monkeypatch, tmp_path):
     for rec in tmp_path.glob("gpu-layers-*.json"):
         rec.write_text("{torn")
     assert cold_process() == first and len(tried) == 3 * n
-    isolation._gpu_layers.cache_clear()
     isolation._gpu_known.clear()

@@ -71,9 +71,10 @@ class Deadline:
         elif not handle.compiling:
             self.active += now - self.last
         self.last = now
-        if self.starting > START_S * load_factor():
-            return f"{self.what}: the worker did not start within {START_S * load_factor():.3g} s", False
-        k = load_factor() if self.stretch else 1.0
+        load = load_factor()
+        if self.starting > START_S * load:
+            return f"{self.what}: the worker did not start within {START_S * load:.3g} s", False
+        k = load if self.stretch else 1.0
         if self.active > self.limit_s * k:
             load = f" (stretched {k:.2g}x for the host's load)" if k > 1 else ""
             return f"{self.what} did not finish within {self.limit_s * k:.3g} s" + (" with no compiler running" if handle.compiled_any else "") + load, True
