@@ -296,7 +296,7 @@ class Judge:
         if size is None:
             return None
         eager = compiled = None
-        if with_baseline and self.device == "cuda":
+        if with_baseline:
             try:
                 base = self.ref.baseline(self.lease)
                 eager, compiled = base.eager.median_ms, base.compiled.median_ms if base.compiled else None
