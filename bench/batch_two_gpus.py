@@ -59,7 +59,7 @@ def write_jobs(work: Path, shape: tuple[int, int]) -> Path:
 
 
 def run_batch(label: str, manifest: Path, out: Path, gpus: list[str], env: dict, device: str, timeout: float) -> dict:
-    locks = Path(env["KERNELFIX_CACHE"]) / "locks"
+    locks = Path(env.get("KERNELFIX_LOCKS") or Path(env["KERNELFIX_CACHE"]) / "locks")
     for log in locks.glob("gpu-*.log"):
         log.unlink()  # this run's holds only
     run_env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)} if device == "cuda" else env

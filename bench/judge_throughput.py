@@ -57,7 +57,7 @@ def main() -> int:
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-throughput-cache-"))
     import torch
 
-    from kernelfix.tools.cache_dir import cache_root
+    from kernelfix.tools.cache_dir import lock_root
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 
@@ -93,7 +93,7 @@ def main() -> int:
     for j in judges.values():
         j.close()
     holds = []
-    for log in (cache_root() / "locks").glob("gpu-*.log"):
+    for log in lock_root().glob("gpu-*.log"):
         holds += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     holds = [h for h in holds if h["got"] >= t_start]
     held = sum(h["released"] - h["got"] for h in holds)

@@ -36,7 +36,7 @@ from kernelfix.agent.headless import HeadlessReporter  # noqa: E402
 from kernelfix.agent.models import ReplayModel  # noqa: E402
 from kernelfix.agent.runner import Session  # noqa: E402
 from kernelfix.agent.session import read_trajectory  # noqa: E402
-from kernelfix.tools.cache_dir import cache_root  # noqa: E402
+from kernelfix.tools.cache_dir import lock_root  # noqa: E402
 from kernelfix.tools.config import JudgeConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,7 +168,7 @@ TASKS = {
 
 def lease_holds(since: float) -> list[dict]:
     holds = []
-    for f in sorted((cache_root() / "locks").glob("gpu-*.log")):
+    for f in sorted(lock_root().glob("gpu-*.log")):
         for line in f.read_text().splitlines():
             try:
                 h = json.loads(line)

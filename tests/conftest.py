@@ -54,6 +54,10 @@ def pytest_configure(config):
     # one across runs.
     if not os.environ.get("KERNELFIX_CACHE"):
         os.environ["KERNELFIX_CACHE"] = config._kernelfix_cache = tempfile.mkdtemp(prefix="kernelfix-test-cache-")
+    # One GPU lease for the whole run, tests with a cache of their own included (the hostile world's):
+    # judges that do not share a lease neither take turns on the GPU nor give each other memory back.
+    if not os.environ.get("KERNELFIX_LOCKS"):
+        os.environ["KERNELFIX_LOCKS"] = config._kernelfix_locks = os.path.join(os.environ["KERNELFIX_CACHE"], "locks")
 
 
 def pytest_unconfigure(config):
@@ -61,6 +65,8 @@ def pytest_unconfigure(config):
     if made:  # precompiled headers are hundreds of MB
         shutil.rmtree(made, ignore_errors=True)
         os.environ.pop("KERNELFIX_CACHE", None)
+    if getattr(config, "_kernelfix_locks", None):
+        os.environ.pop("KERNELFIX_LOCKS", None)
 
 
 def _weight(item) -> float:

@@ -17,7 +17,8 @@ from test_batch import lease_holds
 @pytest.mark.gpu
 @pytest.mark.timeout(1500)  # four sessions, each timed against eager and torch.compile
 def test_example_batch_on_the_gpu(tmp_path):
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "KERNELFIX_CACHE": str(tmp_path / "cache")}
+    # A lease of its own, so that its hold log is this batch's alone.
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "KERNELFIX_CACHE": str(tmp_path / "cache"), "KERNELFIX_LOCKS": str(tmp_path / "cache" / "locks")}
     out = os.environ.get("KERNELFIX_BATCH_OUT") or str(tmp_path / "batch")
     cmd = [sys.executable, "-P", "-m", "kernelfix", "batch", "examples/batch/manifest.jsonl", "--out", out, "--workers", "4", "--json"]
     run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)

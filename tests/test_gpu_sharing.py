@@ -75,3 +75,19 @@ def test_judges_in_one_process_see_each_other(tmp_path):
     with theirs.hold("a stage of another judge"):
         assert mine.others_want() and not theirs.others_want()
     assert not mine.others_want()
+
+
+def test_judges_with_caches_of_their_own_queue_on_one_lock_dir(tmp_path, monkeypatch):
+    """$KERNELFIX_LOCKS puts the lease where every judge on the machine finds it, whatever its cache."""
+    from kernelfix.tools.cache_dir import lock_root
+
+    monkeypatch.delenv("KERNELFIX_LOCKS", raising=False)
+    monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "a"))
+    assert lock_root() == tmp_path / "a" / "locks"  # the default: beside the cache
+    monkeypatch.setenv("KERNELFIX_LOCKS", str(tmp_path / "shared"))
+    first = DeviceLease(lock_root(), "0")
+    monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "b"))
+    second = DeviceLease(lock_root(), "0")
+    assert first.path == second.path == tmp_path / "shared" / "gpu-0.lock"
+    with first.hold("one cache"):
+        assert second.others_want(), "a judge with another cache sees this one's hold"

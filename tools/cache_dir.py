@@ -6,12 +6,22 @@ import os
 from pathlib import Path
 
 CACHE_ENV = "KERNELFIX_CACHE"
+LOCKS_ENV = "KERNELFIX_LOCKS"
 
 
 def cache_root() -> Path:
     """``$KERNELFIX_CACHE``, else ``~/.cache/kernelfix``. The judge passes it to every child,
     whose HOME is its own working directory."""
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kernelfix")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def lock_root() -> Path:
+    """Where the GPU lease queues: ``$KERNELFIX_LOCKS``, else ``locks/`` in the cache. Judges that
+    share a GPU must share this dir to be ordered, whatever caches they keep (a test with a cache of
+    its own, a second user's cache): one lock dir per machine is what the variable is for."""
+    root = Path(os.environ.get(LOCKS_ENV) or cache_root() / "locks")
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -40,7 +40,7 @@ from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import feedback, retry, static_checks
 from kernelfix.tools.allowlist import make_allowed
 from kernelfix.tools.build import stage as compile_stage
-from kernelfix.tools.cache_dir import cache_root
+from kernelfix.tools.cache_dir import lock_root
 from kernelfix.tools.candidate_run import CandidateRun
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
@@ -90,7 +90,7 @@ class Judge:
         self.device, self.device_notice = resolve_device(self.config.device)
         self.gpu = gpu
         # GPU stages queue per device, across processes, so timed runs never share a GPU.
-        self._lease = DeviceLease(cache_root() / "locks", gpu or visible_gpu()) if self.device == "cuda" else None
+        self._lease = DeviceLease(lock_root(), gpu or visible_gpu()) if self.device == "cuda" else None
         self._sandbox_notes: list[str] = []  # layers the GPU needed turned off on this machine
         self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
         # Unpredictable unless the user fixes it: code run at import cannot know the trials' inputs.

@@ -32,7 +32,7 @@ from conftest import CORPUS, Case, load_cases
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
 from kernelfix.tools import static_checks
-from kernelfix.tools.cache_dir import COMPILER_CACHES
+from kernelfix.tools.cache_dir import COMPILER_CACHES, lock_root
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict
@@ -122,7 +122,8 @@ class World:
     def source(self, case: Case) -> str:
         text = case.path.read_text()
         for key, value in {
-            "__CANARY_DIRS__": json.dumps([str(self.home), str(self.repo), str(self.cache / "locks")]),
+            # The cache's locks/ and the lease's real dir ($KERNELFIX_LOCKS, shared with the run's other judges).
+            "__CANARY_DIRS__": json.dumps([str(self.home), str(self.repo), str(self.cache / "locks"), str(lock_root())]),
             "__OUTSIDE_FILE__": str(self.outside / "planted.txt"),
             "__KEY_MARK__": MARK,
             "__SECRET_FILES__": json.dumps([str(p) for p in self.secret_files]),
