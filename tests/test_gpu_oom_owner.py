@@ -51,3 +51,16 @@ def test_the_reference_tells_a_task_too_large_from_a_busy_gpu():
     assert busy == Category.GPU_BUSY and "the reference asked 2.0 GiB" in msg
     large, msg = _memory_verdict(_oom(30.0, 50.0, 25.0), trial_bytes=40 * GIB)
     assert large == Category.TOO_LARGE and "does not fit this GPU" in msg
+
+
+def test_a_candidate_that_filled_most_of_the_gpu_for_a_small_task_is_its_own_oom():
+    """The GPU memory bomb under 16 test workers on the H100: it held 61.6 of 79.2 GiB, other judges'
+    CUDA contexts the rest. Its request would have fit alone, but no task of 26 MiB needs 60 GiB."""
+    bomb = _outcome(_oom(1.0, 61.6, 0.5))
+    f = classify("correctness", bomb, timeout_s=60, trial_bytes=26 << 20)
+    assert f.category == Category.OOM and "held 61.6 GiB and asked 1.0 more" in f.message and "26 MiB" in f.message
+    assert classify("correctness", bomb, timeout_s=60).category == Category.GPU_BUSY  # the size unknown: as before
+    # A task whose trial is 6 GiB may use 60 (16x): the others' memory is still to blame.
+    assert classify("correctness", bomb, timeout_s=60, trial_bytes=6 * GIB).category == Category.GPU_BUSY
+    # Under half the GPU is never the candidate's excess, however small the task.
+    assert classify("correctness", _outcome(_oom(6.0, 6.0, 3.26)), timeout_s=60, trial_bytes=1 << 20).category == Category.GPU_BUSY

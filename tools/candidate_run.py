@@ -167,7 +167,7 @@ class CandidateRun:
 
     def failure(self, stage: str, e: WorkerGone) -> Failure:
         limit = {"compile": self.config.compile_timeout_s, "benchmark": self.config.bench_timeout_s}.get(stage, self.config.run_timeout_s)
-        return classify(stage, e.outcome, timeout_s=limit, build_dir=self.workdir / "build")
+        return classify(stage, e.outcome, timeout_s=limit, build_dir=self.workdir / "build", trial_bytes=self.ctx.trial_bytes())
 
     def close(self) -> ChildOutcome | None:
         out = self.handle.close()

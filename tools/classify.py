@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.task_size import size_text
 from kernelfix.tools.verdict import Category
 
 _CUDA_PATTERNS: list[tuple[re.Pattern[str], Category, str]] = [
@@ -113,7 +114,7 @@ def _build_category(text: str) -> Category:
     return Category.HOST_CXX
 
 
-def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: Path | None = None) -> Failure:
+def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: Path | None = None, trial_bytes: int | None = None) -> Failure:
     """Why the stage's child did not deliver a result."""
     if outcome.launch_error:
         return Failure(Category.SANDBOX, f"could not start the {stage} worker: {outcome.launch_error}")
@@ -134,7 +135,7 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
         # a build that outran the compile limit is a compile timeout.
         cat = Category.COMPILE_TIMEOUT if stage == "compile" and not outcome.hung else Category.RUN_TIMEOUT
         return Failure(cat, f"{outcome.deadline or f'{stage} did not finish within {timeout_s:g} s'} (killed)")
-    fault = machine_fault(outcome)
+    fault = machine_fault(outcome, trial_bytes=trial_bytes)
     if fault is not None:
         return fault
     if outcome.memory_exceeded:
@@ -202,6 +203,7 @@ def disk_full(e: BaseException, where: Path) -> Failure | None:
 _ALLOC = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)")
 _PROCESS_HOLDS = re.compile(r"this process has ([\d.]+) (GiB|MiB|KiB) memory in use")
 _UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
+OWN_DEMAND_X = 16  # a candidate may hold this many times one trial's tensors (workspace, im2col) before an OOM is its own
 
 
 def is_oom(err: dict) -> bool:
@@ -231,6 +233,21 @@ class GpuOom:
         """Its request on top of what it held fits well inside the GPU: others held the rest."""
         return bool(self.total) and self.asked + self.held <= 0.9 * self.total
 
+    def beyond_need(self, trial_bytes: int | None) -> bool:
+        """What it held and asked is its own excess, whoever held the rest: more than half the GPU,
+        and more than OWN_DEMAND_X times what one trial's tensors are. Other judges' CUDA contexts
+        always hold some of the GPU; a kernel that fills the rest is not a machine fault."""
+        need = self.asked + self.held
+        return bool(self.total) and trial_bytes is not None and need > max(0.5 * self.total, OWN_DEMAND_X * trial_bytes)
+
+    def own_text(self, trial_bytes: int) -> str:
+        gib = 2**30
+        return (
+            f"the GPU ran out of memory: the candidate held {self.held / gib:.1f} GiB and asked {self.asked / gib:.1f} more, "
+            f"over half of the GPU's {(self.total or 0) / gib:.1f} GiB and {(self.held + self.asked) / max(trial_bytes, 1):.0f}x "
+            f"one trial's inputs and outputs ({size_text(trial_bytes)})"
+        )
+
     def others_text(self, who: str) -> str:
         gib = 2**30
         return (
@@ -239,7 +256,7 @@ class GpuOom:
         )
 
 
-def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | None:
+def machine_fault(outcome: ChildOutcome, disk: Path | None = None, trial_bytes: int | None = None) -> Failure | None:
     """A failure that is the machine's, not the code's: a full disk, the kernel's OOM killer
     (the child under its own limit), a GPU that is gone. Checked against the machine itself,
     so a candidate that prints "No space left on device" is not believed."""
@@ -257,6 +274,8 @@ def machine_fault(outcome: ChildOutcome, disk: Path | None = None) -> Failure | 
         )
     oom = GpuOom.of(err)
     if oom is not None and oom.would_fit_alone:  # not the code's: it asked for what an idle GPU has
+        if oom.beyond_need(trial_bytes):  # ... unless what it asked is far beyond what its task needs
+            return Failure(Category.OOM, oom.own_text(trial_bytes or 0))
         return Failure(Category.GPU_BUSY, f"{oom.others_text('the candidate')} (not the code's fault)")
     if _GPU_GONE.search(text):
         return Failure(Category.GPU_LOST, f"the GPU is unavailable: {_first_line(_GPU_GONE.search(text).group(0))}")  # type: ignore[union-attr]

@@ -144,7 +144,12 @@ class Judge:
         return dict(
             task=self.task, config=self.config, device=self.device, gpu=self.gpu, seed=self.seed, root=self.root, private=self._private,
             task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, note_sandbox=self._note_sandbox,
+            trial_bytes=self._trial_bytes,
         )
+
+    def _trial_bytes(self) -> int | None:
+        size = getattr(getattr(self, "ref", None), "size", None)  # the reference is made with this context
+        return size.trial_bytes if size is not None else None
 
     def stage_context(self) -> StageContext:
         """What a stage gets of this judge; built for each stage, so it sees the judge's config as it is then."""

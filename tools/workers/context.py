@@ -27,3 +27,4 @@ class WorkerContext:
     credentials: list[str]  # files and directories hidden from candidates
     lease: Callable[[str], AbstractContextManager]  # the GPU alone, for what runs on it (Judge.lease)
     note_sandbox: Callable[[str | None], None]  # a sandbox layer this machine could not give, said once per judge
+    trial_bytes: Callable[[], int | None] = lambda: None  # one trial's inputs and outputs, once the reference has counted them
