@@ -126,14 +126,14 @@ def _checks(rep: CorrectnessReport | None) -> list[str]:
     if by_truth:
         t = by_truth[0]
         parts.append(
-            f"{len(by_truth)} trial(s) outside atol/rtol of the float32 reference passed against the float64 reference "
-            f"(trial {t.trial}: your max error {t.truth.error_max:.2g}, the float32 reference's own {t.truth.reference_error_max:.2g}); "
+            f"{len(by_truth)} trial(s) outside atol/rtol of the reference passed against the float64 reference "
+            f"(trial {t.trial}: your max error {t.truth.error_max:.2g}, the reference's own {t.truth.reference_error_max:.2g}); "
             "KernelBench's allclose alone would fail them"
         )
     f64 = [t for t in rep.trials if t.error_vs_float64 is not None]
     if f64:
         t = max(f64, key=lambda t: t.error_vs_float64)
-        parts.append(f"error vs float64 {t.error_vs_float64:.2g} on trial {t.trial} (the float32 reference's {t.reference_error_vs_float64:.2g})")
+        parts.append(f"error vs float64 {t.error_vs_float64:.2g} on trial {t.trial} (the reference's {t.reference_error_vs_float64:.2g})")
     lines = ["Checks: " + "; ".join(parts) + "."] if parts else []
     return lines + _vacuous(rep)
 
@@ -160,7 +160,7 @@ def _correctness(v: Verdict) -> list[str]:
             # problem the variant exposed, not a result that rests on the input distribution.
             lines.append(
                 f"Against the exact (float64) result your relative error is {t.truth.error_norm:.2g}, "
-                f"{t.truth.error_norm / max(t.truth.reference_error_norm, 1e-300):.0f}x the float32 reference's own "
+                f"{t.truth.error_norm / max(t.truth.reference_error_norm, 1e-300):.0f}x the reference's own "
                 f"{t.truth.reference_error_norm:.2g} (the limit is {t.truth.factor:g}x)."
             )
             advice = ["On these inputs the kernel loses more precision than the reference: look at the accumulation order "
@@ -199,7 +199,7 @@ def _correctness(v: Verdict) -> list[str]:
     if t.truth is not None and v.category != Category.INPUT_DEPENDENT:
         lines.append(
             f"Against the float64 reference: your max error {t.truth.error_max:.3g} and relative error norm {t.truth.error_norm:.3g}, "
-            f"the float32 reference's own {t.truth.reference_error_max:.3g} and {t.truth.reference_error_norm:.3g} "
+            f"the reference's own {t.truth.reference_error_max:.3g} and {t.truth.reference_error_norm:.3g} "
             f"(within {t.truth.factor:g}x of those would pass)."
         )
     return lines + advice + _vacuous(rep)

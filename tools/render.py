@@ -34,7 +34,7 @@ def _scale_rows(t: Table, rep: CorrectnessReport) -> None:
     f64 = [r for r in rep.trials if r.error_vs_float64 is not None]
     if f64:
         r = max(f64, key=lambda r: r.error_vs_float64)
-        t.add_row("vs float64", f"{r.error_vs_float64:.2g} (trial {r.trial}; float32 reference {_fmt(r.reference_error_vs_float64)})")
+        t.add_row("vs float64", f"{r.error_vs_float64:.2g} (trial {r.trial}; reference {_fmt(r.reference_error_vs_float64)})")
     elif rep.float64_note:
         t.add_row("vs float64", Text(f"not compared: {rep.float64_note}", style="dim"))
     if rep.vacuous_tolerance:
@@ -59,7 +59,7 @@ def verdict_view(v: Verdict) -> Group:
         by_truth = sum(r.passed_by == "float64" for r in v.correctness.trials)
         if v.kernelbench_allclose is not None:
             t.add_row("KernelBench allclose", "yes" if v.kernelbench_allclose else
-                      f"no: {by_truth} trial(s) passed against the float64 reference, closer to it than the float32 reference")
+                      f"no: {by_truth} trial(s) passed against the float64 reference, closer to it than the reference")
     if v.legality and v.legality.forbidden_ops:
         t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
     if v.legality and v.legality.forbidden_backward_ops:

@@ -182,9 +182,9 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
         if bad_nonfinite:
             why = f"{path}: {bad_nonfinite} NaN/Inf values where the float64 reference is finite"
         elif e_max > factor * r_max:
-            why = f"{path}: max error against float64 {e_max:.3g}, over {factor:g}x the float32 reference's {r_max:.3g}"
+            why = f"{path}: max error against float64 {e_max:.3g}, over {factor:g}x the reference's {r_max:.3g}"
         elif check.error_norm > factor * check.reference_error_norm:
-            why = f"{path}: error norm against float64 {check.error_norm:.3g}, over {factor:g}x the float32 reference's {check.reference_error_norm:.3g}"
+            why = f"{path}: error norm against float64 {check.error_norm:.3g}, over {factor:g}x the reference's {check.reference_error_norm:.3g}"
         elif rel_error_tol is not None and check.error_norm > rel_error_tol:
             why = f"{path}: relative error norm against float64 {check.error_norm:.3g}, above {rel_error_tol:.3g}"
         if why is not None:

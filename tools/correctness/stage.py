@@ -203,7 +203,7 @@ def _imprecise(ctx: StageContext, report: CorrectnessReport) -> tuple[TrialRepor
         e, own = t.error_vs_float64, t.reference_error_vs_float64
         if e is not None and own is not None and e > max(c.precision_factor * own, c.precision_floor):
             return t, (
-                f"trial {t.trial}: relative error {e:.2g} against a float64 reference, where the float32 reference's own is {own:.2g}: "
+                f"trial {t.trial}: relative error {e:.2g} against a float64 reference, where the reference's own is {own:.2g}: "
                 "fp16/bf16/TF32 arithmetic (or an approximation) inside a float32 task"
             )
     return None

@@ -313,11 +313,11 @@ class ReferenceServer:
         import torch
 
         self.w.phase("reference_float64", trial=plan.index)
-        why = _not_float32(self.model, data.inputs, data.out)
+        why = _no_float64_truth(self.model, data.inputs, data.out)
         if why is None:
             # A check it cannot afford is skipped with a note, not run into the memory limit (which would
             # end the worker and refuse a task that fits without it).
-            need = 2 * (nbytes(data.inputs) + nbytes(data.out) + nbytes(data.grads) + nbytes(data.cot))
+            need = sum(_bytes_as_float64(x) for x in (data.inputs, data.out, data.grads, data.cot) if x is not None)
             if self.cuda:
                 free, where = torch.cuda.mem_get_info()[0], "of the GPU"
             else:
@@ -345,7 +345,7 @@ class ReferenceServer:
         if why is not None:
             data.float64_note = why
             if not why.startswith("skipped"):
-                self.model64, self.float64_note = None, why  # a task that is not float32 stays so
+                self.model64, self.float64_note = None, why  # a task with no float64 truth stays so
 
     def _backward_float64(self, data: _Data) -> tuple[Any, list | None]:
         """The float64 model's output and gradients on the same inputs and cotangent (upcast)."""
@@ -723,27 +723,45 @@ def _floating(obj: Any) -> list:
     return [x for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point()]
 
 
-def _not_float32(model, inputs: list, out: Any) -> str | None:
-    """Why the task is not a float32 task (None when it is): float64 then means nothing."""
-    import torch
-
+def _no_float64_truth(model, inputs: list, out: Any) -> str | None:
+    """Why a float64 run of the task is no truth to judge by (None when it is one): its floating
+    tensors must all be float32 or half precision (float16, bfloat16), which float64 refines. A
+    half-precision reference rounds as much as an honest kernel does, so it needs the rule as much."""
     tensors = _floating(inputs) + _floating(out)
     if hasattr(model, "parameters"):
         tensors += [p for p in model.parameters() if p.is_floating_point()] + [b for b in model.buffers() if b.is_floating_point()]
-    other = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype != torch.float32})
+    other = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype not in _refined()})
     if not tensors:
         return "no floating-point inputs, weights or outputs"
     if other:
-        return f"the task is not float32 throughout ({', '.join(other)})"
+        return f"the task is not float32 or half precision throughout ({', '.join(other)})"
     return None
 
 
+def _refined() -> tuple:
+    """The dtypes a float64 run refines: upcast for it, judged against it."""
+    import torch
+
+    return (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _bytes_as_float64(obj: Any) -> int:
+    """What ``obj``'s tensors take once the refined ones are float64 (4x for half precision, 2x for float32)."""
+    import torch
+
+    total = 0
+    for _, x in leaves(obj):
+        if isinstance(x, torch.Tensor):
+            total += x.numel() * 8 if x.dtype in _refined() else x.numel() * x.element_size()
+    return total
+
+
 def _up(obj: Any, device: str) -> Any:
-    """float32 tensors as float64 (on ``device``), anything else as it is."""
+    """float32 and half-precision tensors as float64 (on ``device``), anything else as it is."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj.to(device=device, dtype=torch.float64) if obj.dtype == torch.float32 else obj.to(device)
+        return obj.to(device=device, dtype=torch.float64) if obj.dtype in _refined() else obj.to(device)
     if isinstance(obj, (list, tuple)):
         return type(obj)(_up(o, device) for o in obj)
     if isinstance(obj, dict):
