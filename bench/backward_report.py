@@ -1,0 +1,52 @@
+"""The level 1-2 backward sweep's summary and table for docs/backward.md, from `kernelfix baseline --backward --out` files.
+
+    python3 bench/backward_report.py docs/data/baseline_backward_h100.json
+
+Rows of later files replace earlier ones of the same task (a sweep spread over several calls, some
+without torch.compile). Prints the count by status, each row that is not ok with its reason, and per
+task: eager forward, eager forward+backward, their ratio, and torch.compile's where it was timed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def _ms(row: dict, key: str) -> float | None:
+    return (row.get(key) or {}).get("median_ms")
+
+
+def main(paths: list[str]) -> None:
+    rows: dict[str, dict] = {}
+    for p in paths:
+        for r in json.loads(Path(p).read_text())["rows"]:
+            rows[f"{Path(r['path']).parent.name}/{r['task']}"] = r
+    print(f"{len(rows)} tasks: " + ", ".join(f"{n} {s}" for s, n in Counter(r["status"] for r in rows.values()).most_common()))
+    for name, r in sorted(rows.items()):
+        if r["status"] != "ok":
+            print(f"- {name}: {r['status']}{' (' + r['category'] + ')' if r.get('category') else ''}: {(r.get('error') or '').split(': ', 1)[-1][:220]}")
+    ok = [r for r in rows.values() if r["status"] == "ok" and _ms(r, "eager") and _ms(r, "eager_forward")]
+    ratio = [_ms(r, "eager") / _ms(r, "eager_forward") for r in ok]
+    print(f"\neager forward+backward / forward, median over {len(ratio)} tasks: {statistics.median(ratio):.2f} "
+          f"(p10 {statistics.quantiles(ratio, n=10)[0]:.2f}, p90 {statistics.quantiles(ratio, n=10)[-1]:.2f})")
+    both = [r for r in ok if _ms(r, "compiled")]
+    if both:
+        g = math.exp(statistics.fmean(math.log(_ms(r, "eager") / _ms(r, "compiled")) for r in both))
+        print(f"torch.compile forward+backward, geometric mean speedup over eager on the {len(both)} tasks it was timed on: {g:.2f}x")
+    print("\n| task | eager fwd ms | eager fwd+bwd ms | ratio | compile fwd ms | compile fwd+bwd ms |\n| --- | --- | --- | --- | --- | --- |")
+    for name, r in sorted(rows.items()):
+        if r["status"] != "ok":
+            print(f"| {name} | {r['status']} | | | | |")
+            continue
+        f, b, cf, cb = _ms(r, "eager_forward"), _ms(r, "eager"), _ms(r, "compiled_forward"), _ms(r, "compiled")
+        cell = lambda x: f"{x:.3f}" if x is not None else "-"  # noqa: E731
+        print(f"| {name} | {cell(f)} | {cell(b)} | {b / f:.2f} | {cell(cf)} | {cell(cb)} |" if f and b else f"| {name} | {cell(f)} | {cell(b)} | - | {cell(cf)} | {cell(cb)} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
