@@ -19,6 +19,14 @@ a second shape; the kernel itself cannot run on fake tensors.
 The contract the fake states, the real implementation keeps: outputs are
 contiguous and never alias an input (the kernel's own outputs are copied when
 they are not so).
+
+A task captured in training (``BACKWARD = True``) registers the backward too: the
+kernel's trainable parameters become the operator's second input list (so autograd
+and torch.compile see that the output depends on them), and its autograd formula is a
+second opaque operator, ``<name>_backward``, that runs the kernel's forward again with
+grad enabled and its own backward (the ``torch.autograd.Function`` that was judged)
+from the incoming gradients. The forward is recomputed rather than its graph kept,
+because a custom operator's output carries no autograd graph of its own.
 """
 
 from __future__ import annotations
@@ -34,16 +42,29 @@ import torch.utils._pytree as pytree
 _COUNTER = itertools.count(1)
 
 
+def _autograd_inside_op() -> Any:
+    """Autograd back on inside a custom operator's implementation, which the dispatcher runs with the
+    autograd keys excluded (pytorch/pytorch#136771): the backward operator records the kernel's
+    forward again to run its backward. Everything else the dispatcher excluded stays excluded."""
+    key = torch._C.DispatchKey
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    kept = excluded.remove(key.AutogradFunctionality).remove(key.AutogradOther).remove(key.ADInplaceOrView)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), kept)
+
+
 def meta_reference(model: nn.Module) -> nn.Module:
     """The task's Model on the meta device: its shapes and dtypes, none of its memory."""
     return model.to("meta").eval()
 
 
-def register(kernel: nn.Module, reference: nn.Module, module_path: str, sample: list[torch.Tensor]) -> tuple[Any, pytree.TreeSpec]:
+def register(
+    kernel: nn.Module, reference: nn.Module, module_path: str, sample: list[torch.Tensor], *, backward: bool = False
+) -> tuple[Any, pytree.TreeSpec]:
     """The custom operator running ``kernel``, and the output structure to rebuild from its leaves.
 
     ``reference``: the task's Model on the meta device (the fake implementation); ``sample``: one
-    captured call's tensors (meta is enough), to learn the output's structure.
+    captured call's tensors (meta is enough), to learn the output's structure. ``backward``: the
+    operator takes ``(inputs, params)`` (the kernel's trainable parameters) and has an autograd formula.
     """
     name = f"kernelfix::swap_{re.sub(r'[^0-9A-Za-z]', '_', module_path)[:60]}_{next(_COUNTER)}"
     with torch.no_grad():
@@ -60,10 +81,7 @@ def register(kernel: nn.Module, reference: nn.Module, module_path: str, sample: 
             out.append(t)
         return out
 
-    op = torch.library.custom_op(name, run, mutates_args=())
-
-    @op.register_fake
-    def _(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def fake(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         device = inputs[0].device if inputs else torch.device("cpu")
         # Created under the fake mode torch.compile traces in: fake tensors, symbolic where the inputs are.
         weights = {n: torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
@@ -71,4 +89,53 @@ def register(kernel: nn.Module, reference: nn.Module, module_path: str, sample: 
         out = torch.func.functional_call(reference, weights, tuple(inputs))
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in pytree.tree_leaves(out)]
 
+    if not backward:
+        op = torch.library.custom_op(name, run, mutates_args=())
+        op.register_fake(fake)
+        return op, out_spec
+
+    # The parameters are passed only so that autograd and the compiled graph see them; the kernel uses its own.
+    def run_trained(inputs: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
+        return run(inputs)
+
+    def fake_trained(inputs: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
+        return fake(inputs)
+
+    op = torch.library.custom_op(name, run_trained, mutates_args=())
+    op.register_fake(fake_trained)
+
+    def run_backward(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Gradients of the inputs, then of the parameters (zeros where none flows): the kernel's forward
+        again, with grad enabled, and its own backward."""
+        with _autograd_inside_op(), torch.enable_grad():
+            ins = [t.detach().requires_grad_(True) if t.is_floating_point() else t for t in inputs]
+            outs = pytree.tree_leaves(kernel(*ins))
+            wrt = [t for t in ins if t.requires_grad] + list(params)
+            pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, torch.Tensor) and o.requires_grad]
+            got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else [None] * len(wrt)
+        it = iter(got)
+        out = [next(it) if t.requires_grad else None for t in ins] + [next(it) for _ in params]
+        every = [*inputs, *params]
+        return [torch.zeros_like(x) if g is None else g.contiguous() for g, x in zip(out, every)]
+
+    bwd = torch.library.custom_op(f"{name}_backward", run_backward, mutates_args=())
+
+    @bwd.register_fake
+    def _(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.empty_like(x) for x in [*inputs, *params]]
+
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ins, params = inputs
+        ctx.n_in = len(ins)
+        ctx.save_for_backward(*ins, *params, *output)
+
+    def backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[list, list]:
+        saved = ctx.saved_tensors
+        ins, rest = list(saved[: ctx.n_in]), saved[ctx.n_in :]
+        params, outs = list(rest[: len(rest) - len(grads)]), rest[len(rest) - len(grads) :]
+        full = [torch.zeros_like(o) if g is None else g for g, o in zip(grads, outs)]
+        got = bwd(ins, params, full)
+        return ([g if t.is_floating_point() else None for g, t in zip(got[: ctx.n_in], ins)], list(got[ctx.n_in :]))
+
+    op.register_autograd(backward, setup_context=setup_context)
     return op, out_spec

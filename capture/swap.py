@@ -55,7 +55,7 @@ class CapturedKernel(nn.Module):
             from kernelfix.capture.custom_op import register
 
             sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in manifest.inputs if leaf.tensor]
-            self._op, self._out_spec = register(kernel, reference, manifest.module_path, sample)
+            self._op, self._out_spec = register(kernel, reference, manifest.module_path, sample, backward=manifest.backward)
             self.op_name = self._op._qualname
 
     def kernel_inputs(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -85,16 +85,11 @@ class CapturedKernel(nn.Module):
             if self.fallbacks == 1 and not torch.compiler.is_compiling():
                 warnings.warn(f"{self.manifest.module_path}: {e}; such calls run the original module", stacklevel=2)
             return self.original(*args, **kwargs)
-        if self._op is None or self._trains(tensors):
-            # The custom operator is opaque to autograd (the kernel's weights are not its inputs): a training
-            # call runs the kernel itself, whose torch.autograd.Function carries the backward that was judged.
+        if self._op is None:
             return self.kernel(*tensors)
+        if self.manifest.backward:  # the operator's autograd formula runs the kernel's own backward
+            return pytree.tree_unflatten(self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad]), self._out_spec)
         return pytree.tree_unflatten(self._op(tensors), self._out_spec)
-
-    def _trains(self, tensors: list[torch.Tensor]) -> bool:
-        if not self.manifest.backward or not torch.is_grad_enabled():
-            return False
-        return any(t.requires_grad for t in tensors) or any(p.requires_grad for p in self.kernel.parameters())
 
     def extra_repr(self) -> str:
         return f"captured={self.manifest.module_path!r}, fallbacks={self.fallbacks}"

@@ -122,6 +122,13 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
     x.grad = None
     model.inner(x, scale=s, causal=True)["y"].backward(g)
     assert torch.allclose(got_x, x.grad) and torch.allclose(got_gain, model.inner.gain.grad)
+    # The backward is registered with the custom operator: a training step compiles whole (Dynamo and
+    # AOTAutograd, which traces the registered formula; aot_eager spares the CPU a C++ build).
+    assert swapped.op_name and "swap_" in swapped.op_name
+    compiled = torch.compile(swapped, fullgraph=True, backend="aot_eager")
+    swapped.kernel.gain.grad, x.grad = None, None
+    compiled(x, scale=s, causal=True)["y"].backward(g)
+    assert torch.allclose(x.grad, got_x) and torch.allclose(swapped.kernel.gain.grad, got_gain)
 
 
 def test_baseline_says_which_tasks_have_a_backward(tmp_path):
