@@ -5,7 +5,7 @@
 
 1. A user's script trains a small model (grad enabled) whose `scale` module is `x * weight`;
    `capture` lifts it into a task that says BACKWARD = True.
-2. A session's best.py is a Triton `torch.autograd.Function` for it (the kernels of
+2. A session's best.py is a Triton `torch.autograd.Function` for it (the kernels and Function of
    examples/candidates/scale_train_triton.py; no model is run here, the kernel is given).
 3. `kernelfix.load_best` swaps it in as a custom operator with its backward registered; a training
    step of `torch.compile(model, fullgraph=True)` is compared with the original model's: the loss and
@@ -21,7 +21,6 @@ import argparse
 import copy
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 SCRIPT = """
@@ -49,62 +48,22 @@ model = Net()
 model(torch.randn(64, 256)).sum().backward()  # a training step: the capture sees grad enabled
 """
 
-KERNEL = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def scale_kernel(x_ptr, w_ptr, y_ptr, n, cols, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    w = tl.load(w_ptr + offs % cols, mask=mask)
-    tl.store(y_ptr + offs, x * w, mask=mask)
-
-
-@triton.jit
-def col_dot_kernel(g_ptr, x_ptr, out_ptr, rows, cols, BLOCK: tl.constexpr):
-    c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = c < cols
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for r in range(0, rows):
-        acc += tl.load(g_ptr + r * cols + c, mask=mask) * tl.load(x_ptr + r * cols + c, mask=mask)
-    tl.store(out_ptr + c, acc, mask=mask)
-
-
-def _scale(x, w):
-    y = torch.empty_like(x)
-    scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, w, y, x.numel(), w.numel(), BLOCK=1024)
-    return y
-
-
-class ScaleFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        x, w = x.contiguous(), w.contiguous()
-        ctx.save_for_backward(x, w)
-        return _scale(x, w)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        g = g.contiguous()
-        dw = torch.empty_like(w)
-        col_dot_kernel[(triton.cdiv(w.numel(), 128),)](g, x, dw, x.shape[0], w.numel(), BLOCK=128)
-        return _scale(g, w), dw
-
-
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "candidates" / "scale_train_triton.py"
+# The example's kernels and autograd.Function; a ModelNew that takes the captured weights, as a captured task's does.
+LOADS_WEIGHTS = """
 class ModelNew(nn.Module):
     def __init__(self, weights):
         super().__init__()
         self.weight = nn.Parameter(torch.load(weights, weights_only=True)["weight"])
 
     def forward(self, x):
-        return ScaleFn.apply(x, self.weight)
-'''
+        return Scale.apply(x, self.weight)
+"""
+
+
+def kernel_source() -> str:
+    text = EXAMPLE.read_text()
+    return text[: text.index("class ModelNew")] + LOADS_WEIGHTS
 
 
 def main() -> int:
@@ -134,7 +93,7 @@ def main() -> int:
     assert Task.load(task).declares_backward, "a capture in training says BACKWARD = True"
     session = work / "session"
     SessionDir.create(session, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device=device))
-    (session / "best.py").write_text(textwrap.dedent(KERNEL))
+    (session / "best.py").write_text(kernel_source())
 
     original = import_file(script, "user_train").model.to(device)
     model = copy.deepcopy(original)
