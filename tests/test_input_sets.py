@@ -74,3 +74,24 @@ def input_sets_geomean(v) -> float:
     from kernelfix.tools import input_sets
 
     return input_sets.geomean([s.speedup_eager for s in v.input_sets])
+
+
+def test_the_counted_size_is_the_largest_sets():
+    """The early too-large refusal and the warm-up limit read one trial's size: with several input
+    sets, the largest bounds what a trial holds, not get_inputs()'s."""
+    import types
+
+    import torch
+
+    from kernelfix.tools.task_size import on_meta
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(dim=1)
+
+    task = types.SimpleNamespace(Model=Model, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(8, 1000)],
+                                 get_input_sets=lambda: [[torch.randn(8, 1000)], [torch.randn(4096, 4096)]])
+    size = on_meta(task)
+    assert size.input_bytes == 4096 * 4096 * 4 and size.output_bytes == 4096 * 4
+    del task.get_input_sets
+    assert on_meta(task).input_bytes == 8 * 1000 * 4

@@ -53,7 +53,8 @@ def tensor_bytes(obj: Any) -> int:
 def on_meta(task: Any) -> TaskSize | None:
     """``task``: the imported module (Model, get_inputs, get_init_inputs). None when its code does not
     run on the meta device. Factory calls on meta draw no random numbers, so the real run's seeded
-    draws are unchanged."""
+    draws are unchanged. A task with get_input_sets() counts its largest set: every set is a trial
+    the judge runs, so the largest bounds what one trial holds."""
     import torch
 
     try:
@@ -64,6 +65,15 @@ def on_meta(task: Any) -> TaskSize | None:
     except Exception:
         return None
     size = TaskSize(input_bytes=tensor_bytes(inputs), output_bytes=tensor_bytes(out))
+    sets = getattr(task, "get_input_sets", None)
+    if callable(sets):
+        try:
+            with torch.device("meta"), torch.no_grad():
+                for more in sets():
+                    other = TaskSize(input_bytes=tensor_bytes(more), output_bytes=tensor_bytes(model(*more)))
+                    size = max(size, other, key=lambda s: s.trial_bytes)
+        except Exception:  # a set the meta device cannot run: get_inputs()'s count stands
+            pass
     return size if size.trial_bytes > 0 else None
 
 
