@@ -110,7 +110,10 @@ def register(
         with _autograd_inside_op(), torch.enable_grad():
             ins = [t.detach().requires_grad_(True) if t.is_floating_point() else t for t in inputs]
             outs = pytree.tree_leaves(kernel(*ins))
-            wrt = [t for t in ins if t.requires_grad] + list(params)
+            # The kernel's own parameters, which its forward used: what the op was handed for them may be
+            # another tensor of the same values (a compiled graph's saved input), outside this graph.
+            own = [p for p in kernel.parameters() if p.requires_grad]
+            wrt = [t for t in ins if t.requires_grad] + (own if len(own) == len(params) else list(params))
             pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, torch.Tensor) and o.requires_grad]
             got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else [None] * len(wrt)
         it = iter(got)
