@@ -209,3 +209,15 @@ def test_recorder_blames_hooks_not_the_engine():
         return (Copy.apply(x),)
 
     assert "aten::mul" in record(hooked)
+
+
+@pytest.mark.gpu
+def test_the_profile_tells_forward_from_backward_kernels(judges):
+    """Nsight Compute (or torch.profiler where ncu cannot run) over one forward and its backward: each
+    kernel says which pass launched it, and the feedback gives each pass its share."""
+    v = judges("scale_bw", "cuda", {"profile": True}).evaluate((CASES / "scale_bw_ok.py").read_text(), filename="scale_bw_ok.py")
+    assert v.category == Category.OK, v.message
+    p = v.profile
+    print(f"[cuda] profile ({p.source}): {[(k.part, k.name, k.calls) for k in p.kernels]}; {p.highlights[:2]}")
+    assert {k.part for k in p.kernels} == {"forward", "backward"}, p.kernels
+    assert any(h.startswith("Forward and backward") for h in p.highlights)

@@ -193,3 +193,32 @@ def test_ncu_command_profiles_only_the_candidates_range():
     assert "--metrics" not in ncu.command("ncu", Path("l"), 1, extra_metrics=False)
     for expr in ncu.EXTRA_METRICS:  # valid regular expressions that name what the parser reads
         assert re.compile(expr.removeprefix("regex:"))
+
+
+def test_under_backward_each_kernel_is_told_forward_or_backward():
+    """--backward profiles one forward and its backward; the backward's kernels run inside a start/end
+    NVTX range (autograd launches them from its own thread), which ncu names in its own column. The
+    capture here is ncu_many_small_details.csv with that column filled in for its later launches."""
+    import csv
+    import io
+
+    text = (FIXTURES / "ncu_many_small_details.csv").read_text()
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith('"ID",'))
+    header = next(csv.reader([lines[head]]))
+    col = next(i for i, name in enumerate(header) if "Start/Stop_Range" in name)
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    for line in lines[head + 1 :]:
+        cells = next(csv.reader([line])) if line.startswith('"') else None
+        if cells and cells[0].isdigit() and int(cells[0]) >= 6:
+            cells[col] = f'1 "<default domain>:{ncu.BACKWARD_RANGE}:none:none:none:none:none:none" '
+        writer.writerow(cells) if cells else out.write(line + "\n")
+    parsed = ncu_csv.parse("\n".join(lines[: head + 1]) + "\n" + out.getvalue())
+    r = bottleneck.from_ncu(parsed.kernels, timings=None, task_flops=None)
+    parts = {k.part for k in r.kernels}
+    assert parts == {"forward", "backward"}
+    line = next(h for h in r.highlights if h.startswith("Forward and backward"))
+    assert re.search(r"forward 6 launches, [\d.]+ ms .*; backward \d+ launches, [\d.]+ ms", line), line
+    assert "--nvtx-include kernelfix_backward " in " ".join(ncu.command("ncu", Path("r"), 64, backward=True)) + " "
+    assert ncu.BACKWARD_RANGE not in " ".join(ncu.command("ncu", Path("r"), 64))

@@ -316,6 +316,7 @@ class KernelProfile(_Model):
 
     name: str
     calls: int = 1
+    part: Literal["forward", "backward"] | None = None  # which pass launched it (--backward profiles both)
     grid: str | None = None
     block: str | None = None
     duration_ms: float | None = None  # per call; under ncu at the clocks ncu locks
@@ -373,7 +374,7 @@ class ProfileReport(_Model):
     summary: str = ""  # one line: the bottleneck and the numbers behind it
     highlights: list[str] = Field(default_factory=list)  # the lines that go into the feedback
     kernels: list[KernelProfile] = Field(default_factory=list)  # longest first
-    launches: int = 0  # kernel launches profiled in one forward
+    launches: int = 0  # kernel launches profiled in one forward (and its backward, under --backward)
     launches_capped: bool = False  # ncu stopped at its launch limit: forward launched more
     kernel_ms: float | None = None  # sum of kernel durations in one forward
     candidate_ms: float | None = None  # the benchmark's median for one forward, for comparison

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelfix.tools.profile import findings
+from kernelfix.tools.profile.ncu import BACKWARD_RANGE
 from kernelfix.tools.profile.ncu_csv import NcuKernel
 from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import Bottleneck, KernelProfile, ProfileReport, StallReason, Timings
@@ -171,9 +172,9 @@ def classify_kernel(p: KernelProfile) -> tuple[Bottleneck | None, str]:
 
 def _merge(profiles: list[KernelProfile]) -> list[KernelProfile]:
     """Launches of the same kernel with the same grid as one entry: per-call means, weighted by time."""
-    groups: dict[tuple[str, str | None, str | None], list[KernelProfile]] = {}
+    groups: dict[tuple[str, str | None, str | None, str | None], list[KernelProfile]] = {}
     for p in profiles:
-        groups.setdefault((p.name, p.grid, p.block), []).append(p)
+        groups.setdefault((p.name, p.grid, p.block, p.part), []).append(p)
     out = []
     for group in groups.values():
         first = group[0].model_copy(deep=True)
@@ -239,10 +240,25 @@ def _fmt_bytes(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} KB"
 
 
+def _part_lines(kernels: list[KernelProfile]) -> list[str]:
+    """Under --backward: the forward's and the backward's share of the kernel time, and their longest kernels."""
+    if not any(k.part == "backward" for k in kernels):
+        return []
+    parts = []
+    for part in ("forward", "backward"):
+        mine = [k for k in kernels if k.part == part]
+        ms = sum(_total(k) for k in mine)
+        top = max(mine, key=_total, default=None)
+        parts.append(f"{part} {sum(k.calls for k in mine)} launch{'es' if sum(k.calls for k in mine) != 1 else ''}, {ms:.4g} ms"
+                     + (f" (longest: {top.name})" if top is not None else ""))
+    return ["Forward and backward (one of each profiled): " + "; ".join(parts) + "."]
+
+
 def _kernel_line(p: KernelProfile) -> str:
     calls = f" x{p.calls}" if p.calls > 1 else ""
     dur = f"{p.duration_ms:.4g} ms" if p.duration_ms is not None else "?"
-    bits = [f"{p.name}{calls} (grid {p.grid or '?'}, block {p.block or '?'}): {dur}"]
+    part = f"[{p.part}] " if p.part == "backward" else ""
+    bits = [f"{part}{p.name}{calls} (grid {p.grid or '?'}, block {p.block or '?'}): {dur}"]
     if p.bottleneck:
         bits.append(f"{p.bottleneck}: {p.why}")
     res = []
@@ -328,7 +344,7 @@ def _highlights(r: ProfileReport, kernels: list[KernelProfile], source: str, rul
         head += f"): {r.summary or 'no clear bottleneck'}."
     else:  # the kernel lines below carry the numbers
         head += f"): {r.bottleneck}."
-    lines = [head]
+    lines = [head, *_part_lines(kernels)]
     lines += [_kernel_line(p) for p in [k for k in kernels if k.duration_ms is not None][:2]]
     lines += _floor_lines(r)
     if r.findings:
@@ -346,6 +362,9 @@ def from_ncu(
     """The report for the kernels ncu profiled in one forward: numbers, bottleneck, and findings
     (from the details page's counters and rules, and the source page's per-line counters)."""
     profiles = [condense(k) for k in ncu_kernels]
+    if any(BACKWARD_RANGE in k.start_end_ranges for k in ncu_kernels):  # --backward: each kernel's pass
+        for p, k in zip(profiles, ncu_kernels):
+            p.part = "backward" if BACKWARD_RANGE in k.start_end_ranges else "forward"
     r = ProfileReport(source="ncu", launches=len(profiles), launches_capped=max_launches is not None and len(profiles) >= max_launches)
     r.dram_bytes = sum(p.dram_bytes for p in profiles if p.dram_bytes is not None) or None
     floors = [p.duration_ms * p.dram_pct / 100 for p in profiles if p.duration_ms is not None and p.dram_pct is not None]
@@ -375,7 +394,7 @@ def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_f
     """The report from torch.profiler's kernel list (names, launches, CUDA time): no counters, so
     only launch-bound and, against the measured bandwidth, memory-bound can be told."""
     kernels = [
-        KernelProfile(name=str(e["name"]), calls=max(1, int(e["calls"])), duration_ms=float(e["total_ms"]) / max(1, int(e["calls"])))
+        KernelProfile(name=str(e["name"]), calls=max(1, int(e["calls"])), duration_ms=float(e["total_ms"]) / max(1, int(e["calls"])), part=e.get("part"))
         for e in entries
     ]
     kernels.sort(key=lambda p: -_total(p))

@@ -24,6 +24,7 @@ from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.profile.ncu_csv import NcuOutput
 
 NVTX_RANGE = "kernelfix_candidate"
+BACKWARD_RANGE = "kernelfix_backward"  # a start/end range (the backward runs on autograd's thread): no "/" in its filter
 # SourceCounters gives the per-line counters (tools/profile/ncu_source.py) and the coalescing,
 # shared-memory and divergence rules; InstructionStats and SchedulerStats the issue rates.
 SECTIONS = (
@@ -77,7 +78,7 @@ def find(override: str | None = None) -> tuple[str | None, NcuProblem | None]:
     return None, NcuProblem(kind="missing", message="Nsight Compute (ncu) is not installed or not on PATH; set ncu_path in the judge settings")
 
 
-def command(ncu: str, report: Path, max_launches: int, *, extra_metrics: bool = True) -> list[str]:
+def command(ncu: str, report: Path, max_launches: int, *, extra_metrics: bool = True, backward: bool = False) -> list[str]:
     """ncu's argv, to go in front of the profiled child's: the report (with the kernels' source, for
     the per-line counters) goes to ``report``.ncu-rep; ``import_command`` prints its pages."""
     argv = [ncu, "--export", str(report), "--force-overwrite", "--import-source", "yes"]
@@ -85,7 +86,8 @@ def command(ncu: str, report: Path, max_launches: int, *, extra_metrics: bool = 
         argv += ["--section", s]
     if extra_metrics:
         argv += ["--metrics", ",".join(EXTRA_METRICS)]
-    argv += ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--target-processes", "all", "--launch-count", str(max_launches)]
+    argv += ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/"] + (["--nvtx-include", BACKWARD_RANGE] if backward else [])
+    argv += ["--target-processes", "all", "--launch-count", str(max_launches)]
     return argv
 
 

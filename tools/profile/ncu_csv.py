@@ -62,6 +62,7 @@ class NcuKernel(BaseModel):
     cc: str | None = None
     metrics: list[NcuMetric] = Field(default_factory=list)
     rules: list[NcuRule] = Field(default_factory=list)
+    start_end_ranges: str = ""  # the NVTX start/end ranges open at its launch, as ncu prints them (--nvtx)
 
     def get(self, name: str, section: str | None = None) -> float | None:
         """A metric's value by the name ncu prints (in ``section``'s display name, if given)."""
@@ -150,6 +151,7 @@ def _kernel(row: dict[str, str]) -> NcuKernel:
         block=row.get("Block Size") or None,
         device=row.get("Device") or None,
         cc=row.get("CC") or None,
+        start_end_ranges=next((v for k, v in row.items() if "Start/Stop_Range" in (k or "")), "") or "",
     )
 
 

@@ -72,7 +72,7 @@ def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None
     spec = {
         "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
         "build": c.build.model_dump(), "device": ctx.device, "init_seed": ctx.seed, "outdir": str(outdir),
-        "warmup_calls": c.profile_warmup_calls, "nvtx_range": ncu.NVTX_RANGE,
+        "warmup_calls": c.profile_warmup_calls, "nvtx_range": ncu.NVTX_RANGE, "backward_range": ncu.BACKWARD_RANGE, "backward": bool(c.backward),
     }
     path, problem = ncu.find(c.ncu_path)
     if path is not None:
@@ -80,7 +80,7 @@ def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None
         log = wd / "logs" / "ncu.csv"  # the judge's copy of the details page, kept with the logs
         for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
             Path(f"{report}.ncu-rep").unlink(missing_ok=True)
-            wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=extra_metrics)
+            wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=extra_metrics, backward=bool(c.backward))
             outcome = _child(ctx, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
             text = _page(ctx, ev, path, report, "details") if _is_plain(Path(f"{report}.ncu-rep")) else ""
             log.write_text(text)

@@ -80,6 +80,9 @@ def body(w: Worker) -> None:
         raise RuntimeError("the candidate module defines no ModelNew")
     w.phase("build_model")
     model = build_model(cls, task, spec["init_seed"], device)
+    if spec.get("backward"):
+        _forward_backward(w, spec, model, inputs, result)
+        return _done(spec, w, result)
     torch.set_grad_enabled(False)
     w.phase("warmup")
     for _ in range(spec["warmup_calls"]):
@@ -96,8 +99,56 @@ def body(w: Worker) -> None:
             model(*inputs)
             Cuda.sync()
         result["kernels"] = _kernel_list(prof)
+    _done(spec, w, result)
+
+
+def _done(spec: dict[str, Any], w: Worker, result: dict[str, Any]) -> None:
     (Path(spec["outdir"]) / f"{spec['stage']}.json").write_text(json.dumps(result))
     w.chan.send("result", **result)
+
+
+def _forward_backward(w: Worker, spec: dict[str, Any], model: Any, inputs: list, result: dict[str, Any]) -> None:
+    """--backward: one forward with grad, then its backward on a random cotangent. The autograd engine
+    launches a CUDA backward from its own device thread, where the forward's push/pop NVTX range (one
+    thread's) does not reach: the backward runs inside a start/end range, which ncu sees on every
+    thread and names per kernel, so each kernel is told forward or backward."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernelfix.tools.correctness import gradients
+
+    def forward() -> tuple[Any, list]:
+        args, _ = gradients.grad_leaves(inputs)
+        with torch.enable_grad():
+            out = model(*args)
+        return out, gradients.cotangents(out, 0)
+
+    w.phase("warmup")
+    for _ in range(spec["warmup_calls"]):
+        out, cots = forward()
+        gradients.backward(out, cots)
+        gradients.clear_grads(model)
+    Cuda.sync()
+    w.phase("profiled_forward_backward")
+    if spec["stage"] == "profile_ncu":
+        torch.cuda.nvtx.range_push(spec["nvtx_range"])
+        out, cots = forward()
+        Cuda.sync()
+        torch.cuda.nvtx.range_pop()
+        rid = torch.cuda.nvtx.range_start(spec["backward_range"])
+        why = gradients.backward(out, cots)
+        Cuda.sync()
+        torch.cuda.nvtx.range_end(rid)
+    else:  # two profiles, so each kernel list is one pass's
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as fprof:
+            out, cots = forward()
+            Cuda.sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as bprof:
+            why = gradients.backward(out, cots)
+            Cuda.sync()
+        result["kernels"] = [{**k, "part": "forward"} for k in _kernel_list(fprof)] + [{**k, "part": "backward"} for k in _kernel_list(bprof)]
+    if why is not None:
+        raise RuntimeError(f"no backward to profile: {why}")
 
 
 def main() -> None:
