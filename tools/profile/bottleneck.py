@@ -250,8 +250,12 @@ def _part_lines(kernels: list[KernelProfile]) -> list[str]:
         ms = sum(_total(k) for k in mine)
         top = max(mine, key=_total, default=None)
         parts.append(f"{part} {sum(k.calls for k in mine)} launch{'es' if sum(k.calls for k in mine) != 1 else ''}, {ms:.4g} ms"
-                     + (f" (longest: {top.name})" if top is not None else ""))
+                     + (f" (longest: {_short(top.name)})" if top is not None else ""))
     return ["Forward and backward (one of each profiled): " + "; ".join(parts) + "."]
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
 def _kernel_line(p: KernelProfile) -> str:
