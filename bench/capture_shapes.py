@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -32,27 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "models" / "two_shapes.py"
 REPLAY = ROOT / "examples" / "replays" / "two_shapes_gate.jsonl"
-
-
-def _time_ms(fn, device: str, runs: int) -> float:
-    import torch
-
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(runs):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -83,6 +61,9 @@ def main() -> int:
     from kernelfix.capture.summary import capture_text
     from kernelfix.capture.tolerance import tolerance_for
     from kernelfix.tools.config import JudgeConfig
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from capture_swap import time_ms  # bench/capture_swap.py: the same forward timing
 
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-capture-shapes-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -141,10 +122,10 @@ def main() -> int:
 
         # 4. the model's forward, before and after
         times = {
-            "original eager": _time_ms(lambda: original(h), device, runs),
-            "original torch.compile": _time_ms(lambda: compiled_original(h), device, runs),
-            "swapped eager": _time_ms(lambda: model(h), device, runs),
-            "swapped torch.compile (fullgraph)": _time_ms(lambda: compiled(h), device, runs),
+            "original eager": time_ms(lambda: original(h), device, runs),
+            "original torch.compile": time_ms(lambda: compiled_original(h), device, runs),
+            "swapped eager": time_ms(lambda: model(h), device, runs),
+            "swapped torch.compile (fullgraph)": time_ms(lambda: compiled(h), device, runs),
         }
     clock = "CUDA events" if gpu else "wall clock"
     print(f"  forward ({clock}, median of {runs}): " + ", ".join(f"{k} {v:.3f} ms" for k, v in times.items()))

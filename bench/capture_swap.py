@@ -55,7 +55,9 @@ def _optimize(name: str, task: Path, out: Path, device: str, with_compile: bool)
     return session.run()
 
 
-def _time_ms(fn, device: str, runs: int = 50) -> float:
+def time_ms(fn, device: str, runs: int = 50) -> float:
+    """Median of ``runs`` calls after 5 untimed ones: CUDA events on the GPU, the wall clock on the CPU
+    (bench/capture_shapes.py uses it too)."""
     for _ in range(5):
         fn()
     times = []
@@ -132,8 +134,8 @@ def main() -> int:
         diff = (got - want).abs().max().item()
         close = torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol)
         fallbacks = sum(getattr(m, "fallbacks", 0) for m in model.modules())
-        t_orig = _time_ms(lambda: original(ids), args.device)
-        t_swap = _time_ms(lambda: model(ids), args.device)
+        t_orig = time_ms(lambda: original(ids), args.device)
+        t_swap = time_ms(lambda: model(ids), args.device)
     print(f"  end to end: logits {list(got.shape)}, max abs diff {diff:.3g} vs the original model ({tol}): {'match' if close else 'MISMATCH'}; "
           f"{fallbacks} calls fell back to the original modules")
     print(f"  forward: original {t_orig:.3f} ms, swapped {t_swap:.3f} ms (median of 50; {t_orig / t_swap:.2f}x)")

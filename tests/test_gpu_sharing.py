@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from agent_support import candidate_code
 from kernelfix.tools.device_lease import DeviceLease

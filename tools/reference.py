@@ -353,7 +353,7 @@ class Reference:
         if self.config.time_torch_compile:  # torch.compile's compilation: CPU work, outside the lease
             # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
             # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
-            big = self.size is not None and self.size.input_bytes + self.size.output_bytes > self.config.warmup_max_gb * 2**30
+            big = self.size is not None and self.size.trial_bytes > self.config.warmup_max_gb * 2**30
             with warm_gate() if warm_gate is not None else contextlib.nullcontext(), lease("baseline warm-up") if big else contextlib.nullcontext(), self._lock:
                 self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
         with lease("baseline"), self._lock:

@@ -46,6 +46,20 @@ def cotangents(out: Any, seed: int) -> list:
     return cots
 
 
+def warm_backward(model: Any, inputs: list) -> None:
+    """Forward with grad and backward on a cotangent of its own, grads cleared after: the backward's
+    kernels compile (and autotune) here, before anything is judged, timed or profiled."""
+    import torch
+
+    args, _ = grad_leaves(inputs)
+    with torch.enable_grad():
+        out = model(*args)
+        outs = [o for o in floating(out) if o.requires_grad]
+        if outs:
+            torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
+    clear_grads(model)
+
+
 def clear_grads(model: Any) -> None:
     if hasattr(model, "parameters"):
         for p in model.parameters():

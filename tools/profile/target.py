@@ -125,9 +125,7 @@ def _forward_backward(w: Worker, spec: dict[str, Any], model: Any, inputs: list,
 
     w.phase("warmup")
     for _ in range(spec["warmup_calls"]):
-        out = forward()
-        gradients.backward(out, gradients.cotangents(out, 0))
-        gradients.clear_grads(model)
+        gradients.warm_backward(model, inputs)
     Cuda.sync()
     w.phase("profiled_forward_backward")
     if spec["stage"] == "profile_ncu":

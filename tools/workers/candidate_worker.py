@@ -162,7 +162,9 @@ class CandidateRunner:
             inputs = to_device(list(inputs), self.device)
             t0 = perf_counter()
             if self.spec.backward:
-                _warm_backward(self.model, inputs)
+                from kernelfix.tools.correctness import gradients
+
+                gradients.warm_backward(self.model, inputs)
             else:
                 self.model(*inputs)
             sync(self.device)
@@ -323,21 +325,6 @@ def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
 
     inputs, cots = payload
     return gradients.timed_passes(model, inputs, cots, strict=True)
-
-
-def _warm_backward(model: Any, inputs: list) -> None:
-    """Forward with grad and backward on a cotangent of its own: the backward's kernels compile here too."""
-    import torch
-
-    from kernelfix.tools.correctness import gradients
-
-    args, _ = gradients.grad_leaves(inputs)
-    with torch.enable_grad():
-        out = model(*args)
-        outs = [o for o in gradients.floating(out) if o.requires_grad]
-        if outs:
-            torch.autograd.backward(outs, [torch.randn_like(o) for o in outs])
-    gradients.clear_grads(model)
 
 
 def _watch_compilers(w: Worker) -> None:

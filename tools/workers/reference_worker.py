@@ -557,8 +557,6 @@ class ReferenceServer:
         self.w.chan.send("trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs))
 
     def release(self, req: dict[str, Any], fds: list[int]) -> None:
-        import torch
-
         for sid in req.get("slots") or []:
             s = self.slots.pop(sid, None)
             if s is not None:
