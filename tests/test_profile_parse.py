@@ -220,5 +220,8 @@ def test_under_backward_each_kernel_is_told_forward_or_backward():
     assert parts == {"forward", "backward"}
     line = next(h for h in r.highlights if h.startswith("Forward and backward"))
     assert re.search(r"forward 6 launches, [\d.]+ ms .*; backward \d+ launches, [\d.]+ ms", line), line
+    # Each pass's kernel is judged on its own launches' counters, and the finding says which pass.
+    assert {f.part for f in r.findings if f.kind == "small_grid"} == {"forward", "backward"}
+    assert any("[relu_kernel (backward)," in h for h in r.highlights) and "in one forward and its backward" in r.summary
     assert "--nvtx-include kernelfix_backward " in " ".join(ncu.command("ncu", Path("r"), 64, backward=True)) + " "
     assert ncu.BACKWARD_RANGE not in " ".join(ncu.command("ncu", Path("r"), 64))

@@ -358,6 +358,7 @@ class Finding(_Model):
 
     kind: FindingKind
     kernel: str
+    part: Literal["forward", "backward"] | None = None  # the kernel's pass, under --backward
     share_pct: float  # of the profiled kernels' time
     what: str  # the finding with its numbers
     fix: str  # what to do about it (never advice another finding contradicts)

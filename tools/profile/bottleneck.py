@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelfix.tools.profile import findings
-from kernelfix.tools.profile.ncu import BACKWARD_RANGE
 from kernelfix.tools.profile.ncu_csv import NcuKernel
 from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import Bottleneck, KernelProfile, ProfileReport, StallReason, Timings
@@ -205,11 +204,14 @@ def _total(p: KernelProfile) -> float:
     return (p.duration_ms or 0.0) * p.calls
 
 
-def _launch_bound(launches: int, per_call_ms: list[float], kernel_ms: float, candidate_ms: float | None, capped: bool) -> str | None:
-    """Why the forward is launch-bound, or None."""
+def _launch_bound(
+    launches: int, per_call_ms: list[float], kernel_ms: float, candidate_ms: float | None, capped: bool, call: str = "one forward"
+) -> str | None:
+    """Why the forward is launch-bound, or None. ``call``: what was profiled and timed ("one forward and
+    its backward" under --backward)."""
     if launches >= LAUNCH_MANY and per_call_ms and statistics.median(per_call_ms) < SHORT_MS:
         more = " (or more)" if capped else ""
-        return f"{launches}{more} kernel launches in one forward, median {statistics.median(per_call_ms) * 1e3:.1f} us each"
+        return f"{launches}{more} kernel launches in {call}, median {statistics.median(per_call_ms) * 1e3:.1f} us each"
     if capped and per_call_ms and candidate_ms and statistics.median(per_call_ms) < SHORT_MS:
         each = statistics.median(per_call_ms)
         if candidate_ms > LAUNCH_MANY * launches * each:  # the forward takes far longer than the launches ncu saw
@@ -220,7 +222,7 @@ def _launch_bound(launches: int, per_call_ms: list[float], kernel_ms: float, can
     if candidate_ms and not capped and kernel_ms < BUSY_FRACTION * candidate_ms:
         return (
             f"its {launches} kernel launch{'es' if launches != 1 else ''} run{'' if launches != 1 else 's'} {kernel_ms:.4g} ms "
-            f"of the {candidate_ms:.4g} ms one forward takes ({100 * kernel_ms / candidate_ms:.0f}%): the rest is launch and host overhead"
+            f"of the {candidate_ms:.4g} ms {call} takes ({100 * kernel_ms / candidate_ms:.0f}%): the rest is launch and host overhead"
         )
     return None
 
@@ -306,7 +308,8 @@ def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | N
         ms = r.candidate_ms or r.kernel_ms
         r.achieved_tflops = r.task_flops / (ms * 1e-3) / 1e12 if ms else None
     per_call = [p.duration_ms for p in kernels for _ in range(p.calls) if p.duration_ms is not None]
-    launch = _launch_bound(r.launches, per_call, r.kernel_ms or 0.0, r.candidate_ms, r.launches_capped) if kernels else None
+    call = "one forward and its backward" if any(k.part == "backward" for k in kernels) else "one forward"
+    launch = _launch_bound(r.launches, per_call, r.kernel_ms or 0.0, r.candidate_ms, r.launches_capped, call) if kernels else None
     if launch:
         r.bottleneck, r.summary = "launch-bound", f"launch-bound: {launch}"
     else:
@@ -331,7 +334,9 @@ def _finding_lines(r: ProfileReport, rule: str | None) -> list[str]:
         if f.where is not None:
             at = f"line {f.where.candidate_line} of your code" if f.where.candidate_line else f"{Path(f.where.file).name}:{f.where.line}"
             where = f" At {at}: `{f.where.code}`."
-        kernel = "" if f.kind == "launch_bound" or len({g.kernel for g in r.findings}) == 1 else f" [{f.kernel.split('(')[0]}, {f.share_pct:.0f}% of kernel time]"
+        one = len({(g.kernel, g.part) for g in r.findings}) == 1
+        part = " (backward)" if f.part == "backward" else ""
+        kernel = "" if f.kind == "launch_bound" or one else f" [{f.kernel.split('(')[0]}{part}, {f.share_pct:.0f}% of kernel time]"
         lines.append(f"{i}. {f.what}.{kernel}{where}")
         lines.append(f"   Fix: {f.fix}.")
     if rule:
@@ -366,9 +371,9 @@ def from_ncu(
     """The report for the kernels ncu profiled in one forward: numbers, bottleneck, and findings
     (from the details page's counters and rules, and the source page's per-line counters)."""
     profiles = [condense(k) for k in ncu_kernels]
-    if any(BACKWARD_RANGE in k.start_end_ranges for k in ncu_kernels):  # --backward: each kernel's pass
+    if any(k.in_backward for k in ncu_kernels):  # --backward: each kernel's pass
         for p, k in zip(profiles, ncu_kernels):
-            p.part = "backward" if BACKWARD_RANGE in k.start_end_ranges else "forward"
+            p.part = "backward" if k.in_backward else "forward"
     r = ProfileReport(source="ncu", launches=len(profiles), launches_capped=max_launches is not None and len(profiles) >= max_launches)
     r.dram_bytes = sum(p.dram_bytes for p in profiles if p.dram_bytes is not None) or None
     floors = [p.duration_ms * p.dram_pct / 100 for p in profiles if p.duration_ms is not None and p.dram_pct is not None]

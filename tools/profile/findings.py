@@ -403,7 +403,9 @@ def find(
         share = 100.0 * (p.duration_ms or 0.0) * p.calls / total
         if share < MIN_SHARE:
             continue
-        k = next((k for k in ncu_kernels if k.name == p.name and k.grid == p.grid and k.block == p.block), None)
+        # The pass too: under --backward one kernel (same name, grid and block) may run in both.
+        k = next((k for k in ncu_kernels if k.name == p.name and k.grid == p.grid and k.block == p.block
+                  and k.in_backward == (p.part == "backward")), None)
         if k is None:
             continue
         x = _Kernel(k, p, share, rows_for(k.name, sources))
@@ -414,7 +416,7 @@ def find(
             general = _memory_bound(x, ctx) or _latency_bound(x, ctx)
             if general is not None:
                 specific.append(general)
-        out += specific
+        out += [f.model_copy(update={"part": p.part}) for f in specific]
     out.sort(key=lambda f: -(f.share_pct / 100.0) * (f.gain_pct if f.gain_pct is not None else _DEFAULT_GAIN[f.kind]))
     return out[:MAX_FINDINGS]
 

@@ -21,10 +21,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.profile import ncu_csv
 from kernelfix.tools.profile.ncu_csv import NcuOutput
 
 NVTX_RANGE = "kernelfix_candidate"
-BACKWARD_RANGE = "kernelfix_backward"  # a start/end range (the backward runs on autograd's thread): no "/" in its filter
+BACKWARD_RANGE = ncu_csv.BACKWARD_RANGE  # a start/end range: no "/" in its filter
 # SourceCounters gives the per-line counters (tools/profile/ncu_source.py) and the coalescing,
 # shared-memory and divergence rules; InstructionStats and SchedulerStats the issue rates.
 SECTIONS = (

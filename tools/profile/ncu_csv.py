@@ -18,6 +18,10 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The start/end NVTX range the profiled backward runs in (tools/profile/target.py): autograd launches a
+# CUDA backward from its own thread, which a push/pop range does not reach.
+BACKWARD_RANGE = "kernelfix_backward"
+
 _KERNEL_COLUMNS = ("ID", "Process ID", "Process Name", "Kernel Name", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC")
 
 # prefix -> factor, for the unit families ncu rescales
@@ -63,6 +67,11 @@ class NcuKernel(BaseModel):
     metrics: list[NcuMetric] = Field(default_factory=list)
     rules: list[NcuRule] = Field(default_factory=list)
     start_end_ranges: str = ""  # the NVTX start/end ranges open at its launch, as ncu prints them (--nvtx)
+
+    @property
+    def in_backward(self) -> bool:
+        """Launched inside the profiled backward (``BACKWARD_RANGE``), not the forward."""
+        return BACKWARD_RANGE in self.start_end_ranges
 
     def get(self, name: str, section: str | None = None) -> float | None:
         """A metric's value by the name ncu prints (in ``section``'s display name, if given)."""
