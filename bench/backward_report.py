@@ -4,7 +4,8 @@
 
 Rows of later files replace earlier ones of the same task (a sweep spread over several calls, some
 without torch.compile). Prints the count by status, each row that is not ok with its reason, and per
-task: eager forward, eager forward+backward, their ratio, and torch.compile's where it was timed.
+task: eager forward, eager forward+backward, their ratio, and torch.compile's where it was timed;
+and the reference's GPU memory peak against the bound, where the rows have it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main(paths: list[str]) -> None:
     if both:
         g = math.exp(statistics.fmean(math.log(_ms(r, "eager") / _ms(r, "compiled")) for r in both))
         print(f"torch.compile forward+backward, geometric mean speedup over eager on the {len(both)} tasks it was timed on: {g:.2f}x")
+    _memory(ok)
     print("\n| task | eager fwd ms | eager fwd+bwd ms | ratio | compile fwd ms | compile fwd+bwd ms |\n| --- | --- | --- | --- | --- | --- |")
     for name, r in sorted(rows.items()):
         if r["status"] != "ok":
@@ -46,6 +48,25 @@ def main(paths: list[str]) -> None:
         f, b, cf, cb = _ms(r, "eager_forward"), _ms(r, "eager"), _ms(r, "compiled_forward"), _ms(r, "compiled")
         cell = lambda x: f"{x:.3f}" if x is not None else "-"  # noqa: E731
         print(f"| {name} | {cell(f)} | {cell(b)} | {b / f:.2f} | {cell(cf)} | {cell(cb)} |" if f and b else f"| {name} | {cell(f)} | {cell(b)} | - | {cell(cf)} | {cell(cb)} |")
+
+
+def _memory(ok: list[dict]) -> None:
+    """The reference process's GPU peak (determinism check and timing) against the bound, about 2x a
+    trial's tensors plus gradients (inputs and outputs, then their gradients and the cotangent: 2x again),
+    and against one trial's own forward+backward, which any judge pays. Rows from before the peaks were
+    reported have none."""
+    seen = [r for r in ok if r.get("peak_bytes") and r.get("trial_peak_bytes")]
+    if not seen:
+        return
+    basis = [r["peak_bytes"] / (2 * (r["input_bytes"] + r["output_bytes"])) for r in seen]
+    own = [r["peak_bytes"] / r["trial_peak_bytes"] for r in seen]
+    big = [(r["peak_bytes"] / (2 * (r["input_bytes"] + r["output_bytes"])), r) for r in seen if r["input_bytes"] + r["output_bytes"] >= 1 << 30]
+    print(f"GPU peak of the reference / a trial's tensors plus gradients, over {len(seen)} tasks: median {statistics.median(basis):.2f}, "
+          f"max {max(basis):.2f}; {sum(b <= 2 for b in basis)} within 2x")
+    if big:
+        print(f"  tasks of 1 GiB or more ({len(big)}): median {statistics.median(b for b, _ in big):.2f}, max {max(b for b, _ in big):.2f} "
+              f"({max(big, key=lambda x: x[0])[1]['task']})")
+    print(f"GPU peak of the reference / one trial's own forward+backward: median {statistics.median(own):.2f}, max {max(own):.2f}")
 
 
 if __name__ == "__main__":

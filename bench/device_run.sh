@@ -51,6 +51,13 @@ for step in "$@"; do
       python3 -P -m kernelfix baseline --backward ${BACKWARD_DIRS:-.kb/level1 .kb/level2} --out "$OUT/baseline_backward.json" --workers ${BASELINE_WORKERS:-4} > "$OUT/baseline_backward.log" 2>&1; tail -60 "$OUT/baseline_backward.log"
       python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 tests/test_backward.py 2>&1 | tee "$OUT/backward_gpu.log" | grep -E "passed|failed|Error"
       python3 -P -m kernelfix eval examples/tasks/scale_train.py examples/candidates/scale_train_triton.py --json > /tmp/kfout/backward_eval.json; python3 -c "import json; v=json.load(open('/tmp/kfout/backward_eval.json')); print(v['category'], v['message'], v['speedup_eager'], (v.get('timings') or {}).get('backward'))" 2>&1 | tee "$OUT/backward_eval.log" ;;
+    backward-memory) # issue 25: the tasks that met the GPU's memory under --backward, each with its peaks (own file: a subset run keeps only its rows)
+      python3 -P -m kernelfix baseline --backward ${MEMORY_TASKS:-.kb/level1/38_L1Norm_.py .kb/level1/39_L2Norm_.py .kb/level1/90_cumprod.py .kb/level1/21_Sigmoid.py .kb/level1/36_RMSNorm_.py .kb/level1/45_Average_Pooling_2D.py} --out "$OUT/baseline_backward_memory.json" --workers 1 > "$OUT/baseline_backward_memory.log" 2>&1; tail -30 "$OUT/baseline_backward_memory.log"
+      python3 bench/backward_report.py "$OUT/baseline_backward_memory.json" | head -20 ;;
+    backward-profile) # issue 25: the profile split after review, on the GPU
+      python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 tests/test_backward.py 2>&1 | tee "$OUT/backward_gpu.log" | grep -E "passed|failed|Error"
+      python3 -P -m kernelfix eval examples/tasks/scale_train.py examples/candidates/scale_train_triton.py --profile --json > /tmp/kfout/backward_profile.json 2> "$OUT/backward_profile.err"
+      python3 -c "import json; v=json.load(open('/tmp/kfout/backward_profile.json')); p=v.get('profile') or {}; print(v['category'], v['message'], p.get('source'), [(k.get('name'), k.get('part'), k.get('calls')) for k in p.get('kernels', [])]); print('\n'.join(p.get('highlights') or []))" 2>&1 | tee "$OUT/backward_profile.log" ;;
     fast-layout) python3 -P bench/fast_layout_replay.py --out "$OUT" --workdir /tmp/kf_fast_layout 2>&1 | tee "$OUT/fast_layout_replay.log" ;;
     capture-swap) python3 -P bench/capture_swap.py --out /tmp/kfout/capture_swap 2>&1 | tee "$OUT/capture_swap.log" ;;
     capture-shapes) python3 -P bench/capture_shapes.py --out /tmp/kfout/capture_shapes 2>&1 | tee "$OUT/capture_shapes.log" ;;

@@ -136,9 +136,14 @@ def test_baseline_says_which_tasks_have_a_backward(tmp_path):
     from kernelfix.tools import baseline
     from kernelfix.tools.config import JudgeConfig
 
-    for name, body in [("1_relu", "torch.relu(x)"), ("2_argmax", "torch.argmax(x, dim=1)")]:
+    # 3_broken: torch's own backward fails (45_Average_Pooling_2D's CUDA error on the H100 was one)
+    broken = (
+        "class Broken(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n        return x * 2\n"
+        "    @staticmethod\n    def backward(ctx, g):\n        raise RuntimeError('CUDA error: invalid argument')\n\n"
+    )
+    for name, head, body in [("1_relu", "", "torch.relu(x)"), ("2_argmax", "", "torch.argmax(x, dim=1)"), ("3_broken", broken, "Broken.apply(x)")]:
         (tmp_path / f"{name}.py").write_text(
-            "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+            f"import torch\nimport torch.nn as nn\n\n{head}class Model(nn.Module):\n    def forward(self, x):\n"
             f"        return {body}\n\ndef get_inputs():\n    return [torch.randn(8, 16)]\n\ndef get_init_inputs():\n    return []\n"
         )
     cfg = JudgeConfig(device="cpu", backward=True, trials=1, input_variants=[], float64_reference=False, reference_cache_gb=0.0)
@@ -146,6 +151,8 @@ def test_baseline_says_which_tasks_have_a_backward(tmp_path):
     rows = {r.task: r for r in report.rows}
     assert rows["1_relu"].status == "ok"
     assert rows["2_argmax"].status == "no_backward" and "does not require grad" in rows["2_argmax"].error
+    assert rows["3_broken"].status == "task_error"
+    assert "invalid argument in torch's own backward of Model on trial 0" in rows["3_broken"].error
     from rich.console import Console
 
     console = Console(width=200, record=True)

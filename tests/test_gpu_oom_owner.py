@@ -51,6 +51,11 @@ def test_the_reference_tells_a_task_too_large_from_a_busy_gpu():
     assert busy == Category.GPU_BUSY and "the reference asked 2.0 GiB" in msg
     large, msg = _memory_verdict(_oom(30.0, 50.0, 25.0), trial_bytes=40 * GIB)
     assert large == Category.TOO_LARGE and "does not fit this GPU" in msg
+    # The step that ran out is named: the --backward sweep's norms ran out timing, not computing a trial.
+    assert msg.endswith("of the GPU's 79.2 GiB")  # the fixture's phase is a candidate's: no reference step to name
+    err = _oom(8.0, 72.6, 0.5) | {"phase": "time_eager"}
+    large, msg = _memory_verdict(err, trial_bytes=16 * GIB)
+    assert large == Category.TOO_LARGE and msg.endswith("needed 80.6 GiB (held 72.6, asked 8.0) of the GPU's 79.2 GiB while timing eager")
 
 
 def test_a_candidate_that_filled_most_of_the_gpu_for_a_small_task_is_its_own_oom():

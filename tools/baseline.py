@@ -58,6 +58,10 @@ class BaselineRow(BaseModel):
     # --backward: ``eager``/``compiled`` above are forward+backward; these are the forward alone (grad enabled)
     eager_forward: TimingStats | None = None
     compiled_forward: TimingStats | None = None
+    # GPU memory (the allocator's peaks): one trial's forward (and backward) alone, the floor any judge
+    # pays; and the reference process's through the determinism check and timing (docs/judge.md's bound)
+    trial_peak_bytes: int | None = None
+    peak_bytes: int | None = None
     baseline_cached: bool = False
     draw: str | None = None
     seconds: float = 0.0
@@ -154,12 +158,14 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
             row.rel_error_between_runs = det.get("rel_error")
             row.vacuous, row.ref_ms, row.draw = ref.vacuous, det.get("ref_ms"), det.get("draw_note")
             row.input_bytes, row.output_bytes = det.get("input_bytes", 0), det.get("output_bytes", 0)
+            row.trial_peak_bytes = det.get("trial_peak_bytes")
             if judge.device == "cuda":
                 # Compiling holds a trial's tensors; under --backward their gradients too (inputs' and outputs' size again).
                 size = (5 if judge.config.backward else 3) * (row.input_bytes + row.output_bytes)
                 base = ref.baseline(judge.lease, warm_gate=(lambda: gate.hold(size)) if gate else None, fresh=fresh)
                 row.eager, row.compiled, row.compile_note, row.baseline_cached = base.eager, base.compiled, base.compile_note, base.cached
                 row.eager_forward, row.compiled_forward = base.eager_forward, base.compiled_forward
+                row.peak_bytes = None if base.cached else base.peak_bytes
     except TaskError as e:
         from kernelfix.tools.correctness.gradients import NO_BACKWARD
 

@@ -364,14 +364,27 @@ class Reference:
             return self._baselines[input_set]
 
 
+# The reference worker's phases, as a too-large message names the step that ran out (docs/backward.md's sweep)
+_DOING = {
+    "reference_trial": "computing a trial",
+    "reference_float64": "computing a trial in float64",
+    "compile_reference": "compiling it with torch.compile",
+    "time_eager": "timing eager",
+    "time_torch_compile": "timing torch.compile",
+    "timing": "timing",
+}
+
+
 def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, str]:
     """A GPU OOM in the reference: the task does not fit this GPU, or others hold its memory."""
     oom = GpuOom(err)
     gib = 2**30
     if oom.total and not oom.would_fit_alone:
+        doing = _DOING.get(err.get("phase") or "")
         return Category.TOO_LARGE, (
             f"the task does not fit this GPU: its reference needed {(oom.asked + oom.held) / gib:.1f} GiB "
             f"(held {oom.held / gib:.1f}, asked {oom.asked / gib:.1f}) of the GPU's {oom.total / gib:.1f} GiB"
+            + (f" while {doing}" if doing else "")
         )
     if oom.total and oom.free is not None:
         return Category.GPU_BUSY, oom.others_text("the reference")

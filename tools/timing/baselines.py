@@ -41,6 +41,7 @@ class Baseline(BaseModel):
     # --backward: ``eager``/``compiled`` above are forward+backward; these are forward alone (grad enabled)
     eager_forward: TimingStats | None = None
     compiled_forward: TimingStats | None = None
+    peak_bytes: int | None = None  # the reference process's peak GPU allocation so far, timing included
 
 
 def timing_settings(config: JudgeConfig) -> dict[str, Any]:

@@ -64,6 +64,7 @@ class _Data:
     float64_note: str | None = None
     skipped: str | None = None
     out64_transient: bool = False  # computed for one check, beyond the cache's budget: dropped after it
+    peak: int | None = None  # the allocator's peak just after the trial's forward (and backward): CUDA only
     # --backward: the cotangent sent with the inputs, the gradients the reference got (and in float64)
     cot: list | None = None
     grads: list | None = None
@@ -264,12 +265,13 @@ class ReferenceServer:
                 inputs = self._draw(plan.seed, plan.input_set)
             t0 = perf_counter()
             if self.spec.backward:
-                out, cot, keys, grads = self._forward_backward(self.model, inputs, plan.seed)
+                out, cot, keys, grads = self._forward_backward(self.model, inputs, plan.seed, trial=plan.index)
             else:
                 with torch.no_grad():
                     out = self.model(*inputs)
             sync(self.device)
             ref_ms = (perf_counter() - t0) * 1e3  # under --backward forward+backward: the candidate's deadline covers both
+            peak = int(torch.cuda.max_memory_allocated()) if self.cuda else None  # before the float64 check's own
         except TaskProblem:
             raise
         except Exception as e:
@@ -278,7 +280,7 @@ class ReferenceServer:
             raise TaskProblem(f"{short(e)} while running Model.forward on trial {plan.index}") from e
         if plan.variant and not _finite(out):
             return _Data(skipped=f"the reference is not finite on {input_variants.describe(plan.variant, plan.variant_of or 0)}")
-        data = _Data(inputs=inputs, out=out, ref_ms=ref_ms)
+        data = _Data(inputs=inputs, out=out, ref_ms=ref_ms, peak=peak)
         if self.spec.backward:
             data.cot, data.grad_keys, data.grads = cot, keys, grads
         if plan.float64 and self.model64 is not None:
@@ -287,7 +289,7 @@ class ReferenceServer:
             data.vacuous = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
         return data
 
-    def _forward_backward(self, model: Any, inputs: list, seed: int, cot: list | None = None) -> tuple[Any, list, list, list]:
+    def _forward_backward(self, model: Any, inputs: list, seed: int, cot: list | None = None, trial: int | None = None) -> tuple[Any, list, list, list]:
         """Forward with grad, backward with the trial's cotangent: (output, cotangent, gradient keys, gradients)."""
         import torch
 
@@ -299,7 +301,14 @@ class ReferenceServer:
         with torch.enable_grad():
             out = model(*args)
             cot = gradients.cotangents(out, seed) if cot is None else cot
-            why = gradients.backward(out, cot)
+            sync(self.device)  # a CUDA fault from here on is the backward's: the message says which pass
+            try:
+                why = gradients.backward(out, cot)
+                sync(self.device)
+            except Exception as e:
+                if _oom(e):
+                    raise
+                raise TaskProblem(f"{short(e)} in torch's own backward of Model on trial {trial} (the reference's autograd, no candidate's code)") from e
         if why is not None:
             raise TaskProblem(f"{gradients.NO_BACKWARD} ({why}): run it without --backward")
         keys, grads = gradients.reference_grads(model, leaf_list)
@@ -578,7 +587,15 @@ class ReferenceServer:
         self.plans[plan.index] = plan
         data = self._get(plan)
         inputs = data.inputs or []
+        out_bytes = nbytes(data.out)
         t = req["timing"]
+        if t.get("backward") and self.recent is not None and self.recent[1] is data:
+            # Timing needs the inputs and the cotangent alone. The output and gradients kept beside the
+            # timed passes' own (and autograd's temporaries) met 80 GiB for 38_L1Norm_'s 8 GiB trial; an
+            # uncached trial is computed again when next asked.
+            self.recent = None
+            data = _Data(inputs=data.inputs, cot=data.cot)
+            _free(self.cuda)
         torch.set_grad_enabled(False)
         if not hasattr(self, "_compiled"):
             self._compiled, self._compile_note = None, None
@@ -635,7 +652,8 @@ class ReferenceServer:
         bw = bandwidth_gbps()
         self.w.chan.send(
             "baseline", id=req.get("id"), eager=eager, compiled=compiled, compile_note=self._compile_note,
-            bytes_moved=nbytes(inputs) + nbytes(data.out), bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0), **extra,
+            bytes_moved=nbytes(inputs) + out_bytes, bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0),
+            peak_bytes=int(torch.cuda.max_memory_allocated()), **extra,
         )
 
     def _passes(self, model: Any, data: _Data) -> tuple[Any, Any]:
@@ -653,6 +671,10 @@ class ReferenceServer:
         # outputs, cotangent, gradients) and three held together filled the H100 for 21_Sigmoid.
         self.recent = None
         _free(self.cuda)
+        held = 0
+        if self.cuda:  # the peaks `kernelfix baseline` reports: one trial's own, and this process's (baseline's reply)
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
         first = self._compute(plan)
         first.out64 = first.cot = first.grads = first.grads64 = None  # only inputs and outputs are compared
         if self.spec.backward and self.cuda:
@@ -670,6 +692,7 @@ class ReferenceServer:
             "determinism", id=req.get("id"), inputs_equal=inputs_equal, outputs_equal=outputs_equal,
             rel_error=relative_error(second.out, first.out), vacuous=first.vacuous, ref_ms=first.ref_ms,
             input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
+            trial_peak_bytes=first.peak - held if first.peak is not None else None,
             draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
         )
 
