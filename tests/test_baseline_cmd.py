@@ -104,3 +104,38 @@ def test_a_transient_fault_of_the_machine_is_measured_again(tmp_path, monkeypatc
     calls.clear()
     baseline.run(baseline.find_tasks([str(tasks)]), JudgeConfig(device="cpu"), out=out, workers=1)
     assert calls == ["3_fine"]
+
+
+def test_a_reference_torch_compile_past_its_bound_leaves_eager_with_a_note(tmp_path):
+    """90_cumprod's training graph compiled for minutes on the H100 while the GPU lease waited. Past
+    ``reference_compile_timeout_s`` the worker is ended, the note says so, and the next request starts
+    another: on the GPU, eager is then timed alone, with the note (below)."""
+    import torch
+
+    from kernelfix.tools.config import JudgeConfig
+    from kernelfix.tools.judge import Judge
+    from kernelfix.tools.task import Task
+    from kernelfix.tools.timing import baselines
+
+    # Eager is instant; under torch.compile the forward waits a minute (Dynamo runs the sleep at a graph break)
+    _task(tmp_path, "slow_compile", "self.step(x)", "torch.randn(8, 16)")
+    path = tmp_path / "slow_compile.py"
+    path.write_text(path.read_text().replace(
+        "    def forward(self, x):",
+        "    def step(self, x):\n        if torch.compiler.is_compiling():\n            __import__('time').sleep(60)\n        return x * 2\n\n    def forward(self, x):",
+    ))
+    note = "torch.compile did not finish compiling the reference within 2 s (judge.reference_compile_timeout_s): eager alone is timed"
+    for device in ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]:
+        cfg = JudgeConfig(device=device, trials=1, input_variants=[], float64_reference=False, reference_compile_timeout_s=2.0)
+        with Judge(Task.load(path), cfg) as judge:
+            judge.reference()
+            ref = judge.ref
+            if device == "cpu":  # no timing without a GPU: the warm-up alone
+                assert ref.warm_compiled(ref.trials[0], baselines.timing_settings(cfg)) == note
+                assert ref.ready is None  # that worker is gone; the next request starts another
+                det = ref.determinism(ref.trials[0], judge.lease)
+                assert det["inputs_equal"] and det["outputs_equal"]
+            else:
+                base = ref.baseline(judge.lease, fresh=True)
+                print(f"\n[cuda] slow compile: eager {base.eager.median_ms:.4f} ms, compiled {base.compiled}, note {base.compile_note!r}")
+                assert base.compiled is None and base.compile_note == note and base.eager.runs >= 100

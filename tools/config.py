@@ -133,6 +133,9 @@ class JudgeConfig(BaseModel):
     )
     run_timeout_s: float = Field(300.0, description="any one reference request, and a stage's trials, overall")
     bench_timeout_s: float = 900.0
+    reference_compile_timeout_s: float = Field(
+        600.0, gt=0, description="torch.compile's first call on the reference; past it the worker is ended and eager alone is timed, with a note"
+    )
     memory_limit_gb: float | None = Field(None, description="host memory cap per child; None: 3/4 of RAM, at most 64")
     max_processes: int = Field(4096, ge=16, description="processes and threads alive at once per child (pids cgroup)")
     output_limit_mb: float = Field(64.0, gt=0, description="stdout + stderr per child; more and it is killed")

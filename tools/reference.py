@@ -178,9 +178,7 @@ class Reference:
     def _failed(self, e: WorkerGone) -> None:
         """Sort the worker's failure; it is gone either way (the next request starts another)."""
         out = e.outcome
-        self._worker = None
-        self.ready = None
-        self._owned.clear()  # its arenas went with it
+        self._forget_worker()
         err = out.last("error")
         sized = out.last("sized")
         if sized is not None:
@@ -211,6 +209,12 @@ class Reference:
             raise self._task_error
         # A time-out, a signal, an exception in the worker's own code: not the task's, not the candidate's.
         raise ReferenceUnavailable(Category.WORKER, problem)
+
+    def _forget_worker(self) -> None:
+        """The worker has ended: the next request starts another (it computes its trials again)."""
+        self._worker = None
+        self.ready = None
+        self._owned.clear()  # its arenas went with it
 
     @property
     def holds_gpu_memory(self) -> bool:
@@ -350,19 +354,44 @@ class Reference:
                 return cached
         timing = baselines.timing_settings(self.config)
         trial = next((t for t in self.trials if t.input_set == input_set), self.trials[0])
+        compile_note = None
         if self.config.time_torch_compile:  # torch.compile's compilation: CPU work, outside the lease
             # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
             # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
             big = self.size is not None and self.size.trial_bytes > self.config.warmup_max_gb * 2**30
             with warm_gate() if warm_gate is not None else contextlib.nullcontext(), lease("baseline warm-up") if big else contextlib.nullcontext(), self._lock:
-                self._request("baseline", "baseline_warm", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing, warm_only=True)
+                compile_note = self.warm_compiled(trial, timing)
+            if compile_note is not None:
+                timing = timing | {"time_torch_compile": False}
         with lease("baseline"), self._lock:
             if input_set not in self._baselines:
                 msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
+                msg["compile_note"] = compile_note or msg.get("compile_note")
                 self._baselines[input_set] = baselines.Baseline.model_validate(msg)
                 baselines.save(key, self._baselines[input_set])
             return self._baselines[input_set]
 
+    def warm_compiled(self, trial: TrialPlan, timing: dict[str, Any]) -> str | None:
+        """torch.compile's first call on the reference (its compilation), bounded by
+        ``reference_compile_timeout_s``: past it the worker is ended, and the note returned says that
+        eager alone is timed (a training graph of 90_cumprod compiled for minutes on the H100 while
+        the GPU lease waited). Any other failure is the worker's, as in every request."""
+        limit = self.config.reference_compile_timeout_s
+        self.ensure()
+        assert self._worker is not None
+        self._gpu_dirty = self.ctx.device == "cuda"
+        try:
+            self._worker.request(
+                "baseline", "baseline_warm", Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit),
+                trial=trial.model_dump(), timing=timing, warm_only=True,
+            )
+            return None
+        except WorkerGone as e:
+            phase = (e.outcome.last("phase") or {}).get("phase")
+            if not (e.outcome.timed_out and phase == "compile_reference"):
+                self._failed(e)
+            self._forget_worker()
+            return f"torch.compile did not finish compiling the reference within {limit:g} s (judge.reference_compile_timeout_s): eager alone is timed"
 
 # The reference worker's phases, as a too-large message names the step that ran out (docs/backward.md's sweep)
 _DOING = {

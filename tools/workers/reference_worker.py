@@ -619,7 +619,7 @@ class ReferenceServer:
                 else:
                     self._compiled(*inputs)
                 sync(self.device)
-            self.w.chan.send("baseline_warm", id=req.get("id"))
+            self.w.chan.send("baseline_warm", id=req.get("id"), compile_note=self._compile_note)
             return
         flush = l2_flush_buffer(t.get("flush_l2", True))
         runs, warm, budget = t["timing_runs"], t["warmup_ms"], t["timing_budget_s"]
