@@ -242,14 +242,18 @@ class Reference:
 
     def _request(self, kind: str, reply: str, timeout_s: float, *, stretch: bool = False, **payload: Any) -> dict[str, Any]:
         with self._lock:
-            self.ensure()
-            assert self._worker is not None
-            self._gpu_dirty = self.ctx.device == "cuda"
             try:
-                return self._worker.request(kind, reply, Deadline(f"the reference's {kind}", timeout_s, stretch=stretch), **payload)
+                return self._send(kind, reply, Deadline(f"the reference's {kind}", timeout_s, stretch=stretch), **payload)
             except WorkerGone as e:
                 self._failed(e)
                 raise  # unreachable: _failed always raises
+
+    def _send(self, kind: str, reply: str, deadline: Deadline, **payload: Any) -> dict[str, Any]:
+        """One request to the worker (started if need be); WorkerGone for the caller to sort."""
+        self.ensure()
+        assert self._worker is not None
+        self._gpu_dirty = self.ctx.device == "cuda"
+        return self._worker.request(kind, reply, deadline, **payload)
 
     # ------------------------------------------------------------------ requests
 
@@ -377,21 +381,17 @@ class Reference:
         eager alone is timed (a training graph of 90_cumprod compiled for minutes on the H100 while
         the GPU lease waited). Any other failure is the worker's, as in every request."""
         limit = self.config.reference_compile_timeout_s
-        self.ensure()
-        assert self._worker is not None
-        self._gpu_dirty = self.ctx.device == "cuda"
+        deadline = Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit)
         try:
-            self._worker.request(
-                "baseline", "baseline_warm", Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit),
-                trial=trial.model_dump(), timing=timing, warm_only=True,
-            )
+            self._send("baseline", "baseline_warm", deadline, trial=trial.model_dump(), timing=timing, warm_only=True)
             return None
         except WorkerGone as e:
             phase = (e.outcome.last("phase") or {}).get("phase")
             if not (e.outcome.timed_out and phase == "compile_reference"):
-                self._failed(e)
+                self._failed(e)  # raises
             self._forget_worker()
             return f"torch.compile did not finish compiling the reference within {limit:g} s (judge.reference_compile_timeout_s): eager alone is timed"
+
 
 # The reference worker's phases, as a too-large message names the step that ran out (docs/backward.md's sweep)
 _DOING = {

@@ -308,7 +308,8 @@ class ReferenceServer:
             except Exception as e:
                 if _oom(e):
                     raise
-                raise TaskProblem(f"{short(e)} in torch's own backward of Model on trial {trial} (the reference's autograd, no candidate's code)") from e
+                where = f" on trial {trial}" if trial is not None else ""  # None: the float64 check's, which notes it
+                raise TaskProblem(f"{short(e)} in torch's own backward of Model{where} (the reference's autograd, no candidate's code)") from e
         if why is not None:
             raise TaskProblem(f"{gradients.NO_BACKWARD} ({why}): run it without --backward")
         keys, grads = gradients.reference_grads(model, leaf_list)
@@ -619,7 +620,7 @@ class ReferenceServer:
                 else:
                     self._compiled(*inputs)
                 sync(self.device)
-            self.w.chan.send("baseline_warm", id=req.get("id"), compile_note=self._compile_note)
+            self.w.chan.send("baseline_warm", id=req.get("id"))
             return
         flush = l2_flush_buffer(t.get("flush_l2", True))
         runs, warm, budget = t["timing_runs"], t["warmup_ms"], t["timing_budget_s"]
