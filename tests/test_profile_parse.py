@@ -223,5 +223,7 @@ def test_under_backward_each_kernel_is_told_forward_or_backward():
     # Each pass's kernel is judged on its own launches' counters, and the finding says which pass.
     assert {f.part for f in r.findings if f.kind == "small_grid"} == {"forward", "backward"}
     assert any("[relu_kernel (backward)," in h for h in r.highlights) and "in one forward and its backward" in r.summary
+    launch = next(f for f in r.findings if f.kind == "launch_bound")
+    assert launch.fix.startswith("do the forward and the backward in as few launches")
     assert "--nvtx-include kernelfix_backward " in " ".join(ncu.command("ncu", Path("r"), 64, backward=True)) + " "
     assert ncu.BACKWARD_RANGE not in " ".join(ncu.command("ncu", Path("r"), 64))

@@ -392,10 +392,11 @@ def find(
     total = sum((p.duration_ms or 0.0) * p.calls for p in merged) or 1.0
     out: list[Finding] = []
     if ctx.launch_reason:
+        passes = "the forward and the backward" if any(p.part == "backward" for p in merged) else "the forward"  # --backward profiles both
         out.append(Finding(
-            kind="launch_bound", kernel="(the forward)", share_pct=100.0,
+            kind="launch_bound", kernel=f"({passes})", share_pct=100.0,
             what=f"launch-bound: {ctx.launch_reason}",
-            fix=("do the forward in as few launches as possible: one kernel over all rows and elements (a 2-D grid, or a loop inside "
+            fix=(f"do {passes} in as few launches as possible: one kernel over all rows and elements (a 2-D grid, or a loop inside "
                  "the kernel) instead of a launch per row or step, and fuse consecutive elementwise steps into it"),
             gain_pct=90.0,
         ))
