@@ -8,8 +8,6 @@ sandbox as the candidate's worker, with ncu in front of it.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,7 +16,7 @@ from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.profile import bottleneck, findings, ncu, ncu_csv, ncu_source
 from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
-from kernelfix.tools.workers import sandboxing
+from kernelfix.tools.workers import one_shot, sandboxing
 
 
 def skip(ctx: StageContext, ev: Evaluation) -> str | None:
@@ -41,27 +39,7 @@ def skip(ctx: StageContext, ev: Evaluation) -> str | None:
 
 def _child(ctx: StageContext, ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()) -> ChildOutcome:
     """One profile target under the candidate's sandbox, ``wrap`` (ncu) in front."""
-    wd = Path(ev.workdir)
-    for d in sandboxing.CANDIDATE_DIRS:
-        sandboxing.own_dir(wd / d)
-    (wd / "logs").mkdir(parents=True, exist_ok=True)
-    spec_path = wd / "handoff" / f"{stage}.spec.json"
-    if spec_path.is_symlink() or spec_path.exists():
-        spec_path.unlink()  # never write through something the candidate planted
-    spec_path.write_text(json.dumps({**spec, "stage": stage}, default=str))
-    iso, note = sandboxing.isolation(
-        "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
-    )
-    argv = [*wrap, sys.executable, "-m", "kernelfix.tools.profile.target", str(spec_path)]
-    with ctx.lease(stage):
-        outcome = run_child(argv, cwd=wd, env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu), limits=sandboxing.limits(ctx.config, timeout_s), isolation=iso, authenticate=True)
-    notes = [*outcome.sandbox_notes, *([note] if note else [])]
-    ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]
-    (wd / "logs" / f"{stage}.log").write_text(
-        f"$ {' '.join(argv)}\nreturncode={outcome.returncode} signal={outcome.signal} timed_out={outcome.timed_out} wall={outcome.wall_s:.2f}s\n"
-        f"--- stdout (tail) ---\n{outcome.stdout_tail}\n--- stderr (tail) ---\n{outcome.stderr_tail}\n"
-    )
-    return outcome
+    return one_shot.run(ctx, ev, stage, "kernelfix.tools.profile.target", spec, timeout_s, wrap=wrap)
 
 
 def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
@@ -142,28 +120,5 @@ def _is_plain(path: Path) -> bool:
         return False
 
 
-def _read_plain(path: Path, limit: int = 64 << 20) -> str:
-    """A file the sandbox wrote, only if it is a regular file (not a link to the judge's files, not a FIFO)."""
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return f.read(limit).decode("utf-8", "replace")
-
-
-def _result(outcome: ChildOutcome, path: Path) -> dict[str, Any]:
-    """A profile child's result: from the message pipe, else from the file it also writes."""
-    result = outcome.last("result")
-    if result is not None:
-        return result
-    try:
-        data = json.loads(_read_plain(path))
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+_read_plain = one_shot.read_plain
+_result = one_shot.result
