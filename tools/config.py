@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox.isolation import Isolation
-from kernelfix.tools.verdict import InputVariant, PrecisionPolicy
+from kernelfix.tools.verdict import InputVariant, PrecisionPolicy, SanitizerTool
 
 
 class TaskOverride(BaseModel):
@@ -122,6 +122,22 @@ class JudgeConfig(BaseModel):
     profile_max_kernels: int = Field(32, ge=1, description="kernel launches ncu profiles in one forward (--launch-count)")
     profile_warmup_calls: int = Field(3, ge=1, description="forward calls before the profiled one (compilation, autotuning)")
     ncu_path: str | None = Field(None, description="the ncu executable; None: PATH, then CUDA's usual places")
+
+    sanitize: bool = Field(
+        False, description="run compute-sanitizer on every CUDA/Triton candidate, correct ones too (--sanitize; docs/sanitizer.md)"
+    )
+    sanitize_failures: bool = Field(
+        True, description="run compute-sanitizer on a CUDA/Triton candidate that is wrong, stale or dies with a CUDA error (GPU only)"
+    )
+    sanitizer_tools: list[SanitizerTool] = Field(
+        default_factory=lambda: ["memcheck", "racecheck", "synccheck", "initcheck"], min_length=1,
+        description="compute-sanitizer's tools to run, each in its own process",
+    )
+    sanitizer_timeout_s: float = Field(60.0, gt=0, description="the whole sanitizer stage: choosing the reduced input and every tool")
+    sanitizer_max_elements: int = Field(
+        1 << 18, ge=1, description="the reduced input: the leading dimension cut until the largest input has about this many elements"
+    )
+    sanitizer_path: str | None = Field(None, description="the compute-sanitizer executable; None: PATH, then CUDA's usual places")
 
     compile_timeout_s: float = Field(900.0, description="import and build, compilers included")
     import_timeout_s: float = Field(60.0, description="import and ModelNew(...) while no compiler runs: a hang at import")

@@ -25,7 +25,7 @@ from pathlib import Path
 LOG_MAX_BYTES = 1 << 20  # the hold log starts over past this
 
 # Stages whose child runs code on the GPU. compile stays outside: it is CPU work (nvcc, ninja, Triton's parse).
-GPU_STAGES = frozenset({"reference", "correctness", "benchmark", "profile_ncu", "profile_torch"})
+GPU_STAGES = frozenset({"reference", "correctness", "benchmark", "profile_ncu", "profile_torch", "sanitize"})
 
 
 def cuda_available() -> bool:

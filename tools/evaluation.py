@@ -16,11 +16,13 @@ from kernelfix.tools.verdict import (
     InputSetReport,
     LegalityReport,
     ProfileReport,
+    SanitizerReport,
     Stage,
     Timings,
 )
 
-STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile")
+# sanitize runs after a failure too (its own rule: tools/sanitizer/stage.py), so it comes last.
+STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile", "sanitize")
 
 
 class StageEvent(BaseModel):
@@ -67,6 +69,7 @@ class Evaluation(BaseModel):
     speedup_compile: float | None = None
     input_sets: list[InputSetReport] = Field(default_factory=list)  # get_input_sets() tasks: per set
     profile: ProfileReport | None = None
+    sanitizer: SanitizerReport | None = None
     warnings: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
     breakdown: dict[str, float] = Field(default_factory=dict)  # inside the stages: "correctness.trials" etc.

@@ -23,7 +23,7 @@ def _fmt_index(idx: list[int] | None) -> str:
 
 
 def render(v: Verdict) -> str:
-    lines: list[str] = []
+    lines: list[str] = _sanitizer(v)  # the cause, where the sanitizer named one, before the numbers
     fam = v.family
     if v.category == Category.OK:
         lines.append(_success(v))
@@ -61,6 +61,46 @@ def render(v: Verdict) -> str:
         lines.append("Warnings:")
         lines += [f"  - {w}" for w in warns[:6]]
     return "\n".join(lines)
+
+
+MAX_HAZARDS = 3  # hazards the feedback names (the verdict keeps them all)
+
+
+def _sanitizer(v: Verdict) -> list[str]:
+    """What compute-sanitizer found (tools/sanitizer/): each of the candidate's hazards with its line, then its
+    fix (once per kind). Where it ran and found none, one line that narrows the search; a note (no GPU, no
+    sanitizer) stays out of the model's text."""
+    from kernelfix.tools.sanitizer.hazards import describe
+
+    r = v.sanitizer
+    if r is None or not r.tools:
+        return []
+    ran = ", ".join(t.tool for t in r.tools if t.problem is None) or ", ".join(t.tool for t in r.tools)
+    on = f" on {r.inputs}" if r.inputs else ""
+    causes = r.causes
+    if not causes:
+        if r.nondeterministic:
+            return [f"compute-sanitizer ({ran}{on}) found no hazard, but two calls on the same inputs gave different outputs "
+                    f"({r.nondeterministic}): a race on global memory (racecheck sees shared memory only), or atomics whose "
+                    "order changes the result."]
+        if not all(t.problem is None and t.finished for t in r.tools):
+            return []  # a partial run proves nothing either way
+        clean = f"compute-sanitizer ({ran}{on}) found no out-of-bounds or misaligned access, shared-memory race, barrier error or uninitialized read"
+        return [clean + ("." if v.category == Category.OK else ": look at the arithmetic and the index math.")]
+    tools = ", ".join(dict.fromkeys(h.tool for h in causes[:MAX_HAZARDS]))
+    head = "Correct on every trial, but" if v.category == Category.OK else "Cause:"
+    lines = [f"{head} compute-sanitizer ({tools}{on}) found {len(causes)} hazard{'s' if len(causes) > 1 else ''} in your kernels:"]
+    fixed: set[str] = set()
+    for h in causes[:MAX_HAZARDS]:
+        lines.append(f"  - {describe(h)}.")
+        if h.fix and h.fix not in fixed:
+            fixed.add(h.fix)
+            lines.append(f"    Fix: {h.fix}")
+    if len(causes) > MAX_HAZARDS:
+        lines.append(f"  ({len(causes) - MAX_HAZARDS} more in the verdict's sanitizer report.)")
+    if r.nondeterministic:
+        lines.append(f"  Two calls on the same inputs also gave different outputs ({r.nondeterministic}).")
+    return lines
 
 
 def _techniques(v: Verdict) -> list[str]:

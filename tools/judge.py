@@ -15,7 +15,7 @@ The stages themselves live by concern: ``build.stage``, ``correctness.stage``,
     judge = Judge("task.py", JudgeConfig(device="cpu"))
     verdict = judge.evaluate(source)            # all stages
     ev = judge.start(source)                    # or stage by stage
-    for name in STAGES:                         # compile, correctness, legality, benchmark, profile
+    for name in STAGES:                         # compile, correctness, legality, benchmark, profile, sanitize
         ev = getattr(judge, name)(ev)
     verdict = judge.finish(ev)
 
@@ -51,6 +51,7 @@ from kernelfix.tools.workers.handle import Deadline, WorkerGone
 from kernelfix.tools.legality import stage as legality_stage
 from kernelfix.tools.profile import stage as profile_stage
 from kernelfix.tools.reference import Reference
+from kernelfix.tools.sanitizer import stage as sanitizer_stage
 from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.task import Task
 from kernelfix.tools.timing import stage as timing_stage
@@ -353,8 +354,10 @@ class Judge:
             return ev.fail("legality", errs[0].category or Category.TAMPERING, errs[0].message)
         return ev
 
-    def _timed(self, ev: Evaluation, stage: Stage, on_event: EventSink | None, fn: Callable[[], Evaluation]) -> Evaluation:
-        if ev.failed or stage in ev.stages_done:
+    def _timed(self, ev: Evaluation, stage: Stage, on_event: EventSink | None, fn: Callable[[], Evaluation], *, after_failure: bool = False) -> Evaluation:
+        """Run ``fn`` as ``stage``, timed, unless the evaluation failed before (``after_failure``: a stage that
+        runs on failures too) or did the stage already."""
+        if (ev.failed and not after_failure) or stage in ev.stages_done:
             if on_event:
                 on_event(StageEvent(stage=stage, status="skipped"))
             return ev
@@ -370,7 +373,7 @@ class Judge:
             ev.fail(stage, full.category, full.message)
         ev.stage_seconds[stage] = round(time.monotonic() - t0, 3)
         ev.stages_done.append(stage)
-        if ev.failed:
+        if ev.failed and not after_failure:
             self.release(ev)  # a worker that failed is done; one whose context a fault poisoned must not go on
         if on_event:
             on_event(StageEvent(stage=stage, status="finished", detail=ev.category.value if ev.category else "ok"))
@@ -401,6 +404,17 @@ class Judge:
                 on_event(StageEvent(stage="profile", status="skipped", detail=skipped))
             return ev
         return self._timed(ev, "profile", on_event, lambda: profile_stage.profile(ctx, ev, on_event))
+
+    def sanitize(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+        """compute-sanitizer on a wrong or crashing CUDA/Triton candidate (any with ``JudgeConfig.sanitize``),
+        on a reduced input; never changes the verdict, names the cause (tools/sanitizer/stage.py)."""
+        ctx = self.stage_context()
+        skipped = sanitizer_stage.skip(ctx, ev)
+        if skipped is not None:
+            if on_event:
+                on_event(StageEvent(stage="sanitize", status="skipped", detail=skipped))
+            return ev
+        return self._timed(ev, "sanitize", on_event, lambda: sanitizer_stage.run(ctx, ev, on_event), after_failure=True)
 
     # ------------------------------------------------------------------ verdict
 
@@ -443,6 +457,7 @@ class Judge:
             correctness=ev.correctness,
             legality=ev.legality,
             profile=ev.profile,
+            sanitizer=ev.sanitizer,
             warnings=[*ev.warnings, *notes],
             stage_seconds=dict(ev.stage_seconds),
             breakdown=dict(ev.breakdown),

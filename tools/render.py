@@ -86,6 +86,8 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("speedup", ("geometric mean " if v.input_sets else "") + f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")
     if v.profile and (v.profile.summary or v.profile.note):
         t.add_row("profile", v.profile.summary or v.profile.note or "")
+    if v.sanitizer is not None:
+        t.add_row("sanitizer", sanitizer_summary(v.sanitizer))
     if v.stage_seconds:
         t.add_row("stage time", ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()))
     if v.breakdown:
@@ -102,3 +104,16 @@ def _tol(rep) -> str:
     from kernelfix.tools.correctness.tolerance import describe
 
     return describe(rep.atol, rep.rtol)
+
+
+def sanitizer_summary(r) -> str:
+    """The sanitizer stage in one line: the note where it did not run, else its tools, input and hazards."""
+    from kernelfix.tools.sanitizer.hazards import WORDS
+
+    if not r.tools:
+        return r.note or "not run"
+    causes = r.causes
+    found = ", ".join(f"{WORDS[h.kind]} in {h.kernel}" + (f" (line {h.where.candidate_line})" if h.where and h.where.candidate_line else "")
+                      for h in causes[:3]) or "no hazard"
+    ran = ", ".join(f"{t.tool} {t.seconds:.0f}s" + ("" if t.finished else " (cut off)") for t in r.tools)
+    return f"{found}; {ran}; on {r.inputs}" + (f"; {r.note}" if r.note else "")

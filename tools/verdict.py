@@ -100,7 +100,7 @@ class Category(StrEnum):
 # Prefix of warnings about the judge's sandbox (a layer this machine could not set up).
 SANDBOX_NOTE = "sandbox: "
 
-Stage = Literal["extract", "static", "compile", "correctness", "legality", "benchmark", "profile"]
+Stage = Literal["extract", "static", "compile", "correctness", "legality", "benchmark", "profile", "sanitize"]
 Backend = Literal["cuda", "triton", "torch", "unknown"]
 InputVariant = Literal["scaled", "shifted", "heavy_tailed"]  # see kernelfix.tools.correctness.input_variants
 PrecisionPolicy = Literal["warn", "fail", "off"]
@@ -390,6 +390,79 @@ class ProfileReport(_Model):
     findings: list[Finding] = Field(default_factory=list)  # most costly first (tools/profile/findings.py)
 
 
+SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
+# What compute-sanitizer found, by kind (tools/sanitizer/hazards.py gives each its fix).
+HazardKind = Literal[
+    "shared_race",  # racecheck: two threads of a block touch one shared-memory word, one writing, with no barrier between
+    "out_of_bounds",  # memcheck: an access outside any allocation (global) or past the block's shared/local memory
+    "misaligned",  # memcheck: an access whose address is not a multiple of its size (float4 on a 4-byte boundary)
+    "divergent_barrier",  # synccheck: a barrier that some threads of the block (or warp) reach and others skip
+    "invalid_sync",  # synccheck: a __syncwarp / barrier given a mask or arguments that do not match the threads executing it
+    "uninitialized_read",  # initcheck: a read of global memory nothing wrote (torch.empty never zeroed)
+    "device_exception",  # memcheck: a hardware exception the tool could not tie to one access (illegal address, instruction)
+    "device_assert",  # memcheck: a device-side assert fired
+    "api_error",  # a CUDA API call the candidate made returned an error (an invalid launch configuration)
+]
+
+
+class SourceAt(_Model):
+    """Where a hazard is, as compute-sanitizer's line table says (CUDA built with -lineinfo; Triton emits its own)."""
+
+    file: str  # as the tool names it: the build's .cu, or the candidate's .py for Triton
+    line: int  # in that file
+    code: str | None = None  # the line's text, read from that file where the judge could
+    candidate_line: int | None = None  # the same line in the candidate's own source (a .cu string in it, or the .py itself)
+
+
+class Hazard(_Model):
+    """One defect compute-sanitizer saw, with where it is and what fixes it."""
+
+    tool: SanitizerTool
+    kind: HazardKind
+    kernel: str  # the kernel's name, without its parameter list
+    what: str  # the tool's own words, shortened: "Invalid __global__ read of size 4 bytes", "Race reported between ..."
+    where: SourceAt | None = None  # the access (for a race: the first access of the pair)
+    other: SourceAt | None = None  # a race's second access
+    memory: Literal["global", "shared", "local", "generic"] | None = None
+    access: str | None = None  # "read", "write", "RAW", "WAR", "WAW", ...
+    size_bytes: int | None = None  # the access's size
+    detail: str | None = None  # the address's relation to the nearest allocation, the thread and block
+    count: int = 1  # reports of this kind at this place (racecheck's hazard count, repeated memcheck errors)
+    in_candidate: bool = True  # False: a kernel that is not the candidate's (torch's own), listed but never blamed
+    fix: str = ""
+
+
+class ToolRun(_Model):
+    """One compute-sanitizer tool's run on the reduced input."""
+
+    tool: SanitizerTool
+    seconds: float
+    errors: int | None = None  # its ERROR SUMMARY (racecheck: hazards), None when it printed none
+    finished: bool = True  # False: killed at its time limit (what it printed so far still counts)
+    problem: str | None = None  # why it gave no report (could not start, target failed before any kernel)
+    log_path: str | None = None
+
+
+class SanitizerReport(_Model):
+    """The sanitizer stage's result (docs/sanitizer.md): the cause of a wrong or crashing kernel, named by
+    compute-sanitizer on a reduced input. Never changes the verdict's category."""
+
+    why: str = ""  # what triggered it: "correctness_error:numerical", "--sanitize"
+    hazards: list[Hazard] = Field(default_factory=list)  # the candidate's first, most telling first
+    tools: list[ToolRun] = Field(default_factory=list)
+    inputs: str | None = None  # the reduced input it ran on, in words ("x float32[32, 8192] (rows 32 of 16384)")
+    reduced: bool = False  # the input is smaller than the failing trial's
+    reproduced: bool | None = None  # the reduced input also gave a wrong output or a fault (None: not known)
+    nondeterministic: str | None = None  # two forwards on the same reduced input differed: how much
+    seconds: float | None = None
+    version: str | None = None  # compute-sanitizer's version line
+    note: str | None = None  # one line when it could not run (no GPU, no compute-sanitizer) or ran only in part
+
+    @property
+    def causes(self) -> list[Hazard]:
+        return [h for h in self.hazards if h.in_candidate]
+
+
 class Verdict(_Model):
     """What the judge says of one candidate. Same JSON as `kernelfix eval --json`."""
 
@@ -419,6 +492,8 @@ class Verdict(_Model):
     correctness: CorrectnessReport | None = None
     legality: LegalityReport | None = None
     profile: ProfileReport | None = None
+    # The sanitizer stage (docs/sanitizer.md): the cause of a failure, beside the category it keeps.
+    sanitizer: SanitizerReport | None = None
     warnings: list[str] = Field(default_factory=list)
     # Machine faults met before this verdict, each judged again after a pause ("infra:gpu_busy: ...").
     infra_retries: list[str] = Field(default_factory=list)

@@ -40,6 +40,7 @@ _STAGE_WORDS = {
     "legality": "checking the ops it runs",
     "benchmark": "timing",
     "profile": "profiling",
+    "sanitize": "sanitizing",
 }
 
 

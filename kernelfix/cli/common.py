@@ -30,6 +30,12 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
         "or judge.backward in the config)",
     )
     p.add_argument(
+        "--sanitize", action=argparse.BooleanOptionalAction, default=None,
+        help="run compute-sanitizer (memcheck, racecheck, synccheck, initcheck, on a reduced input) on every CUDA/Triton "
+        "candidate, correct ones too; by default it runs only on a wrong or crashing one (GPU only; docs/sanitizer.md). "
+        "--no-sanitize turns it off, failures included",
+    )
+    p.add_argument(
         "--no-retry", action="store_true",
         help="report a machine fault (an infra:* verdict: GPU memory others hold, a worker that died) at once, rather than "
         "judging the candidate again after a pause (judge.infra_retries, default 3)",
@@ -58,6 +64,10 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
         raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")
     if getattr(args, "no_retry", False):
         updates["infra_retries"] = 0
+    if getattr(args, "sanitize", None) is not None:  # --no-sanitize: not even on a failure
+        updates["sanitize"] = args.sanitize
+        if not args.sanitize:
+            updates["sanitize_failures"] = False
     if (profile_by_default or sol) and "profile" not in updates and "profile" not in cfg.model_fields_set:
         updates["profile"] = True
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0

@@ -18,7 +18,9 @@ def add_parser(sub) -> None:
             "Judge CANDIDATE (a .py file defining ModelNew, or a saved model reply whose last ```python block "
             "defines it) against TASK (a KernelBench file with Model, get_inputs, get_init_inputs): compile, "
             "correctness over several seeded trials, forbidden torch ops, and on a GPU timing against eager "
-            "PyTorch and torch.compile and, with --profile, an Nsight Compute profile."
+            "PyTorch and torch.compile and, with --profile, an Nsight Compute profile. A wrong or crashing CUDA/Triton "
+            "kernel is run under compute-sanitizer on a reduced input (--sanitize: a correct one too), which names the "
+            "cause: a race, an out-of-bounds or misaligned access, a barrier in divergent code, an uninitialized read."
         ),
         epilog=(
             "A machine fault (an infra:* verdict) is judged again after a pause, up to judge.infra_retries times; the "
