@@ -77,6 +77,11 @@ for step in "$@"; do
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     many-judges) python3 -P bench/many_judges.py --copies ${MANY_COPIES:-1} --out "$OUT/many_judges_${MANY_COPIES:-1}.json" ${MANY_ARGS:+--extra-args "$MANY_ARGS"} 2>&1 | tee "$OUT/many_judges_${MANY_COPIES:-1}.log" ;;
     fault-batch) python3 -P bench/fault_batch.py --hold-s ${FAULT_HOLD_S:-60} --leave-gib ${FAULT_LEAVE_GIB:-1} --out "$OUT/fault_batch.json" 2>&1 | tee "$OUT/fault_batch.log" ;;
+    sanitizer-capture) # issue 32: compute-sanitizer's raw reports of tests/sanitizer's kernels (the CPU tests' fixtures)
+      python3 -P bench/sanitizer_capture.py --out /tmp/kfout/sanitizer --parallel ${SAN_PARALLEL:-12} --timeout ${SAN_TIMEOUT:-60} 2>&1 | tee "$OUT/sanitizer_capture.log" ;;
+    sanitizer-gpu) # issue 32: the sanitizer stage through the judge (verdicts and the judge's logs kept for docs and fixtures)
+      SANITIZER_ARTIFACTS=/tmp/kfout/sanitizer/judge python3 -P -m pytest -m gpu -q -s -rfE -n ${SAN_N:-3} -p no:cacheprovider -o addopts="" --timeout 300 tests/test_sanitizer_gpu.py > "$OUT/sanitizer_gpu.log" 2>&1
+      grep -E "^\[cuda\]|inputs |note:|^(FAILED|ERROR)|passed|failed" "$OUT/sanitizer_gpu.log" | tail -60 ;;
     *) echo "unknown step $step" ;;
   esac
 done

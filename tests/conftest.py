@@ -163,7 +163,8 @@ def judges(tmp_path_factory):
     def get(task: str, device: str, config: dict | None = None) -> Judge:
         key = (task, device, json.dumps(config or {}, sort_keys=True))
         if key not in made:
-            cfg = JudgeConfig(**{"device": device, "run_timeout_s": 120, "compile_timeout_s": 600, **(config or {})})
+            # No sanitizer on the corpus's failures (up to a minute each on the GPU): tests/test_sanitizer*.py test it.
+            cfg = JudgeConfig(**{"device": device, "run_timeout_s": 120, "compile_timeout_s": 600, "sanitize_failures": False, **(config or {})})
             made[key] = Judge(CORPUS / "tasks" / f"{task}.py", cfg, workdir=tmp_path_factory.mktemp(f"judge-{task}-{device}"))
         return made[key]
 
