@@ -11,7 +11,7 @@ the candidate's (torch's own, launched by an op the candidate called) is kept bu
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kernelfix.tools.sanitizer.parse import Loc, Record
@@ -42,7 +42,7 @@ class Sources:
     ``candidate_path``) and the build directory that holds its extensions' sources."""
 
     def __init__(self, candidate_source: str, candidate_path: str | Path, build_dir: str | Path | None, backend: Backend = "unknown",
-                 read=None):
+                 read: Callable[[Path], str] | None = None):
         from kernelfix.tools.workers.one_shot import read_plain
 
         self.candidate = candidate_source.splitlines()

@@ -168,7 +168,7 @@ def _header(text: str) -> Record | None:
 
 def _continue(rec: Record, text: str) -> None:
     """An indented line under ``rec``."""
-    if rec.kind == "shared_race" and not rec.frames and not rec.other and (m := _RACE.search(rec.header + " " + text)):
+    if rec.kind == "shared_race" and not rec.frames and not rec.other and _RACE.search(rec.header + " " + text):
         full = _header(rec.header + " " + text)
         if full is not None:
             rec.header, rec.frames, rec.other, rec.access, rec.count = full.header, full.frames, full.other, full.access, full.count
