@@ -310,6 +310,8 @@ class Reference:
         """Free the arenas an evaluation still holds: a stage that failed between a trial's prepare and
         its release left them (on the H100 each failed try of 19_ReLU left 12 GiB in the reference,
         which the next try then lacked). Best effort: a worker that is gone holds nothing."""
+        if owner not in self._owned:  # it prepared nothing (a format or static failure): no need to wait for the
+            return  # lock, which the reference's start or another evaluation's request may hold for seconds
         with self._lock:
             slots, outs = self._owned.pop(owner, (set(), set()))
         if slots or outs:
