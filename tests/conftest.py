@@ -24,7 +24,8 @@ HAS_CUDA = torch.cuda.is_available()
 # CI runs `-n 2 --dist loadgroup`: xdist hands out single tests (a file's tests may land on either
 # worker), except the files below, whose tests share a module-scoped fixture (a Ray cluster, a
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.
-GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py")
+GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
+                 "test_api.py", "test_serve.py", "test_rewards.py")
 # The longest tests (seconds on two busy cores, from `--durations`), handed out first so that no
 # worker is left with a long one at the end while the other idles. Unlisted tests follow in file order.
 LONGEST = {
@@ -40,6 +41,9 @@ LONGEST = {
     "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 16,
     "test_export_loading.py": 15,
     "test_profile_stage.py": 15,
+    "test_api.py": 10,
+    "test_serve.py": 10,
+    "test_rewards.py": 8,
     "test_build.py::test_any_change_that_matters_misses_the_cache": 12,
 }
 
