@@ -74,6 +74,7 @@ class Reference:
         self._thread_lock = threading.Lock()
         self._start_thread: threading.Thread | None = None
         self._start_error: BaseException | None = None
+        self._closed = False  # no worker starts after close (a background start that had not begun yet)
         self.on_event: Callable[[dict[str, Any]], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -97,6 +98,8 @@ class Reference:
         with self._lock:
             if self._task_error is not None:
                 raise self._task_error
+            if self._closed:
+                raise ReferenceUnavailable(Category.WORKER, "the judge was closed")
             if self._worker is not None and self._worker.alive and self.ready is not None:
                 return self.ready
             j = self.ctx
@@ -149,6 +152,7 @@ class Reference:
         return [str(d) for d in cg.dirs.values()] if cg is not None else []
 
     def close(self) -> None:
+        self._closed = True  # before the lock: a background start still waiting for it gives up
         with self._lock:
             if self._worker is not None:
                 self._worker.close()
