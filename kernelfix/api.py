@@ -27,6 +27,7 @@ import re
 import shutil
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -101,7 +102,9 @@ class Judge:
     CUDA device this judge's workers use, as CUDA_VISIBLE_DEVICES names it. ``workdir``: keep the
     judge's files there (default: a temporary directory removed by ``close``). ``keep_files``:
     False deletes each evaluation's files (logs, build sources) once its verdict is made, and its
-    verdict then has no ``logs_dir`` (what a long training run wants).
+    verdict then has no ``logs_dir`` (what a long training run wants). ``standby``: candidate workers
+    kept started ahead (Python, torch and the GPU context up), so a call's candidate goes straight to
+    its import and build (a server's warm verdicts; each costs a process and, on a GPU, a context).
 
     Raises ``TaskError`` when the task is unusable (unreadable, not Python, lacking Model,
     get_inputs or get_init_inputs); a task that fails to import or run raises it from the first
@@ -119,6 +122,7 @@ class Judge:
         gpu: str | None = None,
         workdir: str | os.PathLike[str] | None = None,
         keep_files: bool = True,
+        standby: int = 0,
     ):
         cfg = judge_config(config, device=device, backward=backward)
         self.keep_files = keep_files
@@ -131,6 +135,9 @@ class Judge:
                 shutil.rmtree(root, ignore_errors=True)
             raise
         self.root = root
+        self.standby = standby
+        self._ready: list[Path] = []  # workdirs whose candidate worker was started ahead
+        self._starting = 0
         self._lock = threading.Condition()
         self._in_flight = 0
         self._closed = False
@@ -170,6 +177,7 @@ class Judge:
         itself, overlapped with the candidate's build). Raises ``TaskError`` when the task does not run."""
         with self._use():
             self.engine.reference()
+        self._start_ahead()
 
     def evaluate(
         self,
@@ -190,18 +198,48 @@ class Judge:
         Raises ``TaskError`` when the task does not import or run (never the candidate's fault)."""
         source, filename = candidate_source(candidate, kind)
         with self._use():
-            if retries:
-                v = self.engine.evaluate_with_retries(source, filename=filename, on_event=on_event, on_retry=on_retry, profile=profile)
-            else:
-                v = self.engine.evaluate(source, filename=filename, on_event=on_event, profile=profile)
+            with self._lock:
+                workdir = self._ready.pop() if self._ready else None
+            try:
+                if retries:
+                    v = self.engine.evaluate_with_retries(
+                        source, filename=filename, on_event=on_event, on_retry=on_retry, profile=profile, workdir=workdir
+                    )
+                else:
+                    v = self.engine.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=workdir)
+            finally:
+                if workdir is not None:
+                    self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way
         if not self.keep_files:
             self._drop_files(v)
+        self._start_ahead()
         return v
 
     async def aevaluate(self, candidate: str | os.PathLike[str], **options: Any) -> Verdict:
         """``evaluate`` in a worker thread: the event loop goes on meanwhile. Cancelling the awaiting
         task does not stop the evaluation under way (its verdict is dropped when it ends)."""
         return await asyncio.to_thread(self.evaluate, candidate, **options)
+
+    def _start_ahead(self) -> None:
+        """Keep ``standby`` candidate workers started for the next calls (none by default). A workdir is
+        offered to a call only once its worker is registered, so no call runs beside a worker meant for it."""
+        while True:
+            with self._lock:
+                if self._closed or len(self._ready) + self._starting >= self.standby:
+                    return
+                self._starting += 1
+            workdir = self.engine.root / "evals" / uuid.uuid4().hex[:12]
+            try:
+                self.engine.prestart(workdir)
+            finally:
+                with self._lock:
+                    self._starting -= 1
+                    closed = self._closed
+                    if not closed:
+                        self._ready.append(workdir)
+            if closed:
+                self.engine.drop_standby(workdir)
+                return
 
     def _drop_files(self, v: Verdict) -> None:
         evals = (self.engine.root / "evals").resolve()

@@ -131,7 +131,8 @@ class JudgePool:
     """``gpus``: one slot per entry, as CUDA_VISIBLE_DEVICES names the GPU (None: the judge's
     default, the only choice on the CPU). ``queue``: requests that may wait beyond the threads
     (None: no bound, for a caller in process that waits anyway). ``keep_files``: keep each
-    evaluation's logs (a server drops them; a client cannot read them)."""
+    evaluation's logs (a server drops them; a client cannot read them). ``standby``: candidate workers each
+    warm judge keeps started ahead (``Judge(standby=)``: a warm verdict skips the worker's start)."""
 
     def __init__(
         self,
@@ -142,6 +143,7 @@ class JudgePool:
         queue: int | None = 64,
         judges_per_gpu: int = 4,
         keep_files: bool = False,
+        standby: int = 0,
         make_judge: MakeJudge | None = None,
     ):
         if per_gpu < 1 or judges_per_gpu < 1 or (queue is not None and queue < 0) or not gpus:
@@ -151,6 +153,7 @@ class JudgePool:
         self.queue = queue
         self.judges_per_gpu = judges_per_gpu
         self.keep_files = keep_files
+        self.standby = standby
         self._make = make_judge or self._default_judge
         self.root = Path(tempfile.mkdtemp(prefix="kernelfix-pool-"))  # the tasks' source files
         self.slots = [
@@ -264,7 +267,7 @@ class JudgePool:
 
     def _default_judge(self, req: JudgeRequest, gpu: str | None, root: Path) -> Judge:
         task = task_from_text(req.task, req.task_name, root / sha1(req.task.encode()).hexdigest()[:16])
-        return Judge(task, config=self.config, backward=req.backward, gpu=gpu, keep_files=self.keep_files)
+        return Judge(task, config=self.config, backward=req.backward, gpu=gpu, keep_files=self.keep_files, standby=self.standby)
 
     def _evict(self, slot: _Slot) -> list[Judge]:
         """Idle judges past the slot's bound, least recently used first (under the lock; closed by the caller)."""

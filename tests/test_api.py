@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ OK = CANDS / "triton_relu_ok.py"
 
 @pytest.fixture(scope="module")
 def judge():
-    with kernelfix.Judge(TASK, device="cpu", config={"run_timeout_s": 120}) as j:
+    with kernelfix.Judge(TASK, device="cpu", config={"run_timeout_s": 120}, standby=1) as j:
         yield j
 
 
@@ -38,7 +39,11 @@ def test_the_public_name_is_the_api_and_importing_kernelfix_stays_light():
 
 def test_a_path_code_and_a_reply_get_the_same_verdict_and_the_reference_stays_warm(judge):
     code = OK.read_text()
+    judge.warm()  # the reference, and a candidate worker started ahead (standby=1)
+    (ready,) = judge._ready
+    assert judge.engine.has_standby(ready)
     first = judge.evaluate(OK)  # a Path
+    assert Path(first.logs_dir).parent == ready and len(judge._ready) == 1 and judge._ready[0] != ready  # used, and another readied
     worker = judge.engine.ref._worker
     assert first.ok and first.task == "relu" and first.device == "cpu" and first.candidate_sha1
     by_text = judge.evaluate(code)  # source text
@@ -146,3 +151,16 @@ def test_an_instant_verdict_never_waits_for_the_reference(judge):
         t.join(60)
         assert not t.is_alive(), "the verdict waited for the reference's lock"
     assert got[0].category.value == "cheating:tampering"
+
+
+def test_a_judge_closed_before_its_reference_started_starts_none():
+    """close() while the reference's background start still waits for its lock: no worker starts after it
+    (one did, and outlived the judge: a server closes judges it evicts, a trainer's reward closes its own)."""
+    with Judge(TASK, device="cpu") as j:
+        ref = j.engine.ref
+        with ref._lock:  # the start thread waits here, as behind a busy request
+            ref.start_background()
+            j.close()
+        ref._start_thread.join(60)
+        assert ref._worker is None and not (j.engine.root / "reference" / "reference.spec.json").exists()
+        assert "closed" in str(ref._start_error)

@@ -458,14 +458,15 @@ class Judge:
     def evaluate_with_retries(
         self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None,
         on_retry: Callable[[int, float, Verdict], None] | None = None, check: Callable[[], None] | None = None,
-        profile: bool | None = None,
+        profile: bool | None = None, workdir: str | Path | None = None,
     ) -> Verdict:
         """``evaluate``, judged again after a pause while the verdict is a transient machine fault
         (tools/retry.py), at most ``infra_retries`` times; the verdict lists the faults met.
-        ``on_retry(tries_so_far, pause_s, verdict)`` before each pause; ``check`` may raise to stop."""
+        ``on_retry(tries_so_far, pause_s, verdict)`` before each pause; ``check`` may raise to stop.
+        ``workdir``: the first try's (one ``prestart`` readied); a retry gets a fresh one."""
         faults: list[str] = []
         while True:
-            v = self.evaluate(source, filename=filename, on_event=on_event, profile=profile)
+            v = self.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=None if faults else workdir)
             if not retry.should_retry(v.category, len(faults), self.config.infra_retries):
                 v.infra_retries = faults
                 return v

@@ -40,6 +40,11 @@ def add_parser(sub) -> None:
     p.add_argument("--per-gpu", type=int, default=2, metavar="N", help="evaluations at once per GPU (their builds overlap; timing queues on the GPU; default 2)")
     p.add_argument("--queue", type=int, default=64, metavar="N", help="requests that may wait beyond those running; more get 503 (default 64)")
     p.add_argument("--judges-per-gpu", type=int, default=4, metavar="N", help="warm judges (tasks) kept per GPU, least recently used dropped first (default 4)")
+    p.add_argument(
+        "--standby", type=int, default=1, metavar="N",
+        help="candidate workers each warm judge keeps started ahead, so a request's candidate goes straight to its build "
+        "(each a process with its GPU context; default 1, 0 for none)",
+    )
     p.add_argument("--max-body-mb", type=float, default=4.0, metavar="MB", help="largest request body; larger gets 413 (default 4)")
     p.add_argument("--max-batch", type=int, default=64, metavar="N", help="items in one /v1/batch request (default 64)")
     p.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (with --ssl-keyfile): the token then never travels in clear")
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from kernelfix.serve.auth import TokenError, load_or_make
     from kernelfix.tools.judge import resolve_device
 
-    for flag, value, least in (("--per-gpu", args.per_gpu, 1), ("--queue", args.queue, 0), ("--judges-per-gpu", args.judges_per_gpu, 1), ("--max-batch", args.max_batch, 1)):
+    for flag, value, least in (("--per-gpu", args.per_gpu, 1), ("--queue", args.queue, 0), ("--judges-per-gpu", args.judges_per_gpu, 1), ("--max-batch", args.max_batch, 1), ("--standby", args.standby, 0)):
         if value < least:
             raise UsageError(f"{flag} must be at least {least}")
     if args.max_body_mb <= 0:
@@ -131,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"kernelfix serve: http{'s' if tls else ''}://{shown}:{port} judging on {where}, {args.per_gpu} at a time each, "
           f"queue {args.queue}; token {'made in' if made else 'from'} {token_path}", file=err, flush=True)
 
-    pool = JudgePool(cfg, gpus=slots, per_gpu=args.per_gpu, queue=args.queue, judges_per_gpu=args.judges_per_gpu)
+    pool = JudgePool(cfg, gpus=slots, per_gpu=args.per_gpu, queue=args.queue, judges_per_gpu=args.judges_per_gpu, standby=args.standby)
     app = create_app(pool, token=token, max_body_bytes=int(args.max_body_mb * 2**20), max_batch=args.max_batch)
     config = uvicorn.Config(
         app, log_level="info", server_header=False, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
