@@ -77,6 +77,8 @@ for step in "$@"; do
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     many-judges) python3 -P bench/many_judges.py --copies ${MANY_COPIES:-1} --out "$OUT/many_judges_${MANY_COPIES:-1}.json" ${MANY_ARGS:+--extra-args "$MANY_ARGS"} 2>&1 | tee "$OUT/many_judges_${MANY_COPIES:-1}.log" ;;
     fault-batch) python3 -P bench/fault_batch.py --hold-s ${FAULT_HOLD_S:-60} --leave-gib ${FAULT_LEAVE_GIB:-1} --out "$OUT/fault_batch.json" 2>&1 | tee "$OUT/fault_batch.log" ;;
+    serve-latency) # issue 33: a warm served verdict (kernelfix serve's app and a client) against the in-process kernelfix.Judge, same run
+      python3 -P bench/serve_latency.py --out "$OUT/serve_latency.json" ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency.log" | grep -v '^{' ;;
     *) echo "unknown step $step" ;;
   esac
 done
