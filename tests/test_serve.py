@@ -252,7 +252,7 @@ def test_two_gpus_a_warm_judge_first_then_the_least_loaded_and_lru_eviction():
     try:
         out: dict = {}
         a = post_in_thread(s, body("a"), out, "a")
-        wait_for(lambda: s.pool.stats().pending == 1)
+        wait_for(lambda: len(s.made) == 1)  # a's judge made, a held in it
         b = post_in_thread(s, body("b"), out, "b")  # same task, GPU 0 busy: GPU 1 warms a judge for it
         wait_for(lambda: s.pool.stats().pending == 2)
         s.gate.set()
