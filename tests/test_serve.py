@@ -324,3 +324,17 @@ def _answers(url: str) -> bool:
         return True
     except httpx.TransportError:
         return False
+
+
+def test_the_default_token_is_hidden_from_candidates(tmp_path, monkeypatch):
+    from kernelfix.sandbox import credential_paths
+    from kernelfix.serve.auth import default_token_file, load_or_make
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("KERNELFIX_TOKEN_FILE", raising=False)
+    token, path, made, warning = load_or_make()
+    assert path == default_token_file() == tmp_path / ".config" / "kernelfix" / "serve-token" and made and warning is None
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and len(token) >= 40
+    assert str(path.parent) in credential_paths(home=tmp_path)  # the judge hides it from every candidate, like ~/.ssh
+    assert load_or_make() == (token, path, False, None)  # the next start reads the same token
