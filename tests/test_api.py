@@ -1,7 +1,7 @@
 """kernelfix.Judge, the judge as a library: a candidate as a path, as code, as a model's reply;
 async; from several threads at once; the reference kept warm between calls; the task as text.
 
-One judge for the module (the ReLU task on the CPU: Triton in its interpreter), real workers.
+One judge for the session (conftest's relu_cpu_judge: the ReLU task on the CPU, Triton in its interpreter), real workers.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ CANDS = CORPUS / "candidates"
 OK = CANDS / "triton_relu_ok.py"
 
 
-@pytest.fixture(scope="module")
-def judge():
-    with kernelfix.Judge(TASK, device="cpu", config={"run_timeout_s": 120}, standby=1) as j:
-        yield j
+@pytest.fixture
+def judge(relu_cpu_judge):
+    return relu_cpu_judge  # kernelfix.Judge(TASK, device="cpu", standby=1), for the session (conftest.py)
 
 
 def test_the_public_name_is_the_api_and_importing_kernelfix_stays_light():
@@ -46,11 +45,10 @@ def test_a_path_code_and_a_reply_get_the_same_verdict_and_the_reference_stays_wa
     assert Path(first.logs_dir).parent == ready and len(judge._ready) == 1 and judge._ready[0] != ready  # used, and another readied
     worker = judge.engine.ref._worker
     assert first.ok and first.task == "relu" and first.device == "cpu" and first.candidate_sha1
-    by_text = judge.evaluate(code)  # source text
-    # A model's reply, profiled: profiling is this evaluation's choice (on the CPU its report says why there is none).
+    # Text: a model's reply, profiled: profiling is this evaluation's choice (on the CPU its report says why there is none).
     by_reply = judge.evaluate(f"Here is the kernel.\n\n```python\n{code}```\n", kind="reply", profile=True)
-    assert by_text.ok and by_reply.ok and {v.candidate_sha1 for v in (first, by_text, by_reply)} == {first.candidate_sha1}
-    assert first.profile is None and by_text.profile is None  # the judge's own config: off
+    assert by_reply.ok and by_reply.candidate_sha1 == first.candidate_sha1
+    assert first.profile is None  # the judge's own config: off
     assert by_reply.profile is not None and "needs a CUDA GPU" in (by_reply.profile.note or "")
     assert judge.engine.ref._worker is worker and worker.alive  # one reference worker served every call
 
@@ -78,11 +76,11 @@ def test_aevaluate_leaves_the_event_loop_free(judge):
                 assert loop_ran.wait(60)
 
         loop = asyncio.get_running_loop()
-        ok, syntax = await asyncio.gather(judge.aevaluate(OK, on_event=on_event), judge.aevaluate(CANDS / "syntax_error.py"))
-        return ok, syntax
+        code = judge.aevaluate((CANDS / "tampering.py").read_text(), kind="code", on_event=on_event)
+        return await asyncio.gather(code, judge.aevaluate(CANDS / "syntax_error.py"))
 
-    ok, syntax = asyncio.run(main())
-    assert loop_ran.is_set() and ok.ok and syntax.category.value == "compile_error:syntax"
+    static, syntax = asyncio.run(main())
+    assert loop_ran.is_set() and static.category.value == "cheating:tampering" and syntax.category.value == "compile_error:syntax"
 
 
 def test_threads_share_one_judge_and_each_gets_its_own_verdict(judge):

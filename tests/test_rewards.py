@@ -4,7 +4,7 @@ reward code, and verl's compute_score called exactly as verl's reward managers c
 
 Timings: eager and torch.compile of KernelBench tasks measured on the H100 (docs/data/baseline_h100.json,
 `kernelfix baseline`), torch.compile standing in for a candidate: two real implementations timed the
-judge's way. The adapters judge for real, in process, on the CPU (one warm judge, shared).
+judge's way. The adapters judge for real, in process, on the CPU (TRL's with the session's warm judge).
 """
 
 from __future__ import annotations
@@ -86,15 +86,20 @@ def test_what_is_not_ok_gets():
 # --------------------------------------------------------------------------- the adapters, judging for real on the CPU
 
 
-@pytest.fixture(scope="module")
-def cpu_backend():
-    """verl's function-style reward and TRL's reward share one in-process judge here, as they would in one trainer."""
-    from kernelfix.rewards.backend import shared_backend
+class Lent:
+    """The session's kernelfix.Judge lent to a reward's pool (conftest's relu_cpu_judge: warm already), not closed with it."""
 
-    return shared_backend({"device": "cpu"})
+    def __init__(self, judge):
+        self.judge, self.gpu = judge, judge.gpu
+
+    def evaluate(self, candidate, **options):
+        return self.judge.evaluate(candidate, **options)
+
+    def close(self) -> None:
+        pass
 
 
-def test_verl_compute_score_as_its_reward_managers_call_it(cpu_backend):
+def test_verl_compute_score_as_its_reward_managers_call_it():
     # verl 0.9.1: verl/trainer/ppo/reward.py get_custom_reward_fn loads the module from
     # reward.custom_reward_function.path ("pkg://kernelfix.rewards.verl": importlib.import_module) and wraps the
     # function as partial(_call_with_kwargs, raw_fn, reward_kwargs), which calls raw_fn(*args, **{**kwargs, **reward_kwargs}).
@@ -106,27 +111,26 @@ def test_verl_compute_score_as_its_reward_managers_call_it(cpu_backend):
     compute_score = functools.partial(_call_with_kwargs, module.compute_score, {"device": "cpu", "cheating": -1.0})
     # verl/workers/reward_manager/naive.py (and the reward loop's naive manager, in a thread pool):
     # self.compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)
+    # (Verdicts that need no trial here; an ok kernel's score through verl's call: tests/test_serve.py.)
     extra = {"task_name": "relu", "num_turns": None}  # verl adds num_turns (and rollout_reward_scores) itself
-    good = compute_score(data_source="kernelbench", solution_str=OK_REPLY, ground_truth=TASK, extra_info=extra)
     bad = compute_score(data_source="kernelbench", solution_str="import os\nclass ModelNew: pass", ground_truth=TASK, extra_info=extra)
     # the reward loop adds these where a reward model router exists: accepted, not ours
     routed = compute_score(data_source="kernelbench", solution_str="```python\nimport kernelfix\nclass ModelNew: pass\n```", ground_truth=TASK, extra_info=extra,
                            reward_router_address=None, reward_model_tokenizer=None)
-    assert good == {"score": 1.0, "ok": 1.0, "effective_speedup": 1.0, "category": "ok"}
-    assert bad["score"] == 0.0 and bad["category"] == "format_error:no_code" and set(bad) == set(good)  # the same keys every sample
-    assert routed["score"] == -1.0 and routed["category"] == "cheating:tampering"
+    assert bad == {"score": 0.0, "ok": 0.0, "effective_speedup": 0.0, "category": "format_error:no_code"}  # the keys of every sample
+    assert routed == {"score": -1.0, "ok": 0.0, "effective_speedup": 0.0, "category": "cheating:tampering"}
     # verl/workers/reward_manager/batch.py: self.compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=, **reward_kwargs)
-    scores = module.compute_score_batch(data_sources=["kb", "kb"], solution_strs=[OK_REPLY, "nothing"], ground_truths=[TASK, TASK],
-                                        extra_infos=[None, None], device="cpu")
-    assert [s["score"] for s in scores] == [1.0, 0.0]
+    scores = module.compute_score_batch(data_sources=["kb", "kb"], solution_strs=["```python\nimport kernelfix\nclass ModelNew: pass\n```", "nothing"],
+                                        ground_truths=[TASK, TASK], extra_infos=[None, None], device="cpu", cheating=-1.0)
+    assert [(s["score"], s["category"]) for s in scores] == [(-1.0, "cheating:tampering"), (0.0, "format_error:no_code")]
     with pytest.raises(ValidationError, match="speedup_wieght"):
         compute_score(data_source="kb", solution_str=OK_REPLY, ground_truth=TASK, speedup_wieght=2.0)  # a typo is an error, not a default
     from kernelfix.rewards.backend import _shared
 
-    assert cpu_backend in _shared.values() and len(_shared) == 1  # every call above used the one warm judge
+    assert len(_shared) == 1  # every call above used one in-process judge, kept for the process
 
 
-def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_kernel(cpu_backend, tmp_path_factory, monkeypatch):
+def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_kernel(relu_cpu_judge, tmp_path_factory, monkeypatch):
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
     from tiny_model import save_tiny_qwen3
@@ -137,7 +141,12 @@ def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_ker
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(root / "hf-cache"))
     model = save_tiny_qwen3(root / "model")
     data = datasets.Dataset.from_dict({"prompt": ["Write ModelNew for this ReLU.", "Make it fast."], "task": [TASK, TASK]})
-    reward = KernelReward(backend=cpu_backend)
+    from kernelfix.judge_pool import JudgePool
+    from kernelfix.rewards.backend import InProcess
+    from kernelfix.tools.config import JudgeConfig
+
+    pool = JudgePool(JudgeConfig(device="cpu"), queue=None, make_judge=lambda req, gpu, root: Lent(relu_cpu_judge))
+    reward = KernelReward(backend=InProcess(pool=pool))  # in process, as KernelReward() judges; the session's warm judge
     args = trl.GRPOConfig(output_dir=str(root / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
                           max_completion_length=8, max_steps=1, report_to="none", save_strategy="no", logging_steps=1)
     trainer = trl.GRPOTrainer(model=str(model), reward_funcs=[reward], train_dataset=data, args=args)
@@ -148,3 +157,4 @@ def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_ker
     inputs = [{"prompt": "p", "task": TASK}, {"prompt": "p", "task": TASK}]
     rewards = trainer._calculate_rewards(inputs, ["p", "p"], [OK_REPLY, "no code"], [[0], [0]])
     assert rewards[:, 0].tolist() == [1.0, 0.0]
+    pool.close()

@@ -22,7 +22,14 @@ class Backend(Protocol):
 class InProcess:
     """Judges in this process, on this machine's GPUs (``gpus``: None for every visible one)."""
 
-    def __init__(self, *, config: Any = None, device: str | None = None, gpus: Sequence[str] | None = None, per_gpu: int = 2, judges_per_gpu: int = 8):
+    def __init__(
+        self, *, config: Any = None, device: str | None = None, gpus: Sequence[str] | None = None, per_gpu: int = 2, judges_per_gpu: int = 8,
+        pool: JudgePool | None = None,
+    ):
+        """``pool``: judge with this one (its settings stand) rather than make one."""
+        if pool is not None:
+            self.pool = pool
+            return
         from kernelfix.api import judge_config
         from kernelfix.tools.judge import resolve_device
 
