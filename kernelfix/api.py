@@ -177,7 +177,7 @@ class Judge:
         itself, overlapped with the candidate's build). Raises ``TaskError`` when the task does not run."""
         with self._use():
             self.engine.reference()
-        self._start_ahead()
+            self._start_ahead()
 
     def evaluate(
         self,
@@ -210,9 +210,9 @@ class Judge:
             finally:
                 if workdir is not None:
                     self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way
+            self._start_ahead()  # inside the call: close() waits for it, so no worker starts after close
         if not self.keep_files:
             self._drop_files(v)
-        self._start_ahead()
         return v
 
     async def aevaluate(self, candidate: str | os.PathLike[str], **options: Any) -> Verdict:
