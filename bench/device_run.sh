@@ -82,6 +82,8 @@ for step in "$@"; do
     sanitizer-gpu) # issue 32: the sanitizer stage through the judge (verdicts and the judge's logs kept for docs and fixtures)
       SANITIZER_ARTIFACTS=/tmp/kfout/sanitizer/judge python3 -P -m pytest -m gpu -q -s -rfE -n ${SAN_N:-3} -p no:cacheprovider -o addopts="" --timeout 300 tests/test_sanitizer_gpu.py > "$OUT/sanitizer_gpu.log" 2>&1
       grep -E "^\[cuda\]|inputs |note:|^(FAILED|ERROR)|passed|failed" "$OUT/sanitizer_gpu.log" | tail -60 ;;
+    serve-latency) # issue 33: a warm served verdict (kernelfix serve's app and a client) against the in-process kernelfix.Judge, same run
+      python3 -P bench/serve_latency.py --out "$OUT/serve_latency.json" ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency.log" | grep -v '^{' ;;
     *) echo "unknown step $step" ;;
   esac
 done

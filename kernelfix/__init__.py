@@ -2,11 +2,28 @@
 
 __version__ = "0.1.0"
 
+# Exported lazily: `kernelfix --help` and every command import this package, and none of them should pay for
+# torch or pydantic's models until it uses them. kernelfix.Judge is the judge as a library (docs/service.md).
+_LAZY = {
+    "Judge": ("kernelfix.api", "Judge"),
+    "TaskError": ("kernelfix.tools.task", "TaskError"),
+    "Verdict": ("kernelfix.tools.verdict", "Verdict"),
+    "Category": ("kernelfix.tools.verdict", "Category"),
+    "JudgeConfig": ("kernelfix.tools.config", "JudgeConfig"),
+    "load_best": ("kernelfix.capture.swap", "load_best"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
 
 def __getattr__(name: str):
-    # kernelfix.load_best without importing torch for every `kernelfix` command.
-    if name == "load_best":
-        from kernelfix.capture.swap import load_best
+    if name in _LAZY:
+        import importlib
 
-        return load_best
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'kernelfix' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

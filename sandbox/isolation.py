@@ -24,6 +24,7 @@ CREDENTIAL_PATHS = (
     ".ssh", ".aws", ".azure", ".gnupg", ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".docker",
     ".kube", ".config/gcloud", ".config/gh", ".config/litellm", ".huggingface", ".cache/huggingface/token",
     ".bash_history", ".python_history", ".zsh_history", ".env",
+    ".config/kernelfix",  # `kernelfix serve`'s token (kernelfix/serve/auth.py)
 )
 
 

@@ -24,7 +24,10 @@ HAS_CUDA = torch.cuda.is_available()
 # CI runs `-n 2 --dist loadgroup`: xdist hands out single tests (a file's tests may land on either
 # worker), except the files below, whose tests share a module-scoped fixture (a Ray cluster, a
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.
-GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py")
+GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
+                 "test_api.py", "test_serve.py", "test_rewards.py")
+# Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
+SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
 # The longest tests (seconds on two busy cores, from `--durations`), handed out first so that no
 # worker is left with a long one at the end while the other idles. Unlisted tests follow in file order.
 LONGEST = {
@@ -40,6 +43,8 @@ LONGEST = {
     "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 16,
     "test_export_loading.py": 15,
     "test_profile_stage.py": 15,
+    "relu_cpu_judge": 16,  # test_api.py and test_rewards.py
+    "test_serve.py": 14,
     "test_build.py::test_any_change_that_matters_misses_the_cache": 12,
 }
 
@@ -69,9 +74,13 @@ def pytest_unconfigure(config):
         os.environ.pop("KERNELFIX_LOCKS", None)
 
 
+def _group(item) -> str:
+    return SHARED_GROUPS.get(item.path.name, item.path.name)
+
+
 def _weight(item) -> float:
     name = item.path.name
-    return LONGEST.get(f"{name}::{item.name}", LONGEST.get(name, 0.0) if name in GROUPED_FILES else 0.0)
+    return LONGEST.get(f"{name}::{item.name}", LONGEST.get(_group(item), 0.0) if name in GROUPED_FILES else 0.0)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks to name each test's group
@@ -80,10 +89,10 @@ def pytest_collection_modifyitems(config, items):
     group_weight = {}
     for item in items:
         if item.path.name in GROUPED_FILES:
-            group_weight[item.path.name] = max(group_weight.get(item.path.name, 0.0), _weight(item))
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+            group_weight[_group(item)] = max(group_weight.get(_group(item), 0.0), _weight(item))
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
     # A group goes out at its first test: its tests stay together and in their order.
-    items.sort(key=lambda item: (-(group_weight.get(item.path.name) or _weight(item)), order[id(item)]))
+    items.sort(key=lambda item: (-(group_weight.get(_group(item)) or _weight(item)), order[id(item)]))
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device)")
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
@@ -171,6 +180,16 @@ def judges(tmp_path_factory):
     yield get
     for j in made.values():
         j.close()
+
+
+@pytest.fixture(scope="session")
+def relu_cpu_judge():
+    """kernelfix.Judge, the public API, on the corpus ReLU task on the CPU with one standby worker: the API's
+    tests and the in-process rewards' share it (one reference start; SHARED_GROUPS keeps them on one worker)."""
+    import kernelfix
+
+    with kernelfix.Judge(CORPUS / "tasks" / "relu.py", device="cpu", config={"run_timeout_s": 120}, standby=1) as judge:
+        yield judge
 
 
 def case_named(name: str) -> Case:

@@ -1,6 +1,6 @@
 """The exported SFT files where they are used: loaded by Hugging Face `datasets` (chat JSONL and parquet),
 rendered by `transformers`' apply_chat_template, and trained on by TRL's SFTTrainer through the recipe in
-docs/export.md, run as written. The tokenizer is a byte-level one built here (no download) with the Qwen3
+docs/export.md, run as written. The tokenizer is a byte-level one built here (no download, tests/tiny_model.py) with the Qwen3
 chat template TRL ships; the model a one-layer Qwen3 saved beside it."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from agent_support import REPO
 from test_export import PERFECT, R, SOURCE, save, trajectory
+from tiny_model import save_tiny_qwen3
 from kernelfix.cli import EXIT_OK, main
 
 datasets = pytest.importorskip("datasets")  # in the dev extra: CI runs these
@@ -60,29 +61,10 @@ def test_datasets_loads_jsonl_and_parquet_alike(exported):
 # --------------------------------------------------------------------------- a tokenizer and model, built here
 
 
-def qwen3_template() -> str:
-    return (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    """A byte-level BPE tokenizer (256 byte tokens, no merges: any text round-trips) with Qwen3's chat template and
-    special tokens, and a one-layer Qwen3 with random weights, saved as a model directory TRL loads by path."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    byte_level = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}, merges=[]))
-    byte_level.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    byte_level.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=byte_level, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    tok.chat_template = qwen3_template()
-    d = tmp_path_factory.mktemp("tiny-qwen3")
-    tok.save_pretrained(d)
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, head_dim=16, max_position_embeddings=32768, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    Qwen3ForCausalLM(cfg).save_pretrained(d)
-    return d
+    """tests/tiny_model.py's tokenizer and one-layer Qwen3, saved as a model directory TRL loads by path."""
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
 
 
 def test_apply_chat_template_renders_a_record(exported, tiny_model):

@@ -25,6 +25,7 @@ Several evaluations of one judge may run at once, from different threads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 import shutil
 import tempfile
@@ -395,9 +396,12 @@ class Judge:
         """Time the candidate against the cached eager and torch.compile baselines; police the timing."""
         return self._timed(ev, "benchmark", on_event, lambda: timing_stage.run(self.stage_context(), ev, on_event))
 
-    def profile(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
-        """Nsight Compute on one forward of a correct, legal candidate (``JudgeConfig.profile``); never changes the verdict."""
+    def profile(self, ev: Evaluation, on_event: EventSink | None = None, *, enabled: bool | None = None) -> Evaluation:
+        """Nsight Compute on one forward of a correct, legal candidate (``JudgeConfig.profile``, or ``enabled`` for this
+        evaluation alone); never changes the verdict."""
         ctx = self.stage_context()
+        if enabled is not None and enabled != ctx.config.profile:  # one evaluation's choice, not the judge's (a served request's)
+            ctx = dataclasses.replace(ctx, config=ctx.config.model_copy(update={"profile": enabled}))
         skipped = profile_stage.skip(ctx, ev)
         if skipped is not None:
             if on_event:
@@ -469,13 +473,15 @@ class Judge:
     def evaluate_with_retries(
         self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None,
         on_retry: Callable[[int, float, Verdict], None] | None = None, check: Callable[[], None] | None = None,
+        profile: bool | None = None, workdir: str | Path | None = None,
     ) -> Verdict:
         """``evaluate``, judged again after a pause while the verdict is a transient machine fault
         (tools/retry.py), at most ``infra_retries`` times; the verdict lists the faults met.
-        ``on_retry(tries_so_far, pause_s, verdict)`` before each pause; ``check`` may raise to stop."""
+        ``on_retry(tries_so_far, pause_s, verdict)`` before each pause; ``check`` may raise to stop.
+        ``workdir``: the first try's (one ``prestart`` readied); a retry gets a fresh one."""
         faults: list[str] = []
         while True:
-            v = self.evaluate(source, filename=filename, on_event=on_event)
+            v = self.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=None if faults else workdir)
             if not retry.should_retry(v.category, len(faults), self.config.infra_retries):
                 v.infra_retries = faults
                 return v
@@ -485,12 +491,15 @@ class Judge:
                 on_retry(len(faults), wait, v)
             retry.pause(wait, check)
 
-    def evaluate(self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None) -> Verdict:
-        """All stages, in order, stopping at the first failure."""
+    def evaluate(
+        self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None,
+        profile: bool | None = None,
+    ) -> Verdict:
+        """All stages, in order, stopping at the first failure. ``profile``: this evaluation's choice (None: the config's)."""
         ev = self.start(source, filename=filename, workdir=workdir)
         try:
             for name in STAGES:
-                ev = getattr(self, name)(ev, on_event)
+                ev = self.profile(ev, on_event, enabled=profile) if name == "profile" else getattr(self, name)(ev, on_event)
         except BaseException:
             self.release(ev)
             raise

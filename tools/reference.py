@@ -74,6 +74,7 @@ class Reference:
         self._thread_lock = threading.Lock()
         self._start_thread: threading.Thread | None = None
         self._start_error: BaseException | None = None
+        self._closed = False  # no worker starts after close (a background start that had not begun yet)
         self.on_event: Callable[[dict[str, Any]], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -97,6 +98,8 @@ class Reference:
         with self._lock:
             if self._task_error is not None:
                 raise self._task_error
+            if self._closed:
+                raise ReferenceUnavailable(Category.WORKER, "the judge was closed")
             if self._worker is not None and self._worker.alive and self.ready is not None:
                 return self.ready
             j = self.ctx
@@ -149,6 +152,7 @@ class Reference:
         return [str(d) for d in cg.dirs.values()] if cg is not None else []
 
     def close(self) -> None:
+        self._closed = True  # before the lock: a background start still waiting for it gives up
         with self._lock:
             if self._worker is not None:
                 self._worker.close()
@@ -310,6 +314,8 @@ class Reference:
         """Free the arenas an evaluation still holds: a stage that failed between a trial's prepare and
         its release left them (on the H100 each failed try of 19_ReLU left 12 GiB in the reference,
         which the next try then lacked). Best effort: a worker that is gone holds nothing."""
+        if owner not in self._owned:  # it prepared nothing (a format or static failure): no need to wait for the
+            return  # lock, which the reference's start or another evaluation's request may hold for seconds
         with self._lock:
             slots, outs = self._owned.pop(owner, (set(), set()))
         if slots or outs:

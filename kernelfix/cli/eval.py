@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from kernelfix.tools.judge import Judge, StageEvent
+    from kernelfix.api import Judge, candidate_source
+    from kernelfix.tools.judge import StageEvent
     from kernelfix.tools.render import verdict_view
     from kernelfix.tools.task import TaskError
 
@@ -49,12 +50,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = _judge_config(args)
     cand_path = Path(args.candidate)
     try:
-        source = cand_path.read_text(encoding="utf-8")
+        source, filename = candidate_source(cand_path)  # a .py is code; a .md/.txt a saved reply
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read candidate {cand_path}: {e}") from None
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kernelfix-eval-"))
     try:
-        judge = Judge(args.task, cfg, workdir=workdir)
+        judge = Judge(args.task, config=cfg, workdir=workdir)
     except TaskError as e:
         raise UsageError(str(e)) from None
     if judge.device_notice:
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                       f"(try {tried + 1} of {cfg.infra_retries + 1}; --no-retry reports it at once)")
 
         try:
-            verdict = judge.evaluate_with_retries(source, filename=cand_path.name, on_event=show, on_retry=retrying)
+            verdict = judge.evaluate(source, kind="code" if filename.endswith(".py") else "reply", on_event=show, on_retry=retrying)
         except TaskError as e:
             raise UsageError(str(e)) from None
         finally:

@@ -1,0 +1,325 @@
+"""``kernelfix.Judge``: the judge as a library, the supported way to call it from Python.
+
+    import kernelfix
+
+    with kernelfix.Judge("task.py") as judge:                 # a path, a Task, or the task's source text
+        verdict = judge.evaluate("candidate.py")              # a path, source text, or a model's reply
+        verdict = await judge.aevaluate(reply_text)           # the same, off the event loop
+
+One judge per task. It keeps its reference worker warm between calls (the task's import,
+``Model``, the trials' reference outputs and the eager/torch.compile baselines are computed
+once), so every call after the first pays for the candidate alone. It is thread-safe: calls
+from several threads run side by side, their builds in parallel, their GPU stages queued on
+the device lease. A machine fault (``infra:*``) is judged again after a pause, as
+``kernelfix eval`` does. docs/service.md has the details, the server and the RL rewards.
+
+A thin, typed face over the staged judge (``kernelfix.tools.judge.Judge``, ``engine`` here):
+its stages, checkpoints and workers stay behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from kernelfix.tools import candidate as candidate_mod
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.evaluation import EventSink
+from kernelfix.tools.judge import Judge as Engine
+from kernelfix.tools.task import Task, TaskError
+from kernelfix.tools.verdict import Verdict
+
+__all__ = ["CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source", "judge_config", "task_from_text", "task_source", "text_kind"]
+
+CandidateKind = Literal["auto", "code", "reply"]
+# What a file's or a text's name tells the extractor: a .py is code, anything else a model's reply.
+_FILENAME = {"code": "candidate.py", "reply": "reply.md"}
+_PATH_SUFFIXES = (".py", ".md", ".txt")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def candidate_source(candidate: str | os.PathLike[str], kind: CandidateKind = "auto") -> tuple[str, str]:
+    """(text, filename) of a candidate given as a path or as text; the filename tells the extractor
+    whether it is code (``.py``) or a model's reply (``.md``: its last complete ```python block).
+
+    A ``Path`` is read. A ``str`` is text, except with ``kind="auto"`` a single line naming an
+    existing file, which is read (a single line ending in .py/.md/.txt that names no file is an
+    error, not a candidate). ``kind="auto"`` text is a reply when it holds a complete fenced
+    block, else code. Raises OSError / UnicodeDecodeError for an unreadable file."""
+    if isinstance(candidate, os.PathLike) or (kind == "auto" and _names_file(candidate)):
+        path = Path(candidate)
+        return path.read_text(encoding="utf-8"), _FILENAME.get(kind, path.name)
+    if not isinstance(candidate, str):
+        raise TypeError(f"a candidate is source text or a path, not {type(candidate).__name__}")
+    if kind == "auto":
+        if "\n" not in candidate and candidate.strip().endswith(_PATH_SUFFIXES):
+            raise FileNotFoundError(f"candidate file not found: {candidate} (pass an existing path, or the source text itself)")
+        kind = text_kind(candidate)
+    return candidate, _FILENAME[kind]
+
+
+def text_kind(text: str) -> Literal["code", "reply"]:
+    """What candidate text is: a model's reply when it holds a complete fenced block, else code."""
+    return "reply" if candidate_mod.code_blocks(text) else "code"
+
+
+def _names_file(text: object) -> bool:
+    return isinstance(text, str) and "\n" not in text and len(text) < 4096 and os.path.isfile(text)
+
+
+def task_source(task: str | os.PathLike[str]) -> str:
+    """A task's source text: a path is read, text (a ``str`` with a line break) is itself."""
+    if isinstance(task, str) and "\n" in task:
+        return task
+    return Task.load(task).source  # TaskError when missing, unreadable or not a task
+
+
+def judge_config(config: JudgeConfig | Mapping[str, Any] | None = None, **overrides: Any) -> JudgeConfig:
+    """``config`` (a JudgeConfig, its fields as a dict, or None for the defaults) with the overrides
+    that are not None, validated as the config file is (pydantic's ValidationError when wrong)."""
+    base = config.model_dump() if isinstance(config, JudgeConfig) else dict(config or {})
+    return JudgeConfig.model_validate({**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+class Judge:
+    """Judges candidate kernels for one task; keeps the task's reference warm between calls.
+
+    ``task``: a task file's path, a ``Task``, or the task's source text (a ``str`` with a line
+    break; ``name`` then names it, default ``task_<sha1 prefix>``: per-task config overrides and
+    the verdict use it). ``device``: "cuda" or "cpu" (default: the config's, else cuda when there
+    is a GPU). ``backward``: judge the backward pass too (default: the config's, else the task's
+    own ``BACKWARD = True``). ``config``: a ``JudgeConfig`` or a dict of its fields. ``gpu``: the
+    CUDA device this judge's workers use, as CUDA_VISIBLE_DEVICES names it. ``workdir``: keep the
+    judge's files there (default: a temporary directory removed by ``close``). ``keep_files``:
+    False deletes each evaluation's files (logs, build sources) once its verdict is made, and its
+    verdict then has no ``logs_dir`` (what a long training run wants). ``standby``: candidate workers
+    kept started ahead (Python, torch and the GPU context up), so a call's candidate goes straight to
+    its import and build (a server's warm verdicts; each costs a process and, on a GPU, a context).
+
+    Raises ``TaskError`` when the task is unusable (unreadable, not Python, lacking Model,
+    get_inputs or get_init_inputs); a task that fails to import or run raises it from the first
+    ``evaluate`` (or ``warm``).
+    """
+
+    def __init__(
+        self,
+        task: Task | str | os.PathLike[str],
+        *,
+        device: Literal["cuda", "cpu"] | None = None,
+        backward: bool | None = None,
+        config: JudgeConfig | Mapping[str, Any] | None = None,
+        name: str | None = None,
+        gpu: str | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        keep_files: bool = True,
+        standby: int = 0,
+    ):
+        cfg = judge_config(config, device=device, backward=backward)
+        self.keep_files = keep_files
+        self._own_root = workdir is None
+        root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="kernelfix-judge-"))
+        try:
+            self.engine = Engine(_as_task(task, name, root), cfg, workdir=root, gpu=gpu)
+        except BaseException:
+            if self._own_root:
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+        self.root = root
+        self.standby = standby
+        self._ready: list[Path] = []  # workdirs whose candidate worker was started ahead
+        self._starting = 0
+        self._lock = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ what it judges, and where
+
+    @property
+    def task(self) -> Task:
+        return self.engine.task
+
+    @property
+    def config(self) -> JudgeConfig:
+        """The settings in force: the given config, the overrides, the task's own section applied."""
+        return self.engine.config
+
+    @property
+    def device(self) -> str:
+        return self.engine.device
+
+    @property
+    def device_notice(self) -> str | None:
+        """Set when the device was chosen for the caller (no GPU here: cpu)."""
+        return self.engine.device_notice
+
+    @property
+    def gpu(self) -> str | None:
+        return self.engine.gpu
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._in_flight} in flight"
+        return f"<kernelfix.Judge {self.task.name} on {self.device}{f' gpu {self.gpu}' if self.gpu else ''}, {state}>"
+
+    # ------------------------------------------------------------------ judging
+
+    def warm(self) -> None:
+        """Start the task's reference now and wait until it is ready (the first ``evaluate`` does this
+        itself, overlapped with the candidate's build). Raises ``TaskError`` when the task does not run."""
+        with self._use():
+            self.engine.reference()
+            self._start_ahead()
+
+    def evaluate(
+        self,
+        candidate: str | os.PathLike[str],
+        *,
+        kind: CandidateKind = "auto",
+        profile: bool | None = None,
+        retries: bool = True,
+        on_event: EventSink | None = None,
+        on_retry: Callable[[int, float, Verdict], None] | None = None,
+    ) -> Verdict:
+        """The verdict on one candidate: a path (.py, or a saved model reply .md/.txt) or text (see
+        ``candidate_source``; ``kind`` says which text it is when you know: "code" or "reply").
+        ``profile``: Nsight Compute on a correct, legal kernel this time (default: the config's).
+        ``retries``: judge again after a pause on a machine fault, up to ``infra_retries`` times
+        (the verdict's ``infra_retries`` lists them). ``on_event`` gets each stage's progress and
+        ``on_retry(tries, pause_s, verdict)`` each retry, both in the calling thread.
+        Raises ``TaskError`` when the task does not import or run (never the candidate's fault)."""
+        source, filename = candidate_source(candidate, kind)
+        with self._use():
+            with self._lock:
+                workdir = self._ready.pop() if self._ready else None
+            try:
+                if retries:
+                    v = self.engine.evaluate_with_retries(
+                        source, filename=filename, on_event=on_event, on_retry=on_retry, profile=profile, workdir=workdir
+                    )
+                else:
+                    v = self.engine.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=workdir)
+            finally:
+                if workdir is not None:
+                    self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way
+            self._start_ahead()  # inside the call: close() waits for it, so no worker starts after close
+        if not self.keep_files:
+            self._drop_files(v)
+        return v
+
+    async def aevaluate(self, candidate: str | os.PathLike[str], **options: Any) -> Verdict:
+        """``evaluate`` in a worker thread: the event loop goes on meanwhile. Cancelling the awaiting
+        task does not stop the evaluation under way (its verdict is dropped when it ends)."""
+        return await asyncio.to_thread(self.evaluate, candidate, **options)
+
+    def _start_ahead(self) -> None:
+        """Keep ``standby`` candidate workers started for the next calls (none by default). A workdir is
+        offered to a call only once its worker is registered, so no call runs beside a worker meant for it."""
+        while True:
+            with self._lock:
+                if self._closed or len(self._ready) + self._starting >= self.standby:
+                    return
+                self._starting += 1
+            workdir = self.engine.root / "evals" / uuid.uuid4().hex[:12]
+            try:
+                self.engine.prestart(workdir)
+            finally:
+                with self._lock:
+                    self._starting -= 1
+                    closed = self._closed
+                    if not closed:
+                        self._ready.append(workdir)
+            if closed:
+                self.engine.drop_standby(workdir)
+                return
+
+    def _drop_files(self, v: Verdict) -> None:
+        evals = (self.engine.root / "evals").resolve()
+        if v.logs_dir:
+            wd = Path(v.logs_dir).parent.resolve()
+            if wd.parent == evals:  # only an evaluation directory this judge made
+                shutil.rmtree(wd, ignore_errors=True)
+        v.logs_dir = None
+
+    # ------------------------------------------------------------------ lifetime
+
+    @contextlib.contextmanager
+    def _use(self):
+        """One call under way: ``close`` waits for it; a closed judge refuses it."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is closed")
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._lock.notify_all()
+
+    def close(self) -> None:
+        """Wait for the evaluations under way, then end the reference worker and remove the judge's
+        temporary files (a ``workdir`` given to it stays). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            while self._in_flight:
+                self._lock.wait()
+        self.engine.close()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> "Judge":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "Judge":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _as_task(task: Task | str | os.PathLike[str], name: str | None, root: Path) -> Task:
+    """A Task from a path, a Task, or source text (written under ``root`` so that the judge, the
+    messages and the per-task overrides see a file named after it)."""
+    if isinstance(task, Task):
+        return task
+    if isinstance(task, str) and "\n" in task:
+        return task_from_text(task, name, root / "task")
+    if isinstance(task, (str, os.PathLike)):
+        if name is not None:
+            raise ValueError("name= is for a task given as source text; a task file is named by its file")
+        return Task.load(task)
+    raise TypeError(f"a task is a path, a Task or source text, not {type(task).__name__}")
+
+
+def task_name(text: str, name: str | None = None) -> str:
+    """The name a task given as text goes by: ``name``, checked, or ``task_<sha1 prefix>``."""
+    name = name or f"task_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"task name {name!r}: letters, digits, _ . - only, at most 64, not starting with . or -")
+    return name
+
+
+def task_from_text(text: str, name: str | None, directory: Path) -> Task:
+    """A Task from source text, always text (a server never reads a path a client sent): written to
+    ``directory/<name>.py``, then checked as a task file is (TaskError)."""
+    path = directory / f"{task_name(text, name)}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return Task.load(path)
