@@ -63,7 +63,7 @@ for step in "$@"; do
     capture-shapes) python3 -P bench/capture_shapes.py --out /tmp/kfout/capture_shapes 2>&1 | tee "$OUT/capture_shapes.log" ;;
     swap-backward) python3 -P bench/swap_backward.py 2>&1 | tee "$OUT/swap_backward.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
-    feedback-capture) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback 2>&1 | tee "$OUT/feedback_capture.log"
+    feedback-capture) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback ${CAPTURE_CASES:-} 2>&1 | tee "$OUT/feedback_capture.log"
         tar czf "$OUT/ncu_feedback.tgz" --exclude='*.ncu-rep' -C /tmp/kfout ncu_feedback; ls -la "$OUT/ncu_feedback.tgz" ;;
     fairness) for c in conv_direct_exact_cuda row_sum_tree_cuda; do t=$(sed -n 's/^# task: //p' tests/feedback/candidates/$c.py); case $t in kernelbench/*) t=tests/$t.py ;; *) t=tests/feedback/tasks/$t.py ;; esac
         python3 -P -m kernelfix eval "$t" tests/feedback/candidates/$c.py --json > /tmp/kfout/fairness_$c.json 2> /tmp/kfout/fairness_$c.err
@@ -73,6 +73,9 @@ for step in "$@"; do
     fairness-old) PYTHONPATH=/tmp/oldkf:/tmp/site bash "$0" --one fairness; mv "$OUT/fairness.log" "$OUT/fairness_old.log"; cat "$OUT/fairness_old.log" ;;
     cold-eval-old) PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval_old.json" 2>&1 | tee "$OUT/cold_eval_old.log" ;;
     feedback-proof) python3 -P bench/feedback_proof.py --out "$OUT/feedback_proof.json" --parallel ${PROOF_PARALLEL:-4} ${PROOF_CASES:+--cases $PROOF_CASES} 2>&1 | tee "$OUT/feedback_proof.log" ;;
+    feedback-pack) rm -f /tmp/kfout/ncu_feedback/*.ncu-rep; tar czf "$OUT/ncu_feedback.tgz" -C /tmp/kfout ncu_feedback; ls -la "$OUT/ncu_feedback.tgz" ;;
+    fp32-gemm) python3 -P bench/fp32_gemm.py --out "$OUT/fp32_gemm.json" ${FP32_SIZES:+--sizes $FP32_SIZES} 2>&1 | tee "$OUT/fp32_gemm.log" ;;
+    knowledge-gpu) KNOWLEDGE_GPU_LOG="$OUT/knowledge_gpu.jsonl" python3 -P -m pytest -m gpu -n ${KNOWLEDGE_WORKERS:-6} -q -rA -p no:cacheprovider -o addopts="" --timeout 300 tests/test_knowledge_gpu.py ${KNOWLEDGE_K:+-k "$KNOWLEDGE_K"} > "$OUT/knowledge_gpu.log" 2>&1; grep -E "^\[knowledge\]|^FAILED|^ERROR|passed|failed" "$OUT/knowledge_gpu.log" ;;
     zygote-imports) python3 -P bench/zygote_imports.py 2>&1 | tee "$OUT/zygote_imports.log" ;;
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     many-judges) python3 -P bench/many_judges.py --copies ${MANY_COPIES:-1} --out "$OUT/many_judges_${MANY_COPIES:-1}.json" ${MANY_ARGS:+--extra-args "$MANY_ARGS"} 2>&1 | tee "$OUT/many_judges_${MANY_COPIES:-1}.log" ;;

@@ -14,11 +14,13 @@ for c in "${cases[@]}"; do  # every build at once first (16 cores), so each prof
 done
 wait
 echo "built: $(date +%T)"
+# the counters the judge asks for by name, as the judged run does (tools/profile/ncu.py EXTRA_METRICS)
+metrics=$(python3 -P -c 'from kernelfix.tools.profile import ncu; print(",".join(ncu.EXTRA_METRICS))')
 for c in "${cases[@]}"; do
   cand=tests/feedback/candidates/$c.py
   task=$(task_of "$c")
   t0=$(date +%s)
-  timeout 150 "$ncu" --set full --import-source yes --nvtx --nvtx-include "kernelfix_candidate/" --target-processes all \
+  timeout 150 "$ncu" --set full --metrics "$metrics" --import-source yes --nvtx --nvtx-include "kernelfix_candidate/" --target-processes all \
       --launch-count 3 -f -o "$out/$c" python3 -P bench/feedback_drive.py "$task" "$cand" > "$out/$c.ncu.log" 2>&1
   rc=$?
   for page in details raw; do

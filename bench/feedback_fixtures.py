@@ -4,8 +4,9 @@
 
 Per case: the details page, with the counters the judge asks for by name (ncu.EXTRA_METRICS)
 appended from the raw page as ncu prints them in a judged run (section "Command line profiler
-metrics"), and the source page with only its source-line rows (the SASS rows under each line, which
-the findings do not read, dropped). The report itself is left out.
+metrics"), and the source page with its source-line rows and the SASS rows under each line (the
+opcodes the findings read: HMMA against HGMMA, RED/ATOM, FP64, integer division), each cut to the
+columns the findings read (``SOURCE_COLUMNS``). The report itself is left out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+# The source page's columns the findings read (tools/profile/findings.py), after "Line No", "Source",
+# "Address", "Source" (the CUDA line and the SASS instruction).
+SOURCE_COLUMNS = (
+    "Warp Stall Sampling (All Samples)", "Instructions Executed", "Thread Instructions Executed", "Divergent Branches",
+    "Address Space", "Access Operation", "Access Size", "L1 Conflicts Shared N-Way", "L1 Wavefronts Shared",
+    "L1 Wavefronts Shared Excessive", "L1 Wavefronts Shared Ideal", "L2 Theoretical Sectors Global",
+    "L2 Theoretical Sectors Global Excessive", "L2 Theoretical Sectors Global Ideal",
+)
+
+
+def source_page(text: str) -> str:
+    """The source page cut to ``SOURCE_COLUMNS``, every row kept (source lines and their SASS)."""
+    out = io.StringIO()
+    w = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    keep: list[int] | None = None
+    header_of: dict[int, str] = {}
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        if row[0] == "Line No":
+            keep = [0, 1, 2, 3] + [i for i, h in enumerate(row) if i > 3 and h in SOURCE_COLUMNS]
+        if row[0] in ("File Path", "Function Name") or keep is None:
+            w.writerow(row)
+        elif row[0] == "Line No" or row[0].strip():  # the header, a source line
+            w.writerow([row[i] if i < len(row) else "" for i in keep])
+        else:  # a SASS row: its instruction and how often it ran are all the findings read of it
+            cells = [(row[i] if i < len(row) else "") if i in (0, 1, 3) or header_of[i] == "Instructions Executed" else "" for i in keep]
+            cells[3] = cells[3].strip()
+            w.writerow(cells)
+        if row[0] == "Line No":
+            header_of = dict(enumerate(row))
+    return out.getvalue()
 
 
 def main() -> None:
@@ -53,8 +88,7 @@ def main() -> None:
                         row[i] = ""
                     w.writerow(row)
         (out / f"{case}.details.csv").write_text(text.rstrip("\n") + "\n" + extra.getvalue())
-        kept = [line for line in (src / f"{case}.source.csv").read_text().splitlines() if not line.startswith('"",')]
-        (out / f"{case}.source.csv").write_text("\n".join(kept) + "\n")
+        (out / f"{case}.source.csv").write_text(source_page((src / f"{case}.source.csv").read_text()))
         print(case, (out / f"{case}.details.csv").stat().st_size, (out / f"{case}.source.csv").stat().st_size)
 
 

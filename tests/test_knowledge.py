@@ -41,7 +41,8 @@ def _backend(rel: str) -> str:
 
 def test_there_are_notes_for_every_named_technique():
     wanted = {"coalescing", "smem_tiling_padding", "tensor_cores", "split_k", "online_softmax_welford", "warp_reductions",
-              "persistent_grid", "epilogue_fusion", "occupancy", "launch_overhead", "hopper_tma_wgmma", "memory_bound", "latency_bound"}
+              "persistent_grid", "epilogue_fusion", "occupancy", "launch_overhead", "hopper_tma_wgmma", "memory_bound", "latency_bound",
+              "contended_atomics", "compute_pipe"}
     assert wanted <= set(BY_SLUG), wanted - set(BY_SLUG)
 
 
@@ -58,6 +59,7 @@ def test_note_is_complete(note: Note):
     for rel in (note.exemplar, note.naive, note.task):
         assert rel and resource(rel).is_file(), f"{note.slug}: no file {rel}"
     assert note.claim is not None and note.claim > 1.0
+    assert note.claim_eager is not None and note.claim_eager > 0  # held against eager on the GPU (tests/test_knowledge_gpu.py)
     assert _backend(note.exemplar) == note.backend
     assert exemplar_source(note) == resource(note.exemplar).read_text()
 
@@ -98,6 +100,14 @@ def test_cuda_extension_names_are_unique():
 
 
 # --- pick and render ----------------------------------------------------------------------------
+
+
+def test_pick_takes_the_note_made_for_the_finding_of_issue_32():
+    assert pick(["contended_atomics"])[0].slug == "contended_atomics"
+    assert pick(["compute_pipe"], ops=["elementwise"])[0].slug == "compute_pipe"
+    assert pick(["mma_sync_on_hopper"], ops=["matmul"])[0].slug == "hopper_tma_wgmma"
+    assert pick(["host_sync"], ops=["elementwise"])[0].slug == "launch_overhead"
+    assert "reaches 0.6x its speed" in render([BY_SLUG["tensor_cores"]], max_chars=20000)  # said where eager stays faster
 
 
 def test_pick_takes_the_note_made_for_the_finding():

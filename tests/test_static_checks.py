@@ -112,3 +112,28 @@ def test_ordinary_candidate_has_no_findings():
         "class ModelNew(nn.Module):\n    def forward(self, x):\n        y = torch.empty_like(x)\n        out = y.view(-1).contiguous()\n        return out.reshape(x.shape)\n"
     )
     assert check(PRELUDE + code) == []
+
+
+def test_host_syncs_in_the_forward_path_are_warnings_with_their_line():
+    code = (
+        "def helper(t):\n    return t.cpu()\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.n = torch.zeros(1).item()\n"
+        "    def forward(self, x):\n        m = x.abs().amax().item()\n        torch.cuda.synchronize()\n"
+        "        rows = x.to('cpu').tolist()\n        torch.cuda.current_stream().synchronize()\n        return helper(x) * m\n"
+    )
+    found = [f for f in check(PRELUDE + code) if f.rule == "host_sync"]
+    assert all(f.severity == "warning" for f in found) and cats(code) == set()
+    lines = {f.line: f.message for f in found}
+    first = PRELUDE.count("\n")
+    assert ".item()" in lines[first + 8] and "host sync" in lines[first + 8] and "keep the value on the GPU" in lines[first + 8]
+    assert "torch.cuda.synchronize()" in lines[first + 9]
+    assert '.to("cpu")' in lines[first + 10] or ".tolist()" in lines[first + 10]
+    assert ".synchronize()" in lines[first + 11] and ".cpu()" in lines[first + 2]
+    assert first + 6 not in lines  # __init__ may read values once
+
+
+def test_host_syncs_in_cxx_are_warnings():
+    code = "src = '''void f(float* d, float* h) { k<<<1, 1>>>(d); cudaDeviceSynchronize(); cudaMemcpy(h, d, 4, cudaMemcpyDeviceToHost); }'''"
+    w = [f for f in check(PRELUDE + code) if f.rule == "host_sync"]
+    assert len(w) == 1 and "cudaDeviceSynchronize()" in w[0].message and w[0].severity == "warning"
+    assert not [f for f in check(PRELUDE + "src = '''cudaMemcpyAsync(h, d, 4, cudaMemcpyDeviceToHost, stream);'''") if f.rule == "host_sync"]

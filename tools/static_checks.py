@@ -68,6 +68,12 @@ _CXX_DISPATCH = re.compile(r"\b(ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|
 _CXX_LIBRARY = re.compile(r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::cuda::blas)\b|#include\s*[<\"](cublas|cudnn)")
 _CXX_STREAM = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamBeginCapture)\b")
 _CXX_THREAD = re.compile(r"\b(std::thread|std::async|pthread_create|std::jthread)\b")
+# Host syncs: the host waits for the GPU, which then idles until the next launch (tools/profile/host_sync.py
+# finds them at run time too). Tensor methods, torch calls, and their C++ forms.
+_SYNC_METHODS = {"item", "cpu", "tolist", "numpy", "synchronize"}
+_CXX_SYNC = re.compile(r"\b(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async|ToSymbolAsync|FromSymbolAsync)\w*)\s*\(|\.(item<\w+>|cpu)\(\)")
+_SYNC_FIX = ("it makes the host wait for the GPU (a host sync) and the GPU idle until the next launch: keep the value on the GPU "
+             "(pass the tensor to the next kernel and read it there) and let the stream order the kernels")
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -204,6 +210,28 @@ def _calls_torch_compute(nodes: Iterable[ast.AST], aliases: _Aliases, allowed: f
     return hits
 
 
+def _host_syncs(nodes: Iterable[ast.AST], aliases: _Aliases) -> list[tuple[int, str]]:
+    """Calls in the forward path that synchronize the host with the GPU: ``.item()``, ``.cpu()``,
+    ``.tolist()``, ``.numpy()``, ``.to("cpu")``, ``torch.cuda.synchronize()``, ``<stream or event>.synchronize()``."""
+    hits = []
+    for root in nodes:
+        for node in ast.walk(root):
+            if not isinstance(node, ast.Call):
+                continue
+            target = aliases.resolve(_dotted(node.func)) or ""
+            f = node.func
+            if target == "torch.cuda.synchronize":
+                hits.append((node.lineno, "torch.cuda.synchronize()"))
+            elif isinstance(f, ast.Attribute) and f.attr in _SYNC_METHODS and not aliases.is_module_root(_dotted(f.value) or ""):
+                hits.append((node.lineno, f".{f.attr}()"))
+            elif isinstance(f, ast.Attribute) and f.attr == "to" and any(
+                isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("cpu")
+                for a in [*node.args, *(k.value for k in node.keywords if k.arg == "device")]
+            ):
+                hits.append((node.lineno, '.to("cpu")'))
+    return hits
+
+
 def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
     """All findings for one candidate source (which must parse)."""
     config = config or JudgeConfig()
@@ -293,12 +321,17 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
         for m in _CXX_ATEN.finditer(text):
             if m.group(1) not in allowed and not m.group(1)[0].isupper():
                 warn("cxx_torch_op", f"C++ source calls {m.group(0).rstrip('(').strip()}: a torch op, not a custom kernel", line)
+        if m := _CXX_SYNC.search(text):
+            call = m.group(1) or m.group(2)
+            warn("host_sync", f"C++ source calls {call}(): {_SYNC_FIX}", line)
 
     # --- the forward path ------------------------------------------------------------------
     path = _forward_path(tree)
     nn_mods = _nn_submodules(tree, aliases)
     for line, what in _calls_torch_compute(path, aliases, allowed, nn_mods):
         warn("torch_op", f"forward path calls {what}", line)
+    for line, what in _host_syncs(path, aliases):
+        warn("host_sync", f"forward path calls {what}: {_SYNC_FIX}", line)
     for fn in path:
         for node in ast.walk(fn):
             if isinstance(node, ast.Try):

@@ -340,7 +340,8 @@ class KernelProfile(_Model):
 
 FindingKind = Literal[
     "uncoalesced", "bank_conflicts", "occupancy", "small_grid", "tail_wave", "launch_bound", "no_reuse",
-    "tensor_cores_unused", "local_memory", "divergence", "memory_bound", "latency_bound",
+    "tensor_cores_unused", "local_memory", "divergence", "memory_bound", "latency_bound", "contended_atomics", "compute_pipe",
+    "mma_sync_on_hopper", "host_sync",
 ]
 
 

@@ -336,7 +336,7 @@ def _finding_lines(r: ProfileReport, rule: str | None) -> list[str]:
             where = f" At {at}: `{f.where.code}`."
         one = len({(g.kernel, g.part) for g in r.findings}) == 1
         part = " (backward)" if f.part == "backward" else ""
-        kernel = "" if f.kind == "launch_bound" or one else f" [{f.kernel.split('(')[0]}{part}, {f.share_pct:.0f}% of kernel time]"
+        kernel = "" if f.kind in ("launch_bound", "host_sync") or one else f" [{f.kernel.split('(')[0]}{part}, {f.share_pct:.0f}% of kernel time]"
         lines.append(f"{i}. {f.what}.{kernel}{where}")
         lines.append(f"   Fix: {f.fix}.")
     if rule:
@@ -382,7 +382,9 @@ def from_ncu(
     r.compute_floor_ms = sum(cfloors) if cfloors else None
     kernels = _merge(profiles)
     _finish(r, kernels, timings, task_flops)
-    ctx = (context or findings.Context()).model_copy(update={"launch_reason": r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None})
+    reason = r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None
+    # "its N kernel launches run X ms of the Y ms forward": the forward is longer than its kernels; otherwise many short launches
+    ctx = (context or findings.Context()).model_copy(update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")})
     if ctx.task_flops is None:
         ctx.task_flops = task_flops
     if ctx.min_bytes is None and timings is not None:
@@ -391,17 +393,19 @@ def from_ncu(
     top = r.findings[0] if r.findings else None
     if top is not None and top.ncu_rule:  # ncu's own words for the costliest finding
         rule = f"{top.ncu_rule} (ncu estimates up to {top.gain_pct:.0f}% less time)" if top.gain_pct else top.ncu_rule
-    elif top is None or top.kind in ("memory_bound",):
-        rule = None  # at the roofline ncu's largest rule is about something else
+    elif top is None or top.kind in ("memory_bound", "contended_atomics", "mma_sync_on_hopper", "host_sync", "compute_pipe"):
+        rule = None  # ncu's largest rule is about something else (at the roofline; an atomic's sectors read as uncoalesced)
     else:
         rule = findings.top_rule(ncu_kernels, r.findings)
     r.highlights = _highlights(r, kernels, "Nsight Compute", rule)
     return r
 
 
-def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_flops: float | None, note: str) -> ProfileReport:
+def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_flops: float | None, note: str,
+                     context: findings.Context | None = None) -> ProfileReport:
     """The report from torch.profiler's kernel list (names, launches, CUDA time): no counters, so
-    only launch-bound and, against the measured bandwidth, memory-bound can be told."""
+    only launch-bound and, against the measured bandwidth, memory-bound can be told; and a host sync
+    the profile target saw (``context.host_syncs``) is still a finding."""
     kernels = [
         KernelProfile(name=str(e["name"]), calls=max(1, int(e["calls"])), duration_ms=float(e["total_ms"]) / max(1, int(e["calls"])), part=e.get("part"))
         for e in entries
@@ -417,5 +421,9 @@ def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_f
             r.bottleneck, r.summary = "memory-bound", f"memory-bound: {what}"
         else:
             r.summary = f"no counters to tell compute from latency; {what}"
+    if context is not None:
+        reason = r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None
+        sync = findings.host_sync(context.model_copy(update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")}))
+        r.findings = [sync] if sync is not None else []
     r.highlights = _highlights(r, kernels, "torch.profiler, no hardware counters")
     return r

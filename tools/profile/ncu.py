@@ -42,6 +42,10 @@ EXTRA_METRICS = (
     r"regex:^l1tex__t_sectors_pipe_lsu_mem_(local|global)_op_(ld|st)\.sum$",
     r"regex:^sm__pipe_tensor(_op_hmma|_op_gmma)?_cycles_active\.avg\.pct_of_peak_sustained_active$",
     r"regex:^dram__bytes_(read|write)\.sum$",
+    # Each pipe's share of its peak (the busiest pipe of a compute-bound kernel: FP64, ALU, FMA, XU/MUFU, ...),
+    # and the global atomics and reductions the L2 serializes (contended atomics).
+    r"regex:^sm__(inst_executed_pipe_[a-z0-9_]+|pipe_[a-z0-9_]+_cycles_active)\.avg\.pct_of_peak_sustained_active$",
+    r"regex:^(smsp__inst_executed_op_global_(red|atom)|lts__t_requests_op_(red|atom))\.sum$",
 )
 REPORT = "ncu-report"  # ncu adds .ncu-rep
 PERMISSION_URL = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"

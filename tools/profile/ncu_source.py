@@ -4,9 +4,12 @@ shared-memory wavefronts, divergent branches, local-memory accesses, stall sampl
 
 The page is a run of blocks, one per (kernel launch, source file): a ``"File Path"`` row, a
 ``"Function Name"`` row, a header row that starts with ``"Line No"``, then one row per source line
-(its number in the file) followed by the SASS rows compiled from it (an empty ``Line No``). A
-kernel compiled without line information (no ``-lineinfo``) has SASS rows only. A Triton kernel
-has blocks for its own ``.py`` and for Triton's library files it inlined.
+(its number in the file) followed by the SASS rows compiled from it (an empty ``Line No``; the
+instruction in the second ``Source`` column). Each line keeps how often each SASS opcode of it ran
+(``SourceRow.sass``): HMMA against HGMMA, RED/ATOM, DFMA, the integer-division sequence. A kernel
+compiled without line information (no ``-lineinfo``) has SASS rows only. A Triton kernel has blocks
+for its own ``.py`` and for Triton's library files it inlined; code inlined from CUDA's headers
+(``atomicAdd``, ``wmma::mma_sync``) sits in blocks of those headers.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ class SourceRow(BaseModel):
     line: int
     code: str
     metrics: dict[str, str] = Field(default_factory=dict)
+    sass: dict[str, float] = Field(default_factory=dict)  # SASS opcode ("HMMA.16816.F32") -> warp instructions executed
+
+    def ops(self, *prefixes: str) -> float:
+        """Warp instructions executed of the opcodes that start with any of ``prefixes`` ("DFMA", "RED")."""
+        return sum(n for op, n in self.sass.items() if op.startswith(prefixes))
 
     def number(self, name: str) -> float:
         """A counter as a number; 0 for '-', missing or text."""
-        text = self.metrics.get(name, "").replace(",", "")
-        try:
-            return float(text)
-        except ValueError:
-            return 0.0
+        return _number(self.metrics.get(name, ""))
 
 
 def parse(text: str) -> dict[str, list[SourceRow]]:
@@ -45,11 +49,13 @@ def parse(text: str) -> dict[str, list[SourceRow]]:
     done: set[str] = set()
     file = function = ""
     header: list[str] | None = None
+    current: SourceRow | None = None  # the source line the SASS rows below belong to
+    executed: int | None = None
     for row in csv.reader(io.StringIO(text)):
         if not row:
             continue
         if row[0] == "File Path" and len(row) > 1:
-            file, header = row[1], None
+            file, header, current = row[1], None, None
             continue
         if row[0] == "Function Name" and len(row) > 1:
             function = row[1]
@@ -58,10 +64,20 @@ def parse(text: str) -> dict[str, list[SourceRow]]:
             blocks.add((function, file))
             continue
         if row[0] == "Line No":
-            header = row
+            header, current = row, None
+            executed = row.index("Instructions Executed") if "Instructions Executed" in row else None
             continue
-        if header is None or not row[0].strip() or function in done:
-            continue  # SASS rows, or a later launch
+        if header is None or function in done:
+            continue  # a later launch
+        if not row[0].strip():  # a SASS row: its opcode, counted on the source line above it
+            if current is not None and len(row) > 3 and header[3] == "Source":
+                words = row[3].split()
+                words = words[1:] if words and words[0].startswith("@") else words  # the predicate
+                if words:
+                    runs = row[executed] if executed is not None and executed < len(row) else ""
+                    n = _number(runs)
+                    current.sass[words[0]] = current.sass.get(words[0], 0.0) + n
+            continue
         try:
             line = int(row[0])
         except ValueError:
@@ -71,8 +87,16 @@ def parse(text: str) -> dict[str, list[SourceRow]]:
         for h, v in zip(names, row[2:]):
             if h and h not in metrics:  # "Source" appears twice (CUDA and SASS columns)
                 metrics[h] = v
-        out.setdefault(function, []).append(SourceRow(file=file, function=function, line=line, code=row[1].strip(), metrics=metrics))
+        current = SourceRow(file=file, function=function, line=line, code=row[1].strip(), metrics=metrics)
+        out.setdefault(function, []).append(current)
     return out
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
 
 
 def rows_for(kernel_name: str, pages: dict[str, list[SourceRow]]) -> list[SourceRow]:

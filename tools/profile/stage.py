@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.tools.evaluation import Evaluation, EventSink
-from kernelfix.tools.profile import bottleneck, findings, ncu, ncu_csv, ncu_source
+from kernelfix.tools.profile import bottleneck, findings, host_sync, ncu, ncu_csv, ncu_source
 from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
 from kernelfix.tools.workers import one_shot, sandboxing
@@ -74,6 +74,7 @@ def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None
                 task_flops=result.get("flops"), min_bytes=ev.timings.bytes_moved if ev.timings else None,
                 dtypes=list(result.get("dtypes") or []), candidate_ms=ev.timings.candidate.median_ms if ev.timings and ev.timings.candidate else None,
                 candidate_source=_read_plain(Path(ev.candidate_path)) if ev.candidate_path else None,
+                host_syncs=_sync_report(result),
             )
             ev.profile = bottleneck.from_ncu(
                 parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels,
@@ -87,12 +88,21 @@ def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None
     outcome = _child(ctx, ev, "profile_torch", spec, c.run_timeout_s)
     result = _result(outcome, outdir / "profile_torch.json")
     if result.get("kernels") is not None:
-        ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message)
+        ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message,
+                                                 context=findings.Context(host_syncs=_sync_report(result)))
     else:
         err = outcome.last("error")
         why = f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}" if err else (outcome.signal or f"exit code {outcome.returncode}")
         ev.profile = ProfileReport(note=f"{problem.message}; torch.profiler fallback failed too ({why})")
     return ev
+
+
+def _sync_report(result: dict[str, Any]) -> host_sync.SyncReport | None:
+    """The profile target's host-sync record (``host_sync.watch``), if it sent a well-formed one."""
+    try:
+        return host_sync.SyncReport.model_validate(result["host_syncs"]) if result.get("host_syncs") else None
+    except ValueError:
+        return None
 
 
 def _page(ctx: StageContext, ev: Evaluation, ncu_path: str, report: Path, page: str) -> str:

@@ -88,6 +88,9 @@ def body(w: Worker) -> None:
     for _ in range(spec["warmup_calls"]):
         model(*inputs)
     Cuda.sync()
+    w.phase("host_syncs")
+    result["host_syncs"] = _host_syncs(lambda: model(*inputs), spec["candidate_path"])
+    Cuda.sync()
     w.phase("profiled_forward")
     if spec["stage"] == "profile_ncu":
         nvtx_push(spec["nvtx_range"])
@@ -100,6 +103,17 @@ def body(w: Worker) -> None:
             Cuda.sync()
         result["kernels"] = _kernel_list(prof)
     _done(spec, w, result)
+
+
+def _host_syncs(forward: Any, candidate_path: str) -> dict[str, Any]:
+    """Which lines of the forward made the host wait for the GPU (``host_sync.watch``), on a warmed-up
+    forward that no profiler replays; a failure here is a note, never the profile's end."""
+    from kernelfix.tools.profile import host_sync
+
+    try:
+        return host_sync.watch(forward, candidate_path).model_dump()
+    except Exception as e:
+        return host_sync.SyncReport(note=f"host syncs not checked: {type(e).__name__}: {e}"[:300]).model_dump()
 
 
 def _done(spec: dict[str, Any], w: Worker, result: dict[str, Any]) -> None:
