@@ -208,35 +208,7 @@ def run_and_capture_calls(
             if done():
                 raise _Captured
 
-    handles = [
-        nn.modules.module.register_module_forward_pre_hook(pre_hook),
-        nn.modules.module.register_module_forward_hook(post_hook, with_kwargs=True, always_call=True),
-    ]
-    saved_argv, saved_path, saved_main = sys.argv[:], sys.path[:], sys.modules.get("__main__")
-    sys.argv = [str(script), *script_args]
-    sys.path.insert(0, str(script.resolve().parent))
-    try:
-        # The script's prints go to stderr: stdout is kernelfix's (--json).
-        with contextlib.redirect_stdout(sys.stderr):
-            runpy.run_path(str(script), run_name="__main__")
-    except _Captured:
-        pass
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            raise CaptureInputError(f"{script} exited with status {e.code} before calling {module_path}") from None
-    except BaseException as e:  # the user's script failed: show them where
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        where = _user_frame(e, script)
-        raise CaptureInputError(f"{script} raised {type(e).__name__}: {e}{where}") from None
-    finally:
-        for h in handles:
-            h.remove()
-            # torch leaves a global hook's with_kwargs flag behind, and torch.compile then warns of global hooks
-            getattr(nn.modules.module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
+    run_script(script, script_args, pre_hook, post_hook, waiting_for=f"calling {module_path}")
     if failure:
         raise failure[0]
     if captured and (wanted is None or len(captured) == len(wanted)):
@@ -254,6 +226,45 @@ def run_and_capture_calls(
     raise CaptureInputError(
         f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}" if seen else f"{script} ran to its end without calling {what}"
     )
+
+
+def run_script(script: Path, script_args: list[str] | tuple[str, ...], pre_hook, post_hook, *, waiting_for: str) -> None:
+    """Run ``script`` as ``python SCRIPT ARGS`` would, with two global module hooks (``post_hook`` takes
+    ``(module, args, kwargs, output)``, and ``(module, args, result)`` when the forward raised). A hook stops
+    the script by raising :class:`StopScript`. The script failing (or exiting non-zero) is a CaptureInputError
+    that names the user's line; ``waiting_for`` says what the script was still to do."""
+    handles = [
+        nn.modules.module.register_module_forward_pre_hook(pre_hook),
+        nn.modules.module.register_module_forward_hook(post_hook, with_kwargs=True, always_call=True),
+    ]
+    saved_argv, saved_path, saved_main = sys.argv[:], sys.path[:], sys.modules.get("__main__")
+    sys.argv = [str(script), *script_args]
+    sys.path.insert(0, str(script.resolve().parent))
+    try:
+        # The script's prints go to stderr: stdout is kernelfix's (--json).
+        with contextlib.redirect_stdout(sys.stderr):
+            runpy.run_path(str(script), run_name="__main__")
+    except _Captured:
+        pass
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise CaptureInputError(f"{script} exited with status {e.code} before {waiting_for}") from None
+    except BaseException as e:  # the user's script failed: show them where
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        where = _user_frame(e, script)
+        raise CaptureInputError(f"{script} raised {type(e).__name__}: {e}{where}") from None
+    finally:
+        for h in handles:
+            h.remove()
+            # torch leaves a global hook's with_kwargs flag behind, and torch.compile then warns of global hooks
+            getattr(nn.modules.module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+
+
+StopScript = _Captured  # what a hook given to run_script raises to end the script there
 
 
 def _named_state(module: nn.Module):
