@@ -9,4 +9,8 @@ def __getattr__(name: str):
         from kernelfix.capture.swap import load_best
 
         return load_best
+    if name == "load_tuned":
+        from kernelfix.tune.load import load_tuned
+
+        return load_tuned
     raise AttributeError(f"module 'kernelfix' has no attribute {name!r}")
