@@ -62,6 +62,8 @@ for step in "$@"; do
     capture-swap) python3 -P bench/capture_swap.py --out /tmp/kfout/capture_swap 2>&1 | tee "$OUT/capture_swap.log" ;;
     capture-shapes) python3 -P bench/capture_shapes.py --out /tmp/kfout/capture_shapes 2>&1 | tee "$OUT/capture_shapes.log" ;;
     swap-backward) python3 -P bench/swap_backward.py 2>&1 | tee "$OUT/swap_backward.log" ;;
+    tune) python3 -P bench/tune_transformer.py --out /tmp/kfout/tune --save-profiles "$OUT/profiles" ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune.log"
+      cp /tmp/kfout/tune/report.json "$OUT/tune_report.json" 2>/dev/null ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     feedback-capture) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback 2>&1 | tee "$OUT/feedback_capture.log"
         tar czf "$OUT/ncu_feedback.tgz" --exclude='*.ncu-rep' -C /tmp/kfout ncu_feedback; ls -la "$OUT/ncu_feedback.tgz" ;;
