@@ -86,6 +86,36 @@ def test_ranking_of_a_recorded_training_step():
     assert r.backward and r.measure == "cpu_time" and r.busy is None
 
 
+def test_a_gpu_profile_is_read_through_the_kernels_each_op_launched():
+    """torch's own event tree, as a CUDA profile builds it: a kernel counts once, at the op that launched it (not as a
+    device-side event of its own, nor as a profiler range's device-side twin); the backward on the autograd thread."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import EventList, FunctionEvent
+
+    from kernelfix.tune.profile import flatten
+
+    def fe(i, name, start, end, *, thread=1, device=DeviceType.CPU, seq=-1, fwd=0, range_=False):
+        return FunctionEvent(id=i, name=name, thread=thread, start_us=start, end_us=end, fwd_thread=fwd, use_device="cuda",
+                             device_type=device, sequence_nr=seq, is_user_annotation=range_)
+
+    a = fe(3, MODULE_MARK + "a", 2, 50, range_=True)
+    a.append_kernel(MODULE_MARK + "a", 0, 999)
+    mm = fe(4, "aten::mm", 3, 40, seq=5)
+    mm.append_kernel("sm90_gemm", 0, 30)
+    backward_mm = fe(8, "aten::mm", 201, 250, thread=2)
+    backward_mm.append_kernel("sm90_gemm", 0, 20)
+    events = EventList([
+        fe(1, STEP_MARK, 0, 100, range_=True), fe(2, MODULE_MARK, 1, 90, range_=True), a, mm, fe(5, "cudaLaunchKernel", 4, 6),
+        fe(6, "sm90_gemm", 10, 40, device=DeviceType.CUDA), fe(7, "autograd::engine::evaluate_function: MmBackward0", 200, 260, thread=2, seq=5, fwd=1),
+        backward_mm,
+    ], use_device="cuda")
+    events._build_tree()
+    flat = flatten(events, cuda=True)
+    assert [e.name for e in flat if e.kernel_us] == ["aten::mm", "aten::mm"] and "sm90_gemm" not in [e.name for e in flat]
+    a = rank.attribute(flat, measure="cuda_kernels")
+    assert a.inclusive == {"": 50.0, "a": 50.0} and a.total_us == 50.0
+
+
 def _ev(name, parent=None, *, cpu=0.0, kernel=0.0, seq=-1, thread=1, fwd_thread=0):
     return ProfEvent(name=name, parent=parent, cpu_us=cpu, kernel_us=kernel, seq=seq, thread=thread, fwd_thread=fwd_thread)
 
