@@ -141,11 +141,14 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
 
 
 def run_and_capture_calls(
-    script: str | Path, module_path: str, *, calls: list[int] | None, limit: int = 8, script_args: list[str] | tuple[str, ...] = ()
+    script: str | Path, module_path: str, *, calls: list[int] | None, limit: int = 8, script_args: list[str] | tuple[str, ...] = (),
+    with_grad: bool = False,
 ) -> list[CapturedCall]:
     """Several calls of the module, recorded: ``calls`` by number, or (None) the first call of each distinct
     signature (shapes, dtypes, structure), at most ``limit``. The script stops once nothing more is wanted.
-    Every call shares the state (parameters, buffers) recorded before the first one: the task has one set of weights."""
+    Every call shares the state (parameters, buffers) recorded before the first one: the task has one set of weights.
+    ``with_grad`` (with ``calls`` None): only calls made with gradients enabled, a training step's (a warm-up or an
+    evaluation under torch.no_grad is passed over), as `kernelfix tune --backward` wants them."""
     script = Path(script)
     if not script.is_file():
         raise CaptureInputError(f"no such script: {script}")
@@ -175,6 +178,8 @@ def run_and_capture_calls(
         if module is not target or done() or pending:
             return
         seen += 1
+        if with_grad and wanted is None and not torch.is_grad_enabled():
+            return
         if wanted is None or seen in wanted:
             # Before the call: a module that updates its buffers (running stats, counters) must be captured as it was.
             pending["args"] = detach_tree(args)  # (keyword arguments reach only the post-hook: copied after the call)
@@ -220,6 +225,8 @@ def run_and_capture_calls(
         )
         raise CaptureInputError(f"{script} ran to its end without calling {module_path}: {how}")
     what = f"{module_path} ({type(resolver.target).__name__})"
+    if with_grad and wanted is None and seen:
+        raise CaptureInputError(f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, never with gradients enabled (a training step)")
     call = (wanted or [1])[len(captured)] if wanted else 1
     if seen >= call:
         raise CaptureInputError(f"{script}: call {call} of {what} raised instead of returning (the script caught it)")

@@ -290,6 +290,46 @@ def test_load_tuned_applies_the_kept_swaps(tmp_path):
         kernelfix.load_tuned(tmp_path / "sessions", model)
 
 
+TRAIN = """
+import sys
+import torch
+sys.path.insert(0, {fixtures!r})
+from gated_model import Net
+
+torch.manual_seed(0)
+model = Net()
+with torch.no_grad():
+    model(torch.randn(4, 16, 64))  # a warm-up without gradients: passed over
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model(torch.randn(4, 16, 64)).square().mean().backward()
+opt.step()
+"""
+
+
+def test_a_swap_in_training_carries_its_backward(tmp_path):
+    """--backward: the training step's call is the one tried; the swapped model's gradients (those of the norm before the
+    gate, which flow back through the swapped gate's backward) match the original's, and the steps are timed."""
+    from kernelfix.tune.model_call import run_to_model_call
+    from kernelfix.tune.swaps import Trials
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN.format(fixtures=str(FIX)))
+    task = tmp_path / "gate.py"
+    assert not capture(script, "model.gate", tmp_path / "first.py").manifest.backward  # its first call: the warm-up
+    assert capture(script, "model.gate", task, calls="all", with_grad=True).manifest.backward  # as tune --backward captures it
+    session = tmp_path / "session"
+    SessionDir.create(session, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cpu"))
+    (session / "best.py").write_text(textwrap.dedent(PLAIN_KERNEL))
+    call = run_to_model_call(script, need_grad=True)
+    assert call.trains and call.name == "model"
+    cfg = TuneConfig(rounds=3, round_ms=1, compile_backend="aot_eager")
+    t = Trials(call, model_name="model", cfg=cfg, judge_cfg=JudgeConfig(), backward=True).trial([("model.gate", str(session))], [1])
+    assert t.grads.ok and [leaf.path for leaf in t.grads.leaves] == ["['norm.weight']", "['norm.bias']"]
+    for c in (t.eager, t.compiled):
+        assert c.error is None and c.output.ok and c.before.rounds == 3
+    assert (t.kept, t.reason) == explain(t.eager, t.compiled, cfg)
+
+
 # --------------------------------------------------------------------------- the command
 
 CONFIG = """

@@ -122,7 +122,8 @@ class Tune:
                     f"{o.out} holds a tune of {r.script} {' '.join(r.script_args)} (backward {r.backward}); this one differs in its "
                     f"{', '.join(differs)}: give another --out, or remove {self.path} to start over there"
                 )
-            r.top, r.llm = o.top, o.llm
+            r.top, r.llm, r.done = o.top, o.llm, False
+            r.judge_device = o.judge_device or r.judge_device  # new sessions judge there; started ones keep their own settings
             return r
         call = self.model_call()
         now = time.time()
@@ -193,7 +194,7 @@ class Tune:
                 try:
                     manifest = capture(
                         self.o.script, row.module, files.task, calls="all", max_calls=self.o.cfg.max_calls, script_args=self.o.script_args,
-                        force=True, config=self.o.judge,
+                        force=True, config=self.o.judge, with_grad=r.backward,
                     ).manifest
                 except (CaptureFailed, CaptureInputError) as e:
                     self.release()
@@ -204,8 +205,8 @@ class Tune:
                 self.release()
                 note = f"{sum(manifest.graph_ops.values())} ATen ops, {max(1, len(manifest.calls))} signature(s), reproduces its calls"
             if r.backward and not manifest.backward:
-                row.skipped = ("its first call ran without gradients (torch.no_grad), so its task has no backward; tune ranks a training "
-                               "step: capture needs the module called with gradients")
+                row.skipped = ("its task has no backward: in the training step it computes nothing that needs a gradient "
+                               "(no trainable parameter, no input that requires grad)")
                 self.say(f"  {row.module}: skipped: {row.skipped}")
             else:
                 row.selected, row.task = True, str(files.task.resolve())
@@ -274,7 +275,9 @@ class Tune:
         elif kept:  # together they are not faster: the best one alone, which was
             best = max(kept, key=lambda m: m.swap.eager.speedup or 0.0)
             r.kept = [KeptSwap(module=best.module, session=best.session)]
-            r.notes.append(f"the {len(kept)} kept swaps together: {r.combined.reason}; kept the best alone, {best.module}")
+            note = f"the {len(kept)} kept swaps together: {r.combined.reason}; kept the best alone, {best.module}"
+            if note not in r.notes:
+                r.notes.append(note)
         else:
             r.kept = []
         if self._trials is not None:

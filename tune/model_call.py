@@ -1,10 +1,10 @@
 """The user's model and one call of it, from their script: what tune profiles, checks and times.
 
 The script runs as `kernelfix capture` runs it (capture/script.py). The model is the first module the
-script calls at the top level (not from inside another module's forward); its name is the script's
-variable that holds it, which begins every module path (``model.blocks.0.attn``), as capture's paths do.
-With ``need_grad`` (--backward), calls made without gradients (a warm-up under torch.no_grad) are passed
-over. The script stops once that call has returned.
+script calls at the top level (not from inside another module's forward); with ``need_grad``
+(--backward), the first called with gradients enabled (a warm-up or an evaluation under torch.no_grad is
+passed over). Its name is the script's variable that holds it, which begins every module path
+(``model.blocks.0.attn``), as capture's paths do. The script stops once that call has returned.
 """
 
 from __future__ import annotations
@@ -105,12 +105,13 @@ def run_to_model_call(script: str | Path, script_args: list[str] | tuple[str, ..
         depth += 1
         if depth != 1 or found or pending:
             return
-        if first and module is not first[0]:
+        if need_grad and not torch.is_grad_enabled():
+            passed_over += 1  # a warm-up or an evaluation: the training step's call is the one
+            first[:1] = first or [module]
+            return
+        if first and module is not first[0] and not need_grad:
             return  # the model is the first top-level module called: later top-level calls of others (a loss) are not it
         first[:1] = [module]
-        if need_grad and not torch.is_grad_enabled():
-            passed_over += 1
-            return
         pending.update(
             module=module, args=detach_tree(args), name=_variable_holding(module), grad=torch.is_grad_enabled(),
             autocast=[d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)],

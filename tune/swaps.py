@@ -130,7 +130,10 @@ class Trials:
         if not check.ok:
             return Comparison(mode=mode, output=check)
         fns = [step_fn(before, self.call, backward=self.backward), step_fn(after, self.call, backward=self.backward)]
-        (b, a), calls = paired_rounds(fns, self.device, rounds=self.cfg.rounds, round_ms=self.cfg.round_ms)
+        try:
+            (b, a), calls = paired_rounds(fns, self.device, rounds=self.cfg.rounds, round_ms=self.cfg.round_ms)
+        except Exception as e:  # a backward that fails, a fault mid-timing: this swap's result, not the tune's end
+            return Comparison(mode=mode, output=check, error=f"raised while timed: {_first_line(e)}")
         c = compare(mode, b, a, calls, self.cfg)
         c.output = check
         return c
@@ -177,7 +180,12 @@ class Trials:
             return {n: None if params[n].grad is None else params[n].grad.detach().clone() for n in names}
 
         want = grads(self.root)
-        got = grads(view)
+        try:
+            got = grads(view)
+        except Exception as e:
+            from kernelfix.capture.records import OutputCheck
+
+            return OutputCheck(ok=False, problem=f"the swapped model's backward raised: {_first_line(e)}")
         return compare_outputs(got, want, self.judge_cfg)
 
 

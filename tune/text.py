@@ -95,7 +95,12 @@ def summary_text(r: TuneReport, out: str, cfg: TuneConfig) -> str:
         lines.append(f"tuned nothing: no module of {r.model_name} is worth a kernel (above); the model stays as it is")
     else:
         tried = [m for m in r.selected if m.swap is not None]
-        lines.append(f"kept no swap: {len(tried)} tried, none made {r.model_name}'s forward faster beyond the noise "
-                     "eager and compiled with its output intact (report.json says why for each); the model stays as it is")
+        if tried:
+            lines.append(f"kept no swap: {len(tried)} tried, none made {r.model_name}'s forward faster beyond the noise "
+                         "eager and compiled with its output intact (report.json says why for each); the model stays as it is")
+        else:
+            where = ", ".join(f"{m.module}: {m.skipped or m.session_status or 'not run'}" for m in r.selected)
+            lines.append(f"kept no swap: no session found a correct kernel ({where}); the model stays as it is; "
+                         "run the same command again to continue unfinished sessions")
     lines.append(f"report: {out}/report.json")
     return "\n".join(lines)
