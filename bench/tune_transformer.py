@@ -81,11 +81,9 @@ def main() -> int:
     print(f"  [tune {time.monotonic() - t0:.0f} s]", flush=True)
 
     tried = [(m.module, m.session) for m in report.selected if m.correct and m.session]
-    every = None
-    if tried:
+    if len(tried) > 1:
         print(f"every swap tried, kept or not, together: {', '.join(m for m, _ in tried)}", flush=True)
-        every = tune.trials(report).trial(tried)
-        print(trial_text(every, cfg), flush=True)
+        print(trial_text(tune.trials(report).trial(tried), cfg), flush=True)
 
     example = import_file(EXAMPLE, "tiny_transformer")
     original = example.build(args.device, dim, seq)
