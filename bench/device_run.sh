@@ -58,6 +58,8 @@ for step in "$@"; do
       python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 tests/test_backward.py 2>&1 | tee "$OUT/backward_gpu.log" | grep -E "passed|failed|Error"
       python3 -P -m kernelfix eval examples/tasks/scale_train.py examples/candidates/scale_train_triton.py --profile --json > /tmp/kfout/backward_profile.json 2> "$OUT/backward_profile.err"
       python3 -c "import json; v=json.load(open('/tmp/kfout/backward_profile.json')); p=v.get('profile') or {}; print(v['category'], v['message'], p.get('source'), [(k.get('name'), k.get('part'), k.get('calls')) for k in p.get('kernels', [])]); print('\n'.join(p.get('highlights') or []))" 2>&1 | tee "$OUT/backward_profile.log" ;;
+    tune) python3 -P bench/tune_transformer.py --out /tmp/kfout/tune --save-profiles "$OUT/profiles" ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune.log"
+      cp /tmp/kfout/tune/report.json "$OUT/tune_report.json" 2>/dev/null ;;
     fast-layout) python3 -P bench/fast_layout_replay.py --out "$OUT" --workdir /tmp/kf_fast_layout 2>&1 | tee "$OUT/fast_layout_replay.log" ;;
     capture-swap) python3 -P bench/capture_swap.py --out /tmp/kfout/capture_swap 2>&1 | tee "$OUT/capture_swap.log" ;;
     capture-shapes) python3 -P bench/capture_shapes.py --out /tmp/kfout/capture_shapes 2>&1 | tee "$OUT/capture_shapes.log" ;;

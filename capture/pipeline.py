@@ -51,11 +51,13 @@ def capture(
     keep_call: bool = True,
     force: bool = False,
     config: JudgeConfig | None = None,
+    with_grad: bool = False,
 ) -> CaptureResult:
     """Capture the ``call``-th call of ``module_path`` in ``script`` as a task at ``out``; or, with ``calls``
     (call numbers, or "all": the first call of each distinct signature, at most ``max_calls``), several
     calls, each a set of the task's get_input_sets() (get_inputs() is the first), each checked.
 
+    ``with_grad`` (with ``calls="all"``): only the calls made with gradients enabled (a training step's).
     Raises CaptureInputError (bad input) or CaptureFailed (cannot be made faithful); writes nothing then.
     """
     files = CaptureFiles(Path(out) if out else default_out(module_path))
@@ -65,7 +67,7 @@ def capture(
     if existing and not force:
         raise CaptureInputError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; pass --force to replace")
     wanted = None if calls == "all" else list(calls) if calls is not None else [call]
-    cs = run_and_capture_calls(script, module_path, calls=wanted, limit=max_calls, script_args=script_args)
+    cs = run_and_capture_calls(script, module_path, calls=wanted, limit=max_calls, script_args=script_args, with_grad=with_grad and wanted is None)
     c, others = cs[0], cs[1:]
     skipped = []
     for x in others:

@@ -141,11 +141,14 @@ def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, scri
 
 
 def run_and_capture_calls(
-    script: str | Path, module_path: str, *, calls: list[int] | None, limit: int = 8, script_args: list[str] | tuple[str, ...] = ()
+    script: str | Path, module_path: str, *, calls: list[int] | None, limit: int = 8, script_args: list[str] | tuple[str, ...] = (),
+    with_grad: bool = False,
 ) -> list[CapturedCall]:
     """Several calls of the module, recorded: ``calls`` by number, or (None) the first call of each distinct
     signature (shapes, dtypes, structure), at most ``limit``. The script stops once nothing more is wanted.
-    Every call shares the state (parameters, buffers) recorded before the first one: the task has one set of weights."""
+    Every call shares the state (parameters, buffers) recorded before the first one: the task has one set of weights.
+    ``with_grad`` (with ``calls`` None): only calls made with gradients enabled, a training step's (a warm-up or an
+    evaluation under torch.no_grad is passed over), as `kernelfix tune --backward` wants them."""
     script = Path(script)
     if not script.is_file():
         raise CaptureInputError(f"no such script: {script}")
@@ -175,6 +178,8 @@ def run_and_capture_calls(
         if module is not target or done() or pending:
             return
         seen += 1
+        if with_grad and wanted is None and not torch.is_grad_enabled():
+            return
         if wanted is None or seen in wanted:
             # Before the call: a module that updates its buffers (running stats, counters) must be captured as it was.
             pending["args"] = detach_tree(args)  # (keyword arguments reach only the post-hook: copied after the call)
@@ -208,6 +213,33 @@ def run_and_capture_calls(
             if done():
                 raise _Captured
 
+    run_script(script, script_args, pre_hook, post_hook, waiting_for=f"calling {module_path}")
+    if failure:
+        raise failure[0]
+    if captured and (wanted is None or len(captured) == len(wanted)):
+        return captured
+    if resolver.target is None:
+        how = f"no variable {resolver.head!r} holding a module" + (
+            f", and no top-level module call ({', '.join(sorted(set(resolver.tried_roots)))}) has a submodule {module_path!r}"
+            if resolver.tried_roots else ", and no module was called"
+        )
+        raise CaptureInputError(f"{script} ran to its end without calling {module_path}: {how}")
+    what = f"{module_path} ({type(resolver.target).__name__})"
+    if with_grad and wanted is None and seen:
+        raise CaptureInputError(f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, never with gradients enabled (a training step)")
+    call = (wanted or [1])[len(captured)] if wanted else 1
+    if seen >= call:
+        raise CaptureInputError(f"{script}: call {call} of {what} raised instead of returning (the script caught it)")
+    raise CaptureInputError(
+        f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}" if seen else f"{script} ran to its end without calling {what}"
+    )
+
+
+def run_script(script: Path, script_args: list[str] | tuple[str, ...], pre_hook, post_hook, *, waiting_for: str) -> None:
+    """Run ``script`` as ``python SCRIPT ARGS`` would, with two global module hooks (``post_hook`` takes
+    ``(module, args, kwargs, output)``, and ``(module, args, result)`` when the forward raised). A hook stops
+    the script by raising :class:`StopScript`. The script failing (or exiting non-zero) is a CaptureInputError
+    that names the user's line; ``waiting_for`` says what the script was still to do."""
     handles = [
         nn.modules.module.register_module_forward_pre_hook(pre_hook),
         nn.modules.module.register_module_forward_hook(post_hook, with_kwargs=True, always_call=True),
@@ -223,7 +255,7 @@ def run_and_capture_calls(
         pass
     except SystemExit as e:
         if e.code not in (None, 0):
-            raise CaptureInputError(f"{script} exited with status {e.code} before calling {module_path}") from None
+            raise CaptureInputError(f"{script} exited with status {e.code} before {waiting_for}") from None
     except BaseException as e:  # the user's script failed: show them where
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -237,23 +269,9 @@ def run_and_capture_calls(
         sys.argv, sys.path[:] = saved_argv, saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
-    if failure:
-        raise failure[0]
-    if captured and (wanted is None or len(captured) == len(wanted)):
-        return captured
-    if resolver.target is None:
-        how = f"no variable {resolver.head!r} holding a module" + (
-            f", and no top-level module call ({', '.join(sorted(set(resolver.tried_roots)))}) has a submodule {module_path!r}"
-            if resolver.tried_roots else ", and no module was called"
-        )
-        raise CaptureInputError(f"{script} ran to its end without calling {module_path}: {how}")
-    what = f"{module_path} ({type(resolver.target).__name__})"
-    call = (wanted or [1])[len(captured)] if wanted else 1
-    if seen >= call:
-        raise CaptureInputError(f"{script}: call {call} of {what} raised instead of returning (the script caught it)")
-    raise CaptureInputError(
-        f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}" if seen else f"{script} ran to its end without calling {what}"
-    )
+
+
+StopScript = _Captured  # what a hook given to run_script raises to end the script there
 
 
 def _named_state(module: nn.Module):

@@ -11,6 +11,7 @@ _LAZY = {
     "Category": ("kernelfix.tools.verdict", "Category"),
     "JudgeConfig": ("kernelfix.tools.config", "JudgeConfig"),
     "load_best": ("kernelfix.capture.swap", "load_best"),
+    "load_tuned": ("kernelfix.tune.load", "load_tuned"),
 }
 
 __all__ = ["__version__", *_LAZY]

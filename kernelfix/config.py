@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tune.config import TuneConfig
 
 
 class ConfigError(Exception):
@@ -34,6 +35,7 @@ class KernelfixConfig(BaseModel):
 
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    tune: TuneConfig = Field(default_factory=TuneConfig)  # kernelfix tune (docs/tune.md)
 
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:

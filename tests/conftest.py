@@ -41,6 +41,7 @@ LONGEST = {
     "test_batch.py::test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished": 25,
     "test_scale.py::test_side_by_side_evaluations_write_no_tensor_to_disk": 21,
     "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 16,
+    "test_tune.py::test_tune_on_the_cpu_then_again": 16,
     "test_export_loading.py": 15,
     "test_profile_stage.py": 15,
     "relu_cpu_judge": 16,  # test_api.py and test_rewards.py

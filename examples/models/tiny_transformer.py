@@ -1,11 +1,11 @@
 """A small decoder-only transformer, as a user's own training or inference script would build it.
 
-    python examples/models/tiny_transformer.py [--device cuda] [--dim 32] [--seq 8] [--batch 2]
+    python examples/models/tiny_transformer.py [--device cuda] [--dim 32] [--seq 8] [--batch 2] [--train]
 
 Token and position embeddings, --layers blocks of causal self-attention and an MLP
 (pre-norm, residual), a final norm and a language-model head. It builds the model
 under a fixed seed, runs one forward over random token ids and prints a checksum of
-the logits. `kernelfix capture` runs it unchanged to lift one submodule out as a
+the logits (with --train: one training step, and the loss). `kernelfix capture` runs it unchanged to lift one submodule out as a
 task (docs/capture.md):
 
     kernelfix capture examples/models/tiny_transformer.py --module model.blocks.0.attn --out captured/attn.py
@@ -19,6 +19,7 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class CausalSelfAttention(nn.Module):
@@ -96,9 +97,18 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=8)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--train", action="store_true", help="one training step (next-token cross-entropy, SGD) instead of a forward")
     args = p.parse_args()
     model = build(args.device, args.dim, args.seq, args.layers)
     ids = tokens(args.device, args.batch, args.seq)
+    if args.train:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        logits = model(ids)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        print(f"loss {loss.item():.6f}")
+        return
     with torch.no_grad():
         logits = model(ids)
     print(f"logits {list(logits.shape)}, checksum {logits.double().sum().item():.6f}")

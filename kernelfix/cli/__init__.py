@@ -5,7 +5,7 @@ kernel was found); 1 not; 2 bad usage or unreadable input (task, candidate,
 config, session directory, model settings); 130 interrupted.
 
 One module per command (``eval``, ``optimize`` with ``resume``, ``sessions``, ``batch``,
-``export``, ``capture`` with ``swap``, ``baseline``, ``serve``), each with ``add_parser(sub)`` and
+``export``, ``capture`` with ``swap``, ``baseline``, ``serve``, ``tune``), each with ``add_parser(sub)`` and
 ``run(args)``; ``common`` holds the argument helpers and config loading they share. Every
 module imports only the standard library at its top: a command imports what it needs when
 it runs, so ``kernelfix --help`` and ``kernelfix eval`` load no litellm, langgraph, textual
@@ -26,7 +26,7 @@ class UsageError(Exception):
 
 
 # The command modules import the exit codes and UsageError above, so they come after them.
-from kernelfix.cli import baseline, batch, capture, export, optimize, serve, sessions  # noqa: E402
+from kernelfix.cli import baseline, batch, capture, export, optimize, serve, sessions, tune  # noqa: E402
 from kernelfix.cli import eval as eval_command  # noqa: E402  (the name `eval` stays the builtin here)
 from kernelfix.cli.common import (  # noqa: E402,F401  (re-exported: kernelfix.cli._judge_config and friends)
     _agent_config,
@@ -42,7 +42,7 @@ from kernelfix.cli.common import (  # noqa: E402,F401  (re-exported: kernelfix.c
 from kernelfix.cli.optimize import _left_mid_turn, _open_for_resume, _run_session  # noqa: E402,F401
 
 # In the order `kernelfix --help` lists them.
-COMMANDS = (eval_command, optimize, sessions, batch, export, capture, baseline, serve)
+COMMANDS = (eval_command, optimize, sessions, batch, export, capture, baseline, serve, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     script_args = None
-    if argv[:1] == ["capture"] and "--" in argv:  # the captured script's own arguments (argparse cannot mix them in)
+    if argv[:1] in (["capture"], ["tune"]) and "--" in argv:  # the script's own arguments (argparse cannot mix them in)
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)

@@ -1,0 +1,161 @@
+"""``kernelfix tune``: rank a model's modules by time, optimize the top ones, keep the swaps that make it faster."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from kernelfix.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from kernelfix.cli.common import _agent_config, _judge_config, _limit_args, _load_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "tune",
+        usage="kernelfix tune SCRIPT --model MODEL [--top K] [--out DIR] [--device D] [--headless] [--backward] [--rank-only] [--json] [-- SCRIPT_ARGS ...]",
+        help="a faster model: rank its modules by time, optimize the top ones, keep the kernels that make it faster",
+        description=(
+            "Run SCRIPT (it builds your model and calls it, as your own code does) and profile the model's forward "
+            "(forward+backward with --backward, or when the script trains): each module's share of the time (CUDA kernel "
+            "time on a GPU, CPU time on a CPU) and the Amdahl bound, the modules worth a kernel ranked. The top K are "
+            "captured (`kernelfix capture --calls all`) and optimized, one session each (`kernelfix batch`'s sessions, in "
+            "DIR/sessions). A module's best kernel is kept only if the model's own forward is faster with it beyond the "
+            "timing's noise, eager and under torch.compile(fullgraph=True), with the output unchanged within the judge's "
+            "tolerance. DIR/report.json holds the ranking, every step and the forward's times before and after; "
+            "kernelfix.load_tuned(DIR, model) applies the kept swaps. Running the same command again continues an "
+            "interrupted tune: finished steps and sessions are not redone."
+        ),
+        epilog=(
+            "Exit codes: 0 a swap was kept (the model is faster), 1 none was (report.json says why for each), 2 bad input "
+            "(no script, the script fails, DIR holds another tune, a bad model), 130 interrupted (run it again to continue). "
+            "Settings: [tune] in kernelfix.toml (docs/tune.md). Example: kernelfix tune examples/models/tiny_transformer.py "
+            "--model replay:examples/tune --top 2 --device cpu --headless"
+        ),
+    )
+    p.add_argument("script", metavar="SCRIPT", help="your Python script that builds the model and calls it")
+    p.add_argument("--model", metavar="MODEL", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<module path with _>.jsonl, else DIR/<ModuleClass>.jsonl)")
+    p.add_argument("--top", type=int, metavar="K", help="modules to optimize, largest share first (default 3, [tune] top)")
+    p.add_argument("--out", metavar="DIR", default="kernelfix-tune", help="where report.json, tasks/ and sessions/ go (default ./kernelfix-tune)")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="where the sessions judge (default: where the script's model runs)")
+    p.add_argument("--headless", action="store_true", help="no terminal UI: the sessions run as a batch, with a progress line")
+    p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=None,
+                   help="rank and time forward+backward steps, and judge each kernel's backward (default: when the script trains)")
+    p.add_argument("--rank-only", action="store_true", help="profile and rank, then stop (no model needed): where the time goes, in report.json")
+    p.add_argument("--json", action="store_true", help="print report.json on stdout when done (the rest goes to stderr)")
+    p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read (default: nearest one)")
+    p.add_argument("--compile-backend", metavar="NAME", help="torch.compile backend of the compiled timing (default inductor)")
+    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time with --headless (default: as kernelfix batch)")
+    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
+    _limit_args(p)  # each per session
+    p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kernelfix.tune.flow import Tune, TuneInputError, TuneOptions
+
+    cfg = _load_config(args)
+    tune_cfg = cfg.tune
+    updates = {k: v for k, v in (("top", args.top), ("compile_backend", args.compile_backend)) if v is not None}
+    if updates:
+        from pydantic import ValidationError
+
+        try:
+            tune_cfg = type(tune_cfg).model_validate({**tune_cfg.model_dump(), **updates})
+        except ValidationError as e:
+            raise UsageError(str(e)) from None
+    judge_cfg = _judge_config(argparse.Namespace(**{**vars(args), "backward": None}))
+    agent_cfg = _agent_config(cfg.agent, args)
+    if args.rank_only:
+        agent_cfg = agent_cfg.model_copy(update={"model": agent_cfg.model or "(none: --rank-only)"})
+    elif not agent_cfg.model:
+        raise UsageError("no model: pass --model (a litellm model string, replay:FILE.jsonl or replay:DIR), or set [agent] model in kernelfix.toml")
+    if agent_cfg.api_key_env and not os.environ.get(agent_cfg.api_key_env):
+        raise UsageError(f"the environment variable {agent_cfg.api_key_env} (from --api-key-env) is not set")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if not args.rank_only:
+        _check_model(agent_cfg)
+    text = Console(file=sys.stderr if args.json else sys.stdout, highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False)
+    out = Path(args.out)
+
+    def say(line: str) -> None:
+        text.print(line, markup=False)
+
+    def run_sessions(jobs):
+        if _use_tui(args.headless):
+            return _run_in_tui(jobs)
+        from kernelfix.tune.sessions import run_headless
+
+        return run_headless(jobs, out, device=jobs[0].settings.judge.device or "cpu", workers=args.workers, console=err)
+
+    opts = TuneOptions(
+        script=Path(args.script), out=out, llm=agent_cfg.model, top=tune_cfg.top, cfg=tune_cfg, judge=judge_cfg, agent=agent_cfg,
+        script_args=list(args.script_args), backward=args.backward, judge_device=args.device, rank_only=args.rank_only,
+    )
+    tune = Tune(opts, say=say, run_sessions=run_sessions)
+    try:
+        report = tune.run()
+    except TuneInputError as e:
+        raise UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        err.print(f"kernelfix tune: interrupted; what is done is in {out / 'report.json'}: run the same command again to continue", style="yellow")
+        return EXIT_INTERRUPTED
+    from kernelfix.tune.text import summary_text
+
+    if args.json:
+        sys.stdout.write((out / "report.json").read_text(encoding="utf-8"))
+    if args.rank_only:
+        say(f"report: {out / 'report.json'}")
+        return EXIT_OK if any(m.candidate for m in report.modules) else EXIT_FAIL
+    say(summary_text(report, str(out), tune_cfg))
+    return EXIT_OK if report.kept else EXIT_FAIL
+
+
+def _check_model(agent_cfg) -> None:
+    """A model string litellm cannot route, or a replay path that is not there, before the script runs."""
+    from kernelfix.agent.models import REPLAY_PREFIX, ModelError, make_model
+
+    spec = agent_cfg.model
+    if spec.startswith(REPLAY_PREFIX):
+        path = Path(spec[len(REPLAY_PREFIX) :])
+        if not path.exists():
+            raise UsageError(f"no replay file or directory {path}")
+        if path.is_dir():
+            return  # each module's file is looked up once the modules are known
+    try:
+        make_model(spec, agent_cfg)
+    except (ValueError, ModelError) as e:
+        raise UsageError(str(e)) from None
+
+
+def _use_tui(headless: bool) -> bool:
+    from kernelfix.cli.optimize import _use_tui as use
+
+    return use(headless)
+
+
+def _run_in_tui(jobs):
+    """Each session in the terminal UI, one after the other, as `kernelfix optimize` shows one; a finished
+    session is skipped and an unfinished one resumed, as the batch does (the same session directories)."""
+    from kernelfix.agent.batch.worker import _open_or_create, finished_result, prior_state
+    from kernelfix.agent.models import make_model
+    from kernelfix.agent.runner import Session
+    from kernelfix.cli.optimize import _event_sink, _run_session
+
+    results = {}
+    for job in jobs:
+        done = finished_result(job)
+        if done is not None:
+            results[job.name] = done
+            continue
+        sink = _event_sink(True)
+        api_key = os.environ.get(job.agent.api_key_env) if job.agent.api_key_env else None
+        store, _ = _open_or_create(job, prior_state(job.session_dir)[0], lambda: make_model(job.model, job.agent, api_key=api_key), sink)
+        session = Session(store, make_model(store.settings.model, store.settings.agent, api_key=api_key), on_event=sink)
+        _run_session(session, sink)
+    return results
