@@ -156,9 +156,10 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
 
     has_trace = "trace" in inspect.signature(kernelfix.load_best).parameters
     backend = "inductor" if device == "cuda" else "aot_eager"
-    modes = {"eager": None, "compiled": dict(fullgraph=True, backend=backend)}
+    # dynamic=False: each shape its own static graph, for the kernel as for the swap (whose guards fix shapes anyway)
+    modes = {"eager": None, "compiled": dict(fullgraph=True, backend=backend, dynamic=False)}
     if device == "cuda":
-        modes["reduce-overhead"] = dict(fullgraph=True, mode="reduce-overhead")
+        modes["reduce-overhead"] = dict(fullgraph=True, mode="reduce-overhead", dynamic=False)
     out: dict = {"label": label, "kernels": {}}
     for kind, session in sessions.items():
         t0 = time.monotonic()

@@ -155,11 +155,19 @@ def compiled_signature(in_spec: pytree.TreeSpec, leaves: list[InputLeaf]) -> tup
         if leaf.tensor is not None:
             tagged.append(("tensor", getattr(torch, leaf.tensor.dtype), tuple(leaf.tensor.shape)))
             continue
-        try:
-            tagged.append(("const", ast.literal_eval(leaf.constant or "None")))
-        except (ValueError, SyntaxError):
-            tagged.append(("never",))  # a value only its repr records: such calls fall back under torch.compile
+        tagged.append(_constant(leaf.constant or "None"))
     return _tag(pytree.tree_unflatten(list(range(len(tagged))), in_spec), tagged)
+
+
+def _constant(text: str) -> tuple:
+    """A fixed value from its repr: a literal, or a dtype (``torch.float16``); else nothing matches it, and such
+    calls fall back under torch.compile (eager, the check compares reprs)."""
+    try:
+        return ("const", ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        pass
+    value = getattr(torch, text.removeprefix("torch."), None) if text.startswith("torch.") else None
+    return ("const", value) if isinstance(value, torch.dtype) else ("never",)
 
 
 def _tag(node: Any, leaves: list[tuple]) -> tuple:
