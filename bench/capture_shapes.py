@@ -9,10 +9,10 @@
 2. A session with the replay model (examples/replays/two_shapes_gate.jsonl: a Triton
    softmax whose block is fixed at 1024, right at rows of 1000 and wrong at 4096; then one
    whose block covers the row) is judged for real, at both shapes.
-3. kernelfix.load_best puts the best kernel into a fresh model (a custom operator,
-   checked at both captured calls); torch._dynamo.explain counts the graph breaks of
-   torch.compile over the swapped model, which is then compiled with fullgraph=True and
-   compared with the original model.
+3. kernelfix.load_best puts the best kernel into a fresh model (checked at both captured
+   calls; under torch.compile traced on the GPU, a custom operator on the CPU);
+   torch._dynamo.explain counts the graph breaks of torch.compile over the swapped model,
+   which is then compiled with fullgraph=True and compared with the original model.
 4. The model's forward is timed before and after, eager and compiled (median of CUDA-event
    timed calls on the GPU, of the wall clock on the CPU).
 
@@ -99,7 +99,10 @@ def main() -> int:
     original, model, h = example.build(device), example.build(device), example.inputs(device, batch)
     with torch.no_grad():
         model.gate = kernelfix.load_best(out / "session", model.gate)
-        print(f"  swapped model.gate as {model.gate.op_name}: "
+        from kernelfix.capture.summary import compile_path_text
+
+        print(f"  swapped model.gate; {compile_path_text(model.gate.compile_path)}", flush=True)
+        print("  checks: "
               + "; ".join(f"set {c.input_set} vs {c.against.replace('_', ' ')} {'ok' if c.ok else 'FAILED'} ({c.output.summary()})" for c in model.gate.checks),
               flush=True)
         import torch._dynamo

@@ -10,7 +10,8 @@
    sessions run side by side (the judge queues GPU stages, so timings never overlap).
 3. kernelfix.load_best puts both best kernels into a fresh copy of the model (each
    checked against its captured call and the original module), and the swapped model's
-   logits are compared with the original model's on the same tokens, and both timed.
+   logits are compared with the original model's on the same tokens, and both timed:
+   eager, and on the GPU under torch.compile(fullgraph=True), default and reduce-overhead.
 
 Prints one line per judged turn, one per swapped module, the end-to-end comparison,
 and `capture-swap: OK` (exit 0) when every check passed.
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, help="sequences (default 8 on cuda, 2 on cpu)")
     ap.add_argument("--out", type=Path, help="where captures and sessions go (default: a new temp dir)")
     ap.add_argument("--with-compile", action="store_true", help="also time torch.compile in the judge (slower)")
+    ap.add_argument("--no-compile", action="store_true", help="do not compile the whole model before and after (on the GPU it is)")
     args = ap.parse_args()
     gpu = args.device == "cuda"
     dim, seq, batch = args.dim or (128 if gpu else 32), args.seq or (64 if gpu else 8), args.batch or (8 if gpu else 2)
@@ -129,6 +131,10 @@ def main() -> int:
             swapped = kernelfix.load_best(out / f"session-{name}", getattr(parent, attr))
             setattr(parent, attr, swapped)
             print(f"  swapped {path}: " + "; ".join(f"vs {c.against.replace('_', ' ')} {'ok' if c.ok else 'FAILED'} ({c.output.summary()})" for c in swapped.checks))
+            if hasattr(swapped, "compile_path"):
+                from kernelfix.capture.summary import compile_path_text
+
+                print(f"    {compile_path_text(swapped.compile_path)}")
         got = model(ids)
         tol = tolerance_for(want.dtype)
         diff = (got - want).abs().max().item()
@@ -136,10 +142,26 @@ def main() -> int:
         fallbacks = sum(getattr(m, "fallbacks", 0) for m in model.modules())
         t_orig = time_ms(lambda: original(ids), args.device)
         t_swap = time_ms(lambda: model(ids), args.device)
+        compiled_times, breaks = {}, None
+        if gpu and not args.no_compile:  # the whole model compiled, before and after (issue 35)
+            torch._dynamo.reset()
+            breaks = torch._dynamo.explain(model)(ids).graph_break_count
+            for mode in ("default", "reduce-overhead"):
+                torch._dynamo.reset()
+                pair = {label: torch.compile(m, fullgraph=True, mode=mode) for label, m in (("original", original), ("swapped", model))}
+                for label, fn in pair.items():
+                    out_c = fn(ids)
+                    close &= torch.allclose(out_c, want, atol=tol.atol, rtol=tol.rtol)
+                    compiled_times[f"{label} {mode}"] = time_ms(lambda: fn(ids), args.device)
     print(f"  end to end: logits {list(got.shape)}, max abs diff {diff:.3g} vs the original model ({tol}): {'match' if close else 'MISMATCH'}; "
           f"{fallbacks} calls fell back to the original modules")
     print(f"  forward: original {t_orig:.3f} ms, swapped {t_swap:.3f} ms (median of 50; {t_orig / t_swap:.2f}x)")
-    good = close and fallbacks == 0
+    if compiled_times:
+        print(f"  torch.compile(fullgraph=True) over the swapped model: {breaks} graph break(s)")
+        for mode in ("default", "reduce-overhead"):
+            o, w = compiled_times[f"original {mode}"], compiled_times[f"swapped {mode}"]
+            print(f"  forward, torch.compile mode={mode}: original {o:.3f} ms, swapped {w:.3f} ms (median of 50; {o / w:.2f}x)")
+    good = close and fallbacks == 0 and breaks in (None, 0)
     print(f"capture-swap: {'OK' if good else 'FAILED'} in {time.monotonic() - t0:.0f} s")
     return 0 if good else 1
 

@@ -7,7 +7,8 @@
    `capture` lifts it into a task that says BACKWARD = True.
 2. A session's best.py is a Triton `torch.autograd.Function` for it (the kernels and Function of
    examples/candidates/scale_train_triton.py; no model is run here, the kernel is given).
-3. `kernelfix.load_best` swaps it in as a custom operator with its backward registered; a training
+3. `kernelfix.load_best` swaps it in (traced by Dynamo, autograd.Function and all, where its check
+   of a compiled training step passes; else a custom operator with its backward registered); a training
    step of `torch.compile(model, fullgraph=True)` is compared with the original model's: the loss and
    the gradients of the input, the scale's weight and the layers around it. torch._dynamo.explain
    counts graph breaks.
@@ -96,10 +97,25 @@ def main() -> int:
     (session / "best.py").write_text(kernel_source())
 
     original = import_file(script, "user_train").model.to(device)
+    ok = True
+    for trace in (None, False):  # the path load_best picks, then the custom operator's registered backward
+        ok &= train_check(session, original, device, trace)
+    print(f"swap-backward: {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+def train_check(session: Path, original, device: str, trace: bool | None) -> bool:
+    """Two compiled training steps of the swapped model against the original's."""
+    import torch
+
+    import kernelfix
+    from kernelfix.capture.summary import compile_path_text
+
     model = copy.deepcopy(original)
-    model.scale = kernelfix.load_best(session, model.scale, device=device)
-    print(f"swapped model.scale as {model.scale.op_name} on {device}")
+    model.scale = kernelfix.load_best(session, model.scale, device=device, trace=trace)
+    print(f"swapped model.scale on {device} (trace={trace}); {compile_path_text(model.scale.compile_path)}")
     backend = "inductor" if device == "cuda" else "aot_eager"  # aot_eager: AOTAutograd's trace without a C++ build on the CPU
+    torch._dynamo.reset()
     explain = torch._dynamo.explain(model)(torch.randn(64, 256, device=device))
     print(f"torch._dynamo.explain over the swapped model: {explain.graph_count} graph(s), {explain.graph_break_count} graph break(s)")
     compiled = torch.compile(model, fullgraph=True, backend=backend)
@@ -121,8 +137,7 @@ def main() -> int:
             ok &= good
             err = (got - exp).abs().max().item() if got is not None else float("nan")
             print(f"  step {step}: {name}: {'match' if good else 'DIFFERS'} (max abs diff {err:.3g})")
-    print(f"swap-backward: {'OK' if ok else 'FAILED'}")
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
-"""The swapped kernel as a custom operator, so torch.compile(model, fullgraph=True) takes it whole.
+"""The swapped kernel as one opaque custom operator, for torch.compile when Dynamo cannot trace it.
 
 A kernel's forward launches Triton kernels or calls a load_inline extension on raw
-pointers: Dynamo cannot trace into either, and would break the graph there.
-Registered with ``torch.library.custom_op`` as ``kernelfix::swap_<module>_<n>``
-(schema ``(Tensor[] inputs) -> Tensor[]``: the call's tensors in, the output's
-leaves out), it is one opaque node in the compiled graph.
+pointers. Where Dynamo can trace that forward (capture/compile_path.py checks it), the
+compiled model calls the kernel's own launches; where it cannot (Triton's CPU interpreter,
+an extension whose functions could not be made operators, a forward Dynamo refuses), the
+kernel is registered as ``kernelfix::swap_<module>_<n>`` (schema ``(Tensor[] inputs) ->
+Tensor[]``: the call's tensors in, the output's leaves out) and is one opaque node in the
+compiled graph, which calls back into Python to run it. Eager calls never take it
+(capture/swap.py calls the kernel directly). It is defined on a ``torch.library.Library``
+fragment rather than with ``torch.library.custom_op``, whose Python layer (argument
+handling, an autograd wrapper) cost about 6 us a call more.
 
 Its fake implementation (the shapes and dtypes torch.compile traces with) runs
 the *task's* Model, the captured module's ATen graph, on the fake inputs with
@@ -40,6 +45,7 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 _COUNTER = itertools.count(1)
+_LIBRARIES: list[torch.library.Library] = []
 
 
 def _autograd_inside_op() -> Any:
@@ -71,14 +77,11 @@ def register(
         _, out_spec = pytree.tree_flatten(reference(*[torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in sample]))
 
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        leaves = pytree.tree_leaves(kernel(*inputs))
-        bases = {t.untyped_storage().data_ptr() for t in inputs if t.device.type != "meta"}
-        out = []
-        for t in leaves:
+        out = pytree.tree_leaves(kernel(*inputs))
+        bases = {x.untyped_storage().data_ptr() for x in inputs}
+        for k, t in enumerate(out):
             t = t.contiguous()
-            if t.untyped_storage().data_ptr() in bases:  # an output may not alias an input (the op's contract)
-                t = t.clone()
-            out.append(t)
+            out[k] = t.clone() if t.untyped_storage().data_ptr() in bases else t  # an output may not alias an input (the op's contract)
         return out
 
     def fake(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -89,10 +92,16 @@ def register(
         out = torch.func.functional_call(reference, weights, tuple(inputs))
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in pytree.tree_leaves(out)]
 
+    # torch.library.Library rather than torch.library.custom_op: the same operator, but the dispatcher calls
+    # ``run`` directly (custom_op adds a Python autograd layer and argument handling on every call: 6 us more).
+    lib = torch.library.Library("kernelfix", "FRAGMENT")
+    _LIBRARIES.append(lib)  # an operator lives as long as its Library object: for the process
+    short = name.split("::")[1]
     if not backward:
-        op = torch.library.custom_op(name, run, mutates_args=())
-        op.register_fake(fake)
-        return op, out_spec
+        lib.define(f"{short}(Tensor[] inputs) -> Tensor[]")
+        lib.impl(short, run, "CompositeExplicitAutograd")
+        torch.library.register_fake(name, fake, lib=lib)
+        return getattr(torch.ops.kernelfix, short).default, out_spec
 
     # The parameters are passed only so that autograd and the compiled graph see them; the kernel uses its own.
     def run_trained(inputs: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -101,8 +110,10 @@ def register(
     def fake_trained(inputs: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
         return fake(inputs)
 
-    op = torch.library.custom_op(name, run_trained, mutates_args=())
-    op.register_fake(fake_trained)
+    lib.define(f"{short}(Tensor[] inputs, Tensor[] params) -> Tensor[]")
+    lib.impl(short, run_trained, "CompositeExplicitAutograd")
+    torch.library.register_fake(name, fake_trained, lib=lib)
+    op = getattr(torch.ops.kernelfix, short).default
 
     def run_backward(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Gradients of the inputs, then of the parameters (zeros where none flows): the kernel's forward
@@ -121,11 +132,13 @@ def register(
         every = [*inputs, *params]
         return [torch.zeros_like(x) if g is None else g.contiguous() for g, x in zip(out, every)]
 
-    bwd = torch.library.custom_op(f"{name}_backward", run_backward, mutates_args=())
-
-    @bwd.register_fake
-    def _(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    def fake_backward(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.empty_like(x) for x in [*inputs, *params]]
+
+    lib.define(f"{short}_backward(Tensor[] inputs, Tensor[] params, Tensor[] grads) -> Tensor[]")
+    lib.impl(f"{short}_backward", run_backward, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{name}_backward", fake_backward, lib=lib)
+    bwd = getattr(torch.ops.kernelfix, f"{short}_backward").default
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
         ins, params = inputs
@@ -140,5 +153,10 @@ def register(
         got = bwd(ins, params, full)
         return ([g if t.is_floating_point() else None for g, t in zip(got[: ctx.n_in], ins)], list(got[ctx.n_in :]))
 
-    op.register_autograd(backward, setup_context=setup_context)
+    torch.library.register_autograd(name, backward, setup_context=setup_context, lib=lib)
     return op, out_spec
+
+
+def op_name(op: Any) -> str:
+    """kernelfix::swap_model_gate_1"""
+    return op._schema.name

@@ -164,10 +164,26 @@ class SwapCheck(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ok: bool
-    against: Literal["captured_call", "original_module", "task_model"]
+    against: Literal["captured_call", "original_module", "task_model", "gradients"]
     output: OutputCheck
     note: str | None = None
     input_set: int | None = None  # which captured call (1-based set of get_input_sets()); None: the one call
+
+
+class CompilePath(BaseModel):
+    """How the swapped kernel runs under torch.compile (capture/compile_path.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["traced", "custom_op", "plain"] = Field(
+        description="traced: Dynamo traces the kernel's forward (Triton launches, C++ operators and torch ops are graph nodes), "
+        "checked on the captured calls; custom_op: one opaque custom operator; plain: traced as it is, unchecked (load_best(custom_op=False))"
+    )
+    note: str = Field(description="why this path")
+    op: str | None = Field(None, description="the custom operator's name (custom_op)")
+    kernels: list[str] = Field(default_factory=list, description="what the traced graph calls: Triton kernels, C++ operators")
+    backend: str | None = Field(None, description="the torch.compile backend the traced path was checked with")
+    checks: list[SwapCheck] = Field(default_factory=list, description="the compiled kernel against each captured call")
 
 
 class SwapReport(BaseModel):
@@ -183,4 +199,5 @@ class SwapReport(BaseModel):
     speedup_eager: float | None = None
     snippet: str | None = None
     checks: list[SwapCheck] = Field(default_factory=list)
+    compile_path: CompilePath | None = None
     error: str | None = None

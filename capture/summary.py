@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernelfix.capture.records import CaptureManifest, SwapReport
+from kernelfix.capture.records import CaptureManifest, CompilePath, SwapReport
 from kernelfix.capture.task_source import input_summary
 
 
@@ -56,9 +56,21 @@ def swap_text(r: SwapReport) -> str:
         lines.append(f"  check against the {c.against.replace('_', ' ')}{where}: {'ok' if c.ok else 'FAILED'}, {c.output.summary()}" + (f" ({c.note})" if c.note else ""))
     if not r.checks:
         lines.append("  not checked (--no-check)")
+    if r.compile_path is not None:
+        lines.append(f"  {compile_path_text(r.compile_path)}")
     if r.snippet:
         lines += ["", "Put it in your model, after building it and before running it:", "", *("    " + s for s in r.snippet.splitlines())]
     return "\n".join(lines)
+
+
+def compile_path_text(p: CompilePath) -> str:
+    """One line: how the swap runs under torch.compile."""
+    if p.kind == "traced":
+        calls = f" (calling {', '.join(p.kernels)})" if p.kernels else ""
+        return f"under torch.compile: the kernel's forward traced by Dynamo{calls}; {p.note}"
+    if p.kind == "custom_op":
+        return f"under torch.compile: the custom operator {p.op}; {p.note}"
+    return f"under torch.compile: {p.note}"
 
 
 def _rel(p: Path) -> str:

@@ -2,14 +2,20 @@
 
     model.blocks[0].mlp = kernelfix.load_best("sessions/mlp", model.blocks[0].mlp)
 
-load_best builds the session's best ``ModelNew`` with the captured weights and
-wraps it in :class:`CapturedKernel`, which takes the call as the captured module
-took it (positional and keyword arguments, nested structures) and hands the
-kernel its tensors, through a custom operator (capture/custom_op.py) so that
-``torch.compile(model, fullgraph=True)`` compiles the model without a graph
-break. A call unlike every captured one (another shape or dtype, another value
-where export fixed one) is not what the kernel was judged on: it raises, or runs
-the original module when one was given.
+load_best builds the session's best ``ModelNew`` with the captured weights and wraps it in
+:class:`CapturedKernel`, which takes the call as the captured module took it (positional and
+keyword arguments, nested structures) and hands the kernel its tensors. A call unlike every
+captured one (another shape or dtype, another value where export fixed one) is not what the
+kernel was judged on: it raises, or runs the original module when one was given.
+
+A swap costs nothing it need not (docs/capture.md, "What a swap costs"):
+
+- Eager, the call check runs once per kind of call (capture/calls.py): later calls cost a walk
+  over the arguments and a dict lookup, then the kernel is called directly.
+- Under torch.compile the check is plain tuple comparisons, which Dynamo turns into guards, and
+  the kernel takes the path load_best checked it on (capture/compile_path.py): Dynamo traces its
+  forward (Triton launches and C++ operators become graph nodes, no Python at run time), or it
+  runs as one opaque custom operator (capture/custom_op.py).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import ast
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +32,14 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
+from kernelfix.capture.calls import CallPlans, compiled_match, compiled_signature, leaves_shape, match_call, output_layout, rebuild
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import CallMismatch, SwapCheckFailed, SwapError
 from kernelfix.capture.files import CaptureFiles, import_file
-from kernelfix.capture.records import CaptureManifest, InputLeaf, OutputCheck, SwapCheck
-from kernelfix.capture.tensors import dtype_name
+from kernelfix.capture.records import CaptureManifest, CompilePath, OutputCheck, SwapCheck
 from kernelfix.tools.config import JudgeConfig
+
+__all__ = ["CapturedKernel", "load_best", "match_call", "snippet", "attribute_path"]
 
 
 class CapturedKernel(nn.Module):
@@ -38,117 +47,89 @@ class CapturedKernel(nn.Module):
 
     def __init__(self, kernel: nn.Module, manifest: CaptureManifest, original: nn.Module | None = None, reference: nn.Module | None = None):
         """``reference``: the task's Model on the meta device (capture/custom_op.py); with it the kernel runs
-        as a custom operator that torch.compile takes whole, without it as a plain call."""
+        under torch.compile as a custom operator that torch.compile takes whole, without it as a plain call
+        (which Dynamo traces, as :func:`load_best` does when it checked that this works)."""
         super().__init__()
         self.kernel = kernel
         self.original = original  # a submodule, so .to() moves it along; runs the calls the kernel was not judged on
         self.manifest = manifest
         self.checks: list[SwapCheck] = []
-        self.fallbacks = 0  # calls handed to the original module
+        self.fallbacks = 0  # eager calls handed to the original module
         self._in_spec = pytree.treespec_loads(manifest.in_spec) if manifest.in_spec else None
         self._sets = manifest.input_sets or [manifest.inputs]  # every captured call's inputs: what the kernel was judged on
-        # The calls' signatures as plain tuples: torch.compile traces this check without a graph break.
-        self._signatures = [_signature(leaves) for leaves in self._sets]
-        self._op = self._out_spec = None
+        self.calls = CallPlans(self._in_spec, self._sets)  # eager: the check's answer per kind of call
+        # Under torch.compile: the captured calls as plain tagged tuples, which Dynamo compares as guards.
+        self._signatures = [compiled_signature(self._in_spec, leaves) for leaves in self._sets] if self._in_spec is not None else []
+        self._refusal = (
+            f"{manifest.module_path}: torch.compile traced a call unlike every captured one, and there is no original module "
+            f"to hand it to (kernelfix.load_best(session, original)); the kernel was judged on calls like {leaves_shape(self._sets[0])}"
+        )
+        self._op = self._out_layout = None
         self.op_name: str | None = None
+        self.extensions = None  # capture/cpp_ops.py's record of the kernel's load_inline extensions (load_best sets it)
+        self.compile_path = CompilePath(kind="plain", note="the kernel's forward as it is, for Dynamo to trace (not checked: load_best(custom_op=False))")
         if reference is not None:
-            from kernelfix.capture.custom_op import register
+            self.use_custom_op(reference)
 
-            sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in manifest.inputs if leaf.tensor]
-            self._op, self._out_spec = register(kernel, reference, manifest.module_path, sample, backward=manifest.backward)
-            self.op_name = self._op._qualname
+    def use_custom_op(self, reference: nn.Module, note: str | None = None) -> None:
+        """Run the kernel under torch.compile as one opaque custom operator (capture/custom_op.py)."""
+        from kernelfix.capture.custom_op import op_name, register
+
+        sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in self.manifest.inputs if leaf.tensor]
+        self._op, out_spec = register(self.kernel, reference, self.manifest.module_path, sample, backward=self.manifest.backward)
+        self._out_layout = output_layout(out_spec)  # rebuilt without pytree, which Dynamo would guard on every call
+        self.op_name = op_name(self._op)
+        self.compile_path = CompilePath(kind="custom_op", op=self.op_name, note=note or "asked for")
+
+    def use_traced(self, path: CompilePath) -> None:
+        """Let torch.compile trace the kernel's forward (checked by capture/compile_path.py)."""
+        self._op = self._out_layout = None
+        self.op_name = None
+        self.compile_path = path
 
     def kernel_inputs(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The kernel's tensors from a call; CallMismatch when the call is unlike every captured one."""
-        if self._in_spec is None:
-            raise CallMismatch("the capture could not record the call's structure")
-        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-        if spec == self._in_spec:
-            sig = tuple((x.dtype, tuple(x.shape)) if isinstance(x, torch.Tensor) else x for x in flat)
-            if sig in self._signatures:
-                return [x for x in flat if isinstance(x, torch.Tensor)]
-        errors = []
-        for leaves in self._sets:  # the slow path, for its message (and keywords in another order)
-            try:
-                return match_call(self._in_spec, leaves, args, kwargs)
-            except CallMismatch as e:
-                errors.append(str(e))
-        raise CallMismatch(errors[0] if len(errors) == 1 else "; ".join(f"captured call {k}: {e}" for k, e in enumerate(errors, start=1)))
+        plan, tensors = self.calls.plan(args, kwargs)
+        if plan.mismatch is not None:
+            raise CallMismatch(plan.mismatch)
+        return tensors
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            tensors = self.kernel_inputs(args, kwargs)
-        except CallMismatch as e:
+        if torch.compiler.is_compiling():
+            return self._compiled_call(args, kwargs)
+        plan, tensors = self.calls.plan(args, kwargs)
+        if plan.mismatch is None:
+            return self.kernel(*tensors)
+        if self.original is None:
+            raise CallMismatch(f"{self.manifest.module_path}: {plan.mismatch}")
+        self.fallbacks += 1
+        if self.fallbacks == 1:
+            warnings.warn(f"{self.manifest.module_path}: {plan.mismatch}; such calls run the original module", stacklevel=2)
+        return self.original(*args, **kwargs)
+
+    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
+        """The call as Dynamo traces it: the match decided by comparisons Dynamo turns into guards (no
+        exception text, no dict of answers), then the kernel on the path load_best checked."""
+        tensors = self._compiled_match(args, kwargs)
+        if tensors is None:
             if self.original is None:
-                raise CallMismatch(f"{self.manifest.module_path}: {e}") from None
-            self.fallbacks += 1
-            if self.fallbacks == 1 and not torch.compiler.is_compiling():
-                warnings.warn(f"{self.manifest.module_path}: {e}; such calls run the original module", stacklevel=2)
-            return self.original(*args, **kwargs)
+                raise CallMismatch(self._refusal)
+            return self.original(*args, **kwargs)  # not counted: Python state would cost a recompile per call
         if self._op is None:
             return self.kernel(*tensors)
         if self.manifest.backward:  # the operator's autograd formula runs the kernel's own backward
-            return pytree.tree_unflatten(self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad]), self._out_spec)
-        return pytree.tree_unflatten(self._op(tensors), self._out_spec)
+            return rebuild(self._out_layout, self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad]))
+        return rebuild(self._out_layout, self._op(tensors))
+
+    def _compiled_match(self, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+        for sig in self._signatures:
+            tensors: list[torch.Tensor] = []
+            if compiled_match((args, kwargs), sig, tensors):
+                return tensors
+        return None
 
     def extra_repr(self) -> str:
-        return f"captured={self.manifest.module_path!r}, fallbacks={self.fallbacks}"
-
-
-def match_call(in_spec: pytree.TreeSpec, leaves: list[InputLeaf], args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    if spec != in_spec:
-        keys = _captured_keywords(in_spec)
-        if keys is not None and set(keys) == set(kwargs):  # the same keywords, in another order
-            flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keys}))
-    if spec != in_spec:
-        raise CallMismatch(f"called with {_call_shape(args, kwargs)}; the kernel was judged on calls like {_leaves_shape(leaves)}")
-    tensors = []
-    for leaf, value in zip(leaves, flat):
-        if leaf.tensor is None:
-            if repr(value) != leaf.constant:
-                raise CallMismatch(f"{leaf.path} is {value!r}; the capture fixed it to {leaf.constant}")
-            continue
-        if not isinstance(value, torch.Tensor):
-            raise CallMismatch(f"{leaf.path} is a {type(value).__name__}, not a tensor")
-        got = f"{dtype_name(value.dtype)}[{', '.join(map(str, value.shape))}]"
-        want = f"{leaf.tensor.dtype}[{', '.join(map(str, leaf.tensor.shape))}]"
-        if got != want:
-            raise CallMismatch(f"{leaf.path} is {got}; the kernel was judged on {want}")
-        tensors.append(value)
-    return tensors
-
-
-def _signature(leaves: list[InputLeaf]) -> tuple:
-    """A call's leaves as (dtype, shape) per tensor and the value of each fixed one, for a fast match."""
-    out: list[Any] = []
-    for leaf in leaves:
-        if leaf.tensor is not None:
-            out.append((getattr(torch, leaf.tensor.dtype), tuple(leaf.tensor.shape)))
-        else:
-            try:
-                out.append(ast.literal_eval(leaf.constant or "None"))
-            except (ValueError, SyntaxError):
-                out.append(object())  # matches nothing: such calls take the slow path, which compares reprs
-    return tuple(out)
-
-
-def _captured_keywords(in_spec: pytree.TreeSpec) -> list[str] | None:
-    children = in_spec.children() if hasattr(in_spec, "children") else in_spec.children_specs
-    return list(children[1].context) if len(children) == 2 and children[1].type is dict else None
-
-
-def _call_shape(args: tuple, kwargs: dict) -> str:
-    def one(x: Any) -> str:
-        return f"{dtype_name(x.dtype)}[{', '.join(map(str, x.shape))}]" if isinstance(x, torch.Tensor) else repr(x)
-
-    parts = [one(a) if not isinstance(a, (list, tuple, dict)) else str(pytree.tree_map(one, a)) for a in args]
-    parts += [f"{k}={one(v) if not isinstance(v, (list, tuple, dict)) else pytree.tree_map(one, v)}" for k, v in kwargs.items()]
-    return f"({', '.join(parts)})"
-
-
-def _leaves_shape(leaves: list[InputLeaf]) -> str:
-    return "(" + ", ".join(f"{leaf.path}={leaf.tensor.describe().split(' in ')[0] if leaf.tensor else leaf.constant}" for leaf in leaves) + ")"
+        return f"captured={self.manifest.module_path!r}, compiled={self.compile_path.kind}, fallbacks={self.fallbacks}"
 
 
 # --------------------------------------------------------------------------- loading
@@ -191,6 +172,7 @@ def load_best(
     device: str | torch.device | None = None,
     check: bool = True,
     custom_op: bool = True,
+    trace: bool | None = None,
 ) -> CapturedKernel:
     """The session's best kernel as a module that replaces the captured one.
 
@@ -199,8 +181,11 @@ def load_best(
     that is not here; Triton kernels then run in its interpreter). ``check``: run the kernel on the
     captured call (TASK.call.pt, else inputs from get_inputs()) and raise SwapCheckFailed unless it
     matches within the judge's tolerance (at every captured call, for a task captured with --calls).
-    ``custom_op``: run the kernel as a custom operator with a fake implementation (capture/custom_op.py),
-    so ``torch.compile(model, fullgraph=True)`` compiles the model without a graph break.
+    ``custom_op``: make the swap compile with ``torch.compile(model, fullgraph=True)``: the kernel's
+    forward traced by Dynamo where that was checked to work on the captured calls, else a custom
+    operator with a fake implementation (capture/custom_op.py); False: a plain call, unchecked.
+    ``trace``: None picks as just said; True insists on the traced path (SwapError when it fails);
+    False always takes the custom operator. ``.compile_path`` says which was taken and why.
     Raises SwapError when there is nothing to load.
     """
     sk = SessionKernel(session_dir)
@@ -211,22 +196,24 @@ def load_best(
     if dev.type == "cpu" and "triton" in source:
         _triton_interpreter()
     task = import_file(sk.store.task_path, "kernelfix_task")
+    from kernelfix.capture import cpp_ops
+
     try:
-        best = import_file(sk.best, "kernelfix_best")
+        with cpp_ops.registering() as extensions:  # its load_inline functions also as C++ operators, for torch.compile
+            best = import_file(sk.best, "kernelfix_best")
         kernel = best.ModelNew(*task.get_init_inputs()).to(dev)
     except Exception as e:
         raise SwapError(f"cannot build the best kernel of {sk.store.path}: {type(e).__name__}: {e}") from e
-    reference = None
-    if custom_op:
-        from kernelfix.capture.custom_op import meta_reference
-
-        try:
-            reference = meta_reference(task.Model(*task.get_init_inputs()))
-        except Exception as e:
-            raise SwapError(f"cannot build the task's Model for the kernel's shape rule: {type(e).__name__}: {e}") from e
-    module = CapturedKernel(kernel, sk.manifest, original, reference)
+    module = CapturedKernel(kernel, sk.manifest, original)
+    module.extensions = extensions
+    try:
+        calls = check_calls(module, sk, task, dev) if check or custom_op else []
+    except SwapError:
+        if check:
+            raise
+        calls = []  # only the compile path's check wanted them: it then takes the custom operator
     if check:
-        module.checks = swap_checks(module, sk, task, dev)
+        module.checks = swap_checks(module, calls, sk.judge_config)
         failed = [c for c in module.checks if not c.ok]
         if failed:
             raise SwapCheckFailed(
@@ -234,7 +221,20 @@ def load_best(
                 + "; ".join(f"against the {c.against.replace('_', ' ')}: {c.output.summary()}" for c in failed),
                 module.checks,
             )
+    if custom_op:
+        from kernelfix.capture.compile_path import choose_compile_path
+
+        choose_compile_path(module, lambda: _meta_reference(task), calls, sk.judge_config, trace=trace)
     return module
+
+
+def _meta_reference(task) -> nn.Module:
+    from kernelfix.capture.custom_op import meta_reference
+
+    try:
+        return meta_reference(task.Model(*task.get_init_inputs()))
+    except Exception as e:
+        raise SwapError(f"cannot build the task's Model for the kernel's shape rule: {type(e).__name__}: {e}") from e
 
 
 def _triton_interpreter() -> None:
@@ -254,32 +254,49 @@ def _usable(device: str) -> torch.device:
     return dev if dev.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
 
 
-def swap_checks(module: CapturedKernel, sk: SessionKernel, task, dev: torch.device) -> list[SwapCheck]:
-    """The kernel, called as the module was, against the captured output and the original module."""
+@dataclass
+class CheckCall:
+    """One call the swap is checked on, and the output it must give."""
+
+    args: tuple
+    kwargs: dict
+    want: Any
+    against: str  # what ``want`` is: "captured_call" or "task_model"
+    input_set: int | None = None
+    note: str | None = None
+
+
+def check_calls(module: CapturedKernel, sk: SessionKernel, task, dev: torch.device) -> list[CheckCall]:
+    """Every captured call (TASK.call.pt) with its captured output; without that file, calls drawn from
+    get_inputs() (each set of get_input_sets()) with the task's Model's output."""
     m = sk.manifest
-    cfg = sk.judge_config
     call_file = sk.files.call if m.call_file else None
-    checks = []
     multi = len(m.input_sets) > 1
+    calls = []
     with torch.no_grad():
         if call_file is not None and call_file.is_file():
             saved = torch.load(call_file, map_location=dev, weights_only=True)
             for k, one in enumerate(saved.get("sets") or [saved], start=1):  # every captured call
                 args, kwargs = pytree.tree_unflatten(one["leaves"], module._in_spec)
-                got = module(*args, **kwargs)
-                checks.append(_check("captured_call", compare_outputs(got, one["output"], cfg), input_set=k if multi else None))
-                if module.original is not None:
-                    checks.append(_check("original_module", compare_outputs(got, module.original(*args, **kwargs), cfg), input_set=k if multi else None))
+                calls.append(CheckCall(args, kwargs, one["output"], "captured_call", k if multi else None))
         else:
             model = task.Model(*task.get_init_inputs()).to(dev)
             for k in range(1, len(m.input_sets) + 1) if multi else [None]:
                 args, kwargs = _drawn_call(m, task, dev, module._in_spec, k)
-                got = module(*args, **kwargs)
-                ref = model(*module.kernel_inputs(args, kwargs))
                 note = "no captured call kept (TASK.call.pt): compared on inputs from get_inputs()" + ("" if k is None else f" (set {k} of get_input_sets())")
-                checks.append(_check("task_model", compare_outputs(got, ref, cfg), note, input_set=k))
-                if module.original is not None:
-                    checks.append(_check("original_module", compare_outputs(got, module.original(*args, **kwargs), cfg), input_set=k))
+                calls.append(CheckCall(args, kwargs, model(*module.kernel_inputs(args, kwargs)), "task_model", k, note))
+    return calls
+
+
+def swap_checks(module: CapturedKernel, calls: list[CheckCall], cfg: JudgeConfig) -> list[SwapCheck]:
+    """The kernel, called as the module was, against the captured output (or the task's) and the original module."""
+    checks = []
+    with torch.no_grad():
+        for c in calls:
+            got = module(*c.args, **c.kwargs)
+            checks.append(_check(c.against, compare_outputs(got, c.want, cfg), c.note, input_set=c.input_set))
+            if module.original is not None:
+                checks.append(_check("original_module", compare_outputs(got, module.original(*c.args, **c.kwargs), cfg), input_set=c.input_set))
     if module.fallbacks:
         raise SwapError("the check's own call ran the original module: the captured call no longer matches the capture's record")
     return checks
@@ -309,11 +326,11 @@ def _drawn_call(m: CaptureManifest, task, dev: torch.device, in_spec: pytree.Tre
 
 
 def snippet(module_path: str, session_dir: str | Path) -> str:
-    """The lines that put the kernel in the user's model (a custom operator: torch.compile takes it whole)."""
+    """The lines that put the kernel in the user's model."""
     target = attribute_path(module_path)
     return (
         f"import kernelfix\n{target} = kernelfix.load_best({str(session_dir)!r}, {target})\n"
-        "# the kernel runs as a custom operator: torch.compile(model, fullgraph=True) compiles it without a graph break"
+        "# torch.compile(model, fullgraph=True) compiles it without a graph break; calls of other shapes run the original"
     )
 
 

@@ -114,7 +114,8 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
 
     task, model = _capture(tmp_path)
     assert Task.load(task).declares_backward
-    swapped = kernelfix.load_best(_session(tmp_path, task, KERNEL.format(wrong="")), model.inner)
+    session = _session(tmp_path, task, KERNEL.format(wrong=""))
+    swapped = kernelfix.load_best(session, model.inner, trace=False)  # the custom operator and its registered backward
     x, s = torch.randn(4, 4, requires_grad=True), torch.full((4, 4), 0.5)
     g = torch.randn(4, 4)
     swapped(x, scale=s, causal=True)["y"].backward(g)
@@ -129,6 +130,11 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
     swapped.kernel.gain.grad, x.grad = None, None
     compiled(x, scale=s, causal=True)["y"].backward(g)
     assert torch.allclose(x.grad, got_x) and torch.allclose(swapped.kernel.gain.grad, got_gain)
+    # Left to choose, load_best finds that Dynamo traces this (plain torch) kernel, backward included,
+    # and keeps that path: its check compiled a training step and compared the gradients.
+    traced = kernelfix.load_best(session, model.inner)
+    assert traced.compile_path.kind == "traced" and traced.op_name is None
+    assert [(c.against, c.ok) for c in traced.compile_path.checks] == [("captured_call", True), ("gradients", True)]
 
 
 def test_baseline_says_which_tasks_have_a_backward(tmp_path):

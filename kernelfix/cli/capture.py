@@ -119,7 +119,7 @@ def cmd_swap(args: argparse.Namespace) -> int:
     )
     try:
         module = load_best(args.session_dir, device=args.device, check=not args.no_check)
-        report.ok, report.checks = True, module.checks
+        report.ok, report.checks, report.compile_path = True, module.checks, module.compile_path
         report.snippet = snippet(sk.manifest.module_path, args.session_dir)
     except SwapCheckFailed as e:
         report.error, report.checks = str(e), e.check
