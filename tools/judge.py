@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, retry, static_checks
+from kernelfix.tools import feedback, gpu_room, retry, static_checks
 from kernelfix.tools.allowlist import make_allowed
 from kernelfix.tools.build import stage as compile_stage
 from kernelfix.tools.cache_dir import lock_root
@@ -53,6 +53,7 @@ from kernelfix.tools.profile import stage as profile_stage
 from kernelfix.tools.reference import Reference
 from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.task import Task
+from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.timing import stage as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
 from kernelfix.tools.workers.context import WorkerContext
@@ -109,6 +110,8 @@ class Judge:
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
         self._holding = 0  # GPU leases this judge's threads hold now
+        self._busy = 0  # GPU stages of this judge in progress (Judge.busy)
+        self._budget: int | None = None  # what shared holds may declare on this GPU (tools/gpu_room.py)
         self._last_held = time.monotonic()
         self._holding_lock = threading.Lock()
         self._yielder: threading.Thread | None = None
@@ -155,20 +158,27 @@ class Judge:
         """What a stage gets of this judge; built for each stage, so it sees the judge's config as it is then."""
         return StageContext(
             **self._context_fields(), allowed_ops=self.allowed_ops, ref=self.ref, reference=self.reference, run_for=self.run_for,
-            release=self.release,
+            release=self.release, busy=self.busy,
         )
 
-    def lease(self, what: str) -> contextlib.AbstractContextManager:
-        """The GPU, alone, for a stage that runs on it (timing never shares a GPU)."""
+    def lease(self, what: str, *, shared: bool = False, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
+        """The GPU for a stage that runs on it (tools/device_lease.py): alone, for what a result needs it
+        alone for (timing, the profile, the baselines' timing); or ``shared`` with other judges'
+        correctness trials and warm-ups while what they declare fits the GPU's memory budget
+        (``need_bytes``: this hold's declaration; default a correctness stage's, tools/gpu_room.py)."""
         if self._lease is None:
             return contextlib.nullcontext()
-        return self._held(what)
+        return self._held(what, shared, need_bytes)
 
     @contextlib.contextmanager
-    def _held(self, what: str):
+    def _held(self, what: str, shared: bool, need_bytes: int | None):
         assert self._lease is not None
         self._start_yielding()
-        with self._lease.hold(f"{self.task.name} {what}"):
+        budget = need = None
+        if shared:
+            need = need_bytes if need_bytes is not None else self.shared_need()
+            budget = self.gpu_budget()
+        with self._lease.hold(f"{self.task.name} {what}", shared=shared, need_bytes=need, budget_bytes=budget):
             with self._holding_lock:
                 self._holding += 1
             try:
@@ -177,6 +187,37 @@ class Judge:
                 with self._holding_lock:
                     self._holding -= 1
                     self._last_held = time.monotonic()
+
+    @contextlib.contextmanager
+    def busy(self):
+        """A GPU stage in progress, between its holds of the lease (a correctness stage holds it per trial):
+        meanwhile this judge does not give back what its reference caches for the stage's next trial."""
+        with self._holding_lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._holding_lock:
+                self._busy -= 1
+                self._last_held = time.monotonic()
+
+    def task_size(self) -> "TaskSize | None":
+        """One trial's inputs and outputs: counted on the meta device, else as the reference's trials showed them."""
+        size = self.ref.size
+        if size is None and self.ref.input_bytes + self.ref.output_bytes > 0:
+            size = TaskSize(input_bytes=self.ref.input_bytes, output_bytes=self.ref.output_bytes)
+        return size
+
+    def shared_need(self) -> int | None:
+        """What a correctness stage of this task declares when it shares the GPU; None: unknown (it shares with nobody)."""
+        return gpu_room.correctness_need(self.task_size(), self.config, len(self.ref.trials))
+
+    def gpu_budget(self) -> int | None:
+        """What shared holds on this GPU may declare together, once the reference has said the GPU's size."""
+        if self._budget is None:
+            props = self.ref.ready.gpu_props if self.ref.ready is not None else {"total_memory": self.ref.gpu_total_bytes}
+            self._budget = gpu_room.budget(props)
+        return self._budget
 
     # ------------------------------------------------------------------ GPU memory shared by many judges
 
@@ -193,7 +234,7 @@ class Judge:
     def _yield_while_others_want(self) -> None:
         assert self._lease is not None
         while not self._closed.wait(YIELD_POLL_S):
-            if self._holding or not self._lease.others_want():
+            if self._holding or self._busy or not self._lease.others_want():
                 continue
             if time.monotonic() - self._last_held > IDLE_REFERENCE_S and self.ref.stop_idle():
                 # Idle that long while others want the GPU: its CUDA context goes too (a judge kept for

@@ -26,7 +26,7 @@ from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import GpuOom, is_oom
-from kernelfix.tools import input_sets
+from kernelfix.tools import gpu_room, input_sets
 from kernelfix.tools.correctness import trials as trial_plan
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.task_size import TaskSize, size_text
@@ -58,6 +58,8 @@ class Reference:
         self.float64_note: str | None = None
         self.input_bytes = self.output_bytes = 0
         self.size: TaskSize | None = None  # counted on the meta device before anything is allocated
+        self.sized = threading.Event()  # set once ``size`` is known, or known not to come
+        self.gpu_total_bytes: int | None = None  # the GPU's memory, as the worker said with its count
         self.ref_ms: dict[int, float] = {}
         self.noise: dict[int, float] = {}
         self.surveyed = False
@@ -99,37 +101,55 @@ class Reference:
                 raise self._task_error
             if self._worker is not None and self._worker.alive and self.ready is not None:
                 return self.ready
-            j = self.ctx
-            wd = j.private
-            spec = ReferenceSpec(
-                task_path=str(j.task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
-                inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
-                atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
-                truth_factor=self.config.truth_factor if self.config.float64_reference else None,
-                memory_limit_bytes=sandboxing.memory_limit(self.config), backward=bool(self.config.backward),
-            )
-            iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
-            j.note_sandbox(note)
-            self._worker = WorkerHandle(
-                "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
-                env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
-                isolation=iso, on_phase=self._relay, fork=self.config.fork_server,
-            )
-            deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
             try:
-                msg = self._worker.expect(["sized", "ready"], deadline)
-                if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
-                    self.size = TaskSize.model_validate(msg)
-                    msg = self._worker.expect(["ready"], deadline)
-            except WorkerGone as e:
-                self._failed(e)
-            self.ready = ReferenceReady.model_validate(msg)
-            if self.ready.input_sets and not self.surveyed and all(t.input_set is None for t in self.trials):
-                # Only the worker imports the task: the sets' count arrives with it, and each set gets its trials.
-                self.trials = input_sets.plan(self.ctx.seed, self.config, len(self.ready.input_sets))
-            if self.float64_note is None:
-                self.float64_note = self.ready.float64_note
-            return self.ready
+                return self._start()
+            finally:
+                self.sized.set()  # counted, or known not to be (a task the meta device cannot run, a failed start)
+
+    def _start(self) -> ReferenceReady:
+        j = self.ctx
+        wd = j.private
+        spec = ReferenceSpec(
+            task_path=str(j.task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
+            inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
+            atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
+            truth_factor=self.config.truth_factor if self.config.float64_reference else None,
+            memory_limit_bytes=sandboxing.memory_limit(self.config), backward=bool(self.config.backward),
+        )
+        iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
+        j.note_sandbox(note)
+        self._worker = WorkerHandle(
+            "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
+            env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
+            isolation=iso, on_phase=self._relay, fork=self.config.fork_server,
+        )
+        deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
+        try:
+            msg = self._worker.expect(["sized", "ready"], deadline)
+            if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
+                self.size = TaskSize.model_validate(msg)
+                self.gpu_total_bytes = msg.get("gpu_total_bytes")
+                self.sized.set()  # a warm-up waiting for it goes on while the worker builds Model
+                msg = self._worker.expect(["ready"], deadline)
+        except WorkerGone as e:
+            self._failed(e)
+        self.ready = ReferenceReady.model_validate(msg)
+        if self.ready.input_sets and not self.surveyed and all(t.input_set is None for t in self.trials):
+            # Only the worker imports the task: the sets' count arrives with it, and each set gets its trials.
+            self.trials = input_sets.plan(self.ctx.seed, self.config, len(self.ready.input_sets))
+        if self.float64_note is None:
+            self.float64_note = self.ready.float64_note
+        return self.ready
+
+    def counted_input_bytes(self) -> int | None:
+        """One trial's input bytes once the worker has counted them (waits for its start to get that far;
+        starts it if nobody has); None when they cannot be known before a trial runs."""
+        if not self.sized.is_set() and not self.surveyed:
+            self.start_background()
+            self.sized.wait()
+        if self.size is not None:
+            return self.size.input_bytes
+        return self.input_bytes or None
 
     def wait(self) -> ReferenceReady:
         """Wait for a background start (or start now)."""
@@ -257,7 +277,7 @@ class Reference:
 
     # ------------------------------------------------------------------ requests
 
-    def survey(self, lease: Callable[[str], Any]) -> None:
+    def survey(self, lease: Callable[..., Any]) -> None:
         """Every planned trial's reference, once, before any candidate's trial: the variants the task
         cannot run drop out of ``trials``, the vacuous-tolerance and float64 notes are known, and
         what fits the worker's cache stays there for every later candidate."""
@@ -265,7 +285,7 @@ class Reference:
             return
         with self._lock:
             self.ensure()  # outside the lease: the task's import and Model are CPU work
-        with lease("reference"), self._lock:
+        with lease("reference", shared=True), self._lock:
             if self.surveyed:
                 return
             msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials], stretch=True)
@@ -331,14 +351,15 @@ class Reference:
                 return  # a restarted worker holds none of them
             self._request("release", "released", 60.0, slots=list(slots), outs=list(outs))
 
-    def determinism(self, trial: TrialPlan, lease: Callable[[str], Any]) -> dict[str, Any]:
-        with lease("determinism"):
+    def determinism(self, trial: TrialPlan, lease: Callable[..., Any]) -> dict[str, Any]:
+        need = gpu_room.correctness_need(self.size, self.config, 2)  # two trials' references at once, nothing cached beside
+        with lease("determinism", shared=True, need_bytes=2 * need if need is not None else None):
             return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
 
     # ------------------------------------------------------------------ baselines
 
     def baseline(
-        self, lease: Callable[[str], Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
+        self, lease: Callable[..., Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
         input_set: int | None = None,
     ) -> baselines.Baseline:
         """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
@@ -363,7 +384,7 @@ class Reference:
             # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
             # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
             big = self.size is not None and self.size.trial_bytes > self.config.warmup_max_gb * 2**30
-            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), lease("baseline warm-up") if big else contextlib.nullcontext(), self._lock:
+            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), lease("baseline warm-up", shared=True) if big else contextlib.nullcontext(), self._lock:
                 compile_note = self.warm_compiled(trial, timing)
             if compile_note is not None:
                 timing = timing | {"time_torch_compile": False}

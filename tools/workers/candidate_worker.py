@@ -7,11 +7,12 @@
    Triton's launches for the op record;
 2. imports the candidate (building its extensions) and builds
    ``ModelNew(*get_init_inputs())`` under the judge's init seed: ``built``;
-3. for a small task, one warm-up forward on inputs it draws itself under a seed
-   of its own, so first-call compilation and autotuning happen before the judge
-   holds the GPU: ``warmed``;
-4. answers requests: ``trial`` (a forward on inputs that arrive in an arena,
-   under the op recorder; the outputs go back into the output arena), ``ops``,
+3. answers requests: ``warmup`` (for a small task, one forward on inputs it draws
+   itself under a seed of its own, so first-call compilation and autotuning happen
+   before any trial: ``warmed``; the judge asks under a shared hold of the GPU's
+   lease, so no warm-up runs beside another candidate's timing), ``trial`` (a
+   forward on inputs that arrive in an arena, under the op recorder; the outputs
+   go back into the output arena), ``ops``,
    ``time`` (CUDA events, then back-to-back calls bracketed by messages the
    judge stamps), ``release``.
 
@@ -127,24 +128,28 @@ class CandidateRunner:
         torch.set_grad_enabled(False)
         self.w.chan.send("built", import_seconds=import_s)
 
-    def warmup(self) -> None:
+    def warmup(self, req: dict[str, Any], fds: list[int]) -> None:
         """One forward on inputs of its own, for small tasks: first-call compilation and autotuning
-        happen here, outside the judge's GPU lease, and never count against a trial's deadline."""
+        happen here, before any trial, and never count against a trial's deadline. ``input_bytes``:
+        the inputs' size as the judge counted it (else counted here, on the meta device)."""
         import torch
 
+        rid = req.get("id")
         limit = self.spec.warmup_max_bytes
         if limit <= 0:
-            self.w.chan.send("warmed", done=False, why="off")
+            self.w.chan.send("warmed", id=rid, done=False, why="off")
             return
-        try:
-            seed_all(0)
-            with torch.device("meta"):  # shapes without memory
-                size = nbytes(self.task.get_inputs())
-        except Exception:
-            self.w.chan.send("warmed", done=False, why="input sizes unknown")
-            return
+        size = req.get("input_bytes")
+        if size is None:
+            try:
+                seed_all(0)
+                with torch.device("meta"):  # shapes without memory
+                    size = nbytes(self.task.get_inputs())
+            except Exception:
+                self.w.chan.send("warmed", id=rid, done=False, why="input sizes unknown")
+                return
         if size > limit:
-            self.w.chan.send("warmed", done=False, why=f"inputs are {size / 2**30:.1f} GiB")
+            self.w.chan.send("warmed", id=rid, done=False, why=f"inputs are {size / 2**30:.1f} GiB")
             return
         self.w.phase("warmup")
         from kernelfix.tools import input_sets
@@ -172,7 +177,7 @@ class CandidateRunner:
             del inputs
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        self.w.chan.send("warmed", done=True, ms=ms)
+        self.w.chan.send("warmed", id=rid, done=True, ms=ms)
 
     # ------------------------------------------------------------------ requests
 
@@ -369,8 +374,7 @@ def main() -> None:
         runner = CandidateRunner(w, CandidateSpec.model_validate(w.spec))
         runner.start()
         runner.build()
-        runner.warmup()
-        w.serve({"trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})
+        w.serve({"warmup": runner.warmup, "trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})
 
     w.run(body)
 

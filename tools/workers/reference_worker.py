@@ -131,7 +131,9 @@ class ReferenceServer:
         self.task = load_task(self.w, self.spec.task_path)
         self.size = task_size.on_meta(self.task)
         if self.size is not None:
-            self.w.chan.send("sized", **self.size.model_dump())  # before allocating: the parent names it if memory runs out
+            # Before allocating: the parent names it if memory runs out, and sizes its shared holds of the GPU by it.
+            total = torch.cuda.get_device_properties(0).total_memory if self.cuda else None
+            self.w.chan.send("sized", **self.size.model_dump(), gpu_total_bytes=total)
             self._refuse_if_too_large(self.size)
         self.w.phase("build_reference")
         try:
