@@ -58,7 +58,7 @@ class CandidateRun:
         self.handle = WorkerHandle(
             "kernelfix.tools.workers.candidate_worker", spec.model_dump(), spec_path=workdir / "handoff" / "candidate.spec.json",
             cwd=workdir, env=sandboxing.env("candidate", workdir, ctx.device, ctx.gpu), limits=sandboxing.limits(c, lifetime),
-            isolation=iso, on_phase=on_phase, fork=c.fork_server,
+            isolation=iso, on_phase=on_phase, fork=c.fork_server, fork_kind=fork_kind(None if standby else candidate_path),
         )
         # Before the worker's clock starts: its dirs, the sandbox's GPU check (once per boot), its cgroup.
         self.setup_s = self.handle.child.t0 - t0
@@ -210,6 +210,17 @@ class CandidateRun:
         if out is not None:
             _write_log(self.workdir / "logs" / "candidate.log", self.handle.argv, out)
         return out
+
+
+def fork_kind(candidate_path: Path | None) -> str:
+    """Which fork server the worker starts from: the one that imported what the candidate's language needs."""
+    from kernelfix.sandbox.zygote import kind_for_candidate
+
+    try:
+        code = candidate_path.read_text(errors="replace") if candidate_path is not None else None
+    except OSError:
+        code = None
+    return kind_for_candidate(code)
 
 
 def _close(fd: int) -> None:

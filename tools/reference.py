@@ -121,7 +121,7 @@ class Reference:
         self._worker = WorkerHandle(
             "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
             env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
-            isolation=iso, on_phase=self._relay, fork=self.config.fork_server,
+            isolation=iso, on_phase=self._relay, fork=self.config.fork_server, fork_kind="reference",
         )
         deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
         try:

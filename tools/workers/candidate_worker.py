@@ -30,6 +30,7 @@ from typing import Any
 
 from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
+from kernelfix.tools.workers.import_hooks import after_import
 from kernelfix.tools.workers.child import Cuda, Worker, build_model, load_module, load_task, nbytes, perf_counter, seed_all, sync, to_device
 from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec
 
@@ -90,7 +91,7 @@ class CandidateRunner:
             from kernelfix.tools.legality.recorder import OpRecorder, mark_function_backward, suspend_in_triton
 
             self.recorder = OpRecorder()
-            suspend_in_triton(self.recorder)
+            after_import("triton", lambda _: suspend_in_triton(self.recorder))  # when a candidate imports it
             if self.spec.backward:
                 mark_function_backward(self.recorder)
         if self.spec.standby:
@@ -141,10 +142,15 @@ class CandidateRunner:
             return
         size = req.get("input_bytes")
         if size is None:
-            try:
+            from kernelfix.tools.task_size import without_dynamo
+
+            def on_meta() -> int:
                 seed_all(0)
                 with torch.device("meta"):  # shapes without memory
-                    size = nbytes(self.task.get_inputs())
+                    return nbytes(self.task.get_inputs())
+
+            try:
+                size = without_dynamo(on_meta)
             except Exception:
                 self.w.chan.send("warmed", id=rid, done=False, why="input sizes unknown")
                 return
@@ -334,10 +340,9 @@ def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
 
 def _watch_compilers(w: Worker) -> None:
     """Tell the judge while a compiler runs (an extension build, a Triton kernel's compilation):
-    a hang deadline counts only the time outside them; the compile limit counts all of it."""
+    a hang deadline counts only the time outside them; the compile limit counts all of it. Each
+    library is wrapped when imported (kernelfix.tools.workers.import_hooks)."""
     import functools
-
-    import torch.utils.cpp_extension as ce
 
     depth = 0
 
@@ -357,14 +362,20 @@ def _watch_compilers(w: Worker) -> None:
 
         return run
 
-    ce.load_inline = watched(ce.load_inline)
-    ce.load = watched(ce.load)
-    try:
-        import triton.compiler as tc
-        import triton.compiler.compiler as tcc
-    except ImportError:
-        return
-    tc.compile = tcc.compile = watched(tcc.compile)  # JITFunction imports it from triton.compiler when it binds
+    def cpp_extension(ce) -> None:
+        ce.load_inline = watched(ce.load_inline)
+        ce.load = watched(ce.load)
+
+    def triton_compiler(_) -> None:
+        try:
+            import triton.compiler as tc
+            import triton.compiler.compiler as tcc
+        except ImportError:
+            return
+        tc.compile = tcc.compile = watched(tcc.compile)  # JITFunction imports it from triton.compiler when it binds
+
+    after_import("torch.utils.cpp_extension", cpp_extension)
+    after_import("triton", triton_compiler)
 
 
 def main() -> None:

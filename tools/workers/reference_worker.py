@@ -171,10 +171,13 @@ class ReferenceServer:
         import torch
 
         found = {str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()} if hasattr(self.model, "parameters") else set()
-        try:
+        def inputs_on_meta() -> list:
             seed_all(0)
             with torch.device("meta"):
-                found |= {str(t.dtype).removeprefix("torch.") for _, t in leaves(self.task.get_inputs()) if isinstance(t, torch.Tensor) and t.is_floating_point()}
+                return leaves(self.task.get_inputs())
+
+        try:
+            found |= {str(t.dtype).removeprefix("torch.") for _, t in task_size.without_dynamo(inputs_on_meta) if isinstance(t, torch.Tensor) and t.is_floating_point()}
         except Exception:
             pass
         return sorted(found)
