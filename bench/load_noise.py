@@ -55,6 +55,14 @@ def _overlaps(holds: list[dict]) -> list[tuple[dict, dict]]:
     return out
 
 
+def correctness_only(judge, source: str):
+    """A verdict without the benchmark stage: compile, correctness, legality (the load holds the GPU shared only)."""
+    ev = judge.start(source)
+    for stage in (judge.compile, judge.correctness, judge.legality):
+        ev = stage(ev)
+    return judge.finish(ev)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -74,8 +82,8 @@ def main() -> int:
     t_start = time.time()
     first = target.evaluate(source)  # the baselines, the Triton build: measured once, outside the rounds
     print(f"target {task_path.stem} / {cand_path.name}: first verdict {first.category.value} in {time.time() - t_start:.1f} s", flush=True)
-    for t, (task, src) in zip(loads, LOAD):
-        v = loads[t].evaluate(src)  # each load task's reference and build, before the rounds
+    for task, src in LOAD:
+        v = correctness_only(loads[task], src)  # each load task's reference and build, before the rounds
         print(f"load {task}: {v.category.value}", flush=True)
 
     rows: list[dict] = []
@@ -101,10 +109,7 @@ def main() -> int:
         task, src = LOAD[k % len(LOAD)]
         j = loads[task]
         while not stop.is_set():
-            ev = j.start(src)
-            for stage in (j.compile, j.correctness, j.legality):
-                ev = stage(ev)
-            j.finish(ev)
+            correctness_only(j, src)
             with lock:
                 done["evals"] += 1
 
