@@ -1,6 +1,6 @@
 """A kernel's timing judged alone and judged while other judges run their correctness trials beside it.
 
-    python3 bench/load_noise.py --out OUT.json [--rounds 4] [--load 4] [--target TASK:CANDIDATE]
+    python3 bench/load_noise.py --out OUT.json [--rounds 3] [--load 4] [--target TASK:CANDIDATE]
 
 The GPU's lease holds timing exclusive and correctness shared (docs/judge.md, "Exclusive timing,
 shared correctness"): a timed run waits for the shared holders to drain and no new one starts until
@@ -66,7 +66,7 @@ def correctness_only(judge, source: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--load", type=int, default=4)
     ap.add_argument("--target", default=f"{KB / '88_MinGPTNewGelu.py'}:{CANDS / 'gelu_triton.py'}", metavar="TASK:CANDIDATE")
     args = ap.parse_args()

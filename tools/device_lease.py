@@ -1,30 +1,35 @@
-"""A GPU's lease across threads and processes: exclusive for what needs the GPU alone, shared for the rest.
+"""A GPU's lease across threads and processes: exclusive for what needs the GPU alone, shared for the
+rest, and room for each stage's memory.
 
-The judge takes the lease around every stage that runs on the GPU. What a result needs the GPU
-alone for (the candidate's timing, the reference's baseline timing, the profile) holds it
-**exclusive**: nothing else a judge runs is on the GPU meanwhile. What only needs room on it
-(correctness trials, warm-ups, the reference's survey) holds it **shared**, beside other shared
-holders, while their declared memory fits the GPU's budget.
+The judge takes the lease around everything it runs on the GPU. What a result needs the GPU alone
+for (the candidate's timing, the reference's baseline timing, the profile) holds it **exclusive**:
+nothing else a judge runs is on the GPU meanwhile. What only needs the GPU to run on (correctness
+trials, warm-ups, the reference's survey) holds it **shared**, beside other shared holds. Memory is
+a separate question: before a stage runs anything on the GPU it asks for **room**, its memory
+declared, and is given it while every stage's declaration fits the GPU's budget; it keeps the room
+for the whole stage (what it keeps between its holds, arenas and the reference's trials, stays
+counted) and takes the GPU's lock, shared or exclusive, for each piece of work inside it.
 
-The protocol (docs/judge.md, "Exclusive timing, shared correctness"), on three files beside each
-other in the lock dir, shared by every judge on the machine:
+The protocol (docs/judge.md, "Exclusive timing, shared correctness"), on files beside each other in
+the lock dir, shared by every judge on the machine:
 
 - ``gpu-<id>.lock``: ``flock`` ``LOCK_EX`` for an exclusive hold, ``LOCK_SH`` for a shared one. The
   kernel orders them and drops a dead holder's lock.
 - ``gpu-<id>.gate``: a turnstile (``LOCK_EX``, held briefly) every hold passes before it takes the
-  lock. An exclusive hold keeps the gate while it waits for the shared holders to drain, so no new
-  shared hold slips in ahead of it: timing is never starved by a stream of correctness runs. A shared
-  hold keeps it while it waits for room, so a large one is not starved by small ones either.
-- ``gpu-<id>.shared/<pid>-<lease>-<hold>-<bytes>``: one file per shared hold, the bytes it declared.
-  A shared hold is admitted when none is held, or when the declared bytes of those held and its own
-  fit the budget. Giving a hold back needs no gate (unlink, unlock), so a waiter always progresses; a
-  dead process's files are swept by whoever counts.
+  lock. An exclusive hold keeps the gate while it waits for the shared holds to drain, so no new
+  shared hold slips in ahead of it: timing is never starved by a stream of correctness trials.
+- ``gpu-<id>.rooms/<pid>-<judge>-<id>-<bytes>-<cache bytes>``: one ticket per stage with room. A stage
+  is given room when no ticket is there, or when all of them and its own fit the budget (a judge's
+  reference cache counted once, however many of its stages hold room). Its waiters queue on
+  ``gpu-<id>.room`` (``LOCK_EX`` while waiting), so a large stage is not starved by small ones; giving
+  room back needs no lock (unlink), so a waiter always progresses; a dead process's tickets are swept.
 
-``flock`` locks belong to an open file description: two threads of one process that each open the
-file exclude each other as two processes do. Each hold appends a line to ``gpu-<id>.log`` (pid,
-stage, mode, bytes, when it asked, got and gave back the GPU): a record of the queue that shows no
-exclusive hold overlapped another hold. Marks in ``gpu-<id>.wants`` say who asked for the GPU and has
-not given it back (docs/judge.md, "Many judges on one GPU").
+Order, everywhere: room first, then the GPU's lock, never a hold inside a hold. ``flock`` locks belong
+to an open file description: two threads of one process that each open the file exclude each other
+as two processes do. Each hold and each room appends a line to ``gpu-<id>.log`` (pid, stage, mode,
+when it asked, got and gave back): a record of the queue that shows no exclusive hold overlapped
+another hold. Marks in ``gpu-<id>.wants`` say who asked for the GPU and has not given it back
+(docs/judge.md, "Many judges on one GPU").
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOG_MAX_BYTES = 1 << 20  # the hold log starts over past this
-ROOM_POLL_S = 0.02  # how often a shared hold waiting for room counts again
+ROOM_POLL_S = 0.02  # how often a stage waiting for room counts again
 
 # Stages whose child runs code on the GPU. compile stays outside: it is CPU work (nvcc, ninja, Triton's parse).
 GPU_STAGES = frozenset({"reference", "correctness", "benchmark", "profile_ncu", "profile_torch"})
@@ -76,7 +81,8 @@ def visible_gpu() -> str:
 
 
 class DeviceLease:
-    """One GPU, queued on ``LOCK_DIR/gpu-<id>.lock``: exclusive holds alone, shared holds within a memory budget."""
+    """One GPU, queued on ``LOCK_DIR/gpu-<id>.lock``: exclusive holds alone, shared holds together; and room
+    for a stage's memory, within a budget (``room``)."""
 
     def __init__(self, lock_dir: Path, gpu: str):
         self.gpu = gpu
@@ -87,78 +93,103 @@ class DeviceLease:
         # One file per hold asked for and not yet given back: who else wants the GPU's memory now.
         self.wants = self.path.with_suffix(".wants")
         self.wants.mkdir(exist_ok=True)
-        # One file per shared hold, named with the bytes it declared: what the shared holders may use.
-        self.shared_dir = self.path.with_suffix(".shared")
-        self.shared_dir.mkdir(exist_ok=True)
+        # One ticket per stage given room, named with the bytes it declared; a lock file its waiters queue on.
+        self.rooms = self.path.with_suffix(".rooms")
+        self.rooms.mkdir(exist_ok=True)
+        self.room_queue = self.path.with_suffix(".room")
         self.token = uuid.uuid4().hex[:12]  # this lease's holder (a judge): several may share a process
 
     @contextmanager
-    def hold(self, what: str = "", *, shared: bool = False, need_bytes: int | None = None, budget_bytes: int | None = None) -> Iterator[None]:
-        """The GPU for the block: alone (the default), or ``shared`` with other shared holds while
-        their ``need_bytes`` and this one's fit ``budget_bytes``. A shared hold whose need or budget is
-        unknown (None) is admitted only when no other shared hold is held. Never nest two holds in one
-        thread: an exclusive hold waiting at the gate would wait for the outer one forever."""
-        hold_id = uuid.uuid4().hex[:12]
-        mark = self.wants / f"{os.getpid()}-{self.token}-{hold_id}"
-        try:
-            mark.touch()
-        except OSError:  # a courtesy to the other judges, like the log
-            pass
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        ticket: Path | None = None
-        try:
-            asked = time.time()
-            gate = os.open(self.gate, os.O_RDWR | os.O_CREAT, 0o666)
+    def hold(self, what: str = "", *, shared: bool = False) -> Iterator[None]:
+        """The GPU for the block: alone (the default: no other hold meanwhile), or ``shared`` with other
+        shared holds. Never nest two holds in one thread: an exclusive hold waiting at the gate would wait
+        for the outer one forever."""
+        with self._marked():
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             try:
-                fcntl.flock(gate, fcntl.LOCK_EX)  # waits in line; a signal handler that raises (Ctrl-C) ends the wait
-                if shared:
-                    need = self._wait_for_room(need_bytes, budget_bytes)
-                    fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for an exclusive hold taken before this one
-                    ticket = self.shared_dir / f"{os.getpid()}-{self.token}-{hold_id}-{'all' if need is None else need}"
-                    ticket.touch()
-                else:
-                    fcntl.flock(fd, fcntl.LOCK_EX)  # the shared holds drain; none starts meanwhile (the gate)
+                asked = time.time()
+                gate = os.open(self.gate, os.O_RDWR | os.O_CREAT, 0o666)
+                try:
+                    fcntl.flock(gate, fcntl.LOCK_EX)  # waits in line; a signal handler that raises (Ctrl-C) ends the wait
+                    # Shared: waits only for an exclusive hold taken before this one. Exclusive: the shared holds
+                    # drain, and none starts meanwhile (this one keeps the gate until it has the lock).
+                    fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                finally:
+                    os.close(gate)  # the turnstile: the next one in line may ask
+                got = time.time()
+                try:
+                    yield
+                finally:
+                    self._record({"what": what, "mode": "shared" if shared else "exclusive", "asked": asked, "got": got})
             finally:
-                os.close(gate)  # the turnstile: the next one in line may ask
+                os.close(fd)  # releases the lock
+
+    @contextmanager
+    def room(self, what: str, need_bytes: int | None, budget_bytes: int | None, *, cache_bytes: int = 0) -> Iterator[None]:
+        """Room on the GPU for a stage's memory: admitted when no other stage has room, or when what they
+        declared and ``need_bytes`` fit ``budget_bytes`` (an unknown need or budget: only alone). Of
+        ``need_bytes``, ``cache_bytes`` is what the judge's reference keeps across its stages: counted
+        once per judge (``token``), however many of its stages have room. Waiters queue in order, so a
+        large stage is not starved by small ones. Take it before the GPU's lock, never inside a hold."""
+        rid = uuid.uuid4().hex[:12]
+        known = need_bytes is not None and budget_bytes is not None
+        with self._marked():
+            asked = time.time()
+            queue = os.open(self.room_queue, os.O_RDWR | os.O_CREAT, 0o666)
+            ticket = self.rooms / (f"{os.getpid()}-{self.token}-{rid}-{need_bytes - cache_bytes}-{cache_bytes}" if known else f"{os.getpid()}-{self.token}-{rid}-all-0")
+            try:
+                fcntl.flock(queue, fcntl.LOCK_EX)
+                while not self._fits(need_bytes - cache_bytes if known else None, cache_bytes, budget_bytes):  # type: ignore[operator]
+                    time.sleep(ROOM_POLL_S)  # giving room back needs no lock: the holders leave on their own
+                ticket.touch()
+            finally:
+                os.close(queue)
             got = time.time()
             try:
                 yield
             finally:
-                self._record(what, asked, got, "shared" if shared else "exclusive", need_bytes)
-        finally:
-            if ticket is not None:
-                ticket.unlink(missing_ok=True)  # before the unlock: a waiter that counts now sees the room
-            os.close(fd)  # releases the lock
-            mark.unlink(missing_ok=True)
+                ticket.unlink(missing_ok=True)
+                self._record({"what": what, "mode": "room", "need_bytes": need_bytes, "asked": asked, "got": got})
 
-    def _wait_for_room(self, need_bytes: int | None, budget_bytes: int | None) -> int | None:
-        """Hold the gate until this shared hold fits beside the shared holds there are (or there are none);
-        the bytes it declares. An unknown need or budget counts as the whole GPU: such a hold shares with nobody."""
-        need = need_bytes if need_bytes is not None and budget_bytes is not None else None
-        while True:
-            held = self.shared_bytes()
-            if not held:
-                return need
-            if need is not None and None not in held and sum(held) + need <= (budget_bytes or 0):  # type: ignore[arg-type]
-                return need
-            time.sleep(ROOM_POLL_S)
+    def _fits(self, work: int | None, cache: int, budget: int | None) -> bool:
+        tickets = self.room_tickets()
+        if not tickets:
+            return True
+        if work is None or budget is None or any(w is None for _, w, _ in tickets):
+            return False
+        caches: dict[str, int] = {self.token: cache}
+        for token, _, c in tickets:
+            caches[token] = max(caches.get(token, 0), c)
+        return sum(w for _, w, _ in tickets) + work + sum(caches.values()) <= budget  # type: ignore[misc]
 
-    def shared_bytes(self) -> list[int | None]:
-        """The bytes each live shared hold declared (None: the whole GPU); a dead process's are swept."""
+    def room_tickets(self) -> list[tuple[str, int | None, int]]:
+        """(judge, working bytes or None for the whole GPU, cache bytes) of each stage with room; a dead process's are swept."""
         try:
-            names = os.listdir(self.shared_dir)
+            names = os.listdir(self.rooms)
         except OSError:
             return []
-        out: list[int | None] = []
+        out: list[tuple[str, int | None, int]] = []
         for name in names:
-            pid, _, _, nbytes = (name.split("-") + ["", "", "", ""])[:4]
+            pid, token, _, work, cache = (name.split("-") + [""] * 5)[:5]
             if not pid.isdigit():
                 continue
             if _alive(int(pid)):
-                out.append(int(nbytes) if nbytes.isdigit() else None)
+                out.append((token, int(work) if work.isdigit() else None, int(cache) if cache.isdigit() else 0))
             else:
-                (self.shared_dir / name).unlink(missing_ok=True)
+                (self.rooms / name).unlink(missing_ok=True)
         return out
+
+    @contextmanager
+    def _marked(self) -> Iterator[None]:
+        mark = self.wants / f"{os.getpid()}-{self.token}-{uuid.uuid4().hex[:12]}"
+        try:
+            mark.touch()
+        except OSError:  # a courtesy to the other judges, like the log
+            pass
+        try:
+            yield
+        finally:
+            mark.unlink(missing_ok=True)
 
     def others_want(self) -> bool:
         """Whether another judge (in this process or another) has asked for this GPU and not yet given
@@ -183,12 +214,9 @@ class DeviceLease:
         """A line in ``gpu-<id>.memory`` (not the hold log): GPU memory a judge gave back to the others."""
         self._write({"gpu": self.gpu, "pid": os.getpid(), "at": round(time.time(), 4), **entry}, self.path.with_suffix(".memory"))
 
-    def _record(self, what: str, asked: float, got: float, mode: str, need_bytes: int | None) -> None:
-        entry = {"gpu": self.gpu, "pid": os.getpid(), "what": what, "mode": mode, "asked": round(asked, 4), "got": round(got, 4),
-                 "released": round(time.time(), 4)}
-        if mode == "shared":
-            entry["need_bytes"] = need_bytes
-        self._write(entry)
+    def _record(self, entry: dict) -> None:
+        self._write({"gpu": self.gpu, "pid": os.getpid(), **{k: round(v, 4) if isinstance(v, float) else v for k, v in entry.items()},
+                     "released": round(time.time(), 4)})
 
     def _write(self, entry: dict, log: Path | None = None) -> None:
         log = log or self.log
@@ -201,9 +229,9 @@ class DeviceLease:
 
 
 def exclusive_overlaps(holds: list[dict]) -> list[tuple[dict, dict]]:
-    """Pairs of holds from a hold log where an exclusive one overlapped another hold (must be none)."""
+    """Pairs of holds from a hold log where an exclusive one overlapped another hold (must be none); room is not a hold."""
     out = []
-    spans = sorted(holds, key=lambda h: h["got"])
+    spans = sorted((h for h in holds if h.get("mode") != "room"), key=lambda h: h["got"])
     for i, a in enumerate(spans):
         for b in spans[i + 1:]:
             if b["got"] >= a["released"] - 1e-3:

@@ -1,18 +1,23 @@
-"""How much of the GPU a shared hold of the lease declares, and how much all of them may declare together.
+"""How much of the GPU's memory a stage declares when it asks for room, and how much all may declare together.
 
-A shared hold (correctness trials, a warm-up, the reference's survey: tools/device_lease.py) runs
-beside others while their declared bytes fit the budget. The declaration is an upper estimate from
+A GPU stage (correctness, the benchmark, the reference's survey and baselines) asks for room before it
+runs anything on the GPU (tools/device_lease.py) and is given it while every stage's declared bytes
+fit the budget; it keeps it for the whole stage. The declaration is an upper estimate from
 what the judge knows before anything runs: one trial's inputs and outputs, counted on the meta
 device (tools/task_size.py), and what the reference keeps. Too high only costs sharing; too low
 could cost an ``infra:gpu_busy`` (retried, never the candidate's: tools/classify.py's OOM-owner
 rule), so each term errs high.
 
-During a correctness trial the GPU holds, at most (docs/judge.md, "Memory"): in the reference
-worker the trial's inputs, its output, the float64 output (twice the output's bytes), the input
-and the output arena, the comparison's chunked float64 temporaries; in the candidate's worker its
-output and whatever forward allocates beside it (counted as one more output); and the trials the
-reference caches for later candidates (``reference_cache_gb`` at most). Under ``--backward`` a trial
-carries gradients and a cotangent of the same sizes again, and autograd's saved tensors: twice.
+During a correctness stage the GPU holds, at most (docs/judge.md, "Memory"): in the reference
+worker the trial's inputs and output, its float64 inputs and output while they are computed, the
+input and the output arena, the first trial's input arena (kept for the in-place check), the
+comparison's chunked float64 temporaries; in the candidate's worker its output and whatever forward
+allocates beside it (counted as one more output); and the trials the reference caches for later
+candidates (``reference_cache_gb`` at most, one cache per judge however many of its stages run).
+Under ``--backward`` a trial carries gradients and a cotangent of the same sizes again, and
+autograd's saved tensors: twice. 23_Softmax's 12 GiB trials declare 66.5 GiB: no other stage has
+room beside its stages on an 80 GB GPU. On the H100 a first version that declared one trial at a
+time let a second stage in beside Softmax's leftovers, and the GPU ran out (docs/judge.md).
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ def budget(gpu_props: dict | None) -> int | None:
 
 
 def trial_working_set(size: TaskSize, config: JudgeConfig) -> int:
-    """One trial in flight: both workers' tensors for it, as the module's docstring counts them."""
-    out64 = 2 * size.output_bytes if config.float64_reference else 0
-    one = 2 * size.input_bytes + 4 * size.output_bytes + out64 + COMPARE_BYTES
+    """One evaluation's stage in flight, as the module's docstring counts it: the trial's inputs three
+    times (the reference's, the arena, the first trial's arena kept for the in-place check), its output
+    four times (the reference's, the arena, the candidate's and what forward allocates beside it), the
+    float64 reference's inputs and output while it is computed, the comparison's chunks."""
+    float64 = 2 * size.trial_bytes if config.float64_reference else 0
+    one = 3 * size.input_bytes + 4 * size.output_bytes + float64 + COMPARE_BYTES
     return 2 * one if config.backward else one
 
 
@@ -47,16 +55,10 @@ def reference_cache(size: TaskSize, config: JudgeConfig, trials: int) -> int:
     return 0 if per > cap else min(cap, trials * per)
 
 
-def correctness_need(size: TaskSize | None, config: JudgeConfig, trials: int) -> int | None:
-    """A correctness stage's (or the reference's survey's) declaration; None when the size is unknown."""
+def stage_need(size: TaskSize | None, config: JudgeConfig, trials: int) -> tuple[int, int] | None:
+    """A GPU stage's declaration (correctness, the benchmark, the reference's survey): (bytes in all, of which
+    the reference's cache); None when the size is unknown (the stage then has the GPU's memory to itself)."""
     if size is None:
         return None
-    return trial_working_set(size, config) + reference_cache(size, config, trials)
-
-
-def warmup_need(size: TaskSize | None, config: JudgeConfig) -> int | None:
-    """A candidate's warm-up: inputs of its own, its output and what forward allocates beside it."""
-    if size is None:
-        return None
-    one = size.input_bytes + 2 * size.output_bytes + COMPARE_BYTES // 2
-    return 2 * one if config.backward else one
+    cache = reference_cache(size, config, trials)
+    return trial_working_set(size, config) + cache, cache

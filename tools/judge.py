@@ -110,8 +110,8 @@ class Judge:
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
         self._holding = 0  # GPU leases this judge's threads hold now
-        self._busy = 0  # GPU stages of this judge in progress (Judge.busy)
-        self._budget: int | None = None  # what shared holds may declare on this GPU (tools/gpu_room.py)
+        self._busy = 0  # GPU stages of this judge with room on the GPU (Judge.room)
+        self._budget: int | None = None  # what the stages with room may declare on this GPU (tools/gpu_room.py)
         self._last_held = time.monotonic()
         self._holding_lock = threading.Lock()
         self._yielder: threading.Thread | None = None
@@ -146,7 +146,7 @@ class Judge:
     def _context_fields(self) -> dict[str, object]:
         return dict(
             task=self.task, config=self.config, device=self.device, gpu=self.gpu, seed=self.seed, root=self.root, private=self._private,
-            task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, note_sandbox=self._note_sandbox,
+            task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, room=self.room, note_sandbox=self._note_sandbox,
             trial_bytes=self._trial_bytes,
         )
 
@@ -158,27 +158,22 @@ class Judge:
         """What a stage gets of this judge; built for each stage, so it sees the judge's config as it is then."""
         return StageContext(
             **self._context_fields(), allowed_ops=self.allowed_ops, ref=self.ref, reference=self.reference, run_for=self.run_for,
-            release=self.release, busy=self.busy,
+            release=self.release,
         )
 
-    def lease(self, what: str, *, shared: bool = False, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
-        """The GPU for a stage that runs on it (tools/device_lease.py): alone, for what a result needs it
-        alone for (timing, the profile, the baselines' timing); or ``shared`` with other judges'
-        correctness trials and warm-ups while what they declare fits the GPU's memory budget
-        (``need_bytes``: this hold's declaration; default a correctness stage's, tools/gpu_room.py)."""
+    def lease(self, what: str, *, shared: bool = False) -> contextlib.AbstractContextManager:
+        """The GPU's lock for a piece of work on it (tools/device_lease.py): alone, for what a result needs it
+        alone for (timing, the profile, the baselines' timing), or ``shared`` beside other judges' correctness
+        trials and warm-ups. Inside ``room``, never inside another hold."""
         if self._lease is None:
             return contextlib.nullcontext()
-        return self._held(what, shared, need_bytes)
+        return self._held(what, shared)
 
     @contextlib.contextmanager
-    def _held(self, what: str, shared: bool, need_bytes: int | None):
+    def _held(self, what: str, shared: bool):
         assert self._lease is not None
         self._start_yielding()
-        budget = need = None
-        if shared:
-            need = need_bytes if need_bytes is not None else self.shared_need()
-            budget = self.gpu_budget()
-        with self._lease.hold(f"{self.task.name} {what}", shared=shared, need_bytes=need, budget_bytes=budget):
+        with self._lease.hold(f"{self.task.name} {what}", shared=shared):
             with self._holding_lock:
                 self._holding += 1
             try:
@@ -188,18 +183,32 @@ class Judge:
                     self._holding -= 1
                     self._last_held = time.monotonic()
 
+    def room(self, what: str, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
+        """Room on the GPU for a stage's memory, for the whole stage (tools/device_lease.py): given while
+        every stage's declaration fits the GPU's budget (tools/gpu_room.py). ``need_bytes``: this stage's
+        declaration (a warm-up's); default a GPU stage's of this task, its reference's cache included.
+        Meanwhile this judge keeps what its reference caches. Take it before the GPU's lock."""
+        if self._lease is None:
+            return contextlib.nullcontext()
+        return self._roomed(what, need_bytes)
+
     @contextlib.contextmanager
-    def busy(self):
-        """A GPU stage in progress, between its holds of the lease (a correctness stage holds it per trial):
-        meanwhile this judge does not give back what its reference caches for the stage's next trial."""
-        with self._holding_lock:
-            self._busy += 1
-        try:
-            yield
-        finally:
+    def _roomed(self, what: str, need_bytes: int | None):
+        assert self._lease is not None
+        self._start_yielding()
+        cache = 0
+        if need_bytes is None:
+            need = gpu_room.stage_need(self.task_size(), self.config, len(self.ref.trials))
+            need_bytes, cache = need if need is not None else (None, 0)
+        with self._lease.room(f"{self.task.name} {what}", need_bytes, self.gpu_budget(), cache_bytes=cache):
             with self._holding_lock:
-                self._busy -= 1
-                self._last_held = time.monotonic()
+                self._busy += 1
+            try:
+                yield
+            finally:
+                with self._holding_lock:
+                    self._busy -= 1
+                    self._last_held = time.monotonic()
 
     def task_size(self) -> "TaskSize | None":
         """One trial's inputs and outputs: counted on the meta device, else as the reference's trials showed them."""
@@ -208,12 +217,8 @@ class Judge:
             size = TaskSize(input_bytes=self.ref.input_bytes, output_bytes=self.ref.output_bytes)
         return size
 
-    def shared_need(self) -> int | None:
-        """What a correctness stage of this task declares when it shares the GPU; None: unknown (it shares with nobody)."""
-        return gpu_room.correctness_need(self.task_size(), self.config, len(self.ref.trials))
-
     def gpu_budget(self) -> int | None:
-        """What shared holds on this GPU may declare together, once the reference has said the GPU's size."""
+        """What the stages with room on this GPU may declare together, once the reference has said the GPU's size."""
         if self._budget is None:
             props = self.ref.ready.gpu_props if self.ref.ready is not None else {"total_memory": self.ref.gpu_total_bytes}
             self._budget = gpu_room.budget(props)

@@ -7,7 +7,6 @@ judge's but this, and import nothing of it (tests/test_module_layout.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from kernelfix.tools.candidate_run import CandidateRun
@@ -23,5 +22,3 @@ class StageContext(WorkerContext):
     reference: Callable[[EventSink | None], Reference]  # the reference started and ready (Judge.reference)
     run_for: Callable[[Evaluation, EventSink | None], CandidateRun]  # the evaluation's candidate worker (Judge.run_for)
     release: Callable[[Evaluation], None]  # end the evaluation's worker (Judge.release)
-    # A GPU stage in progress between its holds of the lease: the judge keeps its reference's cached trials (Judge.busy)
-    busy: Callable[[], AbstractContextManager]

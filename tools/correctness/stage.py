@@ -65,7 +65,7 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
         return fail_from(run, ev, "correctness", e)
     t2 = time.monotonic()
     try:
-        with ctx.busy():
+        with ctx.room("correctness"):  # its memory, counted for the whole stage; the GPU's lock per trial
             stale = _trials(ctx, ev, run, report, on_event)
     except WorkerGone as e:
         return fail_from(run, ev, "correctness", e)
@@ -150,8 +150,8 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
 
 @contextlib.contextmanager
 def shared_hold(ctx: StageContext, ev: Evaluation, stage: str, what: str | None = None) -> Iterator[None]:
-    """A shared hold of the GPU (tools/device_lease.py) for one piece of a stage; the time waited for it
-    goes to the breakdown's ``<stage>.lease_wait``."""
+    """The GPU's lock, shared (tools/device_lease.py), for one piece of a stage that has room; the time
+    waited for it goes to the breakdown's ``<stage>.lease_wait``."""
     t0 = time.monotonic()
     with ctx.lease(what or stage, shared=True):
         key = f"{stage}.lease_wait"

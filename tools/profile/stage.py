@@ -53,7 +53,7 @@ def _child(ctx: StageContext, ev: Evaluation, stage: str, spec: dict[str, Any], 
         "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
     )
     argv = [*wrap, sys.executable, "-m", "kernelfix.tools.profile.target", str(spec_path)]
-    with ctx.lease(stage):
+    with ctx.room(stage), ctx.lease(stage):  # the GPU alone: ncu's replays time each kernel
         outcome = run_child(argv, cwd=wd, env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu), limits=sandboxing.limits(ctx.config, timeout_s), isolation=iso, authenticate=True)
     notes = [*outcome.sandbox_notes, *([note] if note else [])]
     ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]

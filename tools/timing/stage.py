@@ -81,7 +81,7 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
     outs: list[int] = []
     t1 = time.monotonic()
     try:
-        with ctx.busy():
+        with ctx.room("benchmark"):
             # The GPU alone only for the timed calls: the trial's inputs and the fresh-contents check share it.
             with shared_hold(ctx, ev, "benchmark", "benchmark inputs"):
                 p, fds = ref.prepare(timing_trial, owner=ev.id)

@@ -111,7 +111,7 @@ class ReferenceServer:
         self.plans: dict[int, TrialPlan] = {}
         self.slots: dict[int, _Slot] = {}
         self.outs: dict[int, _Out] = {}
-        self._ids = 0
+        self._ids = spec.id_base
         self.on_device = spec.inputs_on_device and self.cuda
         self.draw_note: str | None = None
 
@@ -485,6 +485,8 @@ class ReferenceServer:
                 if report.ok and data.grads is not None:
                     report = self._check_grads(plan, data, got, cand_grads, report)
             except Exception as e:  # a malformed skeleton, or values that never arrived
+                if _oom(e):  # the judge's own comparison met a full GPU: the machine's fault, never the candidate's
+                    raise
                 report = TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.OUTPUT_STRUCTURE, problem=f"output could not be read ({short(e)})")
         if data.out64 is not None and cand is not None:
             report = report.model_copy(update={"error_vs_float64": relative_error(data.out64, cand), "reference_error_vs_float64": data.noise})
