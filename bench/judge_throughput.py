@@ -53,8 +53,11 @@ def _mix(n: int) -> list[tuple[str, str, str]]:
 
 def lease_use(holds: list[dict]) -> dict:
     """From a hold log: seconds any hold was held (busy), exclusive and shared seconds, seconds with two or
-    more shared holds at once, and exclusive holds that overlapped another hold (must be 0)."""
+    more shared holds at once, exclusive holds that overlapped another hold (must be 0), and the seconds
+    stages waited for room for their memory."""
     mode = lambda h: h.get("mode", "exclusive")  # noqa: E731  (an older judge's log: every hold exclusive)
+    rooms = [h for h in holds if mode(h) == "room"]  # room for a stage's memory: not a hold of the GPU
+    holds = [h for h in holds if mode(h) != "room"]
     events = sorted([(h["got"], 1, mode(h)) for h in holds] + [(h["released"], -1, mode(h)) for h in holds])
     busy = together = 0.0
     live = {"exclusive": 0, "shared": 0}
@@ -80,6 +83,7 @@ def lease_use(holds: list[dict]) -> dict:
         "shared_s": round(sum(h["released"] - h["got"] for h in holds if mode(h) == "shared"), 1),
         "shared_together_s": round(together, 1),
         "exclusive_overlaps": bad,
+        "room_wait_s": round(sum(h["got"] - h["asked"] for h in rooms), 1),
     }
 
 

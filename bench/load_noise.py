@@ -45,7 +45,7 @@ LOAD = [  # (task, candidate source): correctness work of several sizes, none of
 def _overlaps(holds: list[dict]) -> list[tuple[dict, dict]]:
     """Exclusive holds beside any other hold (kept here so that the bench reads an older judge's log too)."""
     out = []
-    spans = sorted(holds, key=lambda h: h["got"])
+    spans = sorted((h for h in holds if h.get("mode") != "room"), key=lambda h: h["got"])
     for i, a in enumerate(spans):
         for b in spans[i + 1:]:
             if b["got"] >= a["released"] - 1e-3:
