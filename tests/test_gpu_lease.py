@@ -229,3 +229,19 @@ def test_judges_on_one_gpu_share_correctness_and_time_alone(tmp_path):
     modes = {(h["what"].split(" ", 1)[1], h["mode"]) for h in holds if h["what"].startswith("relu ")}
     assert {("correctness", "shared"), ("benchmark", "exclusive"), ("benchmark inputs", "shared"), ("correctness", "room")} <= modes, modes
     assert not exclusive_overlaps(holds)
+
+
+def test_candidates_cannot_see_the_lease(tmp_path, monkeypatch):
+    """flock needs no write access: a candidate that could open the lock file could hold it and stall every
+    judge's GPU work. Its sandbox hides the lock dir, unless $KERNELFIX_LOCKS holds the candidate's own dirs."""
+    from kernelfix.tools.config import JudgeConfig
+    from kernelfix.tools.workers import sandboxing
+
+    monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KERNELFIX_LOCKS", str(tmp_path / "locks"))
+    args = dict(workdir=tmp_path / "eval", private=tmp_path / "private", siblings=[], credentials=[], device="cpu")
+    iso, _ = sandboxing.isolation("candidate", JudgeConfig(device="cpu"), **args)
+    assert str((tmp_path / "locks").resolve()) in iso.hidden
+    monkeypatch.setenv("KERNELFIX_LOCKS", str(tmp_path))  # the eval's own dirs are under it: hiding it would hide them
+    iso, _ = sandboxing.isolation("candidate", JudgeConfig(device="cpu"), **args)
+    assert str(tmp_path.resolve()) not in iso.hidden
