@@ -186,7 +186,7 @@ class Judge:
     def room(self, what: str, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
         """Room on the GPU for a stage's memory, for the whole stage (tools/device_lease.py): given while
         every stage's declaration fits the GPU's budget (tools/gpu_room.py). ``need_bytes``: this stage's
-        declaration (a warm-up's); default a GPU stage's of this task, its reference's cache included.
+        declaration (determinism's two trials); default a GPU stage's of this task, its reference's cache included.
         Meanwhile this judge keeps what its reference caches. Take it before the GPU's lock."""
         if self._lease is None:
             return contextlib.nullcontext()
