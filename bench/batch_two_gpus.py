@@ -109,11 +109,13 @@ def jobs(out: Path) -> dict[str, dict]:
 
 
 def lease_summary(holds: dict[str, list[dict]]) -> dict:
-    """Per GPU: holds, overlaps within it (two stages on one GPU at once: must be 0); and the seconds when every GPU held its lease."""
+    """Per GPU: holds, overlaps within it (an exclusive hold, timing, beside another hold on one GPU: must be 0;
+    shared holds, correctness trials, may overlap each other); and the seconds when every GPU held its lease."""
     per_gpu = {}
     for gpu, hs in holds.items():
         hs = sorted(hs, key=lambda h: h["got"])
-        overlaps = sum(b["got"] < a["released"] for a, b in zip(hs, hs[1:]))
+        exclusive = [h for h in hs if h.get("mode", "exclusive") == "exclusive"]
+        overlaps = sum(1 for x in exclusive for y in hs if y is not x and y["got"] < x["released"] and x["got"] < y["released"])
         per_gpu[gpu] = {"holds": len(hs), "overlaps": overlaps, "held_s": round(sum(h["released"] - h["got"] for h in hs), 1),
                         "pids": len({h["pid"] for h in hs})}
     together = 0.0

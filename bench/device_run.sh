@@ -44,6 +44,10 @@ for step in "$@"; do
     latency) [ -d .oldjudge ] && python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --upgrade --target /tmp/oldkf .oldjudge >/dev/null && LATENCY_ARGS="$LATENCY_ARGS --old-judge /tmp/oldkf"
       python3 -P bench/judge_latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.log" ;;
     throughput) python3 -P bench/judge_throughput.py --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" ;;
+    throughput-old) # issue 33: the landed code (old-install) on the same bench, for the ratio
+      PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/judge_throughput.py --label landed --out "$OUT/throughput_old.json" 2>&1 | tee "$OUT/throughput_old.log" ;;
+    load-noise) python3 -P bench/load_noise.py --out "$OUT/load_noise.json" ${NOISE_ARGS:-} 2>&1 | tee "$OUT/load_noise.log" ;;
+    gpu-lease) python3 -P -m pytest -m gpu -q -rfE -p no:cacheprovider -o addopts="" --timeout 300 tests/test_gpu_lease.py 2>&1 | tee "$OUT/gpu_lease.log" | tail -5 ;;
     baseline:*) [ -f .kb/baseline.json ] && cp .kb/baseline.json "$OUT/baseline.json"  # an earlier call's rows, carried back in: resume
       python3 -P -m kernelfix baseline ${step#baseline:} --out "$OUT/baseline.json" --kernelbench-times .kb/baseline_time_torch.json --workers ${BASELINE_WORKERS:-4} > "$OUT/baseline.log" 2>&1; tail -60 "$OUT/baseline.log" ;;
     backward-sweep) # issue 25: which level 1-2 tasks have a backward, eager and torch.compile fwd / fwd+bwd; then the backward GPU tests

@@ -7,9 +7,12 @@ its own, over a mixed list of candidates for three KernelBench level-1 tasks at 
 published sizes (88_MinGPTNewGelu, 1_Square_matrix_multiplication_, 23_Softmax): correct
 Triton kernels of several block sizes (each a new Triton build), a correct CUDA kernel,
 wrong ones, ones that do not compile, ones that call torch. One judge per task, as one
-session per task would have. Builds and warm-ups run on the CPU cores outside the GPU
-lease; every GPU stage holds it. The GPU's busy fraction is the lease's held time over
-the wall time, from its hold log.
+session per task would have. Builds run on the CPU cores outside the GPU lease; timing
+holds it exclusive, correctness trials and warm-ups shared (docs/judge.md). From the
+lease's hold log: the GPU's busy fraction (the time any hold was held, over the wall
+time), the exclusive and the shared seconds, the seconds two or more shared holds ran at
+once, and the exclusive holds that overlapped any other hold (must be 0). The log of an
+older judge (no modes) reads as all exclusive. ``--label`` names the run in the output.
 """
 
 from __future__ import annotations
@@ -48,11 +51,59 @@ def _mix(n: int) -> list[tuple[str, str, str]]:
     return out
 
 
+def lease_use(holds: list[dict]) -> dict:
+    """From a hold log: seconds any hold was held (busy), exclusive and shared seconds, seconds with two or
+    more shared holds at once, exclusive holds that overlapped another hold (must be 0), and the seconds
+    stages waited for room for their memory."""
+    mode = lambda h: h.get("mode", "exclusive")  # noqa: E731  (an older judge's log: every hold exclusive)
+    rooms = [h for h in holds if mode(h) == "room"]  # room for a stage's memory: not a hold of the GPU
+    holds = [h for h in holds if mode(h) != "room"]
+    events = sorted([(h["got"], 1, mode(h)) for h in holds] + [(h["released"], -1, mode(h)) for h in holds])
+    busy = together = 0.0
+    live = {"exclusive": 0, "shared": 0}
+    last = None
+    for t, step, m in events:
+        if last is not None:
+            if live["exclusive"] or live["shared"]:
+                busy += t - last
+            if live["shared"] >= 2:
+                together += t - last
+        live[m] += step
+        last = t
+    spans = sorted(holds, key=lambda h: h["got"])
+    bad = 0
+    for i, a in enumerate(spans):
+        for b in spans[i + 1:]:
+            if b["got"] >= a["released"] - 1e-3:
+                break
+            bad += mode(a) == "exclusive" or mode(b) == "exclusive"
+    return {
+        "busy_s": round(busy, 1),
+        "exclusive_s": round(sum(h["released"] - h["got"] for h in holds if mode(h) == "exclusive"), 1),
+        "shared_s": round(sum(h["released"] - h["got"] for h in holds if mode(h) == "shared"), 1),
+        "shared_together_s": round(together, 1),
+        "exclusive_overlaps": bad,
+        "room_wait_s": round(sum(h["got"] - h["asked"] for h in rooms), 1),
+    }
+
+
+def _stage_sums(rows: list[dict]) -> dict:
+    """Per task, the seconds of each breakdown key summed over its verdicts: where the time went."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        sums = out.setdefault(r["task"], {})
+        for k, v in {**{f"stage.{k}": v for k, v in (r.get("stage_seconds") or {}).items()}, **(r.get("breakdown") or {})}.items():
+            if isinstance(v, (int, float)):
+                sums[k] = round(sums.get(k, 0.0) + v, 2)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--candidates", type=int, default=24)
+    ap.add_argument("--label", default="")
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-throughput-cache-"))
     import torch
@@ -96,14 +147,15 @@ def main() -> int:
     for log in lock_root().glob("gpu-*.log"):
         holds += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     holds = [h for h in holds if h["got"] >= t_start]
-    held = sum(h["released"] - h["got"] for h in holds)
-    overlap = sum(1 for a, b in zip(sorted(holds, key=lambda h: h["got"]), sorted(holds, key=lambda h: h["got"])[1:]) if b["got"] < a["released"] - 1e-3)
+    use = lease_use(holds)
     per = [r["seconds"] for r in rows]
     summary = {
+        "label": args.label, "gpu": gpu,
         "candidates": len(rows), "workers": args.workers, "wall_s": round(wall, 1), "verdicts_per_hour": round(3600 * len(rows) / wall),
-        "seconds_per_verdict": round(wall / len(rows), 2), "gpu_busy_fraction": round(held / wall, 3), "gpu_holds": len(holds),
-        "overlapping_holds": overlap, "median_latency_s": statistics.median(per), "max_latency_s": max(per),
+        "seconds_per_verdict": round(wall / len(rows), 2), "gpu_busy_fraction": round(use["busy_s"] / wall, 3), "gpu_holds": len(holds),
+        **use, "median_latency_s": statistics.median(per), "max_latency_s": max(per),
         "categories": {c: sum(r["category"] == c for r in rows) for c in sorted({r["category"] for r in rows})},
+        "breakdown_s": _stage_sums(rows),
     }
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": sorted(rows, key=lambda r: r["i"]), "holds": holds}, indent=2))
     print(json.dumps(summary, indent=2))

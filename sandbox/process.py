@@ -275,9 +275,11 @@ class Child:
         requests: bool = False,
         poll_s: float = 0.05,
         fork: bool = False,
+        fork_kind: str = "all",
     ):
         self.argv = list(argv)
         self.forked = False  # started by the fork server (``fork``: when argv is ``python -m MODULE ...`` or ``-c CODE``)
+        # ``fork_kind``: which fork server (zygote.PRELOADS: what it imported ahead for this kind of worker)
         self.limits = limits
         self.isolation = isolation or Isolation.off()
         self.poll_s = poll_s
@@ -324,7 +326,7 @@ class Child:
         self._oom_at_start = _oom_kills()
         if fork and zygote.runnable(self.argv[1:]):
             try:
-                z = zygote.for_env(self.argv[0], env, _import_path(), _spawn)
+                z = zygote.for_env(self.argv[0], env, _import_path(), _spawn, fork_kind)
                 self.proc = z.fork(self.argv[1:], env=env, cwd=str(cwd), launcher_spec=spec, fds=inherit, token=bool(token))
                 self.forked = True
             except zygote.ZygoteError as e:
@@ -543,6 +545,12 @@ class Child:
             if why is not None:
                 self.kill(deadline=why[0], hung=why[1])
                 return None, since
+
+
+def start_fork_server(env: dict[str, str], kind: str) -> None:
+    """Start now the fork server that a ``python -m`` worker of ``kind`` with this environment will fork
+    from (zygote.PRELOADS): its imports overlap whatever the caller does before the first fork."""
+    zygote.for_env(sys.executable, env, _import_path(), _spawn, kind)
 
 
 def run_child(

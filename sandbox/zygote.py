@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -58,20 +59,31 @@ log = logging.getLogger(__name__)
 LATE_ENV = frozenset(
     {"HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", MSG_FD_ENV, REQUEST_FD_ENV}
 )
-# What the workers import. The modules a command runs are imported for their imports, then
-# dropped from sys.modules, so ``python -m`` semantics (a fresh ``__main__``) hold in the child.
-PRELOAD = (
-    "numpy",
-    "torch",
-    "torch._dynamo",  # the meta device's decompositions import it at their first call (~1 s; task_size.on_meta)
-    "torch.utils.cpp_extension",
-    "torch.utils.flop_counter",  # the reference's FLOPs, for the task's floor (task_size.flops_on_meta)
-    "triton",
-    "triton.language",
-    "triton.compiler",
-    "kernelfix.tools.workers.candidate_worker",
-    "kernelfix.tools.workers.reference_worker",
-)
+# What the workers import, by the kind of worker a fork server serves: each kind imports only what
+# its workers need (a Triton candidate needs Triton, not the C++ extension machinery; a CUDA one the
+# reverse; the reference neither, but torch._dynamo), so the fork server a worker waits for is ready
+# sooner, and a judge's reference and candidate fork servers import side by side. A module left out
+# is imported by the worker that needs it. The modules a command runs are imported for their
+# imports, then dropped from sys.modules, so ``python -m`` semantics (a fresh ``__main__``) hold.
+_BASE = ("numpy", "torch")
+_TRITON = ("triton", "triton.language", "triton.compiler")
+_CPP = ("torch.utils.cpp_extension",)
+_CANDIDATE = ("kernelfix.tools.workers.candidate_worker",)
+PRELOADS: dict[str, tuple[str, ...]] = {
+    # Not torch._dynamo (1-3 s): the meta device's counts do without it (task_size.without_dynamo), and
+    # torch.compile imports it when a baseline is measured, once per task and machine (then cached on disk).
+    "reference": (
+        *_BASE,
+        "torch.utils.flop_counter",  # the reference's FLOPs, for the task's floor (task_size.flops_on_meta)
+        "kernelfix.tools.workers.reference_worker",
+    ),
+    "triton": (*_BASE, *_TRITON, *_CANDIDATE),
+    "cuda": (*_BASE, *_CPP, *_CANDIDATE),
+    "torch": (*_BASE, *_CANDIDATE),  # a candidate in plain torch (the judge will say which ops it may not use)
+    "candidate": (*_BASE, *_CPP, *_TRITON, *_CANDIDATE),  # one not seen yet (started ahead) or using both
+}
+PRELOAD = tuple(dict.fromkeys(m for kind in PRELOADS.values() for m in kind))  # "all": any other command
+PRELOADS["all"] = PRELOAD
 RUN_MODULES = ("kernelfix.tools.workers.candidate_worker", "kernelfix.tools.workers.reference_worker")
 START_TIMEOUT_S = 120.0  # the zygote's own imports, on a loaded machine
 
@@ -115,7 +127,7 @@ class ForkedProcess:
 class Zygote:
     """One fork server, for one interpreter and one environment (outside ``LATE_ENV``)."""
 
-    def __init__(self, python: str, env: dict[str, str], import_path: Sequence[str], cwd: str, spawn) -> None:
+    def __init__(self, python: str, env: dict[str, str], import_path: Sequence[str], cwd: str, spawn, preload: Sequence[str] = PRELOAD) -> None:
         self.python = python
         self.error: str | None = None
         self.ready = threading.Event()
@@ -128,7 +140,7 @@ class Zygote:
         self.t0 = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.set_inheritable(True)
-        boot = _boot(theirs.fileno(), os.getpid(), PRELOAD, RUN_MODULES, import_path, skip=())
+        boot = _boot(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=())
         try:
             self.proc = spawn(
                 [python, "-c", boot], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -278,20 +290,30 @@ _zygotes: dict[tuple, Zygote] = {}
 _zlock = threading.Lock()
 
 
-def key(python: str, env: dict[str, str]) -> tuple:
-    return (python, tuple(sorted((k, v) for k, v in env.items() if k not in LATE_ENV)))
+def key(python: str, env: dict[str, str], kind: str = "all") -> tuple:
+    return (python, kind, tuple(sorted((k, v) for k, v in env.items() if k not in LATE_ENV)))
 
 
-def for_env(python: str, env: dict[str, str], import_path: Sequence[str], spawn) -> Zygote:
-    """This process's zygote for ``env`` (started on first use; a dead one is replaced)."""
-    k = key(python, env)
+def kind_for_candidate(code: str | None) -> str:
+    """The fork server a candidate's worker starts from, by what its source uses (only a choice of what
+    is imported ahead: a module it uses and the kind leaves out, the worker imports itself)."""
+    if code is None:
+        return "candidate"  # started ahead, before the candidate exists
+    triton = re.search(r"\btriton\b", code) is not None
+    cpp = re.search(r"\bload_inline\b|\bcpp_extension\b|__global__", code) is not None  # as tools/candidate.py tells CUDA
+    return "candidate" if triton and cpp else "triton" if triton else "cuda" if cpp else "torch"
+
+
+def for_env(python: str, env: dict[str, str], import_path: Sequence[str], spawn, kind: str = "all") -> Zygote:
+    """This process's zygote of ``kind`` (PRELOADS) for ``env`` (started on first use; a dead one is replaced)."""
+    k = key(python, env, kind)
     with _zlock:
         z = _zygotes.get(k)
         if z is None or (z.ready.is_set() and not z.alive):
             base = {n: v for n, v in env.items() if n not in LATE_ENV}
             home = _zygote_home()
             base.update({"HOME": home, "TMPDIR": home})
-            z = _zygotes[k] = Zygote(python, base, import_path, home, spawn)
+            z = _zygotes[k] = Zygote(python, base, import_path, home, spawn, PRELOADS.get(kind, PRELOAD))
         return z
 
 

@@ -201,3 +201,32 @@ def test_no_preload_starts_the_cuda_driver(monkeypatch):
     with zygote._DriverlessAvailability():
         assert cuda.is_available() is os.path.exists("/dev/nvidiactl")
     assert asked == [] and cuda.is_available is original
+
+
+MODULES_PROBE = r'''
+import json, os, sys
+wanted = ["torch", "triton", "torch.utils.cpp_extension", "torch._dynamo"]
+os.write(int(os.environ["KERNELFIX_MSG_FD"]), (json.dumps({"type": "modules", **{m: m in sys.modules for m in wanted}}) + "\n").encode())
+'''
+
+
+@pytest.mark.parametrize("kind", ["triton", "cuda"])
+def test_a_candidates_fork_server_imports_what_its_language_needs(tmp_path, kind):
+    """A Triton candidate's worker starts with Triton and without the C++ extension machinery; a CUDA one
+    the reverse; neither with torch._dynamo (docs/judge.md, "A cold kernelfix eval")."""
+    child = _start(tmp_path, fork=True, isolation=Isolation.off(), code=MODULES_PROBE, fork_kind=kind)
+    out = child.wait()
+    got = out.last("modules")
+    assert child.forked and got is not None, out.stderr_tail[-2000:]
+    assert got["torch"] and not got["torch._dynamo"]
+    assert (got["triton"], got["torch.utils.cpp_extension"]) == ((True, False) if kind == "triton" else (False, True))
+
+
+def test_the_candidates_language_picks_its_fork_server():
+    pick = zygote.kind_for_candidate
+    assert pick("import triton\n@triton.jit\ndef k(x): tl.load(x)") == "triton"
+    assert pick("from torch.utils.cpp_extension import load_inline\nsrc = '__global__ void k() {}'") == "cuda"
+    assert pick("import triton\nfrom torch.utils.cpp_extension import load_inline") == "candidate"
+    assert pick("import torch\nclass ModelNew: pass") == "torch"
+    assert pick(None) == "candidate"  # started ahead: the candidate is not written yet
+    assert "torch._dynamo" not in zygote.PRELOADS["reference"]

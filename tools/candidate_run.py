@@ -15,8 +15,12 @@ A failure ends the worker (a CUDA fault poisons its context); ``failure`` names 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +58,14 @@ class CandidateRun:
         self.handle = WorkerHandle(
             "kernelfix.tools.workers.candidate_worker", spec.model_dump(), spec_path=workdir / "handoff" / "candidate.spec.json",
             cwd=workdir, env=sandboxing.env("candidate", workdir, ctx.device, ctx.gpu), limits=sandboxing.limits(c, lifetime),
-            isolation=iso, on_phase=on_phase, fork=c.fork_server,
+            isolation=iso, on_phase=on_phase, fork=c.fork_server, fork_kind=fork_kind(None if standby else candidate_path),
         )
         # Before the worker's clock starts: its dirs, the sandbox's GPU check (once per boot), its cgroup.
         self.setup_s = self.handle.child.t0 - t0
         self.built_msg: dict[str, Any] | None = None
         self.warmed_msg: dict[str, Any] | None = None
+        self._warming: threading.Thread | None = None
+        self._warm_error: BaseException | None = None
         self.standby = standby
 
     def go(self, on_phase=None) -> None:
@@ -84,10 +90,40 @@ class CandidateRun:
             self.built_msg = self.handle.expect(["built"], Deadline("import", c.import_timeout_s, hard_s=c.compile_timeout_s))
         return self.built_msg
 
-    def warmed(self) -> dict[str, Any]:
+    def warm(self, lease: Callable[[], AbstractContextManager], input_bytes: Callable[[], int | None]) -> None:
+        """Warm up (first-call compilation, autotuning) in the background, under ``lease()`` (a shared
+        hold of the GPU) when it runs at all: the judge meanwhile waits for its reference. ``input_bytes()``
+        (may wait for the reference's count): the inputs' size, which decides whether a warm-up runs."""
+        if self._warming is not None or self.warmed_msg is not None:
+            return
+        self._warming = threading.Thread(target=self._warm, args=(lease, input_bytes), daemon=True, name="kernelfix-warmup")
+        self._warming.start()
+
+    def _warm(self, lease: Callable[[], AbstractContextManager], input_bytes: Callable[[], int | None]) -> None:
+        try:
+            limit = int(self.config.warmup_max_gb * 2**30) if self.ctx.device == "cuda" else 0
+            size = input_bytes() if limit > 0 else None
+            if limit <= 0 or (size is not None and size > limit):  # nothing runs: no hold
+                why = "off" if limit <= 0 else f"inputs are {size / 2**30:.1f} GiB"  # type: ignore[operator]
+                self.warmed_msg = {"type": "warmed", "done": False, "why": why}
+                return
+            deadline = Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s)
+            with lease():
+                self.warmed_msg = self.handle.request("warmup", "warmed", deadline, input_bytes=size)
+        except BaseException as e:  # WorkerGone, or the lease's own failure: raised to whoever waits
+            self._warm_error = e
+
+    def warmed(self, lease: Callable[[], AbstractContextManager] | None = None, input_bytes: Callable[[], int | None] | None = None) -> dict[str, Any]:
+        """The warm-up's reply, once it ran (started here, in this thread, if nobody started it)."""
         if self.warmed_msg is None:
             self.built()
-            self.warmed_msg = self.handle.expect(["warmed"], Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s))
+            if self._warming is None:
+                self._warm(lease or contextlib.nullcontext, input_bytes or (lambda: None))
+            else:
+                self._warming.join()
+            if self._warm_error is not None:
+                raise self._warm_error
+        assert self.warmed_msg is not None
         return self.warmed_msg
 
     def start_breakdown(self) -> dict[str, float]:
@@ -174,6 +210,17 @@ class CandidateRun:
         if out is not None:
             _write_log(self.workdir / "logs" / "candidate.log", self.handle.argv, out)
         return out
+
+
+def fork_kind(candidate_path: Path | None) -> str:
+    """Which fork server the worker starts from: the one that imported what the candidate's language needs."""
+    from kernelfix.sandbox.zygote import kind_for_candidate
+
+    try:
+        code = candidate_path.read_text(errors="replace") if candidate_path is not None else None
+    except OSError:
+        code = None
+    return kind_for_candidate(code)
 
 
 def _close(fd: int) -> None:

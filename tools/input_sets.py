@@ -128,10 +128,15 @@ def describe_all(task: Any, seed: int) -> list[str] | None:
 
     if not has_sets(task):
         return None
-    torch.manual_seed(seed)
-    try:
+    from kernelfix.tools.task_size import without_dynamo
+
+    def on_meta() -> list:
+        torch.manual_seed(seed)
         with torch.device("meta"):
-            sets = _all(task)
+            return _all(task)
+
+    try:
+        sets = without_dynamo(on_meta)
     except InputSetsProblem:
         raise
     except Exception:  # code that cannot run on meta (.item(), .cuda()): the real draw, on the CPU

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, retry, static_checks
+from kernelfix.tools import feedback, gpu_room, retry, static_checks
 from kernelfix.tools.allowlist import make_allowed
 from kernelfix.tools.build import stage as compile_stage
 from kernelfix.tools.cache_dir import lock_root
@@ -55,6 +55,7 @@ from kernelfix.tools.reference import Reference
 from kernelfix.tools.sanitizer import stage as sanitizer_stage
 from kernelfix.tools.stage_context import StageContext
 from kernelfix.tools.task import Task
+from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.timing import stage as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
 from kernelfix.tools.workers.context import WorkerContext
@@ -111,6 +112,8 @@ class Judge:
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._runs_lock = threading.Lock()
         self._holding = 0  # GPU leases this judge's threads hold now
+        self._busy = 0  # GPU stages of this judge with room on the GPU (Judge.room)
+        self._budget: int | None = None  # what the stages with room may declare on this GPU (tools/gpu_room.py)
         self._last_held = time.monotonic()
         self._holding_lock = threading.Lock()
         self._yielder: threading.Thread | None = None
@@ -145,7 +148,7 @@ class Judge:
     def _context_fields(self) -> dict[str, object]:
         return dict(
             task=self.task, config=self.config, device=self.device, gpu=self.gpu, seed=self.seed, root=self.root, private=self._private,
-            task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, note_sandbox=self._note_sandbox,
+            task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, room=self.room, note_sandbox=self._note_sandbox,
             trial_bytes=self._trial_bytes,
         )
 
@@ -160,17 +163,19 @@ class Judge:
             release=self.release,
         )
 
-    def lease(self, what: str) -> contextlib.AbstractContextManager:
-        """The GPU, alone, for a stage that runs on it (timing never shares a GPU)."""
+    def lease(self, what: str, *, shared: bool = False) -> contextlib.AbstractContextManager:
+        """The GPU's lock for a piece of work on it (tools/device_lease.py): alone, for what a result needs it
+        alone for (timing, the profile, the baselines' timing), or ``shared`` beside other judges' correctness
+        trials and warm-ups. Inside ``room``, never inside another hold."""
         if self._lease is None:
             return contextlib.nullcontext()
-        return self._held(what)
+        return self._held(what, shared)
 
     @contextlib.contextmanager
-    def _held(self, what: str):
+    def _held(self, what: str, shared: bool):
         assert self._lease is not None
         self._start_yielding()
-        with self._lease.hold(f"{self.task.name} {what}"):
+        with self._lease.hold(f"{self.task.name} {what}", shared=shared):
             with self._holding_lock:
                 self._holding += 1
             try:
@@ -179,6 +184,47 @@ class Judge:
                 with self._holding_lock:
                     self._holding -= 1
                     self._last_held = time.monotonic()
+
+    def room(self, what: str, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
+        """Room on the GPU for a stage's memory, for the whole stage (tools/device_lease.py): given while
+        every stage's declaration fits the GPU's budget (tools/gpu_room.py). ``need_bytes``: this stage's
+        declaration (determinism's two trials); default a GPU stage's of this task, its reference's cache included.
+        Meanwhile this judge keeps what its reference caches. Take it before the GPU's lock."""
+        if self._lease is None:
+            return contextlib.nullcontext()
+        return self._roomed(what, need_bytes)
+
+    @contextlib.contextmanager
+    def _roomed(self, what: str, need_bytes: int | None):
+        assert self._lease is not None
+        self._start_yielding()
+        cache = 0
+        if need_bytes is None:
+            need = gpu_room.stage_need(self.task_size(), self.config, len(self.ref.trials))
+            need_bytes, cache = need if need is not None else (None, 0)
+        with self._lease.room(f"{self.task.name} {what}", need_bytes, self.gpu_budget(), cache_bytes=cache):
+            with self._holding_lock:
+                self._busy += 1
+            try:
+                yield
+            finally:
+                with self._holding_lock:
+                    self._busy -= 1
+                    self._last_held = time.monotonic()
+
+    def task_size(self) -> "TaskSize | None":
+        """One trial's inputs and outputs: counted on the meta device, else as the reference's trials showed them."""
+        size = self.ref.size
+        if size is None and self.ref.input_bytes + self.ref.output_bytes > 0:
+            size = TaskSize(input_bytes=self.ref.input_bytes, output_bytes=self.ref.output_bytes)
+        return size
+
+    def gpu_budget(self) -> int | None:
+        """What the stages with room on this GPU may declare together, once the reference has said the GPU's size."""
+        if self._budget is None:
+            props = self.ref.ready.gpu_props if self.ref.ready is not None else {"total_memory": self.ref.gpu_total_bytes}
+            self._budget = gpu_room.budget(props)
+        return self._budget
 
     # ------------------------------------------------------------------ GPU memory shared by many judges
 
@@ -195,7 +241,7 @@ class Judge:
     def _yield_while_others_want(self) -> None:
         assert self._lease is not None
         while not self._closed.wait(YIELD_POLL_S):
-            if self._holding or not self._lease.others_want():
+            if self._holding or self._busy or not self._lease.others_want():
                 continue
             if time.monotonic() - self._last_held > IDLE_REFERENCE_S and self.ref.stop_idle():
                 # Idle that long while others want the GPU: its CUDA context goes too (a judge kept for

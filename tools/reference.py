@@ -26,7 +26,7 @@ from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import GpuOom, is_oom
-from kernelfix.tools import input_sets
+from kernelfix.tools import gpu_room, input_sets
 from kernelfix.tools.correctness import trials as trial_plan
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.task_size import TaskSize, size_text
@@ -36,6 +36,9 @@ from kernelfix.tools.workers import sandboxing
 from kernelfix.tools.workers.context import WorkerContext
 from kernelfix.tools.workers.handle import Deadline, WorkerGone, WorkerHandle
 from kernelfix.tools.workers.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
+
+
+ID_SPAN = 10**9  # arena ids per reference worker: a restarted worker's ids never name its predecessor's
 
 
 class ReferenceUnavailable(Exception):
@@ -58,6 +61,9 @@ class Reference:
         self.float64_note: str | None = None
         self.input_bytes = self.output_bytes = 0
         self.size: TaskSize | None = None  # counted on the meta device before anything is allocated
+        self.sized = threading.Event()  # set once ``size`` is known, or known not to come
+        self.gpu_total_bytes: int | None = None  # the GPU's memory, as the worker said with its count
+        self._generation = 0  # workers started so far: each names its arenas from generation * ID_SPAN
         self.ref_ms: dict[int, float] = {}
         self.noise: dict[int, float] = {}
         self.surveyed = False
@@ -102,37 +108,57 @@ class Reference:
                 raise ReferenceUnavailable(Category.WORKER, "the judge was closed")
             if self._worker is not None and self._worker.alive and self.ready is not None:
                 return self.ready
-            j = self.ctx
-            wd = j.private
-            spec = ReferenceSpec(
-                task_path=str(j.task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
-                inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
-                atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
-                truth_factor=self.config.truth_factor if self.config.float64_reference else None,
-                memory_limit_bytes=sandboxing.memory_limit(self.config), backward=bool(self.config.backward),
-            )
-            iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
-            j.note_sandbox(note)
-            self._worker = WorkerHandle(
-                "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
-                env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
-                isolation=iso, on_phase=self._relay, fork=self.config.fork_server,
-            )
-            deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
             try:
-                msg = self._worker.expect(["sized", "ready"], deadline)
-                if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
-                    self.size = TaskSize.model_validate(msg)
-                    msg = self._worker.expect(["ready"], deadline)
-            except WorkerGone as e:
-                self._failed(e)
-            self.ready = ReferenceReady.model_validate(msg)
-            if self.ready.input_sets and not self.surveyed and all(t.input_set is None for t in self.trials):
-                # Only the worker imports the task: the sets' count arrives with it, and each set gets its trials.
-                self.trials = input_sets.plan(self.ctx.seed, self.config, len(self.ready.input_sets))
-            if self.float64_note is None:
-                self.float64_note = self.ready.float64_note
-            return self.ready
+                return self._start()
+            finally:
+                self.sized.set()  # counted, or known not to be (a task the meta device cannot run, a failed start)
+
+    def _start(self) -> ReferenceReady:
+        j = self.ctx
+        wd = j.private
+        self._generation += 1
+        spec = ReferenceSpec(
+            task_path=str(j.task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
+            inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
+            atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
+            truth_factor=self.config.truth_factor if self.config.float64_reference else None,
+            memory_limit_bytes=sandboxing.memory_limit(self.config), backward=bool(self.config.backward),
+            id_base=self._generation * ID_SPAN,
+        )
+        iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
+        j.note_sandbox(note)
+        self._worker = WorkerHandle(
+            "kernelfix.tools.workers.reference_worker", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
+            env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
+            isolation=iso, on_phase=self._relay, fork=self.config.fork_server, fork_kind="reference",
+        )
+        deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
+        try:
+            msg = self._worker.expect(["sized", "ready"], deadline)
+            if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
+                self.size = TaskSize.model_validate(msg)
+                self.gpu_total_bytes = msg.get("gpu_total_bytes")
+                self.sized.set()  # a warm-up waiting for it goes on while the worker builds Model
+                msg = self._worker.expect(["ready"], deadline)
+        except WorkerGone as e:
+            self._failed(e)
+        self.ready = ReferenceReady.model_validate(msg)
+        if self.ready.input_sets and not self.surveyed and all(t.input_set is None for t in self.trials):
+            # Only the worker imports the task: the sets' count arrives with it, and each set gets its trials.
+            self.trials = input_sets.plan(self.ctx.seed, self.config, len(self.ready.input_sets))
+        if self.float64_note is None:
+            self.float64_note = self.ready.float64_note
+        return self.ready
+
+    def counted_input_bytes(self) -> int | None:
+        """One trial's input bytes once the worker has counted them (waits for its start to get that far;
+        starts it if nobody has); None when they cannot be known before a trial runs."""
+        if not self.sized.is_set() and not self.surveyed:
+            self.start_background()
+            self.sized.wait()
+        if self.size is not None:
+            return self.size.input_bytes
+        return self.input_bytes or None
 
     def wait(self) -> ReferenceReady:
         """Wait for a background start (or start now)."""
@@ -261,7 +287,7 @@ class Reference:
 
     # ------------------------------------------------------------------ requests
 
-    def survey(self, lease: Callable[[str], Any]) -> None:
+    def survey(self, lease: Callable[..., Any]) -> None:
         """Every planned trial's reference, once, before any candidate's trial: the variants the task
         cannot run drop out of ``trials``, the vacuous-tolerance and float64 notes are known, and
         what fits the worker's cache stays there for every later candidate."""
@@ -269,7 +295,7 @@ class Reference:
             return
         with self._lock:
             self.ensure()  # outside the lease: the task's import and Model are CPU work
-        with lease("reference"), self._lock:
+        with self.ctx.room("reference"), lease("reference", shared=True), self._lock:
             if self.surveyed:
                 return
             msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials], stretch=True)
@@ -298,6 +324,8 @@ class Reference:
         """A trial's inputs in an input slot (a new arena, or ``into``) and an output arena; their fds.
         ``owner``: the evaluation whose arenas they are (``release_owned`` frees what it left)."""
         with self._lock:
+            if into is not None and not self._current(into):
+                raise ReferenceUnavailable(Category.WORKER, f"the reference worker restarted while trial {trial.index}'s inputs were in use; it is judged again")
             msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into)
             p = Prepared.model_validate(msg)
             fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
@@ -325,11 +353,23 @@ class Reference:
                 pass
 
     def check(self, trial: TrialPlan, output: CandidateOutput, slot: int | None) -> Checked:
+        with self._lock:
+            if output.out is not None and not self._current(output.out):
+                # The worker that prepared this trial ended (another evaluation's request met a fault) and a new one
+                # started: the trial's reference and arenas went with it. The machine's fault, never the candidate's.
+                raise ReferenceUnavailable(Category.WORKER, f"the reference worker restarted while trial {trial.index} ran; it is judged again")
         msg = self._request("check", "checked", self.config.run_timeout_s, trial=trial.index, output=output.model_dump(), slot=slot)
         return Checked.model_validate(msg)
 
+    def _current(self, arena_id: int) -> bool:
+        """Whether an arena id is the running worker's (not a predecessor's)."""
+        return arena_id // ID_SPAN == self._generation
+
     def release(self, slots: list[int] = (), outs: list[int] = ()) -> None:  # type: ignore[assignment]
         with self._lock:
+            slots, outs = [s for s in slots if self._current(s)], [o for o in outs if self._current(o)]
+            if not slots and not outs:
+                return  # a predecessor's: they went with it
             for owned_slots, owned_outs in self._owned.values():
                 owned_slots.difference_update(slots)
                 owned_outs.difference_update(outs)
@@ -337,14 +377,15 @@ class Reference:
                 return  # a restarted worker holds none of them
             self._request("release", "released", 60.0, slots=list(slots), outs=list(outs))
 
-    def determinism(self, trial: TrialPlan, lease: Callable[[str], Any]) -> dict[str, Any]:
-        with lease("determinism"):
+    def determinism(self, trial: TrialPlan, lease: Callable[..., Any]) -> dict[str, Any]:
+        need = gpu_room.stage_need(self.size, self.config, 0)  # two trials' references at once, nothing cached beside
+        with self.ctx.room("determinism", 2 * need[0] if need is not None else None), lease("determinism", shared=True):
             return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
 
     # ------------------------------------------------------------------ baselines
 
     def baseline(
-        self, lease: Callable[[str], Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
+        self, lease: Callable[..., Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
         input_set: int | None = None,
     ) -> baselines.Baseline:
         """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
@@ -369,17 +410,23 @@ class Reference:
             # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
             # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
             big = self.size is not None and self.size.trial_bytes > self.config.warmup_max_gb * 2**30
-            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), lease("baseline warm-up") if big else contextlib.nullcontext(), self._lock:
+            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), self._big(lease, "baseline warm-up", shared=True) if big else contextlib.nullcontext(), self._lock:
                 compile_note = self.warm_compiled(trial, timing)
             if compile_note is not None:
                 timing = timing | {"time_torch_compile": False}
-        with lease("baseline"), self._lock:
+        with self.ctx.room("baseline"), lease("baseline"), self._lock:
             if input_set not in self._baselines:
                 msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
                 msg["compile_note"] = compile_note or msg.get("compile_note")
                 self._baselines[input_set] = baselines.Baseline.model_validate(msg)
                 baselines.save(key, self._baselines[input_set])
             return self._baselines[input_set]
+
+    @contextlib.contextmanager
+    def _big(self, lease: Callable[..., Any], what: str, *, shared: bool):
+        """Room for the stage's memory, then the GPU's lock: for what runs a large trial on the GPU."""
+        with self.ctx.room(what), lease(what, shared=shared):
+            yield
 
     def warm_compiled(self, trial: TrialPlan, timing: dict[str, Any]) -> str | None:
         """torch.compile's first call on the reference (its compilation), bounded by

@@ -133,15 +133,24 @@ def _names_an_arch(flags: Any) -> bool:
 
 
 def install(build_root: Path, device: str, options: BuildOptions | None = None) -> None:
+    """Wrap torch's extension builds (``load_inline`` and its ninja step) when
+    ``torch.utils.cpp_extension`` is imported (now, if it is: a Triton candidate's worker never
+    imports it), and NVRTC's ``torch.cuda._compile_kernel`` now."""
     import torch
-    import torch.utils.cpp_extension as ce
+
+    from kernelfix.tools.workers.import_hooks import after_import
 
     options = options or BuildOptions()
     build_root.mkdir(parents=True, exist_ok=True)
-    original = ce.load_inline
     cpu_only = device == "cpu" or not torch.cuda.is_available()
-
     build_nvrtc.install(build_root, cpu_only, _records.append, GpuRequired)
+    after_import("torch.utils.cpp_extension", lambda ce: _wrap_cpp_extension(ce, build_root, cpu_only, options))
+
+
+def _wrap_cpp_extension(ce: Any, build_root: Path, cpu_only: bool, options: BuildOptions) -> None:
+    import torch
+
+    original = ce.load_inline
     if options.replaces_ninja:
         ce._run_ninja_build = functools.partial(
             build_runner.run, options=options, record=_records.append, fallback=ce._run_ninja_build

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from kernelfix.tools.correctness import warmup
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.stage_context import StageContext
@@ -61,6 +62,7 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
         backend=ev.backend, seconds=round(float(msg.get("_t", 0.0)), 3), ok=True,
         cached=bool(extensions) and all(b.cached for b in extensions), extensions=extensions, log_path=log_path,
     )
+    warmup.start(ctx, run)  # on the GPU, under a shared hold, while the reference gets ready
     t0 = time.monotonic()
     try:
         ctx.reference(on_event)  # a broken task stops here, before any trial (TaskError)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from kernelfix.tools import input_sets
 from kernelfix.tools.candidate_run import CandidateRun
-from kernelfix.tools.correctness import input_variants
+from kernelfix.tools.correctness import input_variants, warmup
 from kernelfix.tools.correctness.tolerance import describe
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
 from kernelfix.tools.legality import stage as legality_stage
@@ -60,12 +60,12 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
     run = ctx.run_for(ev, on_event)
     t1 = time.monotonic()
     try:
-        run.warmed()  # first-call compilation and autotuning, before the GPU is held
+        warmup.wait(ctx, run)  # first-call compilation and autotuning, before any trial
     except WorkerGone as e:
         return fail_from(run, ev, "correctness", e)
     t2 = time.monotonic()
     try:
-        with ctx.lease("correctness"):
+        with ctx.room("correctness"):  # its memory, counted for the whole stage; the GPU's lock per trial
             stale = _trials(ctx, ev, run, report, on_event)
     except WorkerGone as e:
         return fail_from(run, ev, "correctness", e)
@@ -88,21 +88,23 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
     done = 0
 
     def one(t: TrialPlan, into: int | None = None) -> TrialReport | None:
-        with _clock(ev, "correctness.prepare"):
-            p, fds = ref.prepare(t, into, owner=ev.id)
-        if p.skipped is not None:
-            return None
-        with _clock(ev, "correctness.forward"):
-            out = run.forward(p, fds)
-        with _clock(ev, "correctness.check"):
-            checked = ref.check(t, out, p.slot if into is None else None)
+        # Each trial holds the GPU shared, beside other judges' trials; a timed run waits at most one trial.
+        with shared_hold(ctx, ev, "correctness"):
+            with _clock(ev, "correctness.prepare"):
+                p, fds = ref.prepare(t, into, owner=ev.id)
+            if p.skipped is not None:
+                return None
+            with _clock(ev, "correctness.forward"):
+                out = run.forward(p, fds)
+            with _clock(ev, "correctness.check"):
+                checked = ref.check(t, out, p.slot if into is None else None)
+            keep = into is None and first_slot is None  # the first trial's inputs stay for the in-place check
+            if keep:
+                held.append(p.slot)  # type: ignore[arg-type]
+            _release(ctx, run, [] if keep or into is not None else [p.slot], [p.out])
         if checked.mutated:
             report.input_mutated = True
             report.mutated_inputs = sorted(set(report.mutated_inputs) | set(checked.mutated))
-        keep = into is None and first_slot is None  # the first trial's inputs stay for the in-place check
-        if keep:
-            held.append(p.slot)  # type: ignore[arg-type]
-        _release(ctx, run, [] if keep or into is not None else [p.slot], [p.out])
         rep = checked.report
         if t.input_set is not None:
             rep = rep.model_copy(update={"input_set": t.input_set})
@@ -144,6 +146,17 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
     finally:
         _release(ctx, run, held, [])
     return stale
+
+
+@contextlib.contextmanager
+def shared_hold(ctx: StageContext, ev: Evaluation, stage: str, what: str | None = None) -> Iterator[None]:
+    """The GPU's lock, shared (tools/device_lease.py), for one piece of a stage that has room; the time
+    waited for it goes to the breakdown's ``<stage>.lease_wait``."""
+    t0 = time.monotonic()
+    with ctx.lease(what or stage, shared=True):
+        key = f"{stage}.lease_wait"
+        ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + time.monotonic() - t0, 3)
+        yield
 
 
 @contextlib.contextmanager

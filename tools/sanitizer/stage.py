@@ -125,7 +125,7 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
         "reproduce": TRIGGERS.get(ev.category) if ev.category else None, "atol": c.atol, "rtol": c.rtol,
     }
     tools = [t for t in tool.ORDER if t in c.sanitizer_tools]
-    with ctx.lease("sanitize"):
+    with ctx.room("sanitize"), ctx.lease("sanitize", shared=True):  # no timing here: beside other judges' trials
         if on_event:
             on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
         probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)

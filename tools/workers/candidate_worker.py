@@ -7,11 +7,12 @@
    Triton's launches for the op record;
 2. imports the candidate (building its extensions) and builds
    ``ModelNew(*get_init_inputs())`` under the judge's init seed: ``built``;
-3. for a small task, one warm-up forward on inputs it draws itself under a seed
-   of its own, so first-call compilation and autotuning happen before the judge
-   holds the GPU: ``warmed``;
-4. answers requests: ``trial`` (a forward on inputs that arrive in an arena,
-   under the op recorder; the outputs go back into the output arena), ``ops``,
+3. answers requests: ``warmup`` (for a small task, one forward on inputs it draws
+   itself under a seed of its own, so first-call compilation and autotuning happen
+   before any trial: ``warmed``; the judge asks under a shared hold of the GPU's
+   lease, so no warm-up runs beside another candidate's timing), ``trial`` (a
+   forward on inputs that arrive in an arena, under the op recorder; the outputs
+   go back into the output arena), ``ops``,
    ``time`` (CUDA events, then back-to-back calls bracketed by messages the
    judge stamps), ``release``.
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
+from kernelfix.tools.workers.import_hooks import after_import
 from kernelfix.tools.workers.child import Cuda, Worker, build_model, load_module, load_task, nbytes, perf_counter, seed_all, sync, to_device
 from kernelfix.tools.workers.protocol import CandidateOutput, CandidateSpec
 
@@ -89,7 +91,7 @@ class CandidateRunner:
             from kernelfix.tools.legality.recorder import OpRecorder, mark_function_backward, suspend_in_triton
 
             self.recorder = OpRecorder()
-            suspend_in_triton(self.recorder)
+            after_import("triton", lambda _: suspend_in_triton(self.recorder))  # when a candidate imports it
             if self.spec.backward:
                 mark_function_backward(self.recorder)
         if self.spec.standby:
@@ -127,24 +129,33 @@ class CandidateRunner:
         torch.set_grad_enabled(False)
         self.w.chan.send("built", import_seconds=import_s)
 
-    def warmup(self) -> None:
+    def warmup(self, req: dict[str, Any], fds: list[int]) -> None:
         """One forward on inputs of its own, for small tasks: first-call compilation and autotuning
-        happen here, outside the judge's GPU lease, and never count against a trial's deadline."""
+        happen here, before any trial, and never count against a trial's deadline. ``input_bytes``:
+        the inputs' size as the judge counted it (else counted here, on the meta device)."""
         import torch
 
+        rid = req.get("id")
         limit = self.spec.warmup_max_bytes
         if limit <= 0:
-            self.w.chan.send("warmed", done=False, why="off")
+            self.w.chan.send("warmed", id=rid, done=False, why="off")
             return
-        try:
-            seed_all(0)
-            with torch.device("meta"):  # shapes without memory
-                size = nbytes(self.task.get_inputs())
-        except Exception:
-            self.w.chan.send("warmed", done=False, why="input sizes unknown")
-            return
+        size = req.get("input_bytes")
+        if size is None:
+            from kernelfix.tools.task_size import without_dynamo
+
+            def on_meta() -> int:
+                seed_all(0)
+                with torch.device("meta"):  # shapes without memory
+                    return nbytes(self.task.get_inputs())
+
+            try:
+                size = without_dynamo(on_meta)
+            except Exception:
+                self.w.chan.send("warmed", id=rid, done=False, why="input sizes unknown")
+                return
         if size > limit:
-            self.w.chan.send("warmed", done=False, why=f"inputs are {size / 2**30:.1f} GiB")
+            self.w.chan.send("warmed", id=rid, done=False, why=f"inputs are {size / 2**30:.1f} GiB")
             return
         self.w.phase("warmup")
         from kernelfix.tools import input_sets
@@ -172,7 +183,7 @@ class CandidateRunner:
             del inputs
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        self.w.chan.send("warmed", done=True, ms=ms)
+        self.w.chan.send("warmed", id=rid, done=True, ms=ms)
 
     # ------------------------------------------------------------------ requests
 
@@ -329,10 +340,9 @@ def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
 
 def _watch_compilers(w: Worker) -> None:
     """Tell the judge while a compiler runs (an extension build, a Triton kernel's compilation):
-    a hang deadline counts only the time outside them; the compile limit counts all of it."""
+    a hang deadline counts only the time outside them; the compile limit counts all of it. Each
+    library is wrapped when imported (kernelfix.tools.workers.import_hooks)."""
     import functools
-
-    import torch.utils.cpp_extension as ce
 
     depth = 0
 
@@ -352,14 +362,20 @@ def _watch_compilers(w: Worker) -> None:
 
         return run
 
-    ce.load_inline = watched(ce.load_inline)
-    ce.load = watched(ce.load)
-    try:
-        import triton.compiler as tc
-        import triton.compiler.compiler as tcc
-    except ImportError:
-        return
-    tc.compile = tcc.compile = watched(tcc.compile)  # JITFunction imports it from triton.compiler when it binds
+    def cpp_extension(ce) -> None:
+        ce.load_inline = watched(ce.load_inline)
+        ce.load = watched(ce.load)
+
+    def triton_compiler(_) -> None:
+        try:
+            import triton.compiler as tc
+            import triton.compiler.compiler as tcc
+        except ImportError:
+            return
+        tc.compile = tcc.compile = watched(tcc.compile)  # JITFunction imports it from triton.compiler when it binds
+
+    after_import("torch.utils.cpp_extension", cpp_extension)
+    after_import("triton", triton_compiler)
 
 
 def main() -> None:
@@ -369,8 +385,7 @@ def main() -> None:
         runner = CandidateRunner(w, CandidateSpec.model_validate(w.spec))
         runner.start()
         runner.build()
-        runner.warmup()
-        w.serve({"trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})
+        w.serve({"warmup": runner.warmup, "trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})
 
     w.run(body)
 

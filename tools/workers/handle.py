@@ -101,6 +101,7 @@ class WorkerHandle:
         wrap: Sequence[str] = (),
         on_phase: Callable[[dict[str, Any]], None] | None = None,
         fork: bool = True,
+        fork_kind: str = "all",
     ):
         if spec_path.is_symlink() or spec_path.exists():
             spec_path.unlink()  # never write through something a candidate planted
@@ -118,6 +119,7 @@ class WorkerHandle:
         self.child = Child(
             self.argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=True, on_message=self._on_message,
             requests=True, fork=fork and not wrap,  # a wrapper (ncu) must exec the interpreter itself
+            fork_kind=fork_kind,
         )
 
     def _on_message(self, msg: dict[str, Any]) -> None:

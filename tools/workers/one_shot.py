@@ -47,7 +47,10 @@ def run(
     )
     argv = [*wrap, sys.executable, "-m", module, str(spec_path)]
     child_env = {**sandboxing.env("candidate", wd, ctx.device, ctx.gpu), **(env or {})}
-    with ctx.lease(stage) if lease else contextlib.nullcontext():
+    with contextlib.ExitStack() as held:
+        if lease:  # the GPU alone (a profiler's replays time each kernel), with room for the stage's memory first
+            held.enter_context(ctx.room(stage))
+            held.enter_context(ctx.lease(stage))
         outcome = run_child(argv, cwd=wd, env=child_env, limits=sandboxing.limits(ctx.config, timeout_s), isolation=iso,
                             authenticate=True, fork=fork and not wrap)
     notes = [*outcome.sandbox_notes, *([note] if note else [])]

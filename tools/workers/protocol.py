@@ -50,6 +50,7 @@ class ReferenceSpec(_Msg):
     truth_factor: float | None = 8.0  # None: atol/rtol alone decide (no float64 rule)
     memory_limit_bytes: int | None = None  # the host memory the worker may use (a task larger is refused at once)
     backward: bool = False  # gradients judged and timed too (docs/backward.md)
+    id_base: int = 0  # its arenas' ids count from here: a restarted worker's never name a predecessor's
 
 
 class ReferenceReady(_Msg):

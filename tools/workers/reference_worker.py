@@ -111,7 +111,7 @@ class ReferenceServer:
         self.plans: dict[int, TrialPlan] = {}
         self.slots: dict[int, _Slot] = {}
         self.outs: dict[int, _Out] = {}
-        self._ids = 0
+        self._ids = spec.id_base
         self.on_device = spec.inputs_on_device and self.cuda
         self.draw_note: str | None = None
 
@@ -131,7 +131,9 @@ class ReferenceServer:
         self.task = load_task(self.w, self.spec.task_path)
         self.size = task_size.on_meta(self.task)
         if self.size is not None:
-            self.w.chan.send("sized", **self.size.model_dump())  # before allocating: the parent names it if memory runs out
+            # Before allocating: the parent names it if memory runs out, and sizes its shared holds of the GPU by it.
+            total = torch.cuda.get_device_properties(0).total_memory if self.cuda else None
+            self.w.chan.send("sized", **self.size.model_dump(), gpu_total_bytes=total)
             self._refuse_if_too_large(self.size)
         self.w.phase("build_reference")
         try:
@@ -169,10 +171,13 @@ class ReferenceServer:
         import torch
 
         found = {str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()} if hasattr(self.model, "parameters") else set()
-        try:
+        def inputs_on_meta() -> list:
             seed_all(0)
             with torch.device("meta"):
-                found |= {str(t.dtype).removeprefix("torch.") for _, t in leaves(self.task.get_inputs()) if isinstance(t, torch.Tensor) and t.is_floating_point()}
+                return leaves(self.task.get_inputs())
+
+        try:
+            found |= {str(t.dtype).removeprefix("torch.") for _, t in task_size.without_dynamo(inputs_on_meta) if isinstance(t, torch.Tensor) and t.is_floating_point()}
         except Exception:
             pass
         return sorted(found)
@@ -480,6 +485,8 @@ class ReferenceServer:
                 if report.ok and data.grads is not None:
                     report = self._check_grads(plan, data, got, cand_grads, report)
             except Exception as e:  # a malformed skeleton, or values that never arrived
+                if _oom(e):  # the judge's own comparison met a full GPU: the machine's fault, never the candidate's
+                    raise
                 report = TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.OUTPUT_STRUCTURE, problem=f"output could not be read ({short(e)})")
         if data.out64 is not None and cand is not None:
             report = report.model_copy(update={"error_vs_float64": relative_error(data.out64, cand), "reference_error_vs_float64": data.noise})

@@ -17,7 +17,7 @@ from typing import Literal
 
 from kernelfix.sandbox import Isolation, Limits, scrubbed_env
 from kernelfix.sandbox.isolation import for_gpu
-from kernelfix.tools.cache_dir import CACHE_ENV, INDUCTOR_CACHE, TRITON_CACHE, cache_root, compiler_caches
+from kernelfix.tools.cache_dir import CACHE_ENV, INDUCTOR_CACHE, TRITON_CACHE, cache_root, compiler_caches, lock_root
 from kernelfix.tools.config import JudgeConfig
 
 Role = Literal["reference", "candidate"]
@@ -72,7 +72,7 @@ def isolation(
     else:
         # Other evaluations' dirs too: a sibling's candidate or logs are not this one's to read.
         writable = [str(workdir / d) for d in CANDIDATE_DIRS] + [str(p) for p in compiler_caches()]
-        hidden = [str(private), *map(str, siblings), str(judge_cache())]
+        hidden = [str(private), *map(str, siblings), str(judge_cache()), *_lock_dir_unless_shared(writable)]
     iso = base.model_copy(update={"writable": [*writable, *base.writable], "hidden": [*hidden, *credentials, *base.hidden]})
     note = None
     if device == "cuda":
@@ -80,6 +80,17 @@ def isolation(
         # one could turn their sandbox's layers off.
         iso, note = for_gpu(iso, record_dir=judge_cache() / "sandbox")
     return iso, note
+
+
+def _lock_dir_unless_shared(writable: list[str]) -> list[str]:
+    """The GPU lease's lock dir, hidden from candidates: read-only is not enough, since ``flock`` needs no
+    write access, and a candidate that held the lock or the room queue would stall every other judge's
+    GPU work until it was killed. Left visible (read-only) where $KERNELFIX_LOCKS names a directory a
+    candidate's own dirs are under."""
+    locks = lock_root().resolve()
+    if any(Path(w).resolve().is_relative_to(locks) for w in writable):
+        return []
+    return [str(locks)]
 
 
 def memory_limit(config: JudgeConfig) -> int:
