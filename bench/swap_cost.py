@@ -20,9 +20,11 @@ For each, in one process, the same call is timed on a host model `h(x) = m(x)` w
   custom_op     kernelfix.load_best(..., trace=False): the compiled path through the opaque operator,
 eager, under torch.compile(fullgraph=True) and under torch.compile(mode="reduce-overhead") (CUDA
 graphs). Each number is the median over 15 repetitions of the mean time of 200 back-to-back
-calls between CUDA events (on the CPU the minimum, by the wall clock); "added" is the swap's time minus the
-kernel's in the same process and mode. With --old, the landed kernelfix (installed at that
-path) is timed the same way in a process of its own (its kernel baseline measured there too).
+calls between CUDA events (on the CPU the minimum, by the wall clock), the variants of one mode timed in the
+same repetitions in rotating order; "added" is the median over the repetitions of the swap's time minus the
+kernel's in that repetition (same process, same mode). With --old, the landed kernelfix (installed at that
+path) is timed the same way in a process of its own, on a capture and sessions it writes itself (its
+kernel baseline measured there too).
 
 Prints a table per kernel and `swap-cost: OK` when the swapped model matched the kernel's
 output in every mode (and, for the goal, the added eager cost is at most 5 us per call).
@@ -114,29 +116,45 @@ def prepare(work: Path, device: str, kinds: list[str]) -> dict[str, str]:
     return sessions
 
 
-def per_call_us(fn, x, device: str, inner: int = 200, reps: int = 15) -> float:
+def per_call_us(fn, x, device: str, inner: int = 200) -> float:
+    """One repetition: the mean time of ``inner`` back-to-back calls (CUDA events on the GPU, the wall clock on the CPU)."""
     import torch
 
-    for _ in range(20):
+    if device == "cuda":
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn(x)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3 / inner
+    t0 = time.perf_counter()
+    for _ in range(inner):
         fn(x)
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn(x)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / inner)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn(x)
-            times.append((time.perf_counter() - t0) * 1e6 / inner)
+    return (time.perf_counter() - t0) * 1e6 / inner
+
+
+def interleaved_us(fns: dict, x, device: str, inner: int, reps: int = 15) -> tuple[dict[str, float], dict[str, float]]:
+    """Every variant timed in the same repetitions, their order rotating, so that drift (clocks, the host's
+    neighbours) falls on all alike: per variant the median, and its median paired difference from the
+    first variant (the kernel) over the repetitions."""
+    names = list(fns)
+    for fn in fns.values():
+        for _ in range(20):
+            fn(x)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            samples[n].append(per_call_us(fns[n], x, device, inner))
     # The CPU box is shared: its minimum is the call's cost, its median mostly the neighbours'.
-    return statistics.median(times) if device == "cuda" else min(times)
+    pick = statistics.median if device == "cuda" else min
+    base = names[0]
+    if device == "cuda":
+        added = {n: statistics.median(a - b for a, b in zip(samples[n], samples[base])) for n in names[1:]}
+    else:  # paired differences carry the neighbours' noise twice: the minima's difference instead
+        added = {n: min(samples[n]) - min(samples[base]) for n in names[1:]}
+    return {n: pick(v) for n, v in samples.items()}, added
 
 
 def measure(sessions: dict[str, str], device: str, label: str) -> dict:
@@ -171,8 +189,10 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
             variants["custom_op"] = kernelfix.load_best(session, nn.ReLU(), device=device, trace=False)
         path = getattr(swapped, "compile_path", None)
         row: dict = {"load_s": round(load_s, 2), "path": path.model_dump(exclude={"checks"}) if path is not None else {"kind": "custom_op", "op": swapped.op_name}}
-        times, ok = {}, True
+        times, added, ok = {}, {}, True
         for mode, opts in modes.items():
+            torch._dynamo.reset()
+            fns = {}
             for name, m in variants.items():
                 if mode == "eager" and name == "custom_op":
                     continue  # eager never takes the operator now
@@ -181,15 +201,19 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
                     # the C++ operators load_best registered (with the landed kernelfix, pybind calls, which
                     # Dynamo leaves to run eagerly: fullgraph is off for this baseline).
                     m = swapped.kernel
-                torch._dynamo.reset()
                 host = Host(m)
-                fn = host if opts is None else torch.compile(host, **{**opts, "fullgraph": name != "kernel"})
-                for shape, (r, c) in SHAPES.items():
-                    x = torch.randn(r, c, device=device)
-                    with torch.no_grad():
+                fns[name] = host if opts is None else torch.compile(host, **{**opts, "fullgraph": name != "kernel"})
+            for shape, (r, c) in SHAPES.items():
+                x = torch.randn(r, c, device=device)
+                with torch.no_grad():
+                    for fn in fns.values():
                         ok &= bool(torch.equal(fn(x), torch.relu(x)))
-                        times[f"{name} {mode} {shape}"] = per_call_us(fn, x, device, inner=200 if shape == "short" else 20)
-        row["times"], row["ok"] = times, ok
+                    med, diff = interleaved_us(fns, x, device, inner=200 if shape == "short" else 20)
+                for name in fns:
+                    times[f"{name} {mode} {shape}"] = med[name]
+                    if name in diff:
+                        added[f"{name} {mode} {shape}"] = diff[name]
+        row["times"], row["added"], row["ok"] = times, added, ok
         row["fallbacks"] = swapped.fallbacks
         out["kernels"][kind] = row
     return out
@@ -224,7 +248,8 @@ def report(results: list[dict]) -> bool:
                     cells = []
                     for s in SHAPES:
                         v = t[f"{name} {mode} {s}"]
-                        cells.append(f"{v:9.2f}" + ("" if name == "kernel" else f" ({v - base[s]:+7.2f}, {v / base[s]:4.2f}x)"))
+                        d = row.get("added", {}).get(f"{name} {mode} {s}", v - base[s])  # paired, where measured so
+                        cells.append(f"{v:9.2f}" + ("" if name == "kernel" else f" ({d:+7.2f}, {(base[s] + d) / base[s]:4.2f}x)"))
                     print(f"  {name + ' ' + mode:<26}" + "".join(f"{c:>24}" for c in cells))
             ok &= row["ok"]
             if not row["ok"]:
@@ -243,7 +268,9 @@ def main() -> int:
     if args.worker:
         spec = json.loads(args.worker)
         SHAPES.update({k: tuple(v) for k, v in spec["shapes"].items()})
-        print("RESULT " + json.dumps(measure(spec["sessions"], spec["device"], spec["label"])))
+        # Its own capture and sessions, written by the kernelfix under test (the two versions' session files differ).
+        sessions = prepare(Path(spec["work"]), spec["device"], spec["kinds"])
+        print("RESULT " + json.dumps(measure(sessions, spec["device"], spec["label"])))
         return 0
     import torch
 
@@ -258,7 +285,8 @@ def main() -> int:
     results = []
     if args.old:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(args.old), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
-        spec = json.dumps({"sessions": sessions, "device": device, "label": "landed kernelfix", "shapes": SHAPES})
+        (work / "landed").mkdir()
+        spec = json.dumps({"work": str(work / "landed"), "kinds": kinds, "device": device, "label": "landed kernelfix", "shapes": SHAPES})
         run = subprocess.run([sys.executable, "-P", __file__, "--worker", spec], capture_output=True, text=True, env=env, timeout=900)
         line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
@@ -270,7 +298,7 @@ def main() -> int:
         args.json.write_text(json.dumps(results, indent=1))
     good = report(results)
     new = results[-1]["kernels"]
-    eager_added = {k: r["times"]["swapped eager short"] - r["times"]["kernel eager short"] for k, r in new.items()}
+    eager_added = {k: r["added"]["swapped eager short"] for k, r in new.items()}
     print("\nadded per swapped call, short calls (this kernelfix): "
           + ", ".join(f"{k} eager {v:+.2f} us" for k, v in eager_added.items()))
     met = all(v <= 5.0 for v in eager_added.values())

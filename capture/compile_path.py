@@ -20,6 +20,9 @@ always takes the operator.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import types
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
@@ -90,7 +93,7 @@ def probe_trace(module: CapturedKernel, calls: list[CheckCall], config: JudgeCon
     # the calls eagerly without a word, and the check would pass on what it did not compile.
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     try:
-        with warnings.catch_warnings(), torch._dynamo.config.patch({limit: max(64, 4 * len(calls))}):
+        with warnings.catch_warnings(), _quiet_inductor(), torch._dynamo.config.patch({limit: max(64, 4 * len(calls))}):
             warnings.simplefilter("ignore")  # Dynamo's hints about what it cannot trace: the reason says it
             for c in calls:
                 with torch.no_grad():
@@ -106,7 +109,7 @@ def probe_trace(module: CapturedKernel, calls: list[CheckCall], config: JudgeCon
                     if not grads.ok:
                         return _undo(module, before, f"compiled, the kernel's gradients differ from its eager ones ({grads.summary()})")
     except Exception as e:  # Dynamo's Unsupported, a backend's error, anything the candidate's code raises when traced
-        return _undo(module, before, f"Dynamo cannot trace the kernel's forward with fullgraph=True ({_first_line(e)})")
+        return _undo(module, before, _trace_failure(e))
     if not graphs:
         return _undo(module, before, "torch.compile produced no graph for the kernel")
     path = CompilePath(kind="traced", backend=name, kernels=graph_kernels(graphs), checks=checks,
@@ -135,6 +138,40 @@ def _call(module: nn.Module, args: tuple, kwargs: dict) -> Any:
 def _undo(module: CapturedKernel, before: tuple, reason: str) -> tuple[None, str]:
     module._op, module._out_layout, module.op_name, module.compile_path = before
     return None, reason
+
+
+@contextlib.contextmanager
+def _quiet_inductor():
+    """Inductor logs a Triton kernel it cannot compile at ERROR, dozens of lines; the probe's reason says it in one."""
+    log = logging.getLogger("torch._inductor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+# Inductor types a Python float passed to a user-defined Triton kernel as fp64 (eager Triton: fp32), so
+# `x * scale` is promoted to float64 inside the kernel (pytorch/pytorch#190340): a tl.dot then fails on
+# mixed operands, and a kernel that compiles runs its arithmetic in FP64.
+_FP64_SCALAR = ("Got fp64 and fp32", "Got fp32 and fp64")
+
+
+def _trace_failure(e: BaseException) -> str:
+    """Why the traced path failed: the innermost cause's last line, and the fix where it is known."""
+    inner = e
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    lines = [ln.strip() for ln in f"{type(inner).__name__}: {inner}".strip().splitlines() if ln.strip()]
+    text = lines[-1] if lines else type(inner).__name__
+    text = text if len(text) <= 300 else text[:297] + "..."
+    why = f"torch.compile with fullgraph=True cannot take the kernel's forward ({_first_line(e)}; {text})" if inner is not e else \
+        f"Dynamo cannot trace the kernel's forward with fullgraph=True ({_first_line(e)})"
+    if any(s in f"{inner}" for s in _FP64_SCALAR):
+        why += ("; Inductor passes a Python float argument of a Triton kernel as fp64 where Triton itself passes fp32: "
+                "cast it in the kernel (scale.to(tl.float32)) and the kernel can be traced")
+    return why
 
 
 def _first_line(e: BaseException) -> str:

@@ -256,3 +256,19 @@ def test_on_the_gpu_the_swap_is_traced_and_runs_in_cuda_graphs(tmp_path, kind):
             assert all(torch.equal(g, w) for g, w in zip(got, want)), opts
             assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
         assert module.fallbacks == 0  # the compiled fallback runs in the graph, uncounted
+
+
+def test_a_trace_that_fails_on_an_fp64_scalar_says_why_and_how_to_fix_it():
+    """Inductor's error for a Triton kernel whose float argument it typed fp64 (seen on the H100 with the
+    tune example's attention): the reason names the innermost cause and the cast that fixes it."""
+    from kernelfix.capture.compile_path import _trace_failure
+
+    try:
+        try:
+            raise AssertionError("at 18:8:\n    o = tl.dot(p, v)\n        ^\nBoth operands must be same dtype. Got fp64 and fp32")
+        except AssertionError as inner:
+            raise RuntimeError("backend='inductor' raised:\nCompilationError") from inner
+    except RuntimeError as e:
+        why = _trace_failure(e)
+    assert "Got fp64 and fp32" in why and "scale.to(tl.float32)" in why
+    assert _trace_failure(ValueError("plain")) == "Dynamo cannot trace the kernel's forward with fullgraph=True (ValueError: plain)"

@@ -55,6 +55,8 @@ class SwapTrial(_Model):
     compiled: Comparison | None = None
     grads: OutputCheck | None = Field(None, description="--backward: the gradients of the model's other parameters against the original's")
     fallbacks: int = Field(0, description="calls the swapped modules handed to the original module (unlike every captured call)")
+    compile_paths: dict[str, str] = Field(default_factory=dict, description="per module, how its kernel runs under torch.compile "
+                                          "(traced by Dynamo, or the custom operator and why): capture/summary.py's line")
     kept: bool = False
     reason: str = ""
 

@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapCheckFailed, SwapError
+from kernelfix.capture.summary import compile_path_text
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tune.config import TuneConfig
 from kernelfix.tune.decide import compare, explain
@@ -113,6 +114,8 @@ class Trials:
         if t.eager.error is None and (t.eager.output is None or t.eager.output.ok) and (t.grads is None or t.grads.ok):
             t.compiled = self._compiled_comparison(view)
         t.fallbacks = sum(getattr(k, "fallbacks", 0) for k in kernels.values())
+        t.compile_paths = {m: compile_path_text(k.compile_path) for (m, _), k in zip(swaps, kernels.values())
+                           if getattr(k, "compile_path", None) is not None}
         t.kept, t.reason = explain(t.eager, t.compiled, self.cfg)
         if t.grads is not None and not t.grads.ok:
             t.kept, t.reason = False, f"breaks the model's gradients: {t.grads.summary()}"

@@ -79,6 +79,7 @@ def trial_text(t: SwapTrial, cfg: TuneConfig) -> str:
     for c in (t.eager, t.compiled):
         if c is not None and c.before is not None:
             lines.append(f"      {comparison_line(c, cfg)}")
+    lines += [f"      {m}: {text}" for m, text in t.compile_paths.items()]
     return "\n".join(lines)
 
 
