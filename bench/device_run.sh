@@ -69,7 +69,7 @@ for step in "$@"; do
     capture-shapes) python3 -P bench/capture_shapes.py --out /tmp/kfout/capture_shapes 2>&1 | tee "$OUT/capture_shapes.log" ;;
     swap-backward) python3 -P bench/swap_backward.py 2>&1 | tee "$OUT/swap_backward.log" ;;
     swap-cost) # issue 35: the added cost per swapped call, eager and compiled; against the landed kernelfix when old-install ran first
-      python3 -P bench/swap_cost.py $([ -d /tmp/oldkf ] && echo --old /tmp/oldkf) --json /tmp/kfout/swap_cost.json 2>&1 | grep -v Warning | tee "$OUT/swap_cost.log" ;;
+      python3 -P bench/swap_cost.py $([ -d /tmp/oldkf ] && echo --old /tmp/oldkf) --json /tmp/kfout/swap_cost.json 2>&1 | grep --line-buffered -v Warning | tee "$OUT/swap_cost.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     feedback-capture) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback ${CAPTURE_CASES:-} 2>&1 | tee "$OUT/feedback_capture.log"
         tar czf "$OUT/ncu_feedback.tgz" --exclude='*.ncu-rep' -C /tmp/kfout ncu_feedback; ls -la "$OUT/ncu_feedback.tgz" ;;

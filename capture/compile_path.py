@@ -170,7 +170,7 @@ def _trace_failure(e: BaseException) -> str:
         f"Dynamo cannot trace the kernel's forward with fullgraph=True ({_first_line(e)})"
     if any(s in f"{inner}" for s in _FP64_SCALAR):
         why += ("; Inductor passes a Python float argument of a Triton kernel as fp64 where Triton itself passes fp32: "
-                "cast it in the kernel (scale.to(tl.float32)) and the kernel can be traced")
+                "pass it as a tl.constexpr (or cast it in the kernel: scale.to(tl.float32)) and the kernel can be traced")
     return why
 
 

@@ -107,8 +107,8 @@ class CandidateRun:
                 why = "off" if limit <= 0 else f"inputs are {size / 2**30:.1f} GiB"  # type: ignore[operator]
                 self.warmed_msg = {"type": "warmed", "done": False, "why": why}
                 return
-            deadline = Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s)
-            with lease():
+            with lease():  # the deadline counts from the hold: waiting for another judge's timed run is no hang
+                deadline = Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s)
                 self.warmed_msg = self.handle.request("warmup", "warmed", deadline, input_bytes=size)
         except BaseException as e:  # WorkerGone, or the lease's own failure: raised to whoever waits
             self._warm_error = e
