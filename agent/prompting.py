@@ -19,10 +19,10 @@ from typing import Any
 
 from kernelfix.agent.config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.tools.build import nvrtc as build_nvrtc, times as build_times
+from kernelfix.tools.compile import nvrtc as build_nvrtc, times as build_times
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.prompts import knowledge
-from kernelfix.tools.floor import TaskFloor
+from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.verdict import Category
 
 # The allocation/view ops named in the system prompt; the judge's full list is longer.

@@ -68,14 +68,14 @@ LATE_ENV = frozenset(
 _BASE = ("numpy", "torch")
 _TRITON = ("triton", "triton.language", "triton.compiler")
 _CPP = ("torch.utils.cpp_extension",)
-_CANDIDATE = ("kernelfix.tools.workers.candidate_worker",)
+_CANDIDATE = ("kernelfix.tools.workers.candidate.server",)
 PRELOADS: dict[str, tuple[str, ...]] = {
     # Not torch._dynamo (1-3 s): the meta device's counts do without it (task_size.without_dynamo), and
     # torch.compile imports it when a baseline is measured, once per task and machine (then cached on disk).
     "reference": (
         *_BASE,
         "torch.utils.flop_counter",  # the reference's FLOPs, for the task's floor (task_size.flops_on_meta)
-        "kernelfix.tools.workers.reference_worker",
+        "kernelfix.tools.workers.reference.server",
     ),
     "triton": (*_BASE, *_TRITON, *_CANDIDATE),
     "cuda": (*_BASE, *_CPP, *_CANDIDATE),
@@ -84,7 +84,7 @@ PRELOADS: dict[str, tuple[str, ...]] = {
 }
 PRELOAD = tuple(dict.fromkeys(m for kind in PRELOADS.values() for m in kind))  # "all": any other command
 PRELOADS["all"] = PRELOAD
-RUN_MODULES = ("kernelfix.tools.workers.candidate_worker", "kernelfix.tools.workers.reference_worker")
+RUN_MODULES = ("kernelfix.tools.workers.candidate.server", "kernelfix.tools.workers.reference.server")
 START_TIMEOUT_S = 120.0  # the zygote's own imports, on a loaded machine
 
 

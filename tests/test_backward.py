@@ -139,7 +139,7 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
 
 def test_baseline_says_which_tasks_have_a_backward(tmp_path):
     from kernelfix.cli.baseline import table
-    from kernelfix.tools import baseline
+    from kernelfix.cli import baseline_run as baseline
     from kernelfix.tools.config import JudgeConfig
 
     # 3_broken: torch's own backward fails (45_Average_Pooling_2D's CUDA error on the H100 was one)
@@ -194,7 +194,7 @@ def test_recorder_blames_hooks_not_the_engine():
     """In-process: the engine's sum of two gradients of one tensor is not counted; a hook's compute is."""
     import torch
 
-    from kernelfix.tools.legality.recorder import OpRecorder, mark_function_backward
+    from kernelfix.tools.workers.candidate.recorder import OpRecorder, mark_function_backward
 
     class Copy(torch.autograd.Function):
         @staticmethod

@@ -241,14 +241,14 @@ def test_default_workers_use_every_gpu(monkeypatch):
 
 
 def test_device_lease_queues_across_processes(tmp_path):
-    from kernelfix.tools.device_lease import DeviceLease
+    from kernelfix.tools.gpu.lease import DeviceLease
 
     lease = DeviceLease(tmp_path, "0")
     held, release = tmp_path / "held", tmp_path / "release"
     holder = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys, time, pathlib\n"
-            "from kernelfix.tools.device_lease import DeviceLease\n"
+            "from kernelfix.tools.gpu.lease import DeviceLease\n"
             f"with DeviceLease(pathlib.Path({str(tmp_path)!r}), '0').hold():\n"
             f"    pathlib.Path({str(held)!r}).touch()\n"
             f"    while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.02)\n"
@@ -286,9 +286,9 @@ def lease_holds(log: Path) -> list[dict]:
 def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
     """The reference's trials and the candidate's trials run under the GPU's lock; the candidate's build does not.
     (On the CPU there is no lease; one is put in by hand, and its hold log is the record.)"""
-    from kernelfix.tools.device_lease import DeviceLease
+    from kernelfix.tools.gpu.lease import DeviceLease
     from kernelfix.tools.judge import Judge
-    from kernelfix.tools.workers import sandboxing
+    from kernelfix.tools.handles import sandboxing
 
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
     assert sandboxing.env("candidate", tmp_path / "w", "cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"

@@ -3,7 +3,7 @@
 import pytest
 
 from kernelfix.config import ConfigError, load_config
-from kernelfix.tools.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
+from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 
 
 def test_defaults_without_a_file(tmp_path, monkeypatch):

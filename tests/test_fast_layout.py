@@ -17,8 +17,8 @@ import torch
 
 from kernelfix.agent import prompting
 from kernelfix.sandbox import ChildOutcome
-from kernelfix.tools import static_checks
-from kernelfix.tools.build import host_pch, nvrtc as build_nvrtc, report as build_report, times as build_times
+from kernelfix.tools.legality import static_checks
+from kernelfix.tools.compile import host_pch, nvrtc as build_nvrtc, report as build_report, times as build_times
 from kernelfix.tools.classify import classify
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import BuildTimeRef, Category, CompileReport, ExtensionBuild, UnitBuild, Verdict

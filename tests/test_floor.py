@@ -1,4 +1,4 @@
-"""The task's floor (tools/floor.py) and where the model reads it: the first prompt states it with
+"""The task's floor (tools/gpu/floor.py) and where the model reads it: the first prompt states it with
 eager's distance from it, later turns say how far the best kernel is."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernelfix.agent import prompting
-from kernelfix.tools import floor
+from kernelfix.tools.gpu import floor
 
 
 def h100():

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools.device_lease import DeviceLease, exclusive_overlaps
+from kernelfix.tools.gpu.lease import DeviceLease, exclusive_overlaps
 
 GiB = 2**30
 CORPUS_TASKS = Path(__file__).parent / "corpus" / "tasks"
 
 HOLDER = """
 import sys, time, pathlib
-from kernelfix.tools.device_lease import DeviceLease
+from kernelfix.tools.gpu.lease import DeviceLease
 lock_dir, what, mode, need, budget, held, release = sys.argv[1:8]
 lease = DeviceLease(pathlib.Path(lock_dir), "0")
 if mode == "room":
@@ -235,7 +235,7 @@ def test_candidates_cannot_see_the_lease(tmp_path, monkeypatch):
     """flock needs no write access: a candidate that could open the lock file could hold it and stall every
     judge's GPU work. Its sandbox hides the lock dir, unless $KERNELFIX_LOCKS holds the candidate's own dirs."""
     from kernelfix.tools.config import JudgeConfig
-    from kernelfix.tools.workers import sandboxing
+    from kernelfix.tools.handles import sandboxing
 
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("KERNELFIX_LOCKS", str(tmp_path / "locks"))

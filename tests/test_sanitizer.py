@@ -13,7 +13,7 @@ import pytest
 import sanitizer_support as sc
 
 from kernelfix.tools import feedback
-from kernelfix.tools.render import sanitizer_summary
+from kernelfix.cli.verdict_view import sanitizer_summary
 from kernelfix.tools.sanitizer import hazards, parse, reduce, tool
 from kernelfix.tools.verdict import Category, CorrectnessReport, Hazard, SanitizerReport, SourceAt, ToolRun, TrialReport, Verdict
 

@@ -21,7 +21,7 @@ from kernelfix.tools.verdict import (
     Timings,
 )
 
-# sanitize runs after a failure too (its own rule: tools/sanitizer/stage.py), so it comes last.
+# sanitize runs after a failure too (its own rule: tools/stages/sanitize.py), so it comes last.
 STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile", "sanitize")
 
 

@@ -9,7 +9,7 @@ stay on disk and in the verdict.
 from __future__ import annotations
 
 from kernelfix.tools import input_sets
-from kernelfix.tools.build import report as build_report
+from kernelfix.tools.compile import report as build_report
 from kernelfix.tools.correctness.input_variants import describe
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, TimingStats, Verdict
 

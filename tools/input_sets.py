@@ -20,8 +20,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.correctness import trials as trial_plan
-from kernelfix.tools.workers.protocol import TrialPlan
+from kernelfix.tools import trials as trial_plan
+from kernelfix.tools.transport.protocol import TrialPlan
 
 from kernelfix.tools.verdict import InputSetReport
 

@@ -8,9 +8,10 @@ background at the first request and shared by every evaluation (it draws the
 trials' inputs, runs Model, compares, times the baselines), and one worker per
 candidate (it imports the candidate once and runs its compile, trials and
 timing). Tensors pass between them through shared memory, never through disk.
-The stages themselves live by concern: ``build.stage``, ``correctness.stage``,
-``legality.stage``, ``timing.stage``, ``profile.stage``. Each gets a :class:`StageContext`
-(what it may use of the judge), so none of them imports the judge back.
+The stages themselves are ``kernelfix.tools.stages``, one module each (``compile``,
+``correctness``, ``legality``, ``benchmark``, ``profile``, ``sanitize``), and the handles on the
+workers ``kernelfix.tools.handles``. Each stage gets a :class:`StageContext` (what it may use of the
+judge), so none of them imports the judge back.
 
     judge = Judge("task.py", JudgeConfig(device="cpu"))
     verdict = judge.evaluate(source)            # all stages
@@ -38,30 +39,32 @@ from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, gpu_room, retry, static_checks
-from kernelfix.tools.allowlist import make_allowed
-from kernelfix.tools.build import stage as compile_stage
+from kernelfix.tools import feedback, retry
+from kernelfix.tools.gpu import room as gpu_room
+from kernelfix.tools.legality import static_checks
+from kernelfix.tools.legality.allowlist import make_allowed
+from kernelfix.tools.stages import compile as compile_stage
 from kernelfix.tools.cache_dir import lock_root
-from kernelfix.tools.candidate_run import CandidateRun
+from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.correctness import stage as correctness_stage
-from kernelfix.tools.device_lease import DeviceLease, cuda_available, visible_gpu
+from kernelfix.tools.stages import correctness as correctness_stage
+from kernelfix.tools.gpu.lease import DeviceLease, cuda_available, visible_gpu
 from kernelfix.tools.evaluation import STAGES, Evaluation, EventSink, StageEvent
-from kernelfix.tools.workers.handle import Deadline, WorkerGone
-from kernelfix.tools.legality import stage as legality_stage
-from kernelfix.tools.profile import stage as profile_stage
-from kernelfix.tools.reference import Reference
-from kernelfix.tools.sanitizer import stage as sanitizer_stage
-from kernelfix.tools.stage_context import StageContext
+from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
+from kernelfix.tools.stages import legality as legality_stage
+from kernelfix.tools.stages import profile as profile_stage
+from kernelfix.tools.handles.reference import Reference
+from kernelfix.tools.stages import sanitize as sanitizer_stage
+from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.task import Task
 from kernelfix.tools.task_size import TaskSize
-from kernelfix.tools.timing import stage as timing_stage
+from kernelfix.tools.stages import benchmark as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
-from kernelfix.tools.workers.context import WorkerContext
+from kernelfix.tools.handles.worker_context import WorkerContext
 
 if TYPE_CHECKING:
-    from kernelfix.tools.floor import TaskFloor
+    from kernelfix.tools.gpu.floor import TaskFloor
 
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
 
@@ -113,7 +116,7 @@ class Judge:
         self._runs_lock = threading.Lock()
         self._holding = 0  # GPU leases this judge's threads hold now
         self._busy = 0  # GPU stages of this judge with room on the GPU (Judge.room)
-        self._budget: int | None = None  # what the stages with room may declare on this GPU (tools/gpu_room.py)
+        self._budget: int | None = None  # what the stages with room may declare on this GPU (tools/gpu/room.py)
         self._last_held = time.monotonic()
         self._holding_lock = threading.Lock()
         self._yielder: threading.Thread | None = None
@@ -164,7 +167,7 @@ class Judge:
         )
 
     def lease(self, what: str, *, shared: bool = False) -> contextlib.AbstractContextManager:
-        """The GPU's lock for a piece of work on it (tools/device_lease.py): alone, for what a result needs it
+        """The GPU's lock for a piece of work on it (tools/gpu/lease.py): alone, for what a result needs it
         alone for (timing, the profile, the baselines' timing), or ``shared`` beside other judges' correctness
         trials and warm-ups. Inside ``room``, never inside another hold."""
         if self._lease is None:
@@ -186,8 +189,8 @@ class Judge:
                     self._last_held = time.monotonic()
 
     def room(self, what: str, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
-        """Room on the GPU for a stage's memory, for the whole stage (tools/device_lease.py): given while
-        every stage's declaration fits the GPU's budget (tools/gpu_room.py). ``need_bytes``: this stage's
+        """Room on the GPU for a stage's memory, for the whole stage (tools/gpu/lease.py): given while
+        every stage's declaration fits the GPU's budget (tools/gpu/room.py). ``need_bytes``: this stage's
         declaration (determinism's two trials); default a GPU stage's of this task, its reference's cache included.
         Meanwhile this judge keeps what its reference caches. Take it before the GPU's lock."""
         if self._lease is None:
@@ -337,10 +340,10 @@ class Judge:
     # ------------------------------------------------------------------ stages
 
     def task_floor(self, *, with_baseline: bool = True) -> "TaskFloor | None":
-        """The task's floor on this GPU (tools/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
+        """The task's floor on this GPU (tools/gpu/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
         GPU eager's and torch.compile's times (the baselines, measured once per task and cached).
         None when the reference has not reported its sizes."""
-        from kernelfix.tools import floor
+        from kernelfix.tools.gpu import floor
 
         if self.device != "cuda":
             return None  # a floor is the GPU's: a CPU session times nothing
@@ -359,11 +362,11 @@ class Judge:
                            gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
 
     def gpu_block(self) -> str:
-        """The GPU's numbers for the system prompt (tools/gpu_specs.py); empty off the GPU."""
+        """The GPU's numbers for the system prompt (tools/gpu/specs.py); empty off the GPU."""
         ready = self.ref.wait()
         if self.device != "cuda" or not ready.gpu_props:
             return ""
-        from kernelfix.tools import gpu_specs
+        from kernelfix.tools.gpu import specs as gpu_specs
 
         spec = gpu_specs.measured(ready.gpu_props)
         return gpu_specs.render(spec) if spec is not None else ""
@@ -457,7 +460,7 @@ class Judge:
 
     def sanitize(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """compute-sanitizer on a wrong or crashing CUDA/Triton candidate (any with ``JudgeConfig.sanitize``),
-        on a reduced input; never changes the verdict, names the cause (tools/sanitizer/stage.py)."""
+        on a reduced input; never changes the verdict, names the cause (tools/stages/sanitize.py)."""
         ctx = self.stage_context()
         skipped = sanitizer_stage.skip(ctx, ev)
         if skipped is not None:

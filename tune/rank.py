@@ -34,7 +34,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from kernelfix.tools.allowlist import DEFAULT_ALLOWED, base_name
+from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, base_name
 from kernelfix.tune.profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
 from kernelfix.tune.records import ModuleRow, Ranking
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kernelfix.tools import baseline
+    from kernelfix.cli import baseline_run as baseline
 
     cfg = _judge_config(args)
     # One trial and its fresh twin are all a baseline needs: no varied inputs, no float64, nothing cached for later candidates.

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kernelfix.api import Judge, candidate_source
     from kernelfix.tools.judge import StageEvent
-    from kernelfix.tools.render import verdict_view
+    from kernelfix.cli.verdict_view import verdict_view
     from kernelfix.tools.task import TaskError
 
     err = Console(stderr=True)

@@ -5,7 +5,7 @@ host wait until the GPU has finished everything queued; the GPU then idles while
 value and launches the next kernel. A profile sees only the symptom (kernels busy for part of the
 forward: "launch-bound"), and the fix it implies (fuse the kernels) is not the one that helps.
 
-The profile target (``tools/profile/target.py``) calls ``watch`` on a warmed-up forward, before the
+The profile target (``tools/workers/profile_target.py``) calls ``watch`` on a warmed-up forward, before the
 profiled one, where Nsight Compute does not replay kernels:
 
 - torch's GPU trace (the hooks ``torch.cuda._sanitizer`` uses) reports each device, stream and event

@@ -22,8 +22,8 @@ from kernelfix import atomic
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tools.verdict import TimingStats
-from kernelfix.tools.workers.protocol import ReferenceReady
-from kernelfix.tools.workers.sandboxing import judge_cache
+from kernelfix.tools.transport.protocol import ReferenceReady
+from kernelfix.tools.cache_dir import judge_cache
 
 VERSION = 1  # bump when what a baseline measures changes
 
