@@ -12,7 +12,7 @@ from kernelfix.agent.session import SessionDir
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools import retry
 from kernelfix.tools.judge import STAGES, Evaluation, Judge, StageEvent
-from kernelfix.tools.handles.reference import ReferenceUnavailable
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.retry import MachineFault
 
 

@@ -293,7 +293,7 @@ def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
     assert sandboxing.env("candidate", tmp_path / "w", "cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     with Judge(TASK, JudgeConfig(device="cpu", trials=2, input_variants=[]), workdir=tmp_path / "j") as j:
-        j._lease = DeviceLease(tmp_path / "locks", "3")
+        j._share.device_lease = DeviceLease(tmp_path / "locks", "3")
         ev = j.start(reply("triton_relu_ok.py"), filename="reply.md")
         ev = j.compile(ev)
         compiled_at = time.time()

@@ -224,7 +224,7 @@ def test_judges_on_one_gpu_share_correctness_and_time_alone(tmp_path):
         for j in judges:
             j.close()
     assert [v.category.value for v in verdicts] == ["ok"] * 4, [v.message for v in verdicts]
-    log = judges[0]._lease.log  # the GPU's hold log, in the lock dir every judge of the run shares
+    log = judges[0]._share.device_lease.log  # the GPU's hold log, in the lock dir every judge of the run shares
     holds = [h for h in (json.loads(x) for x in log.read_text().splitlines()) if h["got"] >= t0]
     modes = {(h["what"].split(" ", 1)[1], h["mode"]) for h in holds if h["what"].startswith("relu ")}
     assert {("correctness", "shared"), ("benchmark", "exclusive"), ("benchmark inputs", "shared"), ("correctness", "room")} <= modes, modes

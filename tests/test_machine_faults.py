@@ -101,7 +101,7 @@ def test_eval_retries_and_says_so_unless_told_not_to(tmp_path, faults, capsys):
 def test_a_fault_before_the_first_turn_is_waited_out_too(tmp_path, cpu_judge, monkeypatch):
     """The task's reference meets the fault (a batch's session starts while another process holds the
     GPU): judged again after a pause, and when it persists the session stops resumable, no turn spent."""
-    from kernelfix.tools.handles.reference import ReferenceUnavailable
+    from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 
     original = Judge.reference
     left = [1]

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.handles.reference import ReferenceUnavailable
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import Category, TimingStats
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import Failure, classify
+from kernelfix.tools.evaluation import Evaluation
 from kernelfix.tools.verdict import ExtensionBuild
 from kernelfix.tools.handles import sandboxing
 from kernelfix.tools.handles.worker_context import WorkerContext
@@ -245,3 +247,82 @@ def _write_log(path: Path, argv: list[str], out: ChildOutcome) -> None:
         )
     except OSError:  # a full disk must not hide the verdict
         pass
+
+
+class CandidateRuns:
+    """A judge's candidate workers: one per evaluation in progress (by its id), and those started ahead for an
+    evaluation to come (by the workdir it will use). Thread-safe."""
+
+    def __init__(self, context: Callable[[], WorkerContext]):
+        self._context = context
+        self._runs: dict[str, CandidateRun] = {}
+        self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
+        self._lock = threading.Lock()
+
+    def start_ahead(self, workdir: Path, task_source: str) -> CandidateRun | None:
+        """A standby worker for ``workdir``, started now; None when one is there already."""
+        wd = workdir.resolve()
+        with self._lock:
+            if wd in self._standby:
+                return None
+            wd.mkdir(parents=True, exist_ok=True)
+            (wd / "task.py").write_text(task_source)
+            run = self._standby[wd] = CandidateRun(self._context(), wd, wd / "candidate.py", standby=True)
+        return run
+
+    def has_standby(self, workdir: Path) -> bool:
+        return workdir.resolve() in self._standby
+
+    def drop_standby(self, workdir: Path) -> None:
+        with self._lock:
+            idle = self._standby.pop(workdir.resolve(), None)
+        if idle is not None:
+            idle.close()
+
+    def run_for(self, ev: Evaluation, relay: Callable[[dict], None]) -> CandidateRun:
+        with self._lock:
+            run = self._runs.get(ev.id)
+            if run is None:
+                run = self._standby.pop(Path(ev.workdir).resolve(), None)
+                if run is not None and run.handle.alive:
+                    run.go(relay)
+                else:
+                    run = CandidateRun(self._context(), Path(ev.workdir), ev.candidate_path, on_phase=relay)
+                self._runs[ev.id] = run
+            return run
+
+    def release(self, ev: Evaluation) -> ChildOutcome | None:
+        """End the evaluation's worker and a standby one its workdir never used; the worker's outcome, if it had one."""
+        with self._lock:
+            run = self._runs.pop(ev.id, None)
+            idle = self._standby.pop(Path(ev.workdir).resolve(), None)
+        if idle is not None:
+            idle.close()
+        return run.close() if run is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            runs, self._runs = [*self._runs.values(), *self._standby.values()], {}
+            self._standby = {}
+        for run in runs:
+            run.close()
+
+
+# What an evaluation keeps once judged: its logs, the candidate and the sources it built from,
+# never bulk data (a candidate's scratch files, objects, libraries). A full disk is a machine fault.
+_KEEP_SUFFIXES = {".py", ".cu", ".cpp", ".cc", ".cuh", ".h", ".hpp", ".ninja", ".log", ".txt", ".json", ".md"}
+_KEEP_MAX_BYTES = 4 << 20
+
+
+def tidy(workdir: Path) -> None:
+    """Drop what a judged evaluation need not keep (its scratch, objects and libraries); keep its logs and sources."""
+    for d in ("tmp", "out", "handoff"):
+        shutil.rmtree(workdir / d, ignore_errors=True)
+    build = workdir / "build"
+    if build.is_dir() and not build.is_symlink():
+        for p in build.rglob("*"):
+            try:
+                if p.is_symlink() or (p.is_file() and (p.suffix not in _KEEP_SUFFIXES or p.stat().st_size > _KEEP_MAX_BYTES)):
+                    p.unlink()
+            except OSError:
+                pass

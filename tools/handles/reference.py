@@ -18,22 +18,21 @@ verdicts, never the candidate's.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from kernelfix.sandbox import ChildOutcome
-from kernelfix.tools.classify import GpuOom, is_oom
 from kernelfix.tools.gpu import room as gpu_room
 from kernelfix.tools import input_sets
 from kernelfix.tools import trials as trial_plan
 from kernelfix.tools.task import TaskError
-from kernelfix.tools.task_size import TaskSize, size_text
+from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category
 from kernelfix.tools.handles import sandboxing
+from kernelfix.tools.handles import reference_failures
+from kernelfix.tools.handles.reference_baselines import ReferenceBaselines
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.handles.worker_context import WorkerContext
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone, WorkerHandle
 from kernelfix.tools.transport.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
@@ -42,16 +41,7 @@ from kernelfix.tools.transport.protocol import CandidateOutput, Checked, Prepare
 ID_SPAN = 10**9  # arena ids per reference worker: a restarted worker's ids never name its predecessor's
 
 
-class ReferenceUnavailable(Exception):
-    """The reference could not be computed for a reason that is the machine's, not the task's or the candidate's."""
-
-    def __init__(self, category: Category, message: str):
-        super().__init__(message)
-        self.category = category
-        self.message = message
-
-
-class Reference:
+class Reference(ReferenceBaselines):
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
         self.config = ctx.config
@@ -207,39 +197,16 @@ class Reference:
     # ------------------------------------------------------------------ failures
 
     def _failed(self, e: WorkerGone) -> None:
-        """Sort the worker's failure; it is gone either way (the next request starts another)."""
+        """Sort the worker's failure (reference_failures.sort); it is gone either way (the next request starts another)."""
         out = e.outcome
         self._forget_worker()
-        err = out.last("error")
         sized = out.last("sized")
         if sized is not None:
             self.size = TaskSize.model_validate(sized)
-        problem = _task_problem(self.ctx.task.path, out, self.config.run_timeout_s)
-        if err is not None and err.get("kind") == "task":
-            self._task_error = TaskError(problem)
-            raise self._task_error
-        if err is not None and err.get("kind") == "too_large":  # counted on the meta device, refused before allocating
-            raise ReferenceUnavailable(Category.TOO_LARGE, err.get("message") or "the task does not fit this machine")
-        trial = f" (one trial: {self.size.describe()})" if self.size is not None else ""
-        if err is not None and is_oom(err):
-            category, message = _memory_verdict(err, self.input_bytes + self.output_bytes)
-            raise ReferenceUnavailable(category, message + trial)
-        if out.memory_exceeded:
-            limit = size_text(sandboxing.memory_limit(self.config))
-            why = "judge.memory_limit_gb" if self.config.memory_limit_gb else "3/4 of this machine's memory, at most 64 GiB; judge.memory_limit_gb sets it"
-            raise ReferenceUnavailable(
-                Category.TOO_LARGE,
-                f"the task does not fit the host memory the judge allows: its reference reached {size_text(out.peak_rss_bytes)} "
-                f"of the {limit} limit ({why})" + trial,
-            )
-        fault = machine_fault(out)
-        if fault is not None:
-            raise ReferenceUnavailable(*fault)
-        if err is None and not out.timed_out and out.last("ready") is None and out.last("hello") is not None and out.signal is None:
-            self._task_error = TaskError(problem)  # exited by itself while importing or building: the task's doing
-            raise self._task_error
-        # A time-out, a signal, an exception in the worker's own code: not the task's, not the candidate's.
-        raise ReferenceUnavailable(Category.WORKER, problem)
+        err = reference_failures.sort(out, self.ctx.task.path, self.config, self.input_bytes + self.output_bytes, self.size)
+        if isinstance(err, TaskError):
+            self._task_error = err
+        raise err
 
     def _forget_worker(self) -> None:
         """The worker has ended: the next request starts another (it computes its trials again)."""
@@ -382,117 +349,3 @@ class Reference:
         need = gpu_room.stage_need(self.size, self.config, 0)  # two trials' references at once, nothing cached beside
         with self.ctx.room("determinism", 2 * need[0] if need is not None else None), lease("determinism", shared=True):
             return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
-
-    # ------------------------------------------------------------------ baselines
-
-    def baseline(
-        self, lease: Callable[..., Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
-        input_set: int | None = None,
-    ) -> baselines.Baseline:
-        """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
-        (torch.compile's compilation outside the GPU lease, under ``warm_gate`` when given, the
-        timing inside it). ``fresh``: measure even when the disk cache has them. ``input_set``: on
-        that set's first trial (tools/input_sets.py); default the first trial of all."""
-        with self._lock:
-            ready = self.ensure()
-            if input_set is None:  # a task with sets: its first set is its default shape
-                input_set = self.trials[0].input_set
-            if input_set in self._baselines:
-                return self._baselines[input_set]
-            key = baselines.key(self.ctx.task, self.config, ready) + (f"-set{input_set}" if input_set is not None else "")
-            cached = None if fresh else baselines.load(key)
-            if cached is not None:
-                self._baselines[input_set] = cached
-                return cached
-        timing = baselines.timing_settings(self.config)
-        trial = next((t for t in self.trials if t.input_set == input_set), self.trials[0])
-        compile_note = None
-        if self.config.time_torch_compile:  # torch.compile's compilation: CPU work, outside the lease
-            # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
-            # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
-            big = self.size is not None and self.size.trial_bytes > self.config.warmup_max_gb * 2**30
-            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), self._big(lease, "baseline warm-up", shared=True) if big else contextlib.nullcontext(), self._lock:
-                compile_note = self.warm_compiled(trial, timing)
-            if compile_note is not None:
-                timing = timing | {"time_torch_compile": False}
-        with self.ctx.room("baseline"), lease("baseline"), self._lock:
-            if input_set not in self._baselines:
-                msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
-                msg["compile_note"] = compile_note or msg.get("compile_note")
-                self._baselines[input_set] = baselines.Baseline.model_validate(msg)
-                baselines.save(key, self._baselines[input_set])
-            return self._baselines[input_set]
-
-    @contextlib.contextmanager
-    def _big(self, lease: Callable[..., Any], what: str, *, shared: bool):
-        """Room for the stage's memory, then the GPU's lock: for what runs a large trial on the GPU."""
-        with self.ctx.room(what), lease(what, shared=shared):
-            yield
-
-    def warm_compiled(self, trial: TrialPlan, timing: dict[str, Any]) -> str | None:
-        """torch.compile's first call on the reference (its compilation), bounded by
-        ``reference_compile_timeout_s``: past it the worker is ended, and the note returned says that
-        eager alone is timed (a training graph of 90_cumprod compiled for minutes on the H100 while
-        the GPU lease waited). Any other failure is the worker's, as in every request."""
-        limit = self.config.reference_compile_timeout_s
-        deadline = Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit)
-        try:
-            self._send("baseline", "baseline_warm", deadline, trial=trial.model_dump(), timing=timing, warm_only=True)
-            return None
-        except WorkerGone as e:
-            phase = (e.outcome.last("phase") or {}).get("phase")
-            if not (e.outcome.timed_out and phase == "compile_reference"):
-                self._failed(e)  # raises
-            self._forget_worker()
-            return f"torch.compile did not finish compiling the reference within {limit:g} s (judge.reference_compile_timeout_s): eager alone is timed"
-
-
-# The reference worker's phases, as a too-large message names the step that ran out (docs/backward.md's sweep)
-_DOING = {
-    "reference_trial": "computing a trial",
-    "reference_float64": "computing a trial in float64",
-    "compile_reference": "compiling it with torch.compile",
-    "time_eager": "timing eager",
-    "time_torch_compile": "timing torch.compile",
-    "timing": "timing",
-}
-
-
-def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, str]:
-    """A GPU OOM in the reference: the task does not fit this GPU, or others hold its memory."""
-    oom = GpuOom(err)
-    gib = 2**30
-    if oom.total and not oom.would_fit_alone:
-        doing = _DOING.get(err.get("phase") or "")
-        return Category.TOO_LARGE, (
-            f"the task does not fit this GPU: its reference needed {(oom.asked + oom.held) / gib:.1f} GiB "
-            f"(held {oom.held / gib:.1f}, asked {oom.asked / gib:.1f}) of the GPU's {oom.total / gib:.1f} GiB"
-            + (f" while {doing}" if doing else "")
-        )
-    if oom.total and oom.free is not None:
-        return Category.GPU_BUSY, oom.others_text("the reference")
-    # No sizes in the error: CUDA's own allocation failed (a context, a library's workspace), not a
-    # tensor of the task's, which torch's allocator reports with its sizes. The GPU is full, not the task too large.
-    return Category.GPU_BUSY, f"the GPU had no memory for the task's reference (CUDA: {((err.get('message') or '').strip().splitlines() or [''])[0][:200]})"
-
-
-def _task_problem(path: Path, outcome: ChildOutcome, timeout_s: float) -> str:
-    err = outcome.last("error")
-    where = f"task {path}"
-    if outcome.timed_out:
-        return f"{where}: {outcome.deadline or f'the reference did not finish within {timeout_s:g} s'}"
-    if err is None:
-        return f"{where}: the reference process died ({outcome.signal or f'exit code {outcome.returncode}'}): {outcome.stderr_tail.strip()[-500:]}"
-    phase = {"load_task": "importing it", "build_reference": "building Model(*get_init_inputs())"}.get(err.get("phase"), "running Model.forward")
-    text = (err.get("message") or "").strip()
-    if err.get("kind") == "task" and text:
-        return f"{where}: {text[:800]}"
-    return f"{where}: {err.get('exc_type')} while {phase}: {text[:800]}"
-
-
-def machine_fault(outcome: ChildOutcome) -> tuple[Category, str] | None:
-    """A failure that is the machine's, whoever's process it hit."""
-    from kernelfix.tools.classify import machine_fault as classify_machine
-
-    f = classify_machine(outcome)
-    return (f.category, f.message) if f is not None else None

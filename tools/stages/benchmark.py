@@ -28,7 +28,7 @@ import time
 from kernelfix.tools import input_sets
 from kernelfix.tools.stages.correctness import fail_from, ref_shapes, shared_hold
 from kernelfix.tools.evaluation import Evaluation, EventSink
-from kernelfix.tools.handles.reference import ReferenceUnavailable
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category, PassTimings, TimingStats, Timings

@@ -12,7 +12,7 @@ import time
 
 from kernelfix.tools.stages import warmup
 from kernelfix.tools.evaluation import Evaluation, EventSink
-from kernelfix.tools.handles.reference import ReferenceUnavailable
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, CompileReport
 from kernelfix.tools.handles.worker_handle import WorkerGone

@@ -28,7 +28,7 @@ from kernelfix.tools.stages import warmup
 from kernelfix.tools.correctness.tolerance import describe
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
 from kernelfix.tools.stages import legality as legality_stage
-from kernelfix.tools.handles.reference import ReferenceUnavailable
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, CorrectnessReport, TrialReport
 from kernelfix.tools.handles.worker_handle import WorkerGone
