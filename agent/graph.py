@@ -19,77 +19,24 @@ node re-run after a kill changes nothing twice.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
 from kernelfix.agent import judging, policy, prompting, search
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.draws import RoundControl, take_reply
-from kernelfix.agent.events import (
-    Controls,
-    ModelReplied,
-    Notice,
-    SessionAborted,
-    SessionPaused,
-    SessionUnpaused,
-    StageUpdate,
-    TurnJudged,
-    TurnStarted,
-)
-from kernelfix.agent.models import ChatModel, ReplayExhausted
+from kernelfix.agent.draws import take_reply
+from kernelfix.agent.events import ModelReplied, Notice, SessionPaused, SessionUnpaused, StageUpdate, TurnJudged, TurnStarted
+from kernelfix.agent.models import ReplayExhausted
 from kernelfix.agent.round_nodes import add_round_nodes
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.shapes import shape_block
 from kernelfix.tools import input_sets
-from kernelfix.agent.state import SessionState, Slot, Turn
-from kernelfix.tools.judge import STAGES, Judge
+from kernelfix.agent.state import SessionState, Turn
+from kernelfix.tools.judge import STAGES
 
 Update = dict[str, Any]
-
-
-@dataclass
-class Runtime:
-    """What the nodes work with besides the state; rebuilt on every run, never checkpointed."""
-
-    store: SessionDir
-    judge: Judge
-    model: ChatModel
-    controls: Controls
-    emit: Callable[[Any], None]
-    on_trajectory: Callable[[SessionState, bool], None]  # (state, finished): write trajectory.json
-
-    @property
-    def config(self) -> AgentConfig:
-        return self.store.settings.agent
-
-    @property
-    def timed(self) -> bool:
-        return self.judge.device == "cuda"
-
-    def __post_init__(self) -> None:
-        self.planned: list[Slot] = []  # the round in flight's slots (a resume sets them from the checkpoint)
-        self._rounds: dict[int, RoundControl] = {}
-        self._rounds_lock = threading.Lock()
-
-    def searching(self, state: SessionState) -> bool:
-        """A search (rounds of candidates) rather than the chain: width > 1, or a session that already searched."""
-        return self.config.width > 1 or bool(state.rounds)
-
-    def round_control(self, slot: Slot, slots: list[Slot]) -> RoundControl:
-        """The round's shared control, made by its first slot to ask (slots of one round run in parallel)."""
-        with self._rounds_lock:
-            if slot.round not in self._rounds:
-                self._rounds[slot.round] = RoundControl(self.store, self.model, self.config, self.controls, self.emit, timed=self.timed, slots=slots)
-            return self._rounds[slot.round]
-
-    def check_abort(self) -> None:
-        if self.controls.aborted:
-            raise SessionAborted("left by the user")
 
 
 def _next_index(state: SessionState) -> int:

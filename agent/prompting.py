@@ -17,7 +17,7 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools.compile import nvrtc as build_nvrtc, times as build_times
 from kernelfix.tools.config import JudgeConfig

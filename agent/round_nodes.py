@@ -24,7 +24,7 @@ from kernelfix.agent.state import RESET, RoundBasis, RoundRecord, SessionState, 
 from kernelfix.tools.judge import STAGES
 
 if TYPE_CHECKING:
-    from kernelfix.agent.graph import Runtime
+    from kernelfix.agent.runtime import Runtime
 
 Update = dict[str, Any]
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.judge import Evaluation

@@ -1,6 +1,6 @@
 """kernelfix: agentic multi-turn kernel repair, judged on a real GPU."""
 
-__version__ = "0.1.0"
+from kernelfix.version import __version__
 
 # Exported lazily: `kernelfix --help` and every command import this package, and none of them should pay for
 # torch or pydantic's models until it uses them. kernelfix.Judge is the judge as a library (docs/service.md).

@@ -35,7 +35,6 @@ import torch) sends the worker down the exec path, which is what ran before.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re

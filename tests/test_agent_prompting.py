@@ -7,7 +7,7 @@ from importlib import resources
 import pytest
 
 from kernelfix.agent import prompting
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools import feedback as judge_feedback
 from kernelfix.tools.config import JudgeConfig

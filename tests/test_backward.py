@@ -172,9 +172,9 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
     weight gradient is wrong and named in the feedback, turn 2 is right."""
     from agent_support import REPO, check_session_dir
 
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
 
     judge = judges("scale_bw", "cpu")
     s = Session.create(

@@ -17,10 +17,10 @@ import pytest
 
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
 from proc_support import lock_holder, wait_gone
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
 from kernelfix.agent.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
-from kernelfix.agent.batch.runner import LocalRunner, OutDir
+from kernelfix.agent.batch.local_runner import LocalRunner, OutDir
 from kernelfix.cli import EXIT_USAGE, main
 from kernelfix.tools.config import JudgeConfig
 
@@ -77,7 +77,8 @@ def test_plan_names_models_and_bad_input(tmp_path):
 
 def test_width_per_task_and_a_search_in_the_report(tmp_path):
     from kernelfix.agent.batch.report import task_outcome
-    from kernelfix.agent.batch.worker import TaskResult, read_trajectory
+    from kernelfix.agent.batch.worker import TaskResult
+    from kernelfix.agent.session_dir import read_trajectory
 
     write_replay(tmp_path / "r.jsonl", ["no code"])
     manifest = tmp_path / "m.jsonl"
@@ -228,7 +229,7 @@ def test_a_crashing_session_fails_alone(tmp_path):
 
 
 def test_default_workers_use_every_gpu(monkeypatch):
-    from kernelfix.agent.batch.runner import default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import default_workers, visible_gpus
 
     assert default_workers(jobs=10, cpus=16, gpus=2) == 8  # half the cores
     assert default_workers(jobs=10, cpus=2, gpus=2) == 2  # one per GPU even on few cores

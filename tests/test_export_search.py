@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent_support import TASK
 from kernelfix.agent import prompting
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Outcome, RoundRecord, Settings, TaskInfo, Trajectory, Turn, path_to, totals
 from kernelfix.cli import EXIT_OK, main
 from kernelfix.tools.config import JudgeConfig

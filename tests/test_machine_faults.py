@@ -13,7 +13,7 @@ import pytest
 
 from agent_support import TASK, candidate_code, check_session_dir, reply, replay_session
 from kernelfix.agent.events import Notice
-from kernelfix.agent.runner import Session
+from kernelfix.agent.session import Session
 from kernelfix.agent.state import Trajectory
 from kernelfix.tools import retry
 from kernelfix.tools.judge import Judge

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import CORPUS
 from kernelfix.agent import judging
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.tools.handles import candidate_run as runs_module
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
-from kernelfix.cli.common import _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config
 
 
 def add_parser(sub) -> None:

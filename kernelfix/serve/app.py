@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kernelfix import __version__
+from kernelfix.version import __version__
 from kernelfix.judge_pool import Busy, JudgePool, JudgeRequest, Outcome, TooMany
 from kernelfix.serve.auth import authorized
 

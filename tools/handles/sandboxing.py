@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from kernelfix.sandbox import Isolation, Limits, scrubbed_env
-from kernelfix.sandbox.isolation import for_gpu
+from kernelfix.sandbox.probes import for_gpu
 from kernelfix.tools.cache_dir import CACHE_ENV, INDUCTOR_CACHE, TRITON_CACHE, cache_root, compiler_caches, judge_cache, lock_root
 from kernelfix.tools.config import JudgeConfig
 

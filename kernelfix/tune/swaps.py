@@ -21,11 +21,11 @@ import torch.nn as nn
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapCheckFailed, SwapError
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tune.config import TuneConfig
+from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.decide import compare, explain
 from kernelfix.tune.model_call import ModelCall
-from kernelfix.tune.profile import step_fn
-from kernelfix.tune.records import Comparison, SwapTrial
+from kernelfix.tune.model_profile import step_fn
+from kernelfix.tune.tune_report import Comparison, SwapTrial
 from kernelfix.tune.timing import paired_rounds
 
 
@@ -183,7 +183,7 @@ class Trials:
         try:
             got = grads(view)
         except Exception as e:
-            from kernelfix.capture.records import OutputCheck
+            from kernelfix.capture.schema import OutputCheck
 
             return OutputCheck(ok=False, problem=f"the swapped model's backward raised: {_first_line(e)}")
         return compare_outputs(got, want, self.judge_cfg)

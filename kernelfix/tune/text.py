@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kernelfix.tune.config import TuneConfig
+from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.decide import verdict
-from kernelfix.tune.records import Comparison, Ranking, SwapTrial, TuneReport
+from kernelfix.tune.tune_report import Comparison, Ranking, SwapTrial, TuneReport
 
 TABLE_ROWS = 12
 

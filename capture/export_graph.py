@@ -22,7 +22,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
 from kernelfix.capture.check import leaves_with_paths
 from kernelfix.capture.errors import CaptureFailed
-from kernelfix.capture.records import InputLeaf, OutputLeaf
+from kernelfix.capture.schema import InputLeaf, OutputLeaf
 from kernelfix.capture.script import CapturedCall, is_user_file
 from kernelfix.capture.tensors import describe
 

@@ -1,6 +1,6 @@
 """Rank a model's modules by their share of the forward's time, and say which are worth a kernel.
 
-Attribution (a pure function of the profile, :mod:`kernelfix.tune.profile`):
+Attribution (a pure function of the profile, :mod:`kernelfix.tune.model_profile`):
 
 - **What is counted.** On a GPU, the device time of the CUDA kernels each op launched; on a CPU, each
   event's self CPU time (the op's own work, and the Python between ops in a module's forward). Only what
@@ -35,8 +35,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, base_name
-from kernelfix.tune.profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
-from kernelfix.tune.records import ModuleRow, Ranking
+from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
+from kernelfix.tune.tune_report import ModuleRow, Ranking
 
 BACKWARD_MARK = "autograd::engine::evaluate_function: "
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.capture.records import OutputCheck
+from kernelfix.capture.schema import OutputCheck
 
 REPORT_FORMAT = "kernelfix-tune/1"
 

@@ -21,17 +21,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelfix import __version__, atomic
+from kernelfix import atomic
+from kernelfix.version import __version__
 from kernelfix.agent.batch.plan import BatchSettings, Job, PlanError
-from kernelfix.agent.batch.worker import TaskResult, prior_state, read_trajectory
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.batch.worker import TaskResult, prior_state
+from kernelfix.agent.session_dir import read_trajectory
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError
 from kernelfix.capture.files import CaptureFiles
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tune.config import TuneConfig
+from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.model_call import ModelCall
-from kernelfix.tune.records import KeptSwap, ModuleRow, SwapTrial, TuneReport
-from kernelfix.tune.sessions import plan_job, task_stem
+from kernelfix.tune.tune_report import KeptSwap, ModuleRow, SwapTrial, TuneReport
+from kernelfix.tune.jobs import plan_job, task_stem
 
 REPORT = "report.json"
 
@@ -165,7 +167,7 @@ class Tune:
             torch.cuda.empty_cache()
 
     def rank(self, r: TuneReport) -> None:
-        from kernelfix.tune.profile import profile_model
+        from kernelfix.tune.model_profile import profile_model
         from kernelfix.tune.rank import ranking, rows
 
         call = self.model_call()
@@ -247,7 +249,7 @@ class Tune:
     def _record_session(self, row: ModuleRow, job: Job) -> None:
         state, traj = prior_state(job.session_dir)
         row.session_status = {"new": None, "finished": "finished", "unfinished": "unfinished", "dead": "failed"}[state]
-        traj = traj or read_trajectory(job.session_dir)
+        traj = traj or read_trajectory(job.session_dir, unreadable_as_none=True)
         if traj is not None:
             row.correct = traj.outcome.success
             row.best_turn = traj.outcome.best_turn

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import statistics
 
-from kernelfix.tune.config import TuneConfig
-from kernelfix.tune.records import Comparison, Stats
+from kernelfix.tune.tune_config import TuneConfig
+from kernelfix.tune.tune_report import Comparison, Stats
 
 
 def quantile(xs: list[float], q: float) -> float:

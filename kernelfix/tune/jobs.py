@@ -19,7 +19,7 @@ from pathlib import Path
 from kernelfix.agent.batch.plan import BatchSettings, Job, PlanError, plan
 from kernelfix.agent.batch.worker import TaskResult, prior_state
 from kernelfix.agent.models import REPLAY_PREFIX
-from kernelfix.tune.records import ModuleRow
+from kernelfix.tune.tune_report import ModuleRow
 
 
 def task_stem(module_path: str) -> str:
@@ -54,7 +54,7 @@ def run_headless(jobs: list[Job], out: Path, *, device: str, workers: int | None
     import os
 
     from kernelfix.agent.batch.progress import BatchProgress
-    from kernelfix.agent.batch.runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
 
     outdir = OutDir(out)
     try:

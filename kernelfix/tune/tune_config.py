@@ -10,7 +10,7 @@
     noise_quantile = 0.1     # ... and faster in all but this share of the rounds
     compile_backend = "inductor"
 
-Light at import (pydantic only): kernelfix.config reads it for every command.
+Light at import (pydantic only): kernelfix.config_file reads it for every command.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     OUT/
       batch.lock               one batch per OUT at a time
       plan.json                the jobs of the latest run
-      sessions/<name>/         each job's session (kernelfix.agent.session)
+      sessions/<name>/         each job's session (kernelfix.agent.session_dir)
       results/<name>.json      what the latest run did with it (kernelfix.agent.batch.worker.TaskResult)
       logs/<name>.log          its turn lines, appended run after run
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tune.config import TuneConfig
+from kernelfix.tune.tune_config import TuneConfig
 
 
 class ConfigError(Exception):
