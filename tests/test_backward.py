@@ -46,11 +46,11 @@ def test_output_without_gradient_fails_clearly(judges):
 
 
 def test_prompt_says_backward_is_judged():
-    from kernelfix.agent import prompting
+    from kernelfix.prompts import messages as prompts
     from kernelfix.tools.config import JudgeConfig
 
-    assert "autograd" not in prompting.system_prompt(JudgeConfig(), "cuda")  # forward-only sessions: as before
-    text = prompting.system_prompt(JudgeConfig(backward=True), "cuda")
+    assert "autograd" not in prompts.system_prompt(JudgeConfig(), "cuda")  # forward-only sessions: as before
+    text = prompts.system_prompt(JudgeConfig(backward=True), "cuda")
     assert "The backward pass is judged" in text and "ctx.save_for_backward" in text and "What to save" in text
 
 

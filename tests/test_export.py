@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_support import TASK
-from kernelfix.agent import prompting
+from kernelfix.prompts import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
 from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
@@ -36,8 +36,8 @@ def trajectory(
     tag: str | None = None,
 ) -> Trajectory:
     """A session as the runner writes it: each turn's messages built by the real prompt builder."""
-    system = prompting.system_prompt(JudgeConfig(), device)
-    task_msg = prompting.task_prompt("relu", task_source, shape_block=None, goal="correct")
+    system = prompts.system_prompt(JudgeConfig(), device)
+    task_msg = prompts.task_prompt("relu", task_source, shape_block=None, goal="correct")
     done: list[Turn] = []
     for i, (cat, speed, reasoning) in enumerate(turns, 1):
         ok = cat == "ok"
@@ -47,7 +47,7 @@ def trajectory(
         t = Turn(
             index=i,
             source="model",
-            messages=prompting.build_messages(system, task_msg, done),
+            messages=prompts.build_messages(system, task_msg, done),
             reply=ChatMessage(role="assistant", content=content, reasoning_content=reasoning),
             code="...",
             verdict=v,

@@ -20,6 +20,7 @@ import pytest
 
 from kernelfix.prompts import knowledge
 from kernelfix.prompts.knowledge import FINDINGS, OPS, PARTS, Note, exemplar_source, notes, pick, render, resource
+from kernelfix.prompts.blocks import gpu_block
 from kernelfix.tools.gpu import specs as gpu_specs
 from kernelfix.tools.legality import static_checks
 
@@ -313,11 +314,11 @@ def test_measured_lets_the_driver_win():
     assert gpu_specs.measured({"name": "Mystery"}) is None
     unknown = gpu_specs.measured({"name": "Mystery", "multi_processor_count": 10, "L2_cache_size": 2**20})
     assert unknown.sms == 10 and unknown.l2_bytes == 2**20 and unknown.peak_tflops == {}
-    assert "10 SMs" in gpu_specs.render(unknown)
+    assert "10 SMs" in gpu_block(unknown)
 
 
 def test_render_gives_the_numbers_and_the_ridge_point():
-    text = gpu_specs.render(gpu_specs.lookup("NVIDIA H100 80GB HBM3"))
+    text = gpu_block(gpu_specs.lookup("NVIDIA H100 80GB HBM3"))
     for needle in ("132 SMs", "3350 GB/s", "50 MB", "989.4", "494.7", "66.9", "228 KB", "227 KB", "65536", "255"):
         assert needle in text, needle
     ridge = next(line for line in text.splitlines() if "Ridge" in line)

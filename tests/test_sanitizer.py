@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sanitizer_support as sc
 
-from kernelfix.tools import feedback
+from kernelfix.prompts import feedback
 from kernelfix.cli.verdict_view import sanitizer_summary
 from kernelfix.tools.sanitizer import hazards, parse, reduce, tool
 from kernelfix.tools.verdict import Category, CorrectnessReport, Hazard, SanitizerReport, SourceAt, ToolRun, TrialReport, Verdict

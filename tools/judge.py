@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, retry
+from kernelfix.prompts import feedback
+from kernelfix.tools import retry
 from kernelfix.tools.legality import static_checks
 from kernelfix.tools.legality.allowlist import make_allowed
 from kernelfix.tools.stages import compile as compile_stage
@@ -63,6 +64,7 @@ from kernelfix.tools.handles.worker_context import WorkerContext
 
 if TYPE_CHECKING:
     from kernelfix.tools.gpu.floor import TaskFloor
+    from kernelfix.tools.gpu.specs import GpuSpec
 
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
 
@@ -238,15 +240,15 @@ class Judge:
         return floor.build(input_bytes=size.input_bytes, output_bytes=size.output_bytes, flops=ready.task_flops, dtypes=ready.dtypes,
                            gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
 
-    def gpu_block(self) -> str:
-        """The GPU's numbers for the system prompt (tools/gpu/specs.py); empty off the GPU."""
+    def gpu_spec(self) -> "GpuSpec | None":
+        """The GPU's numbers (tools/gpu/specs.py), as its reference worker read them; None off the GPU.
+        The system prompt shows them (prompts/blocks.gpu_block)."""
         ready = self.ref.wait()
         if self.device != "cuda" or not ready.gpu_props:
-            return ""
+            return None
         from kernelfix.tools.gpu import specs as gpu_specs
 
-        spec = gpu_specs.measured(ready.gpu_props)
-        return gpu_specs.render(spec) if spec is not None else ""
+        return gpu_specs.measured(ready.gpu_props)
 
     def start(self, source: str, *, filename: str = "candidate.py", workdir: str | Path | None = None) -> Evaluation:
         """Extract the candidate (from a .py source or a model reply) and run the static checks."""

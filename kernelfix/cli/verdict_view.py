@@ -1,4 +1,4 @@
-"""A verdict as a rich table, for the terminal."""
+"""[judge] A verdict as a rich table, for the terminal (``kernelfix eval``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kernelfix.tools import input_sets
+from kernelfix.prompts.feedback import input_set_lines
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Verdict
 
 
@@ -80,7 +80,7 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("torch.compile", f"{tm.compiled.median_ms:.4g} ms")
     elif tm and tm.compile_note:
         t.add_row("torch.compile", tm.compile_note)
-    for line in input_sets.lines(v.input_sets)[1:]:  # each shape of a get_input_sets() task
+    for line in input_set_lines(v.input_sets)[1:]:  # each shape of a get_input_sets() task
         t.add_row("input set", line.strip())
     if v.speedup_eager is not None:
         t.add_row("speedup", ("geometric mean " if v.input_sets else "") + f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")

@@ -80,15 +80,3 @@ def available(device: str) -> bool:
     except (ImportError, AttributeError, OSError):
         return False
     return True
-
-
-def prompt_line(device: str) -> str:
-    """The system prompt's note on NVRTC, only where :func:`available`."""
-    if not available(device):
-        return ""
-    return (
-        "- A single kernel with no C++ wrapper can also be compiled by NVRTC in well under a second: "
-        '`k = torch.cuda._compile_kernel(src, "name")` for an `extern "C" __global__` kernel in `src`, launched in `forward` '
-        "as `k(grid=(gx, 1, 1), block=(bx, 1, 1), args=[...])` on the current stream; tensors pass as pointers, "
-        "Python ints as 32-bit `int`, Python floats as `double`."
-    )

@@ -1,4 +1,4 @@
-"""Measured compile times per source layout: what the prompt and the build feedback quote.
+"""Measured compile times per source layout: what the prompt and the build feedback quote (prompts/blocks.py, prompts/build_feedback.py).
 
 A CUDA candidate's build time is decided by its layout, not its kernel: nvcc on a
 ``.cu`` that includes the torch headers parses them twice (host and device front
@@ -121,26 +121,3 @@ def reference(layout: Layout) -> BuildTimeRef | None:
     if layout in SHIPPED:
         return BuildTimeRef(seconds=SHIPPED[layout], basis=_SHIPPED_BASIS)
     return None
-
-
-_PROMPT_ROWS: list[tuple[str, Layout]] = [
-    ("a `.cu` that includes torch headers (load_inline's usual layout)", "cu_torch"),
-    ("a `.cu` with CUDA headers only", "cu_plain"),
-    ("the binding in `cpp_sources` with `#include <torch/extension.h>` first (precompiled)", "host_pch"),
-]
-
-
-def prompt_block(object_cache: bool = True) -> str:
-    """The measured compile times the system prompt quotes, one line per layout, each with its basis."""
-    refs = [(text, layout, reference(layout)) for text, layout in _PROMPT_ROWS]
-    bases = {r.basis for _, _, r in refs if r}
-    lines = ["Measured compile time of one translation unit (an extension's `.cu` and binding compile in parallel):"]
-    for text, layout, r in refs:
-        if r is None:
-            continue
-        reuse = "; reused, not recompiled, while it stays unchanged" if layout == "host_pch" and object_cache else ""
-        basis = f" ({r.basis})" if len(bases) > 1 else ""
-        lines.append(f"- {text}: {r.seconds:g} s{basis}{reuse}")
-    if len(bases) == 1:
-        lines.append(f"({bases.pop()}.)")
-    return "\n".join(lines)

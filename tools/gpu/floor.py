@@ -3,7 +3,7 @@ the FLOPs it must do, and how far eager PyTorch and the best kernel so far are f
 
 The first prompt gives the floor (the bytes in and out at peak DRAM bandwidth, the reference's
 matmul/conv FLOPs at the peak for the task's precision) and eager's time as a multiple of it; each
-later turn says how far the best kernel is (agent.prompting). The peak for a float32 task is the
+later turn says how far the best kernel is (prompts/blocks.py says both). The peak for a float32 task is the
 better of the CUDA cores' FP32 rate and a third of TF32's: three TF32 products keep float32's
 accuracy (plain TF32 fails the judge's precision check), and they are what a float32 matmul should
 use. Measured on the H100 (``bench/fp32_gemm.py``, docs/feedback.md): Triton's tf32x3 is the fastest
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from kernelfix.tools.task_size import size_text
 
 
 class TaskFloor(BaseModel):
@@ -48,33 +47,6 @@ class TaskFloor(BaseModel):
     def floor_us(self) -> float | None:
         parts = [x for x in (self.memory_us, self.compute_us) if x is not None]
         return max(parts) if parts else None
-
-    def first_prompt(self) -> str:
-        """The floor, for the first prompt (a paragraph; empty when nothing is known)."""
-        floor = self.floor_us
-        moved = size_text(self.input_bytes + self.output_bytes)
-        parts = [f"This task reads {size_text(self.input_bytes)} and writes {size_text(self.output_bytes)}"]
-        if self.memory_us is not None:
-            parts[0] += f": {moved} at the {self.gpu or 'GPU'}'s peak {self.dram_gbps:,.0f} GB/s is {self.memory_us:,.1f} us"
-        if self.flops:
-            line = f"It does {self.flops / 1e9:,.4g} GFLOP of matmul/conv work"
-            if self.compute_us is not None:
-                line += f": at {self.peak_tflops:,.0f} TFLOP/s ({self.precision}) that is {self.compute_us:,.1f} us"
-            parts.append(line)
-        if floor is not None:
-            bound = "memory" if self.compute_us is None or (self.memory_us or 0) >= self.compute_us else "compute"
-            parts.append(f"No kernel can beat the larger of these: the floor is {floor:,.1f} us ({bound}-bound)")
-            if self.eager_ms:
-                parts.append(f"Eager PyTorch takes {self.eager_ms * 1e3:,.1f} us, {self.eager_ms * 1e3 / floor:.1f}x the floor"
-                             + (f"; torch.compile {self.compile_ms * 1e3:,.1f} us" if self.compile_ms else ""))
-        return ". ".join(parts) + "."
-
-    def distance(self, best_ms: float | None) -> str:
-        """How far a kernel of ``best_ms`` is from the floor, for a later turn."""
-        floor = self.floor_us
-        if floor is None or not best_ms:
-            return ""
-        return f"The best kernel so far takes {best_ms * 1e3:,.1f} us, {best_ms * 1e3 / floor:.1f}x the floor of {floor:,.1f} us."
 
 
 def peak_for(spec, dtypes: list[str]) -> tuple[float | None, str | None]:

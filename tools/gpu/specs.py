@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["GpuSpec", "TABLE", "lookup", "measured", "render"]
+__all__ = ["GpuSpec", "TABLE", "lookup", "measured"]
 
 KB = 1024
 MB = 1024 * 1024
@@ -226,31 +226,3 @@ def measured(props: Mapping[str, Any]) -> GpuSpec | None:
         if (value := _int(props, key)) is not None:
             setattr(base, field, value)
     return base
-
-
-def _size(n: int) -> str:
-    if n >= MB:
-        return f"{n / MB:g} MB"
-    return f"{n / KB:g} KB" if n >= KB else f"{n} B"
-
-
-def render(spec: GpuSpec) -> str:
-    """A compact block for the system prompt."""
-    tc = [f"{p} {spec.peak_tflops[p]:g}" for p in ("tf32", "fp16", "bf16") if p in spec.peak_tflops]
-    peaks = []
-    if "fp32" in spec.peak_tflops:
-        peaks.append(f"fp32 {spec.peak_tflops['fp32']:g} (CUDA cores)")
-    if tc:
-        peaks.append(", ".join(tc) + " (tensor cores)")
-    lines = [
-        f"GPU: {spec.name}: {spec.sms} SMs, DRAM {f'{spec.dram_gbps:g}' if spec.dram_gbps else '?'} GB/s, "
-        f"L2 {_size(spec.l2_bytes) if spec.l2_bytes else '?'}",
-        "Peak dense TFLOP/s: " + ("; ".join(peaks) if peaks else "unknown"),
-        f"Per SM: {_size(spec.smem_per_sm_bytes) if spec.smem_per_sm_bytes else '?'} shared memory "
-        f"({_size(spec.smem_per_block_bytes) if spec.smem_per_block_bytes else '?'} per block, opt-in), "
-        f"{spec.regs_per_sm} registers ({spec.max_regs_per_thread} per thread), {spec.max_threads_per_sm} threads",
-    ]
-    ridges = [f"{label} {r:.0f}" for label, p in (("fp32", "fp32"), ("fp16 tensor", "fp16")) if (r := spec.ridge(p))]
-    if ridges:
-        lines.append("Ridge point (FLOP per DRAM byte; below it a kernel is memory-bound): " + ", ".join(ridges))
-    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""The messages the model sees, rendered from the templates in ``kernelfix.prompts``.
+"""[judge] The messages the model sees, rendered from the templates in ``kernelfix.prompts``.
 
 Templates are ``string.Template`` files (``$name`` placeholders): system, task,
 candidate, repair, optimize, hint. The context for a turn is the system and
@@ -9,8 +9,6 @@ back: only the answer's content.
 
 from __future__ import annotations
 
-from kernelfix.tools.correctness.tolerance import describe
-
 import functools
 from collections.abc import Collection, Sequence
 from importlib import resources
@@ -19,9 +17,10 @@ from typing import Any
 
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.tools.compile import nvrtc as build_nvrtc, times as build_times
-from kernelfix.tools.config import JudgeConfig
 from kernelfix.prompts import knowledge
+from kernelfix.prompts.blocks import build_times_block, floor_distance, nvrtc_line
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.correctness.tolerance import describe
 from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.verdict import Category
 
@@ -57,8 +56,8 @@ def system_prompt(judge: JudgeConfig, device: str, *, gpu_block: str | None = No
         allowed_ops=allowed,
         tolerance=describe(judge.atol, judge.rtol),
         timing=timing,
-        build_times=build_times.prompt_block(judge.build.object_cache),
-        nvrtc=build_nvrtc.prompt_line(device),
+        build_times=build_times_block(judge.build.object_cache),
+        nvrtc=nvrtc_line(device),
         gpu=f"The GPU that judges and times your kernel:\n{gpu_block.strip()}\n" if gpu_block else "",
     )
     if judge.backward:  # docs/backward.md: what is judged, and the autograd.Function pattern
@@ -90,25 +89,23 @@ def _best_line(turn: Turn, best: Turn | None, floor: TaskFloor | None = None) ->
     if best is None:
         return ""
     ms = best.verdict.timings.candidate.median_ms if best.verdict and best.verdict.timings and best.verdict.timings.candidate else None
-    distance = (" " + floor.distance(ms)) if floor is not None and floor.distance(ms) else ""
+    distance = (" " + floor_distance(floor, ms)) if floor is not None and floor_distance(floor, ms) else ""
     if best.index == turn.index:
         return "This is the best candidate so far." + distance
     s = best.verdict.speedup_eager if best.verdict else None
     return f"The best candidate so far is turn {best.index}" + (f" at {s:.2f}x over eager." if s is not None else ".") + distance
 
 
-NOTES_PER_TURN = 2  # notes a turn's feedback carries, picked by its findings
 NOTES_MAX_CHARS = 6000
 
 
 def picked_notes(turn: Turn, shown: Collection[str] = ()) -> list[knowledge.Note]:
-    """The knowledge notes for a correct turn's findings (most costly first), leaving out those an
+    """The knowledge notes for a correct turn's findings (knowledge.for_profile), leaving out those an
     earlier turn's feedback already carried: each note's text stays in the context once."""
     v = turn.verdict
-    if v is None or v.category != Category.OK or v.profile is None or not v.profile.findings:
+    if v is None or v.category != Category.OK:
         return []
-    ops = knowledge.task_ops(v.profile.task_flops, v.profile.min_bytes)
-    return knowledge.pick([f.kind for f in v.profile.findings], ops=ops, k=NOTES_PER_TURN, exclude=shown)
+    return knowledge.for_profile(v.profile, exclude=shown)
 
 
 def shown_notes(turns: Sequence[Turn]) -> set[str]:

@@ -1,17 +1,17 @@
-"""The verdict as a short text for the model's next turn (and for people).
+"""[judge] The verdict as a short text for the model's next turn (and for people): ``Verdict.feedback``.
 
 Repair-oriented after a failure (what failed, where, the numbers), optimization-
 oriented after success (runtime, speedups, the profile's bottleneck and the
 numbers behind it). Kept to a few lines: the full logs and the whole profile
-stay on disk and in the verdict.
+stay on disk and in the verdict. The judge returns data; this is the one place that turns a verdict
+into the model's text, and Judge.finish stores it in ``Verdict.feedback`` (kept in every trajectory).
 """
 
 from __future__ import annotations
 
-from kernelfix.tools import input_sets
-from kernelfix.tools.compile import report as build_report
+from kernelfix.prompts import build_feedback
 from kernelfix.tools.correctness.input_variants import describe
-from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, TimingStats, Verdict
+from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, InputSetReport, TimingStats, Verdict
 
 
 def _ms(t: TimingStats | None) -> str:
@@ -54,8 +54,8 @@ def render(v: Verdict) -> str:
         lines.append(f"Compiled; not run: {v.message}")
     else:
         lines.append(f"Judge problem ({v.category.value}), not caused by your code: {v.message}")
-    lines += input_sets.lines(v.input_sets, v.speedup_eager)  # a task with get_input_sets(): each shape
-    lines += build_report.lines(v)  # every turn that built an extension: its time and what dominated it
+    lines += input_set_lines(v.input_sets, v.speedup_eager)  # a task with get_input_sets(): each shape
+    lines += build_feedback.lines(v)  # every turn that built an extension: its time and what dominated it
     warns = [w for w in v.warnings if w and not w.startswith(SANDBOX_NOTE)]  # the judge's own limits are not the model's business
     if warns and v.category not in (Category.DISALLOWED_ATEN,):
         lines.append("Warnings:")
@@ -104,14 +104,11 @@ def _sanitizer(v: Verdict) -> list[str]:
 
 
 def _techniques(v: Verdict) -> list[str]:
-    """The knowledge notes the findings call for, by title (the agent's prompt carries their text and
-    exemplars: agent.prompting.picked_notes)."""
-    if v.profile is None or not v.profile.findings:
-        return []
+    """The knowledge notes the findings call for, by title: the ones the next message carries with their text and
+    exemplars (knowledge.for_profile picks both)."""
     from kernelfix.prompts import knowledge
 
-    ops = knowledge.task_ops(v.profile.task_flops, v.profile.min_bytes)
-    notes = knowledge.pick([f.kind for f in v.profile.findings], ops=ops, k=3)
+    notes = knowledge.for_profile(v.profile)
     return [f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."] if notes else []
 
 
@@ -288,3 +285,22 @@ def _cheating(v: Verdict) -> list[str]:
     if advice:
         lines.append(advice)
     return lines
+
+
+def input_set_lines(sets: list[InputSetReport], geo_eager: float | None = None) -> list[str]:
+    """One line per set for the feedback and the table: shapes, trials, speedup; then the geometric mean."""
+    if not sets:
+        return []
+    out = [f"Input sets (get_input_sets(): each judged on its own trials{', timed on its own' if any(s.timings for s in sets) else ''}):"]
+    for s in sets:
+        state = "not reached" if s.ok is None else f"right on {s.trials} trials" if s.ok else "WRONG"
+        t = s.timings
+        if t is not None and t.candidate is not None:
+            speed = f"; {t.candidate.median_ms:.4g} ms, eager {t.eager.median_ms:.4g} ms" if t.eager else f"; {t.candidate.median_ms:.4g} ms"
+            speed += f": {s.speedup_eager:.2f}x" if s.speedup_eager is not None else ""
+        else:
+            speed = ""
+        out.append(f"  set {s.index}: {s.shapes}: {state}{speed}")
+    if geo_eager is not None:
+        out.append(f"  geometric mean speedup vs eager: {geo_eager:.2f}x (what ranks candidates)")
+    return out
