@@ -26,8 +26,6 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 
 from kernelfix.agent import judging, policy, search
-from kernelfix.prompts import messages as prompts
-from kernelfix.prompts.blocks import floor_text, gpu_block, input_sets_block
 from kernelfix.agent.draws import take_reply
 from kernelfix.agent.events import ModelReplied, Notice, SessionPaused, SessionUnpaused, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.models import ReplayExhausted
@@ -35,6 +33,8 @@ from kernelfix.agent.round_nodes import add_round_nodes
 from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.shapes import shape_block
 from kernelfix.agent.state import SessionState, Turn
+from kernelfix.prompts import messages as prompts
+from kernelfix.prompts.blocks import floor_text, gpu_block, input_sets_block
 from kernelfix.tools.judge import STAGES
 
 Update = dict[str, Any]

@@ -18,10 +18,10 @@ from langgraph.graph import StateGraph
 from langgraph.types import Send
 
 from kernelfix.agent import judging, policy, search
-from kernelfix.prompts import messages as prompts
 from kernelfix.agent.events import ModelReplied, RoundJudged, RoundStarted, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.models import DrawCancelled, ReplayExhausted
 from kernelfix.agent.state import RESET, RoundBasis, RoundRecord, SessionState, Slot, SlotRecord, SlotResult, path_to, totals
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.judge import STAGES
 
 if TYPE_CHECKING:

@@ -17,19 +17,19 @@ import threading
 import time
 from pathlib import Path
 
-from kernelfix.version import __version__
 from kernelfix.agent import policy
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.events import Controls, EventSink, Notice, SessionAborted, SessionEnded, SessionStarted
 from kernelfix.agent.graph import build_graph
-from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.models import ChatModel, ModelError
+from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import REOPENABLE, Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.retry import MachineFault
 from kernelfix.tools.task import Task, TaskError
+from kernelfix.version import __version__
 
 log = logging.getLogger(__name__)
 

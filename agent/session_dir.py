@@ -32,11 +32,11 @@ import git
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernelfix import atomic
-from kernelfix.version import __version__
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Trajectory, Turn
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
+from kernelfix.version import __version__
 
 SETTINGS = "session.json"
 TRAJECTORY = "trajectory.json"

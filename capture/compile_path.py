@@ -35,7 +35,6 @@ from kernelfix.capture.schema import CompilePath, SwapCheck
 from kernelfix.tools.config import JudgeConfig
 
 
-
 def choose_compile_path(
     module: CapturedKernel, reference: Callable[[], nn.Module], calls: list[CheckCall], config: JudgeConfig, *,
     trace: bool | None = None, backend: str | None = None,

@@ -30,10 +30,10 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 from kernelfix.capture.calls import match_call
+from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapCheckFailed, SwapError
 from kernelfix.capture.files import CaptureFiles, import_file
-from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.schema import CaptureManifest, OutputCheck, SwapCheck
 from kernelfix.tools.config import JudgeConfig
 

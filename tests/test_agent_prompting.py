@@ -6,10 +6,9 @@ from importlib import resources
 
 import pytest
 
-from kernelfix.prompts import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.prompts import feedback
+from kernelfix.prompts import feedback, messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, CompileReport, LegalityReport, TimingStats, Timings, Verdict
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from agent_support import TASK
-from kernelfix.prompts import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
-from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 from kernelfix.agent.export import tokens
 from kernelfix.agent.export.sft_records import dedup_key, normalize, word_jaccard
+from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
 

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from agent_support import TASK
-from kernelfix.prompts import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Outcome, RoundRecord, Settings, TaskInfo, Trajectory, Turn, path_to, totals
 from kernelfix.cli import EXIT_OK, main
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
 

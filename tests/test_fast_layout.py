@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelfix.prompts import messages as prompts
+from kernelfix.prompts import build_feedback as build_report, messages as prompts
 from kernelfix.sandbox import ChildOutcome
-from kernelfix.tools.legality import static_checks
-from kernelfix.tools.compile import host_pch, nvrtc as build_nvrtc, times as build_times
-from kernelfix.prompts import build_feedback as build_report
 from kernelfix.tools.classify import classify
+from kernelfix.tools.compile import host_pch, nvrtc as build_nvrtc, times as build_times
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.legality import static_checks
 from kernelfix.tools.verdict import BuildTimeRef, Category, CompileReport, ExtensionBuild, UnitBuild, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kernelfix.prompts import knowledge
-from kernelfix.prompts.knowledge import FINDINGS, OPS, PARTS, Note, exemplar_source, notes, pick, render, resource
 from kernelfix.prompts.blocks import gpu_block
+from kernelfix.prompts.knowledge import FINDINGS, OPS, PARTS, Note, exemplar_source, notes, pick, render, resource
 from kernelfix.tools.gpu import specs as gpu_specs
 from kernelfix.tools.legality import static_checks
 

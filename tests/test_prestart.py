@@ -12,8 +12,8 @@ from conftest import CORPUS
 from kernelfix.agent import judging
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.session_dir import SessionDir
-from kernelfix.tools.handles import candidate_run as runs_module
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.handles import candidate_run as runs_module
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.task import Task
 from kernelfix.tools.verdict import Category

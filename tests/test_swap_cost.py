@@ -123,11 +123,11 @@ import torch.utils._triton
 torch.utils._triton.has_triton = lambda: True  # Dynamo's Triton support, off without a GPU: on, for tracing only
 import torch
 import torch.nn as nn
+from kernelfix.capture.captured_kernel import CapturedKernel
 from kernelfix.capture.compile_path import graph_kernels
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.pipeline import capture
 from kernelfix.capture.schema import CompilePath
-from kernelfix.capture.captured_kernel import CapturedKernel
 
 from pathlib import Path
 

@@ -32,11 +32,11 @@ from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tune import rank
-from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.decide import compare, explain
 from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
-from kernelfix.tune.tune_report import KeptSwap, ModuleRow, TuneReport
 from kernelfix.tune.swaps import swapped_view
+from kernelfix.tune.tune_config import TuneConfig
+from kernelfix.tune.tune_report import KeptSwap, ModuleRow, TuneReport
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "tune"

@@ -1,4 +1,4 @@
-"""One candidate on its way through the judge's stages, and the progress events a UI shows."""
+"""[judge] One candidate on its way through the judge's stages, and the progress events a UI shows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run the judge's wrapper of a library when that library is imported, not before.
+"""[candidate worker, one-shot child] Run the judge's wrapper of a library when that library is imported, not before.
 
 A candidate worker wraps ``torch.utils.cpp_extension`` (builds into the evaluation's dir, the
 compiler watch) and Triton (the op recorder's suspension, the compiler watch) before the candidate

@@ -1,4 +1,4 @@
-"""Input sets: a task that is called at several shapes, each judged like get_inputs().
+"""[any] Input sets: a task that is called at several shapes, each judged like get_inputs().
 
 A task may define ``get_input_sets()``, a list of input lists, each one call at a
 shape the module meets (another batch size, another sequence length). When it
@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools import trials as trial_plan
+from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.transport.protocol import TrialPlan
 
 from kernelfix.tools.verdict import InputSetReport

@@ -1,4 +1,4 @@
-"""The judge: compile, check, police and time one candidate against a task.
+"""[judge] The judge: compile, check, police and time one candidate against a task.
 
 Each stage is a method that takes an :class:`Evaluation` and returns it
 advanced, so the agent's graph can run each as its own node and a UI can show
@@ -36,31 +36,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelfix.sandbox import credential_paths
-from kernelfix.tools import candidate as candidate_mod
 from kernelfix.prompts import feedback
-from kernelfix.tools import retry
+from kernelfix.sandbox import credential_paths
+from kernelfix.tools import candidate as candidate_mod, retry
 from kernelfix.tools.legality import static_checks
 from kernelfix.tools.legality.allowlist import make_allowed
-from kernelfix.tools.stages import compile as compile_stage
+from kernelfix.tools.stages import (
+    benchmark as timing_stage, compile as compile_stage, correctness as correctness_stage, legality as legality_stage,
+    profile as profile_stage, sanitize as sanitizer_stage,
+)
 from kernelfix.tools.cache_dir import lock_root
-from kernelfix.tools.handles.candidate_run import CandidateRun, CandidateRuns, tidy
-from kernelfix.tools.handles.gpu_share import GpuShare
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.stages import correctness as correctness_stage
-from kernelfix.tools.gpu.lease import DeviceLease, cuda_available, visible_gpu
 from kernelfix.tools.evaluation import STAGES, Evaluation, EventSink, StageEvent
-from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
-from kernelfix.tools.stages import legality as legality_stage
-from kernelfix.tools.stages import profile as profile_stage
+from kernelfix.tools.gpu.lease import DeviceLease, cuda_available, visible_gpu
+from kernelfix.tools.handles.candidate_run import CandidateRun, CandidateRuns, tidy
+from kernelfix.tools.handles.gpu_share import GpuShare
 from kernelfix.tools.handles.reference import Reference
-from kernelfix.tools.stages import sanitize as sanitizer_stage
+from kernelfix.tools.handles.worker_context import WorkerContext
+from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.task import Task
-from kernelfix.tools.stages import benchmark as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
-from kernelfix.tools.handles.worker_context import WorkerContext
 
 if TYPE_CHECKING:
     from kernelfix.tools.gpu.floor import TaskFloor

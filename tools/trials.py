@@ -1,4 +1,4 @@
-"""Which trials an evaluation runs, and under which seeds.
+"""[any] Which trials an evaluation runs, and under which seeds.
 
 ``trials`` correctness trials drawn from ``get_inputs()`` under their own seeds,
 one ``fresh`` trial (new contents for the timed tensors after timing), and one

@@ -31,9 +31,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
-from kernelfix.agent.state import Trajectory
 from kernelfix.agent.batch.worker import TaskResult
 from kernelfix.agent.session_dir import read_trajectory
+from kernelfix.agent.state import Trajectory
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_TIMED = "not timed"

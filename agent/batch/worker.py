@@ -21,9 +21,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kernelfix import atomic
+from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.session_dir import SETTINGS, SessionDir, SessionError, read_trajectory
 from kernelfix.agent.state import Trajectory
-from kernelfix.agent.batch.plan import Job
 
 Prior = Literal["new", "finished", "unfinished", "dead"]
 

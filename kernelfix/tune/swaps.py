@@ -21,12 +21,12 @@ import torch.nn as nn
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapCheckFailed, SwapError
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.decide import compare, explain
 from kernelfix.tune.model_call import ModelCall
 from kernelfix.tune.model_profile import step_fn
-from kernelfix.tune.tune_report import Comparison, SwapTrial
 from kernelfix.tune.timing import paired_rounds
+from kernelfix.tune.tune_config import TuneConfig
+from kernelfix.tune.tune_report import Comparison, SwapTrial
 
 
 def relative(module_path: str, model_name: str) -> str:

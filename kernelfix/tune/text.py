@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.decide import verdict
+from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.tune_report import Comparison, Ranking, SwapTrial, TuneReport
 
 TABLE_ROWS = 12

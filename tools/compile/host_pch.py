@@ -1,4 +1,4 @@
-"""A precompiled ``torch/extension.h`` for the host translation unit of a load_inline build.
+"""[judge, candidate worker, one-shot child] A precompiled ``torch/extension.h`` for the host translation unit of a load_inline build.
 
 load_inline's ``main.cpp`` begins with ``#include <torch/extension.h>`` (torch
 puts it there, or the candidate does under ``no_implicit_headers``), which gcc

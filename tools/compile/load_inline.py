@@ -1,4 +1,4 @@
-"""How a candidate's ``load_inline`` builds, inside the judge's child process.
+"""[candidate worker, one-shot child] How a candidate's ``load_inline`` builds, inside the judge's child process.
 
 ``install`` replaces ``torch.utils.cpp_extension.load_inline`` before the
 candidate is imported, so the candidate's code means what it means under stock
@@ -34,16 +34,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from kernelfix.tools.compile import nvrtc as build_nvrtc, ninja_build as build_runner
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
-from kernelfix.tools.config import BuildOptions
+from kernelfix.tools.compile import GpuRequired, ninja_build as build_runner, nvrtc as build_nvrtc
 from kernelfix.tools.compile.store import Store, digest
 from kernelfix.tools.compile.toolchain import find_cuda_home, tool_identity
+from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.verdict import ExtensionBuild
-
-
-class GpuRequired(Exception):
-    """The candidate compiled, but running it needs a CUDA GPU this machine lacks."""
 
 
 _STUB_LIBS = ("c10_cuda", "torch_cuda")

@@ -1,4 +1,4 @@
-"""Build what torch's cpp_extension wrote into build.ninja, faster, with the same result.
+"""[candidate worker, one-shot child] Build what torch's cpp_extension wrote into build.ninja, faster, with the same result.
 
 torch's ``load_inline``/``load`` write the sources and a build.ninja, then call
 ``_run_ninja_build``; :func:`run` takes that call's place (see ``build.install``).
@@ -35,11 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline, times as build_times
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
-from kernelfix.tools.config import BuildOptions
+from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline, times as build_times
 from kernelfix.tools.compile.store import Store, digest, file_sha256
 from kernelfix.tools.compile.toolchain import python_abi, tool_identity, torch_identity
+from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.verdict import ExtensionBuild, UnitBuild
 
 BUILD_SCHEME = 1

@@ -1,4 +1,4 @@
-"""Read the build.ninja torch's cpp_extension writes: its edges with their commands expanded.
+"""[candidate worker, one-shot child] Read the build.ninja torch's cpp_extension writes: its edges with their commands expanded.
 
 Only the subset torch emits is understood (variables, rules, build and default
 lines); anything else returns None and the caller runs real ninja.

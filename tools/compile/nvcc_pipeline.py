@@ -1,4 +1,4 @@
-"""Run one ``nvcc -c`` as nvcc itself would, but with its two front ends in parallel.
+"""[candidate worker, one-shot child] Run one ``nvcc -c`` as nvcc itself would, but with its two front ends in parallel.
 
 nvcc compiles a ``.cu`` in one sequence: host preprocessing, ``cudafe++`` (the
 host front end), then per GPU arch device preprocessing, ``cicc`` (the device
@@ -11,7 +11,7 @@ the ids are compared, and the final host compile runs as before. The commands
 are exactly the ones ``nvcc --dryrun`` prints; if the ids ever differ the
 device chain is rerun with ``cudafe++``'s id, and any command sequence this
 module does not recognize is handed back to plain nvcc. The object file is
-byte-identical to nvcc's (tests/test_fast_build.py checks it).
+byte-identical to nvcc's (tests/test_build.py checks it).
 
 Errors read as nvcc's would: the outputs of the steps nvcc would have run, in
 its order, up to the first one that failed.

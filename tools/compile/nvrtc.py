@@ -1,4 +1,4 @@
-"""Kernels a candidate compiles at run time with NVRTC (``torch.cuda._compile_kernel``).
+"""[judge, candidate worker, one-shot child] Kernels a candidate compiles at run time with NVRTC (``torch.cuda._compile_kernel``).
 
 The judge accepts them: how a kernel was compiled changes nothing the judge checks.
 The same static checks run on the candidate, the same aten-op record covers its

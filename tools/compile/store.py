@@ -1,4 +1,4 @@
-"""A content-addressed directory store, safe across processes.
+"""[judge, candidate worker, one-shot child] A content-addressed directory store, safe across processes.
 
 ``Store(root).get(key)`` is a finished entry or None. ``lock(key)`` is an
 exclusive file lock (released by the kernel if the holder dies, so a killed

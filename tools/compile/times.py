@@ -1,4 +1,4 @@
-"""Measured compile times per source layout: what the prompt and the build feedback quote (prompts/blocks.py, prompts/build_feedback.py).
+"""[judge, candidate worker, one-shot child] Measured compile times per source layout: what the prompt and the build feedback quote (prompts/blocks.py, prompts/build_feedback.py).
 
 A CUDA candidate's build time is decided by its layout, not its kernel: nvcc on a
 ``.cu`` that includes the torch headers parses them twice (host and device front

@@ -1,4 +1,4 @@
-"""What the compilers and torch are, for cache keys, and where CUDA lives."""
+"""[judge, candidate worker, one-shot child] What the compilers and torch are, for cache keys, and where CUDA lives."""
 
 from __future__ import annotations
 

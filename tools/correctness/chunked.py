@@ -1,4 +1,4 @@
-"""[any] The chunked passes every comparison is made of: an output's tensor leaves, running moments and
+"""[judge, reference worker, one-shot child] The chunked passes every comparison is made of: an output's tensor leaves, running moments and
 error norms, the relative error norm, a vacuous tolerance, byte equality. Each walks its tensors in
 chunks of ``CHUNK`` elements and keeps only running sums, maxima and their indices, on the device that
 holds them (compare.py says why)."""

@@ -1,4 +1,4 @@
-"""Compare a candidate's outputs with the reference's, where the tensors are (the GPU).
+"""[reference worker] Compare a candidate's outputs with the reference's, where the tensors are (the GPU).
 
 Structure first, then shape, then dtype, then non-finite values, then values:
 elementwise (atol/rtol, by the output's dtype unless configured) and, beside it,

@@ -1,4 +1,4 @@
-"""Varied inputs: the task's own inputs rescaled, shifted negative, or redrawn heavy-tailed.
+"""[judge, reference worker, one-shot child] Varied inputs: the task's own inputs rescaled, shifted negative, or redrawn heavy-tailed.
 
 A kernel can pass every trial drawn from get_inputs() without computing the
 function: a loss returned as its expected value under randn, a normalisation

@@ -1,4 +1,4 @@
-"""The task's floor: the least time any kernel can take on this GPU, from the bytes it must move and
+"""[judge] The task's floor: the least time any kernel can take on this GPU, from the bytes it must move and
 the FLOPs it must do, and how far eager PyTorch and the best kernel so far are from it.
 
 The first prompt gives the floor (the bytes in and out at peak DRAM bandwidth, the reference's
@@ -15,7 +15,6 @@ compilers reach.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
-
 
 
 class TaskFloor(BaseModel):

@@ -1,4 +1,4 @@
-"""A GPU's lease across threads and processes: exclusive for what needs the GPU alone, shared for the
+"""[judge] A GPU's lease across threads and processes: exclusive for what needs the GPU alone, shared for the
 rest, and room for each stage's memory.
 
 The judge takes the lease around everything it runs on the GPU. What a result needs the GPU alone

@@ -1,4 +1,4 @@
-"""How much of the GPU's memory a stage declares when it asks for room, and how much all may declare together.
+"""[judge] How much of the GPU's memory a stage declares when it asks for room, and how much all may declare together.
 
 A GPU stage (correctness, the benchmark, the reference's survey and baselines) asks for room before it
 runs anything on the GPU (tools/gpu/lease.py) and is given it while every stage's declared bytes

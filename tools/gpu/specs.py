@@ -1,4 +1,4 @@
-"""What the GPU can do: datasheet numbers for the common NVIDIA GPUs, and a block for the system prompt.
+"""[judge] What the GPU can do: datasheet numbers for the common NVIDIA GPUs, (prompts/blocks.py shows them to the model).
 
     spec = measured(props) or lookup(torch.cuda.get_device_name())
     text = render(spec)  # name, SMs, DRAM GB/s, peak TFLOP/s, L2, shared memory, registers, ridge point

@@ -1,4 +1,4 @@
-"""The judge's handle on one evaluation's candidate worker: compile, trials and timing in one process.
+"""[judge] The judge's handle on one evaluation's candidate worker: compile, trials and timing in one process.
 
 One sandboxed process per evaluation, not one per stage: Python, torch and CUDA
 start once, the extension is loaded once. The handle knows the deadlines:
@@ -28,11 +28,11 @@ from typing import Any
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import Failure, classify
 from kernelfix.tools.evaluation import Evaluation
-from kernelfix.tools.verdict import ExtensionBuild
 from kernelfix.tools.handles import sandboxing
 from kernelfix.tools.handles.worker_context import WorkerContext
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone, WorkerHandle
 from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec, Prepared
+from kernelfix.tools.verdict import ExtensionBuild
 
 
 class CandidateRun:

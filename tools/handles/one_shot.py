@@ -1,4 +1,4 @@
-"""One-shot children in a candidate's sandbox: a process that runs the candidate once for a tool in
+"""[judge] One-shot children in a candidate's sandbox: a process that runs the candidate once for a tool in
 front of it (Nsight Compute for the profile, compute-sanitizer for the sanitizer stage), and the
 reading of what such a process wrote.
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.sandbox.untrusted_files import read_plain
-from kernelfix.tools.verdict import SANDBOX_NOTE
 from kernelfix.tools.handles import sandboxing
+from kernelfix.tools.verdict import SANDBOX_NOTE
 
 if TYPE_CHECKING:
     from kernelfix.tools.evaluation import Evaluation

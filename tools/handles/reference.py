@@ -1,4 +1,4 @@
-"""The judge's handle on its reference worker: started once, shared by every evaluation.
+"""[judge] The judge's handle on its reference worker: started once, shared by every evaluation.
 
 Thread-safe: evaluations of one judge may run side by side (their candidates
 each in a worker of their own); requests to the reference worker queue on one
@@ -22,20 +22,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from kernelfix.tools import input_sets, trials as trial_plan
 from kernelfix.tools.gpu import room as gpu_room
-from kernelfix.tools import input_sets
-from kernelfix.tools import trials as trial_plan
-from kernelfix.tools.task import TaskError
-from kernelfix.tools.task_size import TaskSize
-from kernelfix.tools.timing import baselines
-from kernelfix.tools.verdict import Category
-from kernelfix.tools.handles import sandboxing
-from kernelfix.tools.handles import reference_failures
+from kernelfix.tools.handles import reference_failures, sandboxing
 from kernelfix.tools.handles.reference_baselines import ReferenceBaselines
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.handles.worker_context import WorkerContext
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone, WorkerHandle
+from kernelfix.tools.task import TaskError
+from kernelfix.tools.task_size import TaskSize
+from kernelfix.tools.timing import baselines
 from kernelfix.tools.transport.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
+from kernelfix.tools.verdict import Category
 
 
 ID_SPAN = 10**9  # arena ids per reference worker: a restarted worker's ids never name its predecessor's

@@ -1,4 +1,4 @@
-"""What each of the judge's workers may see, write and use: environment, isolation, limits.
+"""[judge] What each of the judge's workers may see, write and use: environment, isolation, limits.
 
 The reference worker writes only the judge's private directory and its own
 compiler caches (torch.compile of the reference: Inductor's and Triton's, under

@@ -1,4 +1,4 @@
-"""What a parent-side handle (the reference, a candidate's run) needs of its judge to start a worker.
+"""[judge] What a parent-side handle (the reference, a candidate's run) needs of its judge to start a worker.
 
 The judge builds it and hands it over, so that no handle reaches into the judge (or imports it).
 """

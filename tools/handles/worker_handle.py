@@ -1,4 +1,4 @@
-"""The judge's side of one long-lived worker: start it sandboxed, ask, wait under a deadline.
+"""[judge] The judge's side of one long-lived worker: start it sandboxed, ask, wait under a deadline.
 
 A request is a frame on the worker's socket; its answer is the first message of
 the expected type on the authenticated pipe (or an ``error``, or the worker's

@@ -1,4 +1,4 @@
-"""Which aten ops a candidate's forward may run: only non-computational ones.
+"""[judge] Which aten ops a candidate's forward may run: only non-computational ones.
 
 The base list is the MusaCoder paper's (Appendix J), as given in DESIGN.md.
 The second list holds what those ops decompose into or are spelled as at the

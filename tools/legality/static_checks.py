@@ -1,4 +1,4 @@
-"""Static checks of candidate source: the first layer of legality.
+"""[judge] Static checks of candidate source: the first layer of legality.
 
 Errors here are decisive (the candidate is not run): tampering with torch, the
 judge or the interpreter; try/except fallbacks to torch; side streams and
@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Iterator
 
 from kernelfix.tools import pysource
-from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED
 from kernelfix.tools.verdict import Category, StaticFinding
 
 # Modules whose import alone means the candidate reaches for the judge, the interpreter or the OS.

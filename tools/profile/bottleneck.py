@@ -1,4 +1,4 @@
-"""From profiler numbers to a diagnosis: per kernel the numbers that matter,
+"""[judge] From profiler numbers to a diagnosis: per kernel the numbers that matter,
 the bottleneck with the numbers behind it, the floors the bytes and FLOPs
 imply, and a few lines for the model.
 

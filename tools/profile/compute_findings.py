@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import re
 
-
 from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import CodeLine, Finding
 from kernelfix.tools.profile.kernel_counters import (

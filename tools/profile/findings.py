@@ -43,10 +43,10 @@ import re
 from collections.abc import Sequence
 
 
+from kernelfix.tools.profile.kernel_counters import Context, KernelCounters, rule_text
 from kernelfix.tools.profile.ncu_csv import NcuKernel
 from kernelfix.tools.profile.ncu_source import SourceRow, rows_for
 from kernelfix.tools.verdict import CodeLine, Finding, KernelProfile
-from kernelfix.tools.profile.kernel_counters import Context, KernelCounters, rule_text
 from kernelfix.tools.profile.memory_findings import (
     bank_conflicts, contended_atomics, local_memory, memory_bound, reuse_and_tensor, uncoalesced,
 )

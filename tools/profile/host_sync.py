@@ -1,4 +1,4 @@
-"""Host syncs inside the candidate's forward: which call made the host wait for the GPU, on which line.
+"""[judge, one-shot child] Host syncs inside the candidate's forward: which call made the host wait for the GPU, on which line.
 
 A forward that calls ``.item()``, ``.cpu()``, ``.tolist()`` or ``torch.cuda.synchronize()`` makes the
 host wait until the GPU has finished everything queued; the GPU then idles while Python reads the

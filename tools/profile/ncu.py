@@ -1,4 +1,4 @@
-"""Nsight Compute for the profile stage: where ncu is, the command line that
+"""[judge] Nsight Compute for the profile stage: where ncu is, the command line that
 profiles one forward of the candidate, and what a run that produced no
 profile means.
 

@@ -1,4 +1,4 @@
-"""Nsight Compute's CSV output, parsed into kernels and their metrics.
+"""[judge] Nsight Compute's CSV output, parsed into kernels and their metrics.
 
 Two layouts: ``--page details`` (one row per metric or rule: kernel columns,
 then Section Name, Metric Name, Metric Unit, Metric Value, and for rules Rule

@@ -1,4 +1,4 @@
-"""From the sanitizer's records to hazards: grouped by place, placed on the candidate's own line,
+"""[judge] From the sanitizer's records to hazards: grouped by place, placed on the candidate's own line,
 each with the fix for its kind, the candidate's kernels first.
 
 A CUDA candidate's kernels are built with ``-lineinfo`` (tools/compile/load_inline.py), so a record

@@ -1,4 +1,4 @@
-"""compute-sanitizer: where it is, its version, and the command line that checks one forward.
+"""[judge] compute-sanitizer: where it is, its version, and the command line that checks one forward.
 
 The sanitizer runs in front of the sanitizer target (``kernelfix.tools.workers.sanitizer_target``), one
 process per tool, and writes its report to a file (``--log-file``) so the candidate's own output

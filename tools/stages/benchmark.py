@@ -1,4 +1,4 @@
-"""The benchmark stage: the candidate's time against the reference's, and the checks on it.
+"""[judge] The benchmark stage: the candidate's time against the reference's, and the checks on it.
 
 The baselines (eager and torch.compile of Model, the device's copy bandwidth)
 come from the reference worker once per task (``Reference.baseline``: cached
@@ -26,14 +26,13 @@ from __future__ import annotations
 import time
 
 from kernelfix.tools import input_sets
-from kernelfix.tools.stages.correctness import fail_from, ref_shapes, shared_hold
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
+from kernelfix.tools.handles.worker_handle import WorkerGone
+from kernelfix.tools.stages.correctness import fail_from, ref_shapes, shared_hold
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category, PassTimings, TimingStats, Timings
-from kernelfix.tools.handles.worker_handle import WorkerGone
-
 
 
 def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:

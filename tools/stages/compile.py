@@ -1,4 +1,4 @@
-"""The compile stage: the candidate's worker imports it (building its extensions) and builds ModelNew.
+"""[judge] The compile stage: the candidate's worker imports it (building its extensions) and builds ModelNew.
 
 Meanwhile the reference worker starts (the task's import, Model): a task that
 does not run stops the evaluation here with ``TaskError``, before any trial. A
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 
-from kernelfix.tools.stages import warmup
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
+from kernelfix.tools.handles.worker_handle import WorkerGone
+from kernelfix.tools.stages import warmup
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, CompileReport
-from kernelfix.tools.handles.worker_handle import WorkerGone
 
 
 def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:

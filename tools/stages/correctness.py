@@ -1,4 +1,4 @@
-"""The correctness stage: every trial, one at a time, compared where the tensors are.
+"""[judge] The correctness stage: every trial, one at a time, compared where the tensors are.
 
 For each trial the reference worker draws (or recalls) its inputs and reference
 output and puts the inputs in an arena; the candidate's worker runs forward on
@@ -22,17 +22,16 @@ import time
 from collections.abc import Iterator
 
 from kernelfix.tools import input_sets
-from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.correctness import input_variants
-from kernelfix.tools.stages import warmup
 from kernelfix.tools.correctness.tolerance import describe
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
-from kernelfix.tools.stages import legality as legality_stage
+from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
-from kernelfix.tools.stages.stage_context import StageContext
-from kernelfix.tools.verdict import Category, CorrectnessReport, TrialReport
 from kernelfix.tools.handles.worker_handle import WorkerGone
+from kernelfix.tools.stages import legality as legality_stage, warmup
+from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.transport.protocol import TrialPlan
+from kernelfix.tools.verdict import Category, CorrectnessReport, TrialReport
 
 
 def fail_from(run: CandidateRun, ev: Evaluation, stage: str, e: WorkerGone) -> Evaluation:

@@ -1,4 +1,4 @@
-"""The legality stage: the aten ops recorded in every judged forward, against the allowlist.
+"""[judge] The legality stage: the aten ops recorded in every judged forward, against the allowlist.
 
 The candidate's worker records the dispatcher ops of every forward call of the
 correctness stage (``legality.recorder``: a dispatch mode, so ops its C++ calls
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelfix.tools.legality.allowlist import is_allowed
 from kernelfix.tools.evaluation import Evaluation
+from kernelfix.tools.legality.allowlist import is_allowed
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, LegalityReport
 

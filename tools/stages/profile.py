@@ -1,4 +1,4 @@
-"""The profile stage: Nsight Compute on one forward of a correct, legal candidate.
+"""[judge] The profile stage: Nsight Compute on one forward of a correct, legal candidate.
 
 Never changes the verdict: where ncu is missing, not permitted or too slow, the
 evaluation goes on with one warning and torch.profiler's kernel list instead.
@@ -13,10 +13,10 @@ from typing import Any, Sequence
 
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.tools.evaluation import Evaluation, EventSink
+from kernelfix.tools.handles import one_shot, sandboxing
 from kernelfix.tools.profile import bottleneck, findings, host_sync, ncu, ncu_csv, ncu_source
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
-from kernelfix.tools.handles import one_shot, sandboxing
 
 
 def skip(ctx: StageContext, ev: Evaluation) -> str | None:

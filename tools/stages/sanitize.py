@@ -1,4 +1,4 @@
-"""The sanitizer stage: compute-sanitizer on a wrong or crashing CUDA/Triton candidate (or any, with
+"""[judge] The sanitizer stage: compute-sanitizer on a wrong or crashing CUDA/Triton candidate (or any, with
 ``--sanitize``), on a reduced input, within a time bound. Never changes the verdict: its report
 (``Verdict.sanitizer``) names the cause, and the feedback gives it first.
 
@@ -28,10 +28,10 @@ from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
+from kernelfix.tools.handles import one_shot, sandboxing
 from kernelfix.tools.sanitizer import hazards, parse, tool
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, Hazard, SanitizerReport, SanitizerTool, ToolRun
-from kernelfix.tools.handles import one_shot, sandboxing
 
 TARGET = "kernelfix.tools.workers.sanitizer_target"
 # What each failure asks the probe to see again on the reduced input: a wrong output, a fault, or nothing.

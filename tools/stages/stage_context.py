@@ -1,4 +1,4 @@
-"""What a stage of the judge (compile, correctness, legality, benchmark, profile) may use of it.
+"""[judge] What a stage of the judge (compile, correctness, legality, benchmark, profile) may use of it.
 
 The judge builds one for each stage it runs and passes it in: the stages call nothing of the
 judge's but this, and import nothing of it (tests/test_module_layout.py).
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.evaluation import Evaluation, EventSink
+from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.handles.reference import Reference
 from kernelfix.tools.handles.worker_context import WorkerContext
 

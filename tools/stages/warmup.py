@@ -1,4 +1,4 @@
-"""The candidate's warm-up (first-call compilation, Triton's autotuning) on inputs of its own.
+"""[judge] The candidate's warm-up (first-call compilation, Triton's autotuning) on inputs of its own.
 
 It runs on the GPU, so under a shared hold of the GPU's lock (docs/judge.md, "Exclusive timing, shared
 correctness"): beside other judges' correctness trials, never beside a timed run. It asks for no room

@@ -1,4 +1,4 @@
-"""CUDA-event timing, the same way for the baselines and the candidate.
+"""[workers] CUDA-event timing, the same way for the baselines and the candidate.
 
 Warm-up first (compilation, autotuning, caches), then at least ``runs`` calls,
 each between two events on the current stream, with L2 flushed between calls

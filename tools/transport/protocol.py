@@ -1,4 +1,4 @@
-"""What the judge and its workers say to each other: typed, so every field crosses checked.
+"""[any] What the judge and its workers say to each other: typed, so every field crosses checked.
 
 Requests travel as JSON frames on the worker's request socket (with file
 descriptors for the arenas attached); replies as messages on its authenticated

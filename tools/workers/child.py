@@ -1,4 +1,4 @@
-"""What both workers do inside their sandboxed process: load modules, seed, build models, serve.
+"""[workers] What both workers do inside their sandboxed process: load modules, seed, build models, serve.
 
 The CUDA entry points the clock relies on (synchronize, events) are bound here
 before any candidate code is imported, so replacing the Python wrappers later
@@ -18,7 +18,6 @@ from typing import Any
 
 from kernelfix.sandbox.channel import ChildChannel, RequestSocket
 from kernelfix.tools.timing.clock import Cuda
-from kernelfix.tools.task_size import tensor_bytes as nbytes  # noqa: F401 (the workers' name for it)
 
 # Bound before the candidate exists.
 _exit = os._exit
@@ -84,7 +83,7 @@ class Worker:
         _exit(code)
 
     def report(self, e: BaseException) -> None:
-        from kernelfix.tools.compile.load_inline import GpuRequired
+        from kernelfix.tools.compile import GpuRequired
 
         kind = "exception"
         if isinstance(e, GpuRequired):

@@ -1,4 +1,4 @@
-"""The process a profiler watches: one forward of the candidate after a warm-up.
+"""[one-shot child] The process a profiler watches: one forward of the candidate after a warm-up.
 
 ``python -m kernelfix.tools.workers.profile_target SPEC.json``, run by ncu (``profile_ncu``:
 forward inside the NVTX range ncu filters on) or alone (``profile_torch``:

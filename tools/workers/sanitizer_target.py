@@ -1,4 +1,4 @@
-"""The process compute-sanitizer watches, and the probe that picks its input.
+"""[one-shot child] The process compute-sanitizer watches, and the probe that picks its input.
 
 ``python -m kernelfix.tools.workers.sanitizer_target SPEC.json``, in the candidate's sandbox:
 

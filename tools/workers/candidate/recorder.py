@@ -1,4 +1,4 @@
-"""The op recorder: every aten op a judged forward dispatches, counted (candidate's worker side).
+"""[candidate worker] The op recorder: every aten op a judged forward dispatches, counted (candidate's worker side).
 
 A ``TorchDispatchMode`` entered around each judged forward call sees every op
 that reaches the dispatcher, whether Python or the candidate's C++ called it,

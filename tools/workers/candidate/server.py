@@ -1,4 +1,4 @@
-"""The candidate's worker: one sandboxed process per evaluation, for compile, every trial and timing.
+"""[candidate worker] The candidate's worker: one sandboxed process per evaluation, for compile, every trial and timing.
 
 ``python -m kernelfix.tools.workers.candidate.server SPEC.json``. In order:
 
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
-from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
 from kernelfix.tools.import_hooks import after_import
+from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.timing.clock import Cuda, perf_counter
-from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, nbytes, seed_all, sync, to_device
+from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
 from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec
-
+from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
+from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
 
 
 class NoModelNew(Exception):

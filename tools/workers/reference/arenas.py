@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.transport import Arena, TensorSpec, flatten, layout
-from kernelfix.tools.transport.tree import contiguous_spec, spec_of, write
-from kernelfix.tools.workers.child import nbytes, sync
 from kernelfix.tools.transport.protocol import Prepared, TrialPlan
-from kernelfix.tools.workers.reference.trials import TrialData, free, oom
+from kernelfix.tools.transport.tree import contiguous_spec, spec_of, write
+from kernelfix.tools.workers.child import sync
+from kernelfix.tools.workers.reference.trial_data import TrialData, free, oom
 
 
 @dataclass

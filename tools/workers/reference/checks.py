@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from kernelfix.tools.correctness.chunked import relative_error, same_bytes
+from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.transport import TensorSpec, flatten, unflatten
-from kernelfix.tools.transport.tree import read, torch_dtype
-from kernelfix.tools.workers.child import nbytes, short
 from kernelfix.tools.transport.protocol import CandidateOutput, Checked, TrialPlan
-from kernelfix.tools.workers.reference.trials import TrialData, oom
+from kernelfix.tools.transport.tree import read, torch_dtype
+from kernelfix.tools.workers.child import short
+from kernelfix.tools.workers.reference.trial_data import TrialData, oom
 
 
 class Checks:

@@ -8,9 +8,9 @@ from typing import Any
 from kernelfix.sandbox.process import rss_bytes
 from kernelfix.tools import task_size
 from kernelfix.tools.correctness.chunked import leaves, relative_error
-from kernelfix.tools.workers.child import short, sync
 from kernelfix.tools.transport.protocol import TrialPlan
-from kernelfix.tools.workers.reference.trials import TrialData
+from kernelfix.tools.workers.child import short, sync
+from kernelfix.tools.workers.reference.trial_data import TrialData
 
 
 class Float64Truth:

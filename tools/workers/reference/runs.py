@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from kernelfix.tools.correctness.chunked import leaves, relative_error, same_bytes
-from kernelfix.tools.workers.child import nbytes, short, sync
+from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.transport.protocol import TrialPlan
-from kernelfix.tools.workers.reference.trials import TrialData, free
+from kernelfix.tools.workers.child import short, sync
+from kernelfix.tools.workers.reference.trial_data import TrialData, free
 
 
 class Runs:

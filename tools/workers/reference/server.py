@@ -29,17 +29,17 @@ from typing import Any
 from kernelfix.tools import input_sets, task_size
 from kernelfix.tools.correctness.chunked import leaves
 from kernelfix.tools.timing.clock import Cuda
-from kernelfix.tools.workers.child import TaskProblem, TooLarge, Worker, build_model, load_task, seed_all, short
 from kernelfix.tools.transport.protocol import ReferenceReady, ReferenceSpec, TrialPlan
+from kernelfix.tools.workers.child import TaskProblem, TooLarge, Worker, build_model, load_task, seed_all, short
 from kernelfix.tools.workers.reference.arenas import Handoff, Out, Slot
 from kernelfix.tools.workers.reference.checks import Checks
 from kernelfix.tools.workers.reference.float64 import Float64Truth
 from kernelfix.tools.workers.reference.runs import Runs
-from kernelfix.tools.workers.reference.trials import Trials, TrialData
+from kernelfix.tools.workers.reference.trial_data import Trials, TrialData
 
 
 class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
-    """The reference worker's state and its requests; each concern is a part of its own (trials, float64,
+    """The reference worker's state and its requests; each concern is a part of its own (trial_data, float64,
     checks, arenas, runs)."""
 
     def __init__(self, w: Worker, spec: ReferenceSpec):

@@ -8,9 +8,10 @@ from typing import Any
 from kernelfix.tools import input_sets
 from kernelfix.tools.correctness import input_variants
 from kernelfix.tools.correctness.chunked import leaves, vacuous_tolerance
+from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.timing.clock import perf_counter
-from kernelfix.tools.workers.child import TaskProblem, nbytes, seed_all, short, sync, to_device
 from kernelfix.tools.transport.protocol import TrialPlan
+from kernelfix.tools.workers.child import TaskProblem, seed_all, short, sync, to_device
 
 
 @dataclass
