@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kernelfix.sandbox.process import rss_bytes
+from kernelfix.sandbox.process_tree import rss_bytes
 from kernelfix.tools import task_size
 from kernelfix.tools.correctness.chunked import leaves, relative_error
 from kernelfix.tools.transport.protocol import TrialPlan
