@@ -1,4 +1,4 @@
-"""[judge] The agent loop: a LangGraph state machine of model turns and judge nodes (kernelfix.agent).
+"""The agent loop: a LangGraph state machine of model turns and judge nodes (kernelfix.agent).
 
 Modules: ``agent_config`` (AgentConfig), ``state`` (graph state, Turn, the Trajectory schema),
 ``models`` (litellm and replay models, retries), ``shapes`` (the ShapeProp shape block), ``policy``

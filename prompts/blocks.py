@@ -1,4 +1,4 @@
-"""[judge] The blocks of the system and task prompts, rendered from the judge's data: the measured compile times
+"""The blocks of the system and task prompts, rendered from the judge's data: the measured compile times
 (compile/times.py), the NVRTC note where NVRTC works, the GPU's numbers (gpu/specs.py), the task's floor
 (gpu/floor.py) and the shapes of a task with input sets."""
 

@@ -1,4 +1,4 @@
-"""[judge] The verdict as a short text for the model's next turn (and for people): ``Verdict.feedback``.
+"""The verdict as a short text for the model's next turn (and for people): ``Verdict.feedback``.
 
 Repair-oriented after a failure (what failed, where, the numbers), optimization-
 oriented after success (runtime, speedups, the profile's bottleneck and the

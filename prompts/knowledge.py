@@ -1,4 +1,4 @@
-"""[judge] The knowledge base the feedback picks from: one note per optimization technique.
+"""The knowledge base the feedback picks from: one note per optimization technique.
 
 Each note is ``knowledge/<slug>.md``: TOML front matter between ``+++`` lines (title, the profile
 findings that select it, the task kinds it helps, its exemplar's backend, the exemplar, the naive

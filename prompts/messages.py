@@ -1,4 +1,4 @@
-"""[judge] The messages the model sees, rendered from the templates in ``kernelfix.prompts``.
+"""The messages the model sees, rendered from the templates in ``kernelfix.prompts``.
 
 Templates are ``string.Template`` files (``$name`` placeholders): system, task,
 candidate, repair, optimize, hint. The context for a turn is the system and

@@ -1,4 +1,4 @@
-"""[judge] A verdict as a rich table, for the terminal (``kernelfix eval``)."""
+"""A verdict as a rich table, for the terminal (``kernelfix eval``)."""
 
 from __future__ import annotations
 
