@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kernelfix.agent import policy
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.events import Controls, ModelDelta, ModelRetry, Notice, SessionAborted
 from kernelfix.agent.models import ChatModel, DrawCancelled, ModelReply
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import ChatMessage, Slot, Turn
 
 

@@ -19,77 +19,25 @@ node re-run after a kill changes nothing twice.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-from kernelfix.agent import judging, policy, prompting, search
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.draws import RoundControl, take_reply
-from kernelfix.agent.events import (
-    Controls,
-    ModelReplied,
-    Notice,
-    SessionAborted,
-    SessionPaused,
-    SessionUnpaused,
-    StageUpdate,
-    TurnJudged,
-    TurnStarted,
-)
-from kernelfix.agent.models import ChatModel, ReplayExhausted
+from kernelfix.agent import judging, policy, search
+from kernelfix.agent.draws import take_reply
+from kernelfix.agent.events import ModelReplied, Notice, SessionPaused, SessionUnpaused, StageUpdate, TurnJudged, TurnStarted
+from kernelfix.agent.models import ReplayExhausted
 from kernelfix.agent.round_nodes import add_round_nodes
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.shapes import shape_block
-from kernelfix.tools import input_sets
-from kernelfix.agent.state import SessionState, Slot, Turn
-from kernelfix.tools.judge import STAGES, Judge
+from kernelfix.agent.state import SessionState, Turn
+from kernelfix.prompts import messages as prompts
+from kernelfix.prompts.blocks import floor_text, gpu_block, input_sets_block
+from kernelfix.tools.judge import STAGES
 
 Update = dict[str, Any]
-
-
-@dataclass
-class Runtime:
-    """What the nodes work with besides the state; rebuilt on every run, never checkpointed."""
-
-    store: SessionDir
-    judge: Judge
-    model: ChatModel
-    controls: Controls
-    emit: Callable[[Any], None]
-    on_trajectory: Callable[[SessionState, bool], None]  # (state, finished): write trajectory.json
-
-    @property
-    def config(self) -> AgentConfig:
-        return self.store.settings.agent
-
-    @property
-    def timed(self) -> bool:
-        return self.judge.device == "cuda"
-
-    def __post_init__(self) -> None:
-        self.planned: list[Slot] = []  # the round in flight's slots (a resume sets them from the checkpoint)
-        self._rounds: dict[int, RoundControl] = {}
-        self._rounds_lock = threading.Lock()
-
-    def searching(self, state: SessionState) -> bool:
-        """A search (rounds of candidates) rather than the chain: width > 1, or a session that already searched."""
-        return self.config.width > 1 or bool(state.rounds)
-
-    def round_control(self, slot: Slot, slots: list[Slot]) -> RoundControl:
-        """The round's shared control, made by its first slot to ask (slots of one round run in parallel)."""
-        with self._rounds_lock:
-            if slot.round not in self._rounds:
-                self._rounds[slot.round] = RoundControl(self.store, self.model, self.config, self.controls, self.emit, timed=self.timed, slots=slots)
-            return self._rounds[slot.round]
-
-    def check_abort(self) -> None:
-        if self.controls.aborted:
-            raise SessionAborted("left by the user")
 
 
 def _next_index(state: SessionState) -> int:
@@ -102,7 +50,7 @@ def build_graph(rt: Runtime) -> StateGraph:
     def system(state: SessionState) -> str:
         # After prepare: the GPU block comes from the reference worker, kept in the state so a resumed
         # session sends the same system prompt.
-        return prompting.system_prompt(rt.judge.config, rt.judge.device, gpu_block=state.gpu_block)
+        return prompts.system_prompt(rt.judge.config, rt.judge.device, gpu_block=state.gpu_block)
 
     def prepare(state: SessionState) -> Update:
         if state.prepared:
@@ -115,7 +63,7 @@ def build_graph(rt: Runtime) -> StateGraph:
             block, problem = shape_block(rt.store.task_path, timeout_s=rt.judge.config.run_timeout_s)
         # A task that does not run stops the session here (TaskError), before any model turn is spent on it.
         judging.reference_ready(rt.judge, rt.emit, rt.check_abort)
-        sets = input_sets.prompt_block(rt.judge.ref.ready.input_sets if rt.judge.ref.ready else None)
+        sets = input_sets_block(rt.judge.ref.ready.input_sets if rt.judge.ref.ready else None)
         if sets:  # a task with get_input_sets(): the shapes the kernel must serve
             block = f"{block}\n\n{sets}" if block else sets
         if problem:
@@ -123,7 +71,8 @@ def build_graph(rt: Runtime) -> StateGraph:
         # The floor (bytes and FLOPs at the GPU's peaks) and eager's distance from it; on a GPU this
         # measures the baselines now, once per task (cached on disk), rather than at the first timing.
         floor = rt.judge.task_floor()
-        return {"prepared": True, "shape_block": block, "floor": floor, "gpu_block": rt.judge.gpu_block() or None}
+        spec = rt.judge.gpu_spec()
+        return {"prepared": True, "shape_block": block, "floor": floor, "gpu_block": gpu_block(spec) if spec is not None else None}
 
     def control(state: SessionState) -> Update:
         rt.check_abort()
@@ -162,9 +111,9 @@ def build_graph(rt: Runtime) -> StateGraph:
         return {}
 
     def task_message(state: SessionState) -> str:
-        return prompting.task_prompt(
-            task.name, task.source, shape_block=state.shape_block, goal=prompting.goal_text(rt.config, rt.judge.device),
-            floor=state.floor.first_prompt() if state.floor is not None else None,
+        return prompts.task_prompt(
+            task.name, task.source, shape_block=state.shape_block, goal=prompts.goal_text(rt.config, rt.judge.device),
+            floor=floor_text(state.floor) if state.floor is not None else None,
         )
 
     def generate(state: SessionState) -> Update:
@@ -172,7 +121,7 @@ def build_graph(rt: Runtime) -> StateGraph:
         judging.prestart(rt.store, rt.judge, index)  # its worker starts Python, torch and CUDA while the model writes
         hints = rt.controls.take_hints()
         task_msg = task_message(state)
-        messages = prompting.build_messages(system(state), task_msg, state.turns, hints)
+        messages = prompts.build_messages(system(state), task_msg, state.turns, hints)
         started = time.time()
         rt.emit(TurnStarted(turn=index, source="model"))
         try:
@@ -238,9 +187,9 @@ def build_graph(rt: Runtime) -> StateGraph:
                 parent = state.turn(turn.parent) if turn.parent is not None else None
                 parent_commit = parent.commit if parent is not None else rt.store.base_commit()
             path_best = search.path_best([*state.path(turn.parent), turn])
-            notes = prompting.picked_notes(turn, prompting.shown_notes(state.path(turn.parent)))
+            notes = prompts.picked_notes(turn, prompts.shown_notes(state.path(turn.parent)))
             turn.notes = [n.slug for n in notes]
-            turn.feedback = prompting.feedback_message(
+            turn.feedback = prompts.feedback_message(
                 turn, best=path_best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - state.rounds_done,
                 floor=state.floor, notes=notes,
             )
@@ -249,9 +198,9 @@ def build_graph(rt: Runtime) -> StateGraph:
         else:
             model_turns = state.model_turns + (turn.source == "model")
             turn.parent = state.turns[-1].index if state.turns else None
-            notes = prompting.picked_notes(turn, prompting.shown_notes(state.turns))
+            notes = prompts.picked_notes(turn, prompts.shown_notes(state.turns))
             turn.notes = [n.slug for n in notes]
-            turn.feedback = prompting.feedback_message(
+            turn.feedback = prompts.feedback_message(
                 turn, best=best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - model_turns,
                 floor=state.floor, notes=notes,
             )

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 from kernelfix.agent.events import Notice, StageUpdate
 from kernelfix.agent.models import ModelReply
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools import retry
+from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.judge import STAGES, Evaluation, Judge, StageEvent
-from kernelfix.tools.reference import ReferenceUnavailable
 from kernelfix.tools.retry import MachineFault
 
 

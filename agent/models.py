@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError  # noqa: E402
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter  # noqa: E402
 from tenacity.wait import wait_base  # noqa: E402
 
-from kernelfix.agent.config import AgentConfig  # noqa: E402
+from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
 from kernelfix.agent.state import ChatMessage, Usage  # noqa: E402
 
 REPLAY_PREFIX = "replay:"

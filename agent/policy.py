@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Turn, totals
 from kernelfix.tools.verdict import Family
 

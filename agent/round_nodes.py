@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 from langgraph.graph import StateGraph
 from langgraph.types import Send
 
-from kernelfix.agent import judging, policy, prompting, search
+from kernelfix.agent import judging, policy, search
 from kernelfix.agent.events import ModelReplied, RoundJudged, RoundStarted, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.models import DrawCancelled, ReplayExhausted
 from kernelfix.agent.state import RESET, RoundBasis, RoundRecord, SessionState, Slot, SlotRecord, SlotResult, path_to, totals
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.judge import STAGES
 
 if TYPE_CHECKING:
-    from kernelfix.agent.graph import Runtime
+    from kernelfix.agent.runtime import Runtime
 
 Update = dict[str, Any]
 
@@ -48,7 +49,7 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
         task_msg = task_message(state)
         for s in slots:
             s.hints = [*hints.get(None, []), *hints.get(parent_branch[s.turn], [])]
-            s.messages = prompting.build_messages(system(state), task_msg, state.path(s.parent), s.hints)
+            s.messages = prompts.build_messages(system(state), task_msg, state.path(s.parent), s.hints)
             s.basis = basis
         rt.planned = slots
         rt.emit(RoundStarted(round=round_no, slots=slots))
@@ -107,9 +108,9 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
             best = t if is_best else best
             parent = next((x for x in turns if x.index == t.parent), None)
             path = path_to(turns, t.parent)
-            notes = prompting.picked_notes(t, prompting.shown_notes(path))
+            notes = prompts.picked_notes(t, prompts.shown_notes(path))
             t.notes = [n.slug for n in notes]
-            t.feedback = prompting.feedback_message(
+            t.feedback = prompts.feedback_message(
                 t, best=search.path_best([*path, t]), config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - round_no,
                 floor=state.floor, notes=notes,
             )

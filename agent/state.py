@@ -11,9 +11,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.floor import TaskFloor
+from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.judge import Evaluation
 from kernelfix.tools.verdict import Category, Verdict
 
@@ -141,7 +141,7 @@ class SessionState(_Model):
 
     prepared: bool = False
     shape_block: str | None = None
-    floor: TaskFloor | None = None  # the task's floor on this GPU (tools/floor.py), for the first prompt and later turns
+    floor: TaskFloor | None = None  # the task's floor on this GPU (tools/gpu/floor.py), for the first prompt and later turns
     gpu_block: str | None = None  # the GPU's numbers for the system prompt, as the reference worker read them
     pending_candidate: str | None = None  # --candidate source, judged as turn 0
     pending_candidate_name: str = "candidate.py"  # its file name: .py is code, anything else a reply

@@ -51,15 +51,15 @@ def main() -> int:
     batch, runs = args.batch or (4096 if gpu else 8), args.runs or (100 if gpu else 10)
 
     import kernelfix
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.events import TurnJudged
     from kernelfix.agent.headless import turn_line
     from kernelfix.agent.models import make_model
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
     from kernelfix.capture.files import import_file
     from kernelfix.capture.pipeline import capture
     from kernelfix.capture.summary import capture_text
-    from kernelfix.capture.tolerance import tolerance_for
+    from kernelfix.capture.output_tolerance import tolerance_for
     from kernelfix.tools.config import JudgeConfig
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -35,11 +35,11 @@ MODULES = {"attn": "model.blocks.0.attn", "mlp": "model.blocks.1.mlp"}
 
 
 def _optimize(name: str, task: Path, out: Path, device: str, with_compile: bool):
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.headless import turn_line
     from kernelfix.agent.events import TurnJudged
     from kernelfix.agent.models import make_model
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
     from kernelfix.tools.config import JudgeConfig
 
     def show(event) -> None:
@@ -96,7 +96,7 @@ def main() -> int:
     import kernelfix
     from kernelfix.capture.files import import_file
     from kernelfix.capture.pipeline import capture
-    from kernelfix.capture.tolerance import tolerance_for
+    from kernelfix.capture.output_tolerance import tolerance_for
 
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-capture-swap-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ through stock ``load_inline`` and through kernelfix, side by side in one run.
 ``.cu``); ``bench/compile_candidates_fast/`` the same kernels in the fast layout
 (``.cu`` with CUDA headers only, launcher on raw pointers, torch wrapper in
 ``cpp_sources``, ``no_implicit_headers=True``). Every build runs in a fresh process
-through the hook the judge's child installs (``kernelfix.tools.build.load_inline.install``), so
+through the hook the judge's child installs (``kernelfix.tools.compile.load_inline.install``), so
 "stock" and "kernelfix" differ only in build options (stock = ``BuildOptions.stock()``:
 torch's own ninja, only redirected into a fresh directory). CUDA is initialized before
 the candidate is imported, as in the judge.
@@ -76,7 +76,7 @@ def worker(spec_path: str) -> None:
         torch.zeros(1, device="cuda")  # the judge's child has CUDA up before the candidate is imported
     import torch.utils.cpp_extension as ce
 
-    from kernelfix.tools.build import load_inline
+    from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
 
     load_inline.install(Path(spec["build_root"]), device, BuildOptions(**spec["options"]))

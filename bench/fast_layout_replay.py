@@ -37,7 +37,7 @@ def warm(build_root: str) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         torch.zeros(1, device="cuda")
-    from kernelfix.tools.build import load_inline
+    from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
 
     load_inline.install(Path(build_root), device, BuildOptions())

@@ -26,7 +26,7 @@ def load(path: str, name: str):
 def main() -> None:
     import torch
 
-    from kernelfix.tools.build import load_inline
+    from kernelfix.tools.compile import load_inline
 
     load_inline.install(Path(tempfile.mkdtemp(prefix="kf-drive-")), "cuda")
     task, cand = load(sys.argv[1], "task"), load(sys.argv[2], "candidate")

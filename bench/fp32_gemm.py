@@ -58,7 +58,8 @@ def main() -> int:
     import triton
     from triton.testing import do_bench
 
-    from kernelfix.tools.correctness.compare import relative_error, truth_check
+    from kernelfix.tools.correctness.chunked import relative_error
+    from kernelfix.tools.correctness.compare import truth_check
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096, 8192])

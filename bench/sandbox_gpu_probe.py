@@ -5,7 +5,8 @@
 
 import sys
 
-from kernelfix.sandbox.isolation import LAYERS, Isolation, _cuda_runs, for_gpu
+from kernelfix.sandbox.isolation import LAYERS, Isolation
+from kernelfix.sandbox.probes import _cuda_runs, for_gpu
 
 base = Isolation()
 print(f"full sandbox: {_cuda_runs(base, sys.executable)}", flush=True)

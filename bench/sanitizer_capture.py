@@ -41,7 +41,7 @@ def _load(path: str, name: str):
 def drive(task_path: str, cand_path: str, rows: int | None, build_only: bool) -> None:
     import torch
 
-    from kernelfix.tools.build import load_inline
+    from kernelfix.tools.compile import load_inline
     from kernelfix.tools.sanitizer import reduce
 
     load_inline.install(Path(tempfile.mkdtemp(prefix="kf-san-drive-")), "cuda")

@@ -31,11 +31,11 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from kernelfix.agent.config import AgentConfig  # noqa: E402
+from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
 from kernelfix.agent.headless import HeadlessReporter  # noqa: E402
 from kernelfix.agent.models import ReplayModel  # noqa: E402
-from kernelfix.agent.runner import Session  # noqa: E402
-from kernelfix.agent.session import read_trajectory  # noqa: E402
+from kernelfix.agent.session import Session  # noqa: E402
+from kernelfix.agent.session_dir import read_trajectory  # noqa: E402
 from kernelfix.tools.cache_dir import lock_root  # noqa: E402
 from kernelfix.tools.config import JudgeConfig  # noqa: E402
 

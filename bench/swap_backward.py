@@ -79,8 +79,8 @@ def main() -> int:
 
         os.environ["TRITON_INTERPRET"] = "1"
     import kernelfix
-    from kernelfix.agent.config import AgentConfig
-    from kernelfix.agent.session import SessionDir
+    from kernelfix.agent.agent_config import AgentConfig
+    from kernelfix.agent.session_dir import SessionDir
     from kernelfix.capture.files import import_file
     from kernelfix.capture.pipeline import capture
     from kernelfix.tools.config import JudgeConfig

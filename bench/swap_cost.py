@@ -96,8 +96,8 @@ def kernel_source(kind: str) -> str:
 
 def prepare(work: Path, device: str, kinds: list[str]) -> dict[str, str]:
     """The capture and one session per kernel; their folders by kind."""
-    from kernelfix.agent.config import AgentConfig
-    from kernelfix.agent.session import SessionDir
+    from kernelfix.agent.agent_config import AgentConfig
+    from kernelfix.agent.session_dir import SessionDir
     from kernelfix.capture.pipeline import capture
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.task import Task

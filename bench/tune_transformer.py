@@ -57,13 +57,13 @@ def main() -> int:
     from rich.console import Console
 
     import kernelfix
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.capture.files import import_file
-    from kernelfix.capture.tolerance import tolerance_for
+    from kernelfix.capture.output_tolerance import tolerance_for
     from kernelfix.tools.config import JudgeConfig
-    from kernelfix.tune.config import TuneConfig
+    from kernelfix.tune.tune_config import TuneConfig
     from kernelfix.tune.flow import Tune, TuneOptions
-    from kernelfix.tune.sessions import run_headless
+    from kernelfix.tune.jobs import run_headless
     from kernelfix.tune.text import summary_text, trial_text
 
     cfg = TuneConfig(top=args.top, **({"rounds": args.rounds} if args.rounds else {}))
@@ -114,7 +114,7 @@ def main() -> int:
 def _save_profiles(where: Path, script_args: list[str]) -> None:
     """The profiles the ranking reads, as recorded here (3 steps each), for the ranking's tests."""
     from kernelfix.tune.model_call import run_to_model_call
-    from kernelfix.tune.profile import profile_model
+    from kernelfix.tune.model_profile import profile_model
 
     where.mkdir(parents=True, exist_ok=True)
     for name, extra, backward in (("forward", [], False), ("train", ["--train"], True)):

@@ -19,7 +19,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from kernelfix.capture.errors import CallMismatch
-from kernelfix.capture.records import InputLeaf
+from kernelfix.capture.schema import InputLeaf
 from kernelfix.capture.tensors import dtype_name
 
 # Values that pytree treats as leaves and whose repr is cheap and says what export fixed.

@@ -25,19 +25,17 @@ import logging
 
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
+from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapError
-from kernelfix.capture.records import CompilePath, SwapCheck
+from kernelfix.capture.schema import CompilePath, SwapCheck
 from kernelfix.tools.config import JudgeConfig
-
-if TYPE_CHECKING:
-    from kernelfix.capture.swap import CapturedKernel, CheckCall
 
 
 def choose_compile_path(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from kernelfix.capture.records import CaptureManifest
+from kernelfix.capture.schema import CaptureManifest
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,18 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from kernelfix import __version__, atomic
+from kernelfix import atomic
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError
+from kernelfix.capture.export_graph import task_graph
 from kernelfix.capture.files import CaptureFiles
-from kernelfix.capture.graph import task_graph
-from kernelfix.capture.records import CaptureManifest
 from kernelfix.capture.reproduce import reproduce
-from kernelfix.capture.records import InputLeaf, OutputLeaf
+from kernelfix.capture.schema import CaptureManifest, InputLeaf, OutputLeaf
 from kernelfix.capture.script import CapturedCall, run_and_capture_calls
 from kernelfix.capture.task_source import render_task
 from kernelfix.capture.tensors import clone_like
 from kernelfix.capture.trace import export_call, random_ops
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.version import __version__
 
 _PRIMITIVES = (type(None), bool, int, float, str)
 

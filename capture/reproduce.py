@@ -9,7 +9,7 @@ import torch.utils._pytree as pytree
 
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.files import import_file
-from kernelfix.capture.records import ReproductionCheck
+from kernelfix.capture.schema import ReproductionCheck
 from kernelfix.capture.script import CapturedCall
 from kernelfix.capture.tensors import clone_like
 from kernelfix.tools.config import JudgeConfig

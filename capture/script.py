@@ -24,12 +24,12 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
-import kernelfix
 from kernelfix.capture.errors import CaptureInputError
 from kernelfix.capture.tensors import clone_like, detach_tree
+import kernelfix.version
 
 # Code that is never the user's: torch, kernelfix itself, the standard library (runpy among it).
-_NOT_USER = tuple(str(Path(p).resolve()) + os.sep for p in (Path(torch.__file__).parent, Path(kernelfix.__file__).parent, Path(__file__).parent))
+_NOT_USER = tuple(str(Path(p).resolve()) + os.sep for p in (Path(torch.__file__).parent, Path(kernelfix.version.__file__).parent, Path(__file__).parent))
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
 
 

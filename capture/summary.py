@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernelfix.capture.records import CaptureManifest, CompilePath, SwapReport
+from kernelfix.capture.schema import CaptureManifest, CompilePath, SwapReport
 from kernelfix.capture.task_source import input_summary
 
 

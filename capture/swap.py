@@ -23,113 +23,21 @@ from __future__ import annotations
 import ast
 import os
 import sys
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
-from kernelfix.capture.calls import CallPlans, compiled_match, compiled_signature, leaves_shape, match_call, output_layout, rebuild
+from kernelfix.capture.calls import match_call
+from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
-from kernelfix.capture.errors import CallMismatch, SwapCheckFailed, SwapError
+from kernelfix.capture.errors import SwapCheckFailed, SwapError
 from kernelfix.capture.files import CaptureFiles, import_file
-from kernelfix.capture.records import CaptureManifest, CompilePath, OutputCheck, SwapCheck
+from kernelfix.capture.schema import CaptureManifest, OutputCheck, SwapCheck
 from kernelfix.tools.config import JudgeConfig
 
 __all__ = ["CapturedKernel", "load_best", "match_call", "snippet", "attribute_path"]
-
-
-class CapturedKernel(nn.Module):
-    """A kernel called as the captured module was called."""
-
-    def __init__(self, kernel: nn.Module, manifest: CaptureManifest, original: nn.Module | None = None, reference: nn.Module | None = None):
-        """``reference``: the task's Model on the meta device (capture/custom_op.py); with it the kernel runs
-        under torch.compile as a custom operator that torch.compile takes whole, without it as a plain call
-        (which Dynamo traces, as :func:`load_best` does when it checked that this works)."""
-        super().__init__()
-        self.kernel = kernel
-        self.original = original  # a submodule, so .to() moves it along; runs the calls the kernel was not judged on
-        self.manifest = manifest
-        self.checks: list[SwapCheck] = []
-        self.fallbacks = 0  # eager calls handed to the original module
-        self._in_spec = pytree.treespec_loads(manifest.in_spec) if manifest.in_spec else None
-        self._sets = manifest.input_sets or [manifest.inputs]  # every captured call's inputs: what the kernel was judged on
-        self.calls = CallPlans(self._in_spec, self._sets)  # eager: the check's answer per kind of call
-        # Under torch.compile: the captured calls as plain tagged tuples, which Dynamo compares as guards.
-        self._signatures = [compiled_signature(self._in_spec, leaves) for leaves in self._sets] if self._in_spec is not None else []
-        self._refusal = (
-            f"{manifest.module_path}: torch.compile traced a call unlike every captured one, and there is no original module "
-            f"to hand it to (kernelfix.load_best(session, original)); the kernel was judged on calls like {leaves_shape(self._sets[0])}"
-        )
-        self._op = self._out_layout = None
-        self.op_name: str | None = None
-        self.extensions = None  # capture/cpp_ops.py's record of the kernel's load_inline extensions (load_best sets it)
-        self.compile_path = CompilePath(kind="plain", note="the kernel's forward as it is, for Dynamo to trace (not checked: load_best(custom_op=False))")
-        if reference is not None:
-            self.use_custom_op(reference)
-
-    def use_custom_op(self, reference: nn.Module, note: str | None = None) -> None:
-        """Run the kernel under torch.compile as one opaque custom operator (capture/custom_op.py)."""
-        from kernelfix.capture.custom_op import op_name, register
-
-        sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in self.manifest.inputs if leaf.tensor]
-        self._op, out_spec = register(self.kernel, reference, self.manifest.module_path, sample, backward=self.manifest.backward)
-        self._out_layout = output_layout(out_spec)  # rebuilt without pytree, which Dynamo would guard on every call
-        self.op_name = op_name(self._op)
-        self.compile_path = CompilePath(kind="custom_op", op=self.op_name, note=note or "asked for")
-
-    def use_traced(self, path: CompilePath) -> None:
-        """Let torch.compile trace the kernel's forward (checked by capture/compile_path.py)."""
-        self._op = self._out_layout = None
-        self.op_name = None
-        self.compile_path = path
-
-    def kernel_inputs(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-        """The kernel's tensors from a call; CallMismatch when the call is unlike every captured one."""
-        plan, tensors = self.calls.plan(args, kwargs)
-        if plan.mismatch is not None:
-            raise CallMismatch(plan.mismatch)
-        return tensors
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return self._compiled_call(args, kwargs)
-        plan, tensors = self.calls.plan(args, kwargs)
-        if plan.mismatch is None:
-            return self.kernel(*tensors)
-        if self.original is None:
-            raise CallMismatch(f"{self.manifest.module_path}: {plan.mismatch}")
-        self.fallbacks += 1
-        if self.fallbacks == 1:
-            warnings.warn(f"{self.manifest.module_path}: {plan.mismatch}; such calls run the original module", stacklevel=2)
-        return self.original(*args, **kwargs)
-
-    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
-        """The call as Dynamo traces it: the match decided by comparisons Dynamo turns into guards (no
-        exception text, no dict of answers), then the kernel on the path load_best checked."""
-        tensors = self._compiled_match(args, kwargs)
-        if tensors is None:
-            if self.original is None:
-                raise CallMismatch(self._refusal)
-            return self.original(*args, **kwargs)  # not counted: Python state would cost a recompile per call
-        if self._op is None:
-            return self.kernel(*tensors)
-        if self.manifest.backward:  # the operator's autograd formula runs the kernel's own backward
-            return rebuild(self._out_layout, self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad]))
-        return rebuild(self._out_layout, self._op(tensors))
-
-    def _compiled_match(self, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
-        for sig in self._signatures:
-            tensors: list[torch.Tensor] = []
-            if compiled_match((args, kwargs), sig, tensors):
-                return tensors
-        return None
-
-    def extra_repr(self) -> str:
-        return f"captured={self.manifest.module_path!r}, compiled={self.compile_path.kind}, fallbacks={self.fallbacks}"
 
 
 # --------------------------------------------------------------------------- loading
@@ -139,7 +47,7 @@ class SessionKernel:
     """What load_best reads from a session: its settings, the capture manifest, the best kernel's source."""
 
     def __init__(self, session_dir: str | Path):
-        from kernelfix.agent.session import SessionDir, SessionError
+        from kernelfix.agent.session_dir import SessionDir, SessionError
 
         try:
             self.store = SessionDir.open(session_dir)
@@ -252,18 +160,6 @@ def _triton_interpreter() -> None:
 def _usable(device: str) -> torch.device:
     dev = torch.device(device)
     return dev if dev.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
-
-
-@dataclass
-class CheckCall:
-    """One call the swap is checked on, and the output it must give."""
-
-    args: tuple
-    kwargs: dict
-    want: Any
-    against: str  # what ``want`` is: "captured_call" or "task_model"
-    input_set: int | None = None
-    note: str | None = None
 
 
 def check_calls(module: CapturedKernel, sk: SessionKernel, task, dev: torch.device) -> list[CheckCall]:

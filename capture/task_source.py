@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from kernelfix.capture.errors import CaptureFailed
-from kernelfix.capture.graph import TaskGraph
-from kernelfix.capture.records import InputLeaf, TensorSpec
+from kernelfix.capture.export_graph import TaskGraph
+from kernelfix.capture.schema import InputLeaf, TensorSpec
 
 _FREES = re.compile(r";\s+(?:\w+ = )+None$")  # fx frees each value after its last use: noise in a task
 _TRACE = re.compile(r"# File: (.+?):(\d+) in (\S+), code: (.*)$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.utils._pytree as pytree
 
-from kernelfix.capture.records import TensorSpec
+from kernelfix.capture.schema import TensorSpec
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -324,7 +324,7 @@ def gpu_slots(gpus: str | Sequence[str] | None, device: str) -> list[str | None]
     if gpus is None or gpus == "all":
         if device != "cuda":
             return [None]
-        from kernelfix.agent.batch.runner import visible_gpus
+        from kernelfix.agent.batch.local_runner import visible_gpus
 
         found = visible_gpus()
         if not found:

@@ -10,6 +10,9 @@ candidates (``class ModelNew``) for their task, under ``knowledge/exemplars/``.
 
     notes = pick(["uncoalesced", "memory_bound"], ops=["elementwise"], k=2)
     text = render(notes)  # titles, bodies and exemplar code for the feedback
+
+A turn's notes are picked in one place, :func:`for_profile` (``NOTES_PER_TURN`` of them): the verdict's
+feedback names them by title (prompts/feedback.py), the next message carries their text (prompts/messages.py).
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ from collections.abc import Collection, Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel
 
-__all__ = ["FINDINGS", "OPS", "Note", "exemplar_source", "notes", "pick", "render", "resource", "task_ops"]
+if TYPE_CHECKING:
+    from kernelfix.tools.verdict import ProfileReport
+
+__all__ = ["FINDINGS", "NOTES_PER_TURN", "OPS", "Note", "exemplar_source", "for_profile", "notes", "pick", "render", "resource", "task_ops"]
 
 # The finding kinds the profile's feedback names, and the task kinds the notes help.
 FINDINGS: tuple[str, ...] = (
@@ -113,6 +121,18 @@ def pick(findings: Sequence[str], ops: Collection[str] = (), k: int = 3, exclude
                 seen.add(r[depth].slug)
         depth += 1
     return out
+
+
+NOTES_PER_TURN = 2  # notes a turn gets by its findings
+
+
+def for_profile(profile: "ProfileReport | None", exclude: Collection[str] = ()) -> list[Note]:
+    """The notes a correct candidate's profile findings call for (most costly first), ``NOTES_PER_TURN`` of them,
+    leaving out ``exclude`` (slugs an earlier turn's message carried already): where every turn's notes are picked."""
+    if profile is None or not profile.findings:
+        return []
+    ops = task_ops(profile.task_flops, profile.min_bytes)
+    return pick([f.kind for f in profile.findings], ops=ops, k=NOTES_PER_TURN, exclude=exclude)
 
 
 def task_ops(task_flops: float | None, min_bytes: float | None) -> list[str]:

@@ -30,6 +30,7 @@ from kernelfix.sandbox.cgroup import Cgroup
 from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV, REQUEST_FD_ENV, MessageReader, RequestSocket, new_token
 from kernelfix.sandbox import zygote
 from kernelfix.sandbox.isolation import Isolation
+from kernelfix.sandbox.process_tree import kill_tree, oom_kills, rss_bytes, system_tasks, tree_pids, tree_tasks
 
 log = logging.getLogger(__name__)
 
@@ -112,101 +113,6 @@ class _Tail:
 
 def _import_path() -> list[str]:
     return [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
-
-
-def _tree_pids(root: int) -> list[int]:
-    """The child's session (``root`` leads it) and all descendants of ``root``, wherever they moved."""
-    parent: dict[int, int] = {}
-    session: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # the command name may hold spaces and parentheses: split after the last ')'
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3:
-            pid = int(entry.name)
-            parent[pid], session[pid] = int(fields[1]), int(fields[3])
-    found = {p for p, sid in session.items() if sid == root}
-    if root in parent:
-        found.add(root)
-    grew = True
-    while grew:
-        new = {p for p, pp in parent.items() if pp in found and p not in found}
-        found |= new
-        grew = bool(new)
-    return sorted(found)
-
-
-def _oom_kills() -> int | None:
-    """The kernel's OOM kills since boot (/proc/vmstat): whether the machine, not a limit, killed a child."""
-    try:
-        with open("/proc/vmstat") as f:
-            for line in f:
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _system_tasks() -> int | None:
-    """Tasks (processes and threads) alive on the machine: one read of /proc/loadavg, cheap
-    enough for every poll, so a fork bomb is noticed before it fills the machine."""
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            return int(f.read().split()[3].split(b"/")[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _tree_tasks(pids: Sequence[int]) -> int:
-    """Processes and threads of ``pids``: the count the pids cgroup would limit."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-            total += int(stat[stat.rfind(b")") + 2 :].split()[17])  # num_threads
-        except (OSError, IndexError, ValueError):
-            total += 1
-    return total
-
-
-def rss_bytes(pids: Sequence[int]) -> int:
-    """Resident memory of these processes, summed (what the memory watch counts)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-def _kill_tree(root: int, cgroup: Cgroup | None) -> None:
-    """Kill the child and everything it started: its process group, session, descendants and cgroup.
-
-    Killing the launcher's init (PID 1 of the child's namespace) also kills every
-    process in that namespace.
-    """
-    try:
-        os.killpg(root, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in _tree_pids(root):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    if cgroup is not None:
-        cgroup.kill_all()
 
 
 class _Spawner:
@@ -323,7 +229,7 @@ class Child:
         boot = f"import sys; sys.path[:0] = {_import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
         launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
         self.t0 = time.monotonic()
-        self._oom_at_start = _oom_kills()
+        self._oom_at_start = oom_kills()
         if fork and zygote.runnable(self.argv[1:]):
             try:
                 z = zygote.for_env(self.argv[0], env, _import_path(), _spawn, fork_kind)
@@ -392,7 +298,7 @@ class Child:
         # on every poll, says when the child's tree may have grown past the limit; a count of
         # the tree then decides. A bomb overshoots by what it forks within one poll, then dies.
         watch_pids = limits.max_processes is not None and not (cgroup and cgroup.limits_pids)
-        tasks_at_start = _system_tasks() if watch_pids else None
+        tasks_at_start = system_tasks() if watch_pids else None
         watch_pids = watch_pids and tasks_at_start is not None
         next_pid_check = 0.0
         try:
@@ -404,12 +310,12 @@ class Child:
                 if limits.output_limit_bytes is not None and self._out.total + self._err.total > limits.output_limit_bytes:
                     self.output_exceeded = True
                     break
-                pids_due = watch_pids and now >= next_pid_check and (_system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
+                pids_due = watch_pids and now >= next_pid_check and (system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
                 rss_due = watch_rss and now >= next_mem_check
                 if pids_due or rss_due:  # one walk of /proc serves both checks
-                    pids = _tree_pids(proc.pid)
+                    pids = tree_pids(proc.pid)
                     # Tasks first: a fork bomb's copies also sum past the memory limit; name the cause.
-                    if watch_pids and _tree_tasks(pids) > limits.max_processes:
+                    if watch_pids and tree_tasks(pids) > limits.max_processes:
                         self.process_limit_hit = True
                         break
                     if pids_due:
@@ -435,7 +341,7 @@ class Child:
                 return
             proc = self.proc
             assert proc is not None
-            _kill_tree(proc.pid, self.cgroup)  # on a limit: now; after exit: leftovers (daemons, background work)
+            kill_tree(proc.pid, self.cgroup)  # on a limit: now; after exit: leftovers (daemons, background work)
             rc = proc.wait()
             wall = time.monotonic() - self.t0
             # A leftover holding the pipes open (only possible without a PID namespace or cgroup) must
@@ -485,7 +391,7 @@ class Child:
                 sandbox_notes=notes,
                 deadline=self.deadline_note,
                 hung=self.hung,
-                oom_kills_during=max(0, (_oom_kills() or 0) - (self._oom_at_start or 0)) if self._oom_at_start is not None else 0,
+                oom_kills_during=max(0, (oom_kills() or 0) - (self._oom_at_start or 0)) if self._oom_at_start is not None else 0,
             )
             self._done.set()
 

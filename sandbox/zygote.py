@@ -35,11 +35,9 @@ import torch) sends the worker down the exec path, which is what ran before.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import select
 import signal
 import socket
 import subprocess
@@ -68,14 +66,14 @@ LATE_ENV = frozenset(
 _BASE = ("numpy", "torch")
 _TRITON = ("triton", "triton.language", "triton.compiler")
 _CPP = ("torch.utils.cpp_extension",)
-_CANDIDATE = ("kernelfix.tools.workers.candidate_worker",)
+_CANDIDATE = ("kernelfix.tools.workers.candidate.server",)
 PRELOADS: dict[str, tuple[str, ...]] = {
     # Not torch._dynamo (1-3 s): the meta device's counts do without it (task_size.without_dynamo), and
     # torch.compile imports it when a baseline is measured, once per task and machine (then cached on disk).
     "reference": (
         *_BASE,
         "torch.utils.flop_counter",  # the reference's FLOPs, for the task's floor (task_size.flops_on_meta)
-        "kernelfix.tools.workers.reference_worker",
+        "kernelfix.tools.workers.reference.server",
     ),
     "triton": (*_BASE, *_TRITON, *_CANDIDATE),
     "cuda": (*_BASE, *_CPP, *_CANDIDATE),
@@ -84,7 +82,7 @@ PRELOADS: dict[str, tuple[str, ...]] = {
 }
 PRELOAD = tuple(dict.fromkeys(m for kind in PRELOADS.values() for m in kind))  # "all": any other command
 PRELOADS["all"] = PRELOAD
-RUN_MODULES = ("kernelfix.tools.workers.candidate_worker", "kernelfix.tools.workers.reference_worker")
+RUN_MODULES = ("kernelfix.tools.workers.candidate.server", "kernelfix.tools.workers.reference.server")
 START_TIMEOUT_S = 120.0  # the zygote's own imports, on a loaded machine
 
 
@@ -92,7 +90,7 @@ class ZygoteError(Exception):
     """The zygote could not fork this child; the caller starts it by exec instead."""
 
 
-# ---------------------------------------------------------------------------- the judge's side
+# ---------------------------------------------------------------------------- the judge's side (the zygote's own: fork_server.py)
 
 
 class ForkedProcess:
@@ -281,6 +279,18 @@ class Zygote:
             pass
 
 
+def ignored_signals() -> list[int]:
+    """The signals this process ignores (what an exec'd child inherits as ignored)."""
+    out = []
+    for sig in range(1, signal.NSIG):
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                out.append(sig)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def runnable(command: Sequence[str]) -> bool:
     """``-m MODULE ...`` or ``-c CODE ...``: what an interpreter that is already running can run."""
     return len(command) >= 2 and command[0] in ("-m", "-c")
@@ -340,7 +350,7 @@ def shutdown() -> None:
         z.close()
 
 
-# ---------------------------------------------------------------------------- the zygote's side
+# ---------------------------------------------------------------------------- how the zygote starts (its side: fork_server.py)
 
 
 def _boot(
@@ -352,328 +362,6 @@ def _boot(
     if write_bytecode is None:
         write_bytecode = not sys.dont_write_bytecode
     return (
-        f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.zygote import serve; "
+        f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.fork_server import serve; "
         f"serve({fd}, {parent_pid}, {list(preload)!r}, {list(run_modules)!r}, {list(import_path)!r}, {list(skip)!r}, {write_bytecode!r})"
     )
-
-
-def _driver_usable_after_fork() -> bool:
-    """Whether a forked child can start the CUDA driver (it cannot once the parent started it: the
-    driver's state does not survive a fork). One cuInit, in a child, once, on a CUDA build."""
-    import ctypes
-
-    torch = sys.modules.get("torch")
-    if torch is None or not getattr(torch.version, "cuda", None) or not os.path.exists("/dev/nvidiactl"):
-        return True
-    pid = os.fork()
-    if pid == 0:
-        try:
-            rc = ctypes.CDLL("libcuda.so.1").cuInit(0)
-        except BaseException:
-            os._exit(0)  # no driver to start here: nothing a fork could break
-        os._exit(0 if rc == 0 else 1)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
-
-
-class _DriverlessAvailability:
-    """``torch.cuda.is_available()`` answered from the device files while a preload imports.
-
-    torch.utils.cpp_extension asks it at import (only to warn when CUDA_HOME has no runtime), and
-    torch's answer starts the driver, which marks every later fork bad: on the H100 each such
-    module cost the zygote a restart without it (15 s of a 24 s cold eval, measured). NVML would
-    answer without the driver, but NVML's state does not survive a fork either (children then saw
-    no device: "Invalid device id", measured)."""
-
-    def __enter__(self) -> None:
-        torch = sys.modules.get("torch")
-        self.saved = getattr(getattr(torch, "cuda", None), "is_available", None)
-        if self.saved is not None:
-            torch.cuda.is_available = lambda: os.path.exists("/dev/nvidiactl")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.saved is not None:
-            sys.modules["torch"].cuda.is_available = self.saved
-
-
-def _fork_poisoned() -> bool:
-    """Whether a child forked now would refuse CUDA. torch marks every later fork "bad" once anything
-    has asked the CUDA driver (``torch.cuda.device_count()``, which some modules do at import on a
-    CUDA build), whether or not a context exists; its children then raise "Cannot re-initialize
-    CUDA in forked subprocess". Only a forked child can tell."""
-    torch = sys.modules.get("torch")
-    if torch is None or not getattr(torch.version, "cuda", None):
-        return False  # a CPU build: no CUDA to refuse
-    pid = os.fork()
-    if pid == 0:
-        try:
-            bad = bool(torch.cuda._is_in_bad_fork())
-        except BaseException:
-            bad = True
-        os._exit(1 if bad else 0)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) != 0
-
-
-def serve(
-    fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str] = (), skip: Sequence[str] = (),
-    write_bytecode: bool = True,
-) -> None:
-    """The zygote's main loop: import, say so, then fork on request until the judge goes away.
-
-    A preload that would make forked children refuse CUDA (``_fork_poisoned``) is left out: the
-    zygote starts over in a fresh interpreter (the same process and socket, by exec) without it."""
-    import warnings
-
-    from kernelfix.sandbox import linux
-
-    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the judge's process
-    if os.getppid() != parent_pid:
-        os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides when it ends (EOF on the socket)
-    sock = RequestSocket(socket.socket(fileno=fd))
-    t0 = time.monotonic()
-    failed: dict[str, str] = {}
-    seconds: dict[str, float] = {}
-    # While it imports, nothing may start the CUDA driver (a forked child could not use it) and the
-    # library's bytecode is written as the judge's own process would (the workers' environment says
-    # PYTHONDONTWRITEBYTECODE: on an install without .pyc files every zygote compiled torch anew,
-    # its import and dynamo's 3x slower, measured on the H100's host). Nothing of a candidate's has
-    # run here.
-    no_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, not write_bytecode
-    driverless = _DriverlessAvailability()
-    for name in preload:
-        if name in skip:
-            continue
-        t1 = time.monotonic()
-        try:
-            with driverless:
-                __import__(name)
-        except Exception as e:  # triton is optional; a missing module just is not preloaded
-            failed[name] = f"{type(e).__name__}: {e}"
-            continue
-        seconds[name] = round(time.monotonic() - t1, 3)
-        if name != "torch" and _fork_poisoned():
-            sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode)])
-    sys.dont_write_bytecode = no_bytecode
-    if _fork_poisoned():  # torch itself: nothing forked from here could use CUDA
-        failed["torch"] = "importing torch made forked children refuse CUDA"
-        sys.modules.pop("torch", None)
-    for name in run_modules:
-        sys.modules.pop(name, None)
-    ok, error = True, None
-    torch = sys.modules.get("torch")
-    if torch is None:
-        ok, error = False, f"torch did not import: {failed.get('torch')}"
-    elif torch.cuda.is_initialized():  # a forked child could not use CUDA
-        ok, error = False, "CUDA was initialised while importing"
-    elif not _driver_usable_after_fork():
-        ok, error = False, "the CUDA driver was started while importing: a forked child could not use it"
-    sock.send({"type": "ready", "ok": ok, "error": error, "pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
-               "failed": failed, "skipped": list(skip), "imports": seconds, "threads": len(os.listdir("/proc/self/task"))})
-    if not ok:
-        os._exit(0)
-    warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)  # see _spawn's note on threads
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    live: set[int] = set()  # forked, exit not yet reported
-    done: set[int] = set()  # exit reported, not yet reaped
-
-    def report_exits() -> None:
-        for pid in list(live):
-            try:
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                info = None
-                rc = -signal.SIGKILL
-            else:
-                if info is None:
-                    continue
-                rc = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-            live.discard(pid)
-            done.add(pid)
-            sock.send({"type": "exit", "pid": pid, "returncode": rc})
-
-    while True:
-        try:
-            readable, _, _ = select.select([sock.sock, wake_r], [], [])
-        except InterruptedError:
-            continue
-        if wake_r in readable:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-        report_exits()
-        if sock.sock not in readable:
-            continue
-        got = sock.recv()
-        if got is None:
-            os._exit(0)  # the judge's side closed: the children die with us (their parent-death signal)
-        msg, fds = got
-        try:
-            kind = msg.get("type")
-            if kind == "spawn":
-                try:
-                    pid = _fork(msg, fds, keep_out=(sock.sock.fileno(), wake_r, wake_w))
-                except OSError as e:
-                    sock.send({"type": "failed", "id": msg.get("id"), "error": f"fork: {e}"})
-                else:
-                    live.add(pid)
-                    sock.send({"type": "forked", "id": msg.get("id"), "pid": pid})
-            elif kind == "reap":
-                pid = int(msg.get("pid", -1))
-                if pid in done or pid in live:
-                    live.discard(pid)
-                    done.discard(pid)
-                    try:
-                        os.waitpid(pid, 0)
-                    except ChildProcessError:
-                        pass
-        finally:
-            for x in fds:
-                try:
-                    os.close(x)
-                except OSError:
-                    pass
-
-
-def _fork(msg: dict[str, Any], fds: list[int], keep_out: Sequence[int]) -> int:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    pid = os.fork()
-    if pid != 0:
-        return pid
-    try:
-        _become(msg, fds)
-    except BaseException as e:  # never return into the server's loop
-        try:
-            os.write(2, f"kernelfix zygote: cannot start the child: {type(e).__name__}: {e}\n".encode())
-        finally:
-            os._exit(125)
-    os._exit(125)
-
-
-def _become(msg: dict[str, Any], fds: list[int]) -> None:
-    """In the forked child: the stage's session, descriptors, signals, environment and directory,
-    then the sandbox (``launch.enter``) and the command, as ``python -m MODULE ARGS`` would run it."""
-    import runpy
-    import tempfile
-
-    from kernelfix.sandbox import launch
-
-    os.setsid()
-    signal.set_wakeup_fd(-1)
-    _inherited_signals([int(x) for x in msg.get("ignored_signals") or []])
-    targets = [int(t) for t in msg["targets"]]
-    if len(targets) != len(fds):
-        raise RuntimeError(f"{len(fds)} descriptors for {len(targets)} places")
-    high = [_dup_high(fd) for fd in fds]  # out of the way of every target
-    if msg.get("devnull_stdin"):
-        null = os.open(os.devnull, os.O_RDONLY)
-        targets, high = [0, *targets], [_dup_high(null), *high]
-        os.close(null)
-    for fd, target in zip(high, targets):
-        os.dup2(fd, target, inheritable=True)
-    keep = set(targets)
-    _close_all_but(keep)
-    env = {str(k): str(v) for k, v in msg["env"].items()}
-    os.environ.clear()
-    os.environ.update(env)
-    tempfile.tempdir = None  # computed again from the child's TMPDIR
-    cwd = str(msg["cwd"])
-    os.chdir(cwd)
-    sys.path[:] = [cwd] + [p for p in sys.path if p not in ("", cwd)]
-    command = [str(a) for a in msg["command"]]
-    spec = dict(msg["spec"])
-    spec["parent_pid"] = os.getppid()
-    _late_env_fixups()
-    if command[0] == "-m":  # as `python -m`: the module runs as a fresh __main__, cwd first on the path
-        sys.path[:] = [cwd] + [p for p in sys.path if p not in ("", cwd)]
-        sys.argv = ["-m", *command[2:]]
-        launch.enter(spec, lambda: _python_signals() or runpy.run_module(command[1], run_name="__main__", alter_sys=True))
-    else:  # as `python -c`: '' first on the path, argv[0] "-c"
-        sys.path[:] = [""] + [p for p in sys.path if p not in ("", cwd)]
-        sys.argv = ["-c", *command[2:]]
-        launch.enter(spec, lambda: _python_signals() or _run_code(command[1]))
-
-
-def _inherited_signals(ignored: list[int]) -> None:
-    """The dispositions an exec'd launcher would have passed on: the judge's ignored signals stay
-    ignored, every other one is the default (a handler does not survive exec)."""
-    from kernelfix.sandbox.launch import _reset_signals
-
-    _reset_signals()
-    for sig in ignored:
-        try:
-            signal.signal(sig, signal.SIG_IGN)
-        except (OSError, ValueError):
-            pass
-
-
-def _python_signals() -> None:
-    """What a starting interpreter does to the dispositions it finds (the sandbox's init has reset
-    them all to the default by then; without a PID namespace they are the judge's, as inherited):
-    SIGPIPE and SIGXFSZ ignored, SIGINT raising KeyboardInterrupt unless it was ignored."""
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    if hasattr(signal, "SIGXFSZ"):
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def ignored_signals() -> list[int]:
-    """The signals this process ignores (what an exec'd child inherits as ignored)."""
-    out = []
-    for sig in range(1, signal.NSIG):
-        try:
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                out.append(sig)
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def _run_code(code: str) -> None:
-    import types
-
-    main = types.ModuleType("__main__")
-    main.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = main
-    exec(compile(code, "<string>", "exec"), main.__dict__)
-
-
-def _late_env_fixups() -> None:
-    """Defaults that a preloaded module computed from the zygote's environment at import."""
-    knobs = sys.modules.get("triton.knobs")
-    cache = getattr(knobs, "cache_knobs", None) if knobs is not None else None
-    home = getattr(cache, "__dict__", {}).get("home_dir") if cache is not None else None
-    if home is not None and hasattr(home, "default"):  # triton: env_str("TRITON_HOME", expanduser("~/"))
-        home.default = os.path.expanduser("~/")
-
-
-def _dup_high(fd: int) -> int:
-    import fcntl
-
-    return fcntl.fcntl(fd, fcntl.F_DUPFD, 1000)
-
-
-def _close_all_but(keep: set[int]) -> None:
-    try:
-        open_fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
-    except OSError:
-        open_fds = list(range(3, 4096))
-    for fd in open_fds:
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import ChatModel, ReplayModel
-from kernelfix.agent.runner import Session
-from kernelfix.agent.session import TURN_TRAILER, SessionDir
+from kernelfix.agent.session import Session
+from kernelfix.agent.session_dir import TURN_TRAILER, SessionDir
 from kernelfix.agent.state import Trajectory
 from kernelfix.tools.config import JudgeConfig
 

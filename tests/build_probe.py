@@ -19,7 +19,7 @@ def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     import torch.utils.cpp_extension as ce
 
-    from kernelfix.tools.build import load_inline
+    from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
 
     load_inline.install(Path(spec["build_root"]), spec.get("device", "cpu"), BuildOptions(**spec.get("options", {})))

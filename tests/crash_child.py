@@ -36,7 +36,7 @@ def main() -> int:
     at, args = sys.argv[1], sys.argv[2:]
     kind, _, arg = at.partition(":")
     if kind == "after_commit":
-        from kernelfix.agent.session import SessionDir
+        from kernelfix.agent.session_dir import SessionDir
 
         record_turn = SessionDir.record_turn
 
@@ -59,7 +59,7 @@ def main() -> int:
 
         SqliteSaver.put_writes = put_then_die
     elif kind == "after_reply":
-        from kernelfix.agent.session import SessionDir
+        from kernelfix.agent.session_dir import SessionDir
 
         journal_reply = SessionDir.journal_reply
 
@@ -72,7 +72,7 @@ def main() -> int:
     elif kind == "after_replies":
         import threading
 
-        from kernelfix.agent.session import SessionDir
+        from kernelfix.agent.session_dir import SessionDir
 
         journal_reply, lock, seen = SessionDir.journal_reply, threading.Lock(), [0]
 
@@ -87,7 +87,7 @@ def main() -> int:
     elif kind == "in_commit":
         from git.util import LockedFD
 
-        from kernelfix.agent.session import SessionDir
+        from kernelfix.agent.session_dir import SessionDir
 
         record_turn, commit = SessionDir.record_turn, LockedFD.commit
         armed = False

@@ -29,8 +29,8 @@ import git
 import pytest
 
 from agent_support import REPO, TASK, check_session_dir
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.session import TURN_TRAILER, SessionDir
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.session_dir import TURN_TRAILER, SessionDir
 from kernelfix.agent.state import Trajectory
 from kernelfix.cli import EXIT_FAIL, EXIT_OK
 from kernelfix.tools.config import JudgeConfig

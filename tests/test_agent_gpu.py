@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from agent_support import REPO, check_session_dir
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import ReplayModel
-from kernelfix.agent.runner import Session
+from kernelfix.agent.session import Session
 from kernelfix.tools.config import JudgeConfig
 
 

@@ -8,7 +8,7 @@ import litellm.exceptions  # PermissionDeniedError lives here in every litellm s
 import pytest
 from tenacity import wait_none
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import LiteLLMModel, ModelError, ReplayExhausted, ReplayModel, is_retryable, make_model, split_reasoning
 from kernelfix.agent.state import ChatMessage
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelfix.agent import policy
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Turn, Usage
 from kernelfix.tools.verdict import Category, Verdict
 

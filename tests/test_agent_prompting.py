@@ -6,17 +6,16 @@ from importlib import resources
 
 import pytest
 
-from kernelfix.agent import prompting
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.tools import feedback as judge_feedback
+from kernelfix.prompts import feedback, messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, CompileReport, LegalityReport, TimingStats, Timings, Verdict
 
 
 def verdict(category: Category, **kw) -> Verdict:
     v = Verdict(category=category, task="relu", device=kw.pop("device", "cuda"), **kw)
-    v.feedback = judge_feedback.render(v)
+    v.feedback = feedback.render(v)
     return v
 
 
@@ -43,21 +42,21 @@ def test_templates_are_package_files(name):
 
 
 def test_system_prompt_names_the_rules_and_tolerances():
-    s = prompting.system_prompt(JudgeConfig(atol=1e-3, rtol=2e-3, extra_allowed_ops=["mm"]), "cuda")
+    s = prompts.system_prompt(JudgeConfig(atol=1e-3, rtol=2e-3, extra_allowed_ops=["mm"]), "cuda")
     assert "ModelNew" in s and "atol 0.001" in s and "rtol 0.002" in s and ", mm" in s
     assert "$" not in s
-    assert "times nothing" in prompting.system_prompt(JudgeConfig(), "cpu")
+    assert "times nothing" in prompts.system_prompt(JudgeConfig(), "cpu")
 
 
 def test_task_prompt_carries_source_shape_block_and_goal():
-    msg = prompting.task_prompt("relu", "class Model: ...", shape_block="inputs:\n  arg 0: float32[16, 4096]", goal="be fast.")
+    msg = prompts.task_prompt("relu", "class Model: ...", shape_block="inputs:\n  arg 0: float32[16, 4096]", goal="be fast.")
     assert "class Model: ..." in msg and "float32[16, 4096]" in msg and "ShapeProp" in msg and "Goal: be fast." in msg
-    assert "ShapeProp" not in prompting.task_prompt("relu", "class Model: ...", shape_block=None, goal="g")
+    assert "ShapeProp" not in prompts.task_prompt("relu", "class Model: ...", shape_block=None, goal="g")
 
 
 def test_repair_feedback_names_the_failing_lines():
     v = verdict(Category.NVCC, compile=CompileReport(backend="cuda", seconds=1.0, ok=False, errors=["kernel.cu(12): error: identifier \"blockIdy\" is undefined"]), message="nvcc failed")
-    msg = prompting.feedback_message(turn(2, v), best=None, config=AgentConfig(), device="cuda", turns_left=3)
+    msg = prompts.feedback_message(turn(2, v), best=None, config=AgentConfig(), device="cuda", turns_left=3)
     assert "Turn 2 was rejected: `compile_error:nvcc`" in msg
     assert 'identifier "blockIdy" is undefined' in msg
     assert "(3 turns left.)" in msg
@@ -65,7 +64,7 @@ def test_repair_feedback_names_the_failing_lines():
 
 def test_repair_feedback_names_forbidden_ops():
     v = verdict(Category.DISALLOWED_ATEN, legality=LegalityReport(forbidden_ops={"relu": 1}, runtime_checked=True), message="forward ran torch compute ops: relu")
-    msg = prompting.feedback_message(turn(1, v), best=None, config=AgentConfig(), device="cuda", turns_left=1)
+    msg = prompts.feedback_message(turn(1, v), best=None, config=AgentConfig(), device="cuda", turns_left=1)
     assert "aten::relu" in msg and "native kernels" in msg and "This is the last turn." in msg
 
 
@@ -80,7 +79,7 @@ def test_optimize_feedback_after_success_reports_speed_profile_and_best():
         profile={"highlights": ["dram throughput 41% of peak", "achieved occupancy 33%"]},
     )
     best = turn(1, verdict(Category.OK, speedup_eager=2.0))
-    msg = prompting.feedback_message(turn(3, v), best=best, config=AgentConfig(target_speedup=2.5), device="cuda", turns_left=2)
+    msg = prompts.feedback_message(turn(3, v), best=best, config=AgentConfig(target_speedup=2.5), device="cuda", turns_left=2)
     assert msg.startswith("Turn 3 passed.")
     assert "1.50x" in msg and "0.90x" in msg and "Runtime 0.02 ms" in msg
     assert "dram throughput 41% of peak" in msg
@@ -93,7 +92,7 @@ def test_context_drops_reasoning_keeps_code_and_feedback_and_alternates_roles():
     t0.feedback = "FEEDBACK-0"
     t1 = turn(1, verdict(Category.NUMERICAL), content="ANSWER-1 ```python\nx\n```", reasoning="SECRET-REASONING-1", hints=["HINT-1"])
     t1.feedback = "FEEDBACK-1"
-    msgs = prompting.build_messages("SYS", "TASK", [t0, t1], hints=["HINT-2"])
+    msgs = prompts.build_messages("SYS", "TASK", [t0, t1], hints=["HINT-2"])
     roles = [m.role for m in msgs]
     assert roles == ["system", "user", "assistant", "user"]
     first_user, answer, last_user = msgs[1].content, msgs[2].content, msgs[3].content
@@ -111,12 +110,30 @@ def test_a_correct_turns_feedback_carries_the_notes_its_findings_call_for_once()
     v = verdict(Category.OK, timings=Timings(candidate=stats(1.0), eager=stats(2.0)), speedup_eager=2.0,
                 profile=ProfileReport(source="ncu", findings=[finding], highlights=["Findings (most costly first):", f"1. {finding.what}."]))
     t = turn(1, v)
-    notes = prompting.picked_notes(t)
+    notes = prompts.picked_notes(t)
     assert notes and "uncoalesced" in notes[0].findings
-    text = prompting.feedback_message(t, best=t, config=AgentConfig(), device="cuda", turns_left=3, notes=notes)
+    text = prompts.feedback_message(t, best=t, config=AgentConfig(), device="cuda", turns_left=3, notes=notes)
     assert notes[0].title in text and "```python" in text and "class ModelNew" in text
     assert "Techniques for these findings:" in v.feedback  # the judge's own feedback names them by title
     t.notes = [n.slug for n in notes]
-    again = prompting.picked_notes(turn(2, v), prompting.shown_notes([t]))
+    again = prompts.picked_notes(turn(2, v), prompts.shown_notes([t]))
     assert not {n.slug for n in again} & set(t.notes)  # a note's text goes into the context once
-    assert prompting.picked_notes(turn(3, verdict(Category.NUMERICAL, message="wrong"))) == []
+    assert prompts.picked_notes(turn(3, verdict(Category.NUMERICAL, message="wrong"))) == []
+
+
+def test_the_feedback_names_the_notes_the_next_message_carries():
+    """Notes are picked in one place (knowledge.for_profile): the technique titles the verdict's feedback names
+    are the notes the next message carries. The judge's feedback once picked three while the message took two,
+    so where a third note matched, the feedback named a technique whose text the model never got."""
+    from kernelfix.prompts import knowledge
+    from kernelfix.tools.verdict import Finding, ProfileReport
+
+    kinds = ["uncoalesced", "occupancy", "memory_bound"]
+    assert len(knowledge.pick(kinds, k=3)) == 3  # a third match: where the two picks differed
+    findings = [Finding(kind=k, kernel="k", share_pct=100.0, what=k, fix="fix it") for k in kinds]
+    v = verdict(Category.OK, timings=Timings(candidate=stats(1.0), eager=stats(2.0)), speedup_eager=2.0,
+                profile=ProfileReport(source="ncu", findings=findings))
+    notes = prompts.picked_notes(turn(1, v))
+    named = next(line for line in v.feedback.splitlines() if line.startswith("Techniques for these findings:"))
+    assert named == f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."
+    assert len(notes) == knowledge.NOTES_PER_TURN

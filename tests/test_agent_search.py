@@ -10,7 +10,7 @@ import git
 import pytest
 
 from agent_support import NO_CODE, candidate_code, check_search_dir, make_session, reply
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
 from llm_stub import StubLLM
 

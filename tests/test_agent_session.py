@@ -10,11 +10,11 @@ import pytest
 from tenacity import wait_none
 
 from agent_support import NO_CODE, TASK, candidate_code, check_session_dir, make_session, reply, replay_session, write_replay
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.events import ModelDelta, ModelRetry, SessionEnded, SessionPaused, SessionStarted, SessionUnpaused, StageUpdate, TurnJudged
 from kernelfix.agent.models import LiteLLMModel, ModelError, ReplayModel
-from kernelfix.agent.runner import Session
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.session import Session
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import Trajectory
 from kernelfix.tools.judge import STAGES
 from kernelfix.tools.verdict import Verdict
@@ -179,7 +179,7 @@ def test_fatal_model_error_stops_at_once_and_the_session_resumes(tmp_path, cpu_j
 
 
 def test_a_running_session_cannot_be_opened_twice(tmp_path, cpu_judge):
-    from kernelfix.agent.session import SessionError
+    from kernelfix.agent.session_dir import SessionError
 
     s = replay_session(tmp_path, [NO_CODE], cpu_judge, max_turns=1)
     s.store.lock()

@@ -46,11 +46,11 @@ def test_output_without_gradient_fails_clearly(judges):
 
 
 def test_prompt_says_backward_is_judged():
-    from kernelfix.agent import prompting
+    from kernelfix.prompts import messages as prompts
     from kernelfix.tools.config import JudgeConfig
 
-    assert "autograd" not in prompting.system_prompt(JudgeConfig(), "cuda")  # forward-only sessions: as before
-    text = prompting.system_prompt(JudgeConfig(backward=True), "cuda")
+    assert "autograd" not in prompts.system_prompt(JudgeConfig(), "cuda")  # forward-only sessions: as before
+    text = prompts.system_prompt(JudgeConfig(backward=True), "cuda")
     assert "The backward pass is judged" in text and "ctx.save_for_backward" in text and "What to save" in text
 
 
@@ -139,7 +139,7 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
 
 def test_baseline_says_which_tasks_have_a_backward(tmp_path):
     from kernelfix.cli.baseline import table
-    from kernelfix.tools import baseline
+    from kernelfix.cli import baseline_run as baseline
     from kernelfix.tools.config import JudgeConfig
 
     # 3_broken: torch's own backward fails (45_Average_Pooling_2D's CUDA error on the H100 was one)
@@ -172,9 +172,9 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
     weight gradient is wrong and named in the feedback, turn 2 is right."""
     from agent_support import REPO, check_session_dir
 
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
 
     judge = judges("scale_bw", "cpu")
     s = Session.create(
@@ -194,7 +194,7 @@ def test_recorder_blames_hooks_not_the_engine():
     """In-process: the engine's sum of two gradients of one tensor is not counted; a hook's compute is."""
     import torch
 
-    from kernelfix.tools.legality.recorder import OpRecorder, mark_function_backward
+    from kernelfix.tools.workers.candidate.recorder import OpRecorder, mark_function_backward
 
     class Copy(torch.autograd.Function):
         @staticmethod

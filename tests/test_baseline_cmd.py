@@ -68,7 +68,7 @@ def test_help_explains_itself():
 def test_a_transient_fault_of_the_machine_is_measured_again(tmp_path, monkeypatch):
     """A row the machine spoiled (GPU memory held by a neighbour) is retried alone at the end of the run, and a
     resume measures it again; a task too large for the machine keeps its row."""
-    from kernelfix.tools import baseline
+    from kernelfix.cli import baseline_run as baseline
     from kernelfix.tools.config import JudgeConfig
 
     tasks = tmp_path / "tasks"

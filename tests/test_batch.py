@@ -17,10 +17,10 @@ import pytest
 
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
 from proc_support import lock_holder, wait_gone
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.batch.local_runner import LocalRunner, OutDir
 from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
 from kernelfix.agent.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
-from kernelfix.agent.batch.runner import LocalRunner, OutDir
 from kernelfix.cli import EXIT_USAGE, main
 from kernelfix.tools.config import JudgeConfig
 
@@ -77,7 +77,8 @@ def test_plan_names_models_and_bad_input(tmp_path):
 
 def test_width_per_task_and_a_search_in_the_report(tmp_path):
     from kernelfix.agent.batch.report import task_outcome
-    from kernelfix.agent.batch.worker import TaskResult, read_trajectory
+    from kernelfix.agent.batch.worker import TaskResult
+    from kernelfix.agent.session_dir import read_trajectory
 
     write_replay(tmp_path / "r.jsonl", ["no code"])
     manifest = tmp_path / "m.jsonl"
@@ -228,7 +229,7 @@ def test_a_crashing_session_fails_alone(tmp_path):
 
 
 def test_default_workers_use_every_gpu(monkeypatch):
-    from kernelfix.agent.batch.runner import default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import default_workers, visible_gpus
 
     assert default_workers(jobs=10, cpus=16, gpus=2) == 8  # half the cores
     assert default_workers(jobs=10, cpus=2, gpus=2) == 2  # one per GPU even on few cores
@@ -241,14 +242,14 @@ def test_default_workers_use_every_gpu(monkeypatch):
 
 
 def test_device_lease_queues_across_processes(tmp_path):
-    from kernelfix.tools.device_lease import DeviceLease
+    from kernelfix.tools.gpu.lease import DeviceLease
 
     lease = DeviceLease(tmp_path, "0")
     held, release = tmp_path / "held", tmp_path / "release"
     holder = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys, time, pathlib\n"
-            "from kernelfix.tools.device_lease import DeviceLease\n"
+            "from kernelfix.tools.gpu.lease import DeviceLease\n"
             f"with DeviceLease(pathlib.Path({str(tmp_path)!r}), '0').hold():\n"
             f"    pathlib.Path({str(held)!r}).touch()\n"
             f"    while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.02)\n"
@@ -286,14 +287,14 @@ def lease_holds(log: Path) -> list[dict]:
 def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
     """The reference's trials and the candidate's trials run under the GPU's lock; the candidate's build does not.
     (On the CPU there is no lease; one is put in by hand, and its hold log is the record.)"""
-    from kernelfix.tools.device_lease import DeviceLease
+    from kernelfix.tools.gpu.lease import DeviceLease
     from kernelfix.tools.judge import Judge
-    from kernelfix.tools.workers import sandboxing
+    from kernelfix.tools.handles import sandboxing
 
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
     assert sandboxing.env("candidate", tmp_path / "w", "cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     with Judge(TASK, JudgeConfig(device="cpu", trials=2, input_variants=[]), workdir=tmp_path / "j") as j:
-        j._lease = DeviceLease(tmp_path / "locks", "3")
+        j._share.device_lease = DeviceLease(tmp_path / "locks", "3")
         ev = j.start(reply("triton_relu_ok.py"), filename="reply.md")
         ev = j.compile(ev)
         compiled_at = time.time()

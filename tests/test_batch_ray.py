@@ -159,7 +159,7 @@ def test_ray_jobs_land_on_every_gpu(tmp_path, ray_cluster):
         "import json, sys\n"
         "from kernelfix.agent.batch.plan import Job\n"
         "from kernelfix.agent.batch.ray_backend import RayRunner\n"
-        "from kernelfix.agent.batch.runner import OutDir\n"
+        "from kernelfix.agent.batch.local_runner import OutDir\n"
         "jobs = [Job.model_validate_json(j) for j in json.loads(sys.stdin.read())]\n"
         f"runner = RayRunner(OutDir({str(tmp_path / 'out')!r}), address={ray_cluster!r}, per_gpu=4, cuda=True)\n"
         "print(json.dumps([r.model_dump() for r in runner.run(jobs)]))\n"

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools.build import host_pch, ninja_file, nvcc_pipeline
-from kernelfix.tools.classify import classify
-from kernelfix.tools.store import Store
-from kernelfix.tools.verdict import Category
 from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.classify import classify
+from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline
+from kernelfix.tools.compile.store import Store
+from kernelfix.tools.verdict import Category
 
 PROBE = Path(__file__).parent / "build_probe.py"
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()

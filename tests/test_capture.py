@@ -16,8 +16,8 @@ import torch
 
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError, Untraceable
 from kernelfix.capture.files import CaptureFiles, import_file
+from kernelfix.capture.output_tolerance import tolerance_for
 from kernelfix.capture.pipeline import capture
-from kernelfix.capture.tolerance import tolerance_for
 from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task

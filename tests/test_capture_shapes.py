@@ -25,8 +25,8 @@ import json, sys
 import torch
 import torch._dynamo
 import kernelfix
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task

@@ -20,10 +20,10 @@ import pytest
 import torch
 
 import kernelfix
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
-from kernelfix.agent.runner import Session
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.session import Session
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.capture.errors import CallMismatch, SwapCheckFailed
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.pipeline import capture

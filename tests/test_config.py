@@ -2,8 +2,8 @@
 
 import pytest
 
-from kernelfix.config import ConfigError, load_config
-from kernelfix.tools.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
+from kernelfix.config_file import ConfigError, load_config
+from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 
 
 def test_defaults_without_a_file(tmp_path, monkeypatch):
@@ -57,7 +57,7 @@ def test_allowlist():
 def test_interactive_sessions_profile_by_default_unless_told_not_to(tmp_path, monkeypatch):
     import argparse
 
-    from kernelfix.cli import _judge_config
+    from kernelfix.cli.common import _judge_config
 
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(config=None, device=None, trials=None, atol=None, rtol=None, profile=None)

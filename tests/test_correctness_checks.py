@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from conftest import case_named
-from kernelfix.tools.correctness import input_variants
-from kernelfix.tools.correctness.compare import compare, relative_error, vacuous_tolerance
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.correctness import input_variants
+from kernelfix.tools.correctness.chunked import relative_error, vacuous_tolerance
+from kernelfix.tools.correctness.compare import compare
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category
 

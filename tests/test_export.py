@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from agent_support import TASK
-from kernelfix.agent import prompting
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.export import tokens
+from kernelfix.agent.export.sft_records import dedup_key, normalize, word_jaccard
 from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
 from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
-from kernelfix.agent.export import tokens
-from kernelfix.agent.export.records import dedup_key, normalize, word_jaccard
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
 
@@ -36,8 +36,8 @@ def trajectory(
     tag: str | None = None,
 ) -> Trajectory:
     """A session as the runner writes it: each turn's messages built by the real prompt builder."""
-    system = prompting.system_prompt(JudgeConfig(), device)
-    task_msg = prompting.task_prompt("relu", task_source, shape_block=None, goal="correct")
+    system = prompts.system_prompt(JudgeConfig(), device)
+    task_msg = prompts.task_prompt("relu", task_source, shape_block=None, goal="correct")
     done: list[Turn] = []
     for i, (cat, speed, reasoning) in enumerate(turns, 1):
         ok = cat == "ok"
@@ -47,7 +47,7 @@ def trajectory(
         t = Turn(
             index=i,
             source="model",
-            messages=prompting.build_messages(system, task_msg, done),
+            messages=prompts.build_messages(system, task_msg, done),
             reply=ChatMessage(role="assistant", content=content, reasoning_content=reasoning),
             code="...",
             verdict=v,
@@ -237,7 +237,7 @@ def test_a_turn_the_machine_failed_to_judge_is_never_a_model_mistake(tmp_path):
     """Sessions from before machine faults were retried hold infra turns: the SFT record ends before
     the first one, and RL gets no reward for it nor for a prompt that carries its feedback."""
     from kernelfix.agent.export import rl
-    from kernelfix.agent.export.records import record
+    from kernelfix.agent.export.sft_records import record
 
     traj = trajectory("faulted", [("compile_error:nvcc", None, R), ("ok", 1.2, R), ("infra:gpu_busy", None, R), ("ok", 1.5, R)])
     rec = record(traj, session_dir="x")

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from agent_support import TASK
-from kernelfix.agent import prompting
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Outcome, RoundRecord, Settings, TaskInfo, Trajectory, Turn, path_to, totals
 from kernelfix.cli import EXIT_OK, main
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
 
@@ -26,8 +26,8 @@ TREE = [
 
 
 def search_trajectory() -> Trajectory:
-    system = prompting.system_prompt(JudgeConfig(), "cuda")
-    task_msg = prompting.task_prompt("relu", TASK.read_text(), shape_block=None, goal="correct")
+    system = prompts.system_prompt(JudgeConfig(), "cuda")
+    task_msg = prompts.task_prompt("relu", TASK.read_text(), shape_block=None, goal="correct")
     turns: list[Turn] = []
     for index, parent, branch, rnd, cat, speed in TREE:
         ok = cat == "ok"
@@ -35,7 +35,7 @@ def search_trajectory() -> Trajectory:
         turns.append(
             Turn(
                 index=index, source="model", parent=parent, branch=branch, round=rnd, code="...", verdict=v, started_at=time.time(),
-                messages=prompting.build_messages(system, task_msg, path_to(turns, parent)),
+                messages=prompts.build_messages(system, task_msg, path_to(turns, parent)),
                 reply=ChatMessage(role="assistant", content=f"answer {index}", reasoning_content=f"reasoning {index}"),
                 feedback=f"feedback on turn {index}: {cat}",
             )

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelfix.agent import prompting
+from kernelfix.prompts import build_feedback as build_report, messages as prompts
 from kernelfix.sandbox import ChildOutcome
-from kernelfix.tools import static_checks
-from kernelfix.tools.build import host_pch, nvrtc as build_nvrtc, report as build_report, times as build_times
 from kernelfix.tools.classify import classify
+from kernelfix.tools.compile import host_pch, nvrtc as build_nvrtc, times as build_times
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.legality import static_checks
 from kernelfix.tools.verdict import BuildTimeRef, Category, CompileReport, ExtensionBuild, UnitBuild, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,13 +135,13 @@ def test_build_times_are_this_machines_median_once_there_are_enough(tmp_path, mo
 
 def test_system_prompt_teaches_the_fast_layout_with_measured_times(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path))
-    s = prompting.system_prompt(JudgeConfig(), "cuda")
+    s = prompts.system_prompt(JudgeConfig(), "cuda")
     assert "no_implicit_headers=True" in s and "c10::cuda::getCurrentCUDAStream()" in s and "Triton" in s
     assert f"{build_times.SHIPPED['cu_torch']:g} s" in s and f"{build_times.SHIPPED['cu_plain']:g} s" in s and "docs/compile.md" in s
     assert "$" not in s
     for _ in range(3):
         build_times.record("cu_plain", 0.9)
-    s = prompting.system_prompt(JudgeConfig(), "cpu")
+    s = prompts.system_prompt(JudgeConfig(), "cpu")
     assert "0.9 s (median of 3 builds on this machine)" in s
     assert "_compile_kernel" not in s  # NVRTC is only offered where the judge can run it
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools.profile import bottleneck, findings, ncu_csv, ncu_source
+from kernelfix.tools.profile import bottleneck, findings, kernel_counters, memory_findings, ncu_csv, ncu_source
 from kernelfix.tools.verdict import TimingStats, Timings
 
 FIX = Path(__file__).parent / "fixtures" / "ncu" / "feedback"
@@ -187,8 +187,8 @@ def test_memory_bound_says_roofline_only_near_the_limit():
     assert f.kind == "memory_bound" and f.what.startswith("at the memory roofline") and "near the bandwidth limit" in f.fix
     k = ncu_csv.parse((FIX / "scale_coalesced_cuda.details.csv").read_text()).kernels
     below = bottleneck.condense(k[0]).model_copy(update={"dram_pct": 70.0})
-    x = findings._Kernel(k[0], below, 100.0, [])
-    f = findings._memory_bound(x, findings.Context(min_bytes=2 * N))
+    x = kernel_counters.KernelCounters(k[0], below, 100.0, [])
+    f = memory_findings.memory_bound(x, findings.Context(min_bytes=2 * N))
     assert f.what.startswith("DRAM-bound at 70% of peak") and "roofline" not in f.what and "16-byte" in f.fix
 
 

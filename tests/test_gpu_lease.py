@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools.device_lease import DeviceLease, exclusive_overlaps
+from kernelfix.tools.gpu.lease import DeviceLease, exclusive_overlaps
 
 GiB = 2**30
 CORPUS_TASKS = Path(__file__).parent / "corpus" / "tasks"
 
 HOLDER = """
 import sys, time, pathlib
-from kernelfix.tools.device_lease import DeviceLease
+from kernelfix.tools.gpu.lease import DeviceLease
 lock_dir, what, mode, need, budget, held, release = sys.argv[1:8]
 lease = DeviceLease(pathlib.Path(lock_dir), "0")
 if mode == "room":
@@ -224,7 +224,7 @@ def test_judges_on_one_gpu_share_correctness_and_time_alone(tmp_path):
         for j in judges:
             j.close()
     assert [v.category.value for v in verdicts] == ["ok"] * 4, [v.message for v in verdicts]
-    log = judges[0]._lease.log  # the GPU's hold log, in the lock dir every judge of the run shares
+    log = judges[0]._share.device_lease.log  # the GPU's hold log, in the lock dir every judge of the run shares
     holds = [h for h in (json.loads(x) for x in log.read_text().splitlines()) if h["got"] >= t0]
     modes = {(h["what"].split(" ", 1)[1], h["mode"]) for h in holds if h["what"].startswith("relu ")}
     assert {("correctness", "shared"), ("benchmark", "exclusive"), ("benchmark inputs", "shared"), ("correctness", "room")} <= modes, modes
@@ -235,7 +235,7 @@ def test_candidates_cannot_see_the_lease(tmp_path, monkeypatch):
     """flock needs no write access: a candidate that could open the lock file could hold it and stall every
     judge's GPU work. Its sandbox hides the lock dir, unless $KERNELFIX_LOCKS holds the candidate's own dirs."""
     from kernelfix.tools.config import JudgeConfig
-    from kernelfix.tools.workers import sandboxing
+    from kernelfix.tools.handles import sandboxing
 
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("KERNELFIX_LOCKS", str(tmp_path / "locks"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import classify
-from kernelfix.tools.reference import _memory_verdict
+from kernelfix.tools.handles.reference_failures import _memory_verdict
 from kernelfix.tools.verdict import Category
 
 GIB = 2**30

@@ -15,13 +15,13 @@ import subprocess
 import sys
 
 from agent_support import candidate_code
-from kernelfix.tools.device_lease import DeviceLease
+from kernelfix.tools.gpu.lease import DeviceLease
 from kernelfix.tools.verdict import Category
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from kernelfix.tools.device_lease import DeviceLease
+from kernelfix.tools.gpu.lease import DeviceLease
 lease = DeviceLease(Path(sys.argv[1]), "0")
 with lease.hold("another judge"):
     print("held", flush=True)

@@ -1,4 +1,4 @@
-"""The knowledge base (kernelfix.prompts.knowledge) and the GPU spec table (kernelfix.tools.gpu_specs).
+"""The knowledge base (kernelfix.prompts.knowledge) and the GPU spec table (kernelfix.tools.gpu.specs).
 
 Every note parses and has its parts; every finding kind has a note; pick() and render() behave; every
 Triton exemplar and naive version is correct in Triton's interpreter on small inputs (one subprocess
@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from kernelfix.prompts import knowledge
+from kernelfix.prompts.blocks import gpu_block
 from kernelfix.prompts.knowledge import FINDINGS, OPS, PARTS, Note, exemplar_source, notes, pick, render, resource
-from kernelfix.tools import gpu_specs, static_checks
+from kernelfix.tools.gpu import specs as gpu_specs
+from kernelfix.tools.legality import static_checks
 
 NOTES = notes()
 BY_SLUG = {n.slug: n for n in NOTES}
@@ -312,11 +314,11 @@ def test_measured_lets_the_driver_win():
     assert gpu_specs.measured({"name": "Mystery"}) is None
     unknown = gpu_specs.measured({"name": "Mystery", "multi_processor_count": 10, "L2_cache_size": 2**20})
     assert unknown.sms == 10 and unknown.l2_bytes == 2**20 and unknown.peak_tflops == {}
-    assert "10 SMs" in gpu_specs.render(unknown)
+    assert "10 SMs" in gpu_block(unknown)
 
 
 def test_render_gives_the_numbers_and_the_ridge_point():
-    text = gpu_specs.render(gpu_specs.lookup("NVIDIA H100 80GB HBM3"))
+    text = gpu_block(gpu_specs.lookup("NVIDIA H100 80GB HBM3"))
     for needle in ("132 SMs", "3350 GB/s", "50 MB", "989.4", "494.7", "66.9", "228 KB", "227 KB", "65536", "255"):
         assert needle in text, needle
     ridge = next(line for line in text.splitlines() if "Ridge" in line)

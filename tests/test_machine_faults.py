@@ -13,7 +13,7 @@ import pytest
 
 from agent_support import TASK, candidate_code, check_session_dir, reply, replay_session
 from kernelfix.agent.events import Notice
-from kernelfix.agent.runner import Session
+from kernelfix.agent.session import Session
 from kernelfix.agent.state import Trajectory
 from kernelfix.tools import retry
 from kernelfix.tools.judge import Judge
@@ -101,7 +101,7 @@ def test_eval_retries_and_says_so_unless_told_not_to(tmp_path, faults, capsys):
 def test_a_fault_before_the_first_turn_is_waited_out_too(tmp_path, cpu_judge, monkeypatch):
     """The task's reference meets the fault (a batch's session starts while another process holds the
     GPU): judged again after a pause, and when it persists the session stops resumable, no turn spent."""
-    from kernelfix.tools.reference import ReferenceUnavailable
+    from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 
     original = Judge.reference
     left = [1]

@@ -1,7 +1,18 @@
-"""The judge's modules import one another one way: the judge calls its stages, and nothing it
-uses imports it back (issue 23: the stages once imported tools/judge.py for its lease, reference
-and workers, a circle of six files). Read from the source with ast, so imports under
-TYPE_CHECKING and inside functions count too."""
+"""The layout's rules (docs/architecture.md), read from the source with ast: imports under TYPE_CHECKING and
+inside functions count, and nothing is imported (torch least of all).
+
+1. No import circles among kernelfix's modules (kernelfix/__init__.py's lazy table counts as its imports).
+2. The judge's folders import one way, down ``LAYERS``: judge.py, stages/, handles/, workers/, the concerns'
+   libraries, the base. From outside itself the judge imports only ``TOOLS_MAY_IMPORT``.
+3. Each tools/ file's first docstring line names, in brackets, the processes that run it, and the import
+   graph agrees: the judge's (every module outside tools/ and judge.py start there) and its children's (the
+   worker and target modules ``CHILDREN`` names). The judge imports no worker module.
+4. No module in tools/ is over ``MAX_LINES`` lines, but ``LONG`` (each with its reason).
+5. No two of kernelfix's modules share a file name, but ``SHARED_NAMES`` (each with its reason).
+6. Judge.finish leaves the verdict to ``Evaluation.verdict``, which copies no field one by one.
+7. Every package is installed (pyproject.toml), and no stage imports the judge back.
+8. The public face (kernelfix/__init__.py) names the supported API, each name defined where it points.
+"""
 
 from __future__ import annotations
 
@@ -13,40 +24,62 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = REPO / "tools"
 JUDGE = "kernelfix.tools.judge"
+SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
-def _name(path: Path) -> str:
-    parts = ["kernelfix", "tools", *path.relative_to(TOOLS).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _modules() -> dict[str, Path]:
+    """Every kernelfix module, by import name, from pyproject.toml's package-dir (the design card's folders
+    install under kernelfix.*)."""
+    dirs = SETUPTOOLS["package-dir"]
+    out = {}
+    for package, d in dirs.items():
+        for path in (REPO / d).rglob("*.py"):
+            rel = path.relative_to(REPO / d)
+            if "exemplars" in rel.parts or (package == "kernelfix" and len(rel.parts) > 1 and f"kernelfix.{rel.parts[0]}" in dirs):
+                continue  # the knowledge base's candidates; a folder mapped on its own
+            parts = [*package.split("."), *rel.with_suffix("").parts]
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
 
 
-MODULES = {_name(p): p for p in TOOLS.rglob("*.py")}
+MODULES = _modules()
 
 
 def _imports(name: str, path: Path) -> set[str]:
-    """The kernelfix.tools modules ``name`` imports: ``from pkg import mod`` counts as ``pkg.mod``
-    alone (a package's __init__ that its own submodule names is no circle)."""
+    """The kernelfix modules ``name`` imports: ``from pkg import mod`` counts as ``pkg.mod`` alone (a package's
+    __init__ that its own submodule names is no circle); ``from pkg import name`` as ``pkg``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*up, *([base] if base else [])])
             subs = {f"{base}.{a.name}" for a in node.names} & MODULES.keys()
-            out |= subs or {base}
-    return (out & MODULES.keys()) - {name}
+            found |= subs or {base}
+    if name == "kernelfix":  # the public face's lazy table: imports, deferred
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
+                found |= {v.elts[0].value for v in node.value.values}
+    out = set()
+    for m in found:
+        while m and m not in MODULES:
+            m = m.rpartition(".")[0]
+        if m:
+            out.add(m)
+    return out - {name}
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+TOOLS_MODULES = sorted(m for m in MODULES if m == "kernelfix.tools" or m.startswith("kernelfix.tools."))
 
 
-@functools.cache
-def _reach(start: str) -> frozenset[str]:
-    seen, todo = set(), [start]
+def _reach(*starts: str) -> frozenset[str]:
+    seen, todo = set(starts), list(starts)
     while todo:
         for m in GRAPH[todo.pop()] - seen:
             seen.add(m)
@@ -54,25 +87,205 @@ def _reach(start: str) -> frozenset[str]:
     return frozenset(seen)
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+# ---------------------------------------------------------------------------------------------- 1. circles
+
+
+def test_no_import_circles():
+    index, low, on_stack, stack, circles = {}, {}, set(), [], []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for m in sorted(GRAPH):
+        if m not in index:
+            visit(m)
+    assert not circles, circles
+
+
+# ---------------------------------------------------------------------------------------------- 2. layers
+
+# The judge's folders, top to bottom: a module imports its own layer and those below it, never one above.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the judge", (JUDGE,)),
+    ("the stages", ("kernelfix.tools.stages",)),
+    ("the handles on the children", ("kernelfix.tools.handles",)),
+    ("the children's code", ("kernelfix.tools.workers",)),
+    ("the concerns' libraries", tuple(f"kernelfix.tools.{c}" for c in ("compile", "correctness", "legality", "timing", "profile", "sanitizer"))),
+    ("the base: gpu/, transport/ and the loose modules", ("kernelfix.tools",)),
+)
+# What the judge may import from outside tools/: the sandbox, the verdict's renderer (prompts/feedback.py
+# and what it uses), kernelfix's leaf modules. Nothing above it: agent/, capture/, tui/, the CLI, the API.
+TOOLS_MAY_IMPORT = (
+    "kernelfix.sandbox", "kernelfix.prompts.feedback", "kernelfix.prompts.build_feedback", "kernelfix.prompts.knowledge",
+    "kernelfix.atomic", "kernelfix.version",
+)
+
+
+def _layer(module: str) -> int:
+    return next(i for i, (_, prefixes) in enumerate(LAYERS) if any(_within(module, p) for p in prefixes))
+
+
+def test_the_judges_folders_import_down_the_layers_only():
+    upward = [
+        f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+        for m in TOOLS_MODULES for t in sorted(GRAPH[m]) if t in TOOLS_MODULES and _layer(t) < _layer(m)
+    ]
+    assert not upward, upward
+    outside = [f"{m} imports {t}" for m in TOOLS_MODULES for t in sorted(GRAPH[m])
+               if t not in TOOLS_MODULES and not any(_within(t, p) for p in TOOLS_MAY_IMPORT)]
+    assert not outside, outside
+
+
 def test_nothing_the_judge_uses_imports_it_back():
-    used = _reach(JUDGE)
-    assert {"kernelfix.tools.build.stage", "kernelfix.tools.correctness.stage", "kernelfix.tools.timing.stage"} <= used
+    used = _reach(JUDGE) - {JUDGE}
+    assert {"kernelfix.tools.stages.compile", "kernelfix.tools.stages.correctness", "kernelfix.tools.stages.benchmark"} <= used
     back = sorted(m for m in used if JUDGE in GRAPH[m])
     assert not back, f"imported by the judge and importing it back: {back}"
 
 
-def test_the_judges_modules_make_no_circle():
-    circles = {frozenset(n for n in _reach(m) if m in _reach(n)) for m in GRAPH if m in _reach(m)}
-    assert not circles, sorted(sorted(c) for c in circles)
+# ---------------------------------------------------------------------------------------------- 3. processes
+
+# The judge's children, by the modules they run (``python -m``).
+CHILDREN = {
+    "reference worker": ("kernelfix.tools.workers.reference.server",),
+    "candidate worker": ("kernelfix.tools.workers.candidate.server",),
+    "one-shot child": ("kernelfix.tools.workers.profile_target", "kernelfix.tools.workers.sanitizer_target"),
+}
+PROCESSES = ("judge", *CHILDREN)
+SHORTHANDS = {"any": set(PROCESSES), "workers": set(CHILDREN)}
 
 
-def test_the_build_files_live_in_their_package():
-    assert not [p.name for p in TOOLS.glob("*.py") if p.stem.startswith("build") or p.stem in {"host_pch", "ninja_file", "nvcc_pipeline", "compile_stage"}]
-    assert (TOOLS / "build" / "stage.py").is_file()
+@functools.cache
+def _runs_in() -> dict[str, frozenset[str]]:
+    """The processes that import each tools/ module; a package's, those of its modules."""
+    starts = {"judge": [m for m in MODULES if m not in TOOLS_MODULES] + [JUDGE], **{k: list(v) for k, v in CHILDREN.items()}}
+    reached = {p: _reach(*s) for p, s in starts.items()}
+    out = {}
+    for m in TOOLS_MODULES:
+        if MODULES[m].name == "__init__.py":
+            out[m] = frozenset(p for p in PROCESSES if any(_within(x, m) and x in reached[p] for x in TOOLS_MODULES))
+        else:
+            out[m] = frozenset(p for p in PROCESSES if m in reached[p])
+    return out
 
 
-def test_every_package_under_tools_is_installed():
+def _tag(path: Path) -> set[str] | None:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = doc.split("\n", 1)[0]
+    if not first.startswith("[") or "]" not in first:
+        return None
+    named: set[str] = set()
+    for word in first[1 : first.index("]")].split(","):
+        named |= SHORTHANDS.get(word.strip(), {word.strip()})
+    return named
+
+
+def test_every_tools_file_says_which_process_runs_it_and_the_imports_agree():
+    runs_in = _runs_in()
+    untagged = [str(MODULES[m].relative_to(REPO)) for m in TOOLS_MODULES if _tag(MODULES[m]) is None]
+    assert not untagged, f"no [process] at the start of the docstring: {untagged}"
+    wrong = {str(MODULES[m].relative_to(REPO)): {"says": sorted(_tag(MODULES[m])), "imported by": sorted(runs_in[m])}
+             for m in TOOLS_MODULES if _tag(MODULES[m]) != set(runs_in[m])}
+    assert not wrong, wrong
+
+
+def test_the_judge_imports_no_workers_code():
+    judges = _reach(*[m for m in MODULES if m not in TOOLS_MODULES], JUDGE)
+    assert not sorted(m for m in judges if _within(m, "kernelfix.tools.workers"))
+
+
+# ---------------------------------------------------------------------------------------------- 4. sizes
+
+MAX_LINES = 400
+LONG = {
+    "tools/verdict.py": "the verdict's schema: the result taxonomy and every stage's typed report, read in one place as the "
+                        "file format every trajectory stores",
+}
+
+
+def test_no_module_in_tools_is_over_400_lines():
+    long = {str(MODULES[m].relative_to(REPO)): n for m in TOOLS_MODULES if (n := len(MODULES[m].read_text().splitlines())) > MAX_LINES}
+    assert set(long) == set(LONG), long
+
+
+# ---------------------------------------------------------------------------------------------- 5. names
+
+SHARED_NAMES = {
+    "__init__.py": "every package's",
+    "server.py": "the entry module of each worker's package (tools/workers/reference/, tools/workers/candidate/): one role in each",
+    "app.py": "each package's application by its framework's name for it: the Textual App (tui/), the FastAPI app (kernelfix/serve/)",
+}
+
+
+def test_no_two_modules_share_a_name():
+    by_name: dict[str, list[str]] = {}
+    for path in MODULES.values():
+        by_name.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    shared = {name: sorted(paths) for name, paths in by_name.items() if len(paths) > 1 and name not in SHARED_NAMES}
+    assert not shared, shared
+
+
+# ---------------------------------------------------------------------------------------------- 6. the verdict
+
+
+def _method(path: Path, cls: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse(path.read_text())
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _calls(fn: ast.AST, callee: str) -> list[ast.Call]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == callee]
+
+
+def test_judge_finish_builds_the_verdict_without_copying_fields_one_by_one():
+    finish = _method(TOOLS / "judge.py", "Judge", "finish")
+    assert not _calls(finish, "Verdict") and _calls(finish, "verdict"), "Judge.finish leaves the verdict to Evaluation.verdict"
+    build = _method(TOOLS / "evaluation.py", "Evaluation", "verdict")
+    copied = [kw.arg for call in _calls(build, "Verdict") for kw in call.keywords if isinstance(kw.value, ast.Attribute) and kw.value.attr == kw.arg]
+    assert not copied, f"copied one by one (evaluation.CARRIED carries them): {copied}"
+
+
+# ---------------------------------------------------------------------------------------------- 7. packaging
+
+
+def test_every_package_is_installed():
     """A package missing from pyproject.toml works in an editable install and is absent from a wheel."""
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    packages = {_name(p) for p in TOOLS.rglob("__init__.py")}
-    assert packages <= listed, sorted(packages - listed)
+    listed = set(SETUPTOOLS["packages"])
+    packages = {m for m, path in MODULES.items() if path.name == "__init__.py"}
+    assert packages == listed, {"missing": sorted(packages - listed), "gone": sorted(listed - packages)}
+
+
+# ---------------------------------------------------------------------------------------------- 8. the public face
+
+
+def test_the_public_face_names_the_supported_api_where_it_is_defined():
+    tree = ast.parse(MODULES["kernelfix"].read_text())
+    lazy = next(n.value for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in n.targets))
+    table = {k.value: (v.elts[0].value, v.elts[1].value) for k, v in zip(lazy.keys, lazy.values)}
+    assert {"Judge", "Verdict", "Task", "load_best"} <= table.keys()  # issue 34: the judge, its verdict, the task loader, load_best
+    for name, (module, attr) in table.items():
+        defined = {n.name for n in ast.parse(MODULES[module].read_text()).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        assert attr in defined, f"kernelfix.{name}: {module} defines no {attr}"

@@ -8,9 +8,9 @@ import weakref
 
 import torch
 
-from kernelfix.tools import static_checks
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.legality.recorder import OpRecorder, Suspended
+from kernelfix.tools.legality import static_checks
+from kernelfix.tools.workers.candidate.recorder import OpRecorder, Suspended
 
 
 def test_counts_what_forward_dispatches_as_it_decomposes():
@@ -73,7 +73,7 @@ def test_first_use_imports_no_compiler_stack():
     import sys
 
     code = (
-        "import sys, torch\nfrom kernelfix.tools.legality.recorder import OpRecorder\n"
+        "import sys, torch\nfrom kernelfix.tools.workers.candidate.recorder import OpRecorder\n"
         "OpRecorder().run(lambda a: a * 2, torch.ones(2))\nprint('torch._dynamo' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import CORPUS
 from kernelfix.agent import judging
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.session import SessionDir
-from kernelfix.tools import judge as judge_module
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.handles import candidate_run as runs_module
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.task import Task
 from kernelfix.tools.verdict import Category
@@ -27,12 +27,12 @@ def started(monkeypatch) -> list:
     """Every candidate worker the judge starts, in order."""
     runs: list = []
 
-    class Counted(judge_module.CandidateRun):
+    class Counted(runs_module.CandidateRun):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             runs.append(self)
 
-    monkeypatch.setattr(judge_module, "CandidateRun", Counted)
+    monkeypatch.setattr(runs_module, "CandidateRun", Counted)  # where CandidateRuns starts them
     return runs
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.tools import feedback
+from kernelfix.prompts import feedback
 from kernelfix.tools.profile import bottleneck, ncu, ncu_csv
 from kernelfix.tools.verdict import Category, CorrectnessReport, TimingStats, Timings, TrialReport, Verdict
 

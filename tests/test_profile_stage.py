@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CORPUS
 from kernelfix.tools.profile import ncu
-from kernelfix.tools.profile import stage as profile_stage
+from kernelfix.tools.stages import profile as profile_stage
 from kernelfix.tools.verdict import Category
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
@@ -104,7 +104,7 @@ def test_a_real_capture_through_a_replaying_ncu_becomes_the_report(judged, tmp_p
     assert p.kernels[0].name == "relu_kernel" and Path(p.log_path).read_text().startswith("==PROF==")
     assert done.warnings == ev.warnings
     log = (Path(ev.workdir) / "logs" / "profile_ncu.log").read_text()
-    assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.profile.target" in log
+    assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.workers.profile_target" in log
 
 
 def test_a_refused_metric_is_retried_without_the_extra_metrics(judged, tmp_path, monkeypatch):

@@ -536,7 +536,7 @@ def test_a_stage_dies_with_its_judge(tmp_path, isolated):
 
 def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
     """The search behind for_gpu, against a machine where the PID and mount namespaces each break CUDA."""
-    from kernelfix.sandbox import isolation
+    from kernelfix.sandbox import isolation, probes
 
     tried = []
 
@@ -545,40 +545,40 @@ def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
         ok = not (iso.pid or iso.filesystem)
         return ok, "" if ok else "RuntimeError: ... Error 304"
 
-    monkeypatch.setattr(isolation, "_cuda_runs", fake_cuda_runs)
-    isolation._gpu_known.clear()
-    chosen, note = isolation.for_gpu(Isolation(writable=["/w"]), python="py-a")
+    monkeypatch.setattr(probes, "_cuda_runs", fake_cuda_runs)
+    probes._gpu_known.clear()
+    chosen, note = probes.for_gpu(Isolation(writable=["/w"]), python="py-a")
     assert (chosen.network, chosen.capabilities, chosen.cgroup, chosen.pid, chosen.filesystem) == (True, True, True, False, False)
     assert chosen.writable == ["/w"]
     assert "without its pid, filesystem layer(s)" in note and "Error 304" in note
     n = len(tried)
-    isolation.for_gpu(Isolation(writable=["/other"]), python="py-a")
+    probes.for_gpu(Isolation(writable=["/other"]), python="py-a")
     assert len(tried) == n, "probed once per settings and interpreter, whatever the writable dirs"
 
-    monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (True, ""))
-    isolation._gpu_known.clear()
-    assert isolation.for_gpu(Isolation(), python="py-b") == (Isolation(), None)
+    monkeypatch.setattr(probes, "_cuda_runs", lambda iso, python: (True, ""))
+    probes._gpu_known.clear()
+    assert probes.for_gpu(Isolation(), python="py-b") == (Isolation(), None)
 
-    monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (not any(getattr(iso, k) for k in isolation.LAYERS), "no"))
-    isolation._gpu_known.clear()
-    chosen, note = isolation.for_gpu(Isolation(), python="py-c")
+    monkeypatch.setattr(probes, "_cuda_runs", lambda iso, python: (not any(getattr(iso, k) for k in isolation.LAYERS), "no"))
+    probes._gpu_known.clear()
+    chosen, note = probes.for_gpu(Isolation(), python="py-c")
     assert not any(getattr(chosen, k) for k in isolation.LAYERS) and "without isolation" in note
-    isolation._gpu_known.clear()
+    probes._gpu_known.clear()
 
 
 def test_gpu_settings_are_checked_once_per_boot(monkeypatch, tmp_path):
     """A cold process reads the check's answer from the judge's cache (the check starts CUDA in a
     child: seconds of a cold eval); a reboot or another driver checks again; a torn record is ignored."""
-    from kernelfix.sandbox import isolation
+    from kernelfix.sandbox import probes
 
     tried = []
-    monkeypatch.setattr(isolation, "_cuda_runs", lambda iso, python: (tried.append(iso) or not iso.pid, "Error 304"))
+    monkeypatch.setattr(probes, "_cuda_runs", lambda iso, python: (tried.append(iso) or not iso.pid, "Error 304"))
     machine = ["boot-1"]
-    monkeypatch.setattr(isolation, "_machine_id", lambda: machine[0])
+    monkeypatch.setattr(probes, "_machine_id", lambda: machine[0])
 
     def cold_process():
-        isolation._gpu_known.clear()
-        return isolation.for_gpu(Isolation(), python="py-rec", record_dir=tmp_path)
+        probes._gpu_known.clear()
+        return probes.for_gpu(Isolation(), python="py-rec", record_dir=tmp_path)
 
     first = cold_process()
     assert not first[0].pid and "pid" in first[1]
@@ -589,4 +589,4 @@ def test_gpu_settings_are_checked_once_per_boot(monkeypatch, tmp_path):
     for rec in tmp_path.glob("gpu-layers-*.json"):
         rec.write_text("{torn")
     assert cold_process() == first and len(tried) == 3 * n
-    isolation._gpu_known.clear()
+    probes._gpu_known.clear()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import sanitizer_support as sc
 
-from kernelfix.tools import feedback
-from kernelfix.tools.render import sanitizer_summary
+from kernelfix.cli.verdict_view import sanitizer_summary
+from kernelfix.prompts import feedback
 from kernelfix.tools.sanitizer import hazards, parse, reduce, tool
 from kernelfix.tools.verdict import Category, CorrectnessReport, Hazard, SanitizerReport, SourceAt, ToolRun, TrialReport, Verdict
 

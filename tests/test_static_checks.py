@@ -3,7 +3,7 @@
 import pytest
 
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.static_checks import check, errors
+from kernelfix.tools.legality.static_checks import check, errors
 from kernelfix.tools.verdict import Category
 
 PRELUDE = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"

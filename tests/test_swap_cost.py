@@ -123,11 +123,11 @@ import torch.utils._triton
 torch.utils._triton.has_triton = lambda: True  # Dynamo's Triton support, off without a GPU: on, for tracing only
 import torch
 import torch.nn as nn
+from kernelfix.capture.captured_kernel import CapturedKernel
 from kernelfix.capture.compile_path import graph_kernels
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.pipeline import capture
-from kernelfix.capture.records import CompilePath
-from kernelfix.capture.swap import CapturedKernel
+from kernelfix.capture.schema import CompilePath
 
 from pathlib import Path
 
@@ -190,8 +190,8 @@ def _gpu_session(tmp_path, kind: str):
     """A ReLU captured on the GPU at two shapes, and a session whose best.py is bench/swap_cost.py's `kind` kernel."""
     import sys
 
-    from kernelfix.agent.config import AgentConfig
-    from kernelfix.agent.session import SessionDir
+    from kernelfix.agent.agent_config import AgentConfig
+    from kernelfix.agent.session_dir import SessionDir
     from kernelfix.capture.pipeline import capture
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.task import Task

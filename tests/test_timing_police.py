@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.evaluation import Evaluation
-from kernelfix.tools.timing.stage import _police
+from kernelfix.tools.stages.benchmark import _police
 from kernelfix.tools.verdict import Category, Timings, TimingStats
 
 

@@ -135,10 +135,10 @@ async def test_stop_ends_the_session_and_keeps_the_ui(tmp_path, judge):
 
 @sync
 async def test_sessions_screen_opens_a_history_and_resumes_it(tmp_path, judge):
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
-    from kernelfix.agent.runner import Session
-    from kernelfix.cli import _open_for_resume
+    from kernelfix.agent.session import Session
+    from kernelfix.cli.optimize import _open_for_resume
     from agent_support import TASK
 
     root = tmp_path / "sessions"

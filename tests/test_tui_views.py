@@ -8,13 +8,13 @@ from pathlib import Path
 from rich.console import Console
 
 from kernelfix.agent.events import ModelDelta, ModelReplied, SessionEnded, SessionStarted, StageUpdate, TurnJudged, TurnStarted
+from kernelfix.agent.session_dir import read_trajectory
 from kernelfix.agent.state import Usage
-from kernelfix.tools.profile import bottleneck, ncu_csv
 from kernelfix.tools.judge import StageEvent
+from kernelfix.tools.profile import bottleneck, ncu_csv
 from kernelfix.tools.verdict import TimingStats, Timings
 from kernelfix.tui.check_views import correctness_view
 from kernelfix.tui.perf_views import performance_view, profile_view, speedup_chart
-from kernelfix.agent.session import read_trajectory
 from kernelfix.tui.session_list import find_sessions
 from kernelfix.tui.turn_text import turn_label
 from kernelfix.tui.view_model import SessionView, stage_text

@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 
 import kernelfix
-from kernelfix.agent.config import AgentConfig
-from kernelfix.agent.session import SessionDir
+from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.agent.session_dir import SessionDir
 from kernelfix.capture.errors import SwapError
 from kernelfix.capture.files import import_file
 from kernelfix.capture.pipeline import capture
@@ -32,11 +32,11 @@ from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tune import rank
-from kernelfix.tune.config import TuneConfig
 from kernelfix.tune.decide import compare, explain
-from kernelfix.tune.profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
-from kernelfix.tune.records import KeptSwap, ModuleRow, TuneReport
+from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
 from kernelfix.tune.swaps import swapped_view
+from kernelfix.tune.tune_config import TuneConfig
+from kernelfix.tune.tune_report import KeptSwap, ModuleRow, TuneReport
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "tune"
@@ -92,7 +92,7 @@ def test_a_gpu_profile_is_read_through_the_kernels_each_op_launched():
     from torch.autograd import DeviceType
     from torch.autograd.profiler_util import EventList, FunctionEvent
 
-    from kernelfix.tune.profile import flatten
+    from kernelfix.tune.model_profile import flatten
 
     def fe(i, name, start, end, *, thread=1, device=DeviceType.CPU, seq=-1, fwd=0, range_=False):
         return FunctionEvent(id=i, name=name, thread=thread, start_us=start, end_us=end, fwd_thread=fwd, use_device="cuda",
@@ -224,7 +224,7 @@ def test_the_keep_rule_on_given_samples():
     assert not kept and why.startswith("not faster beyond the noise compiled (needs p10 above 1x and a median of at least 1.01x)")
     kept, why = explain(fast, slow, cfg)
     assert not kept and why.startswith("slower compiled")
-    from kernelfix.capture.records import OutputCheck
+    from kernelfix.capture.schema import OutputCheck
 
     broken = fast.model_copy(update={"output": OutputCheck(ok=False, problem="the outputs differ in structure")})
     assert explain(broken, fast, cfg) == (False, "breaks the model's output (eager): the outputs differ in structure")

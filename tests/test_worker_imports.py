@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kernelfix.tools.workers.import_hooks import after_import
+from kernelfix.tools.import_hooks import after_import
 
 TASKS = Path(__file__).parent / "kernelbench" / "level1"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.sandbox import Isolation, Limits, probe, scrubbed_env, zygote
+from kernelfix.sandbox import Isolation, Limits, fork_server, probe, scrubbed_env, zygote
 from kernelfix.sandbox.process import Child, run_child
 
 # What a worker sees of its own start: everything here must be the same forked or exec'd.
@@ -198,7 +198,7 @@ def test_no_preload_starts_the_cuda_driver(monkeypatch):
     cuda = types.SimpleNamespace(is_available=lambda: asked.append("driver") or True)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     original = cuda.is_available
-    with zygote._DriverlessAvailability():
+    with fork_server._DriverlessAvailability():
         assert cuda.is_available() is os.path.exists("/dev/nvidiactl")
     assert asked == [] and cuda.is_available is original
 

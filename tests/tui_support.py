@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from agent_support import TASK, write_replay
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import ChatModel, ReplayModel
-from kernelfix.agent.runner import Session
+from kernelfix.agent.session import Session
 from kernelfix.tui.app import KernelfixApp
 from kernelfix.tui.relay import EventRelay
 

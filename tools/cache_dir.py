@@ -1,4 +1,4 @@
-"""Where kernelfix keeps what outlives one evaluation: builds, compiler caches, stubs."""
+"""[judge, candidate worker, one-shot child] Where kernelfix keeps what outlives one evaluation: builds, compiler caches, stubs."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def lock_root() -> Path:
 # read-only to every child, so a candidate cannot unlink a lock and time beside another run.
 BUILD_CACHE, TRITON_CACHE, INDUCTOR_CACHE = "build", "triton", "inductor"
 COMPILER_CACHES = (BUILD_CACHE, TRITON_CACHE, INDUCTOR_CACHE)
+JUDGE_CACHE = "judge"  # the judge's own caches (baselines, the reference's compiler caches): never a candidate's
 
 
 def compiler_caches() -> list[Path]:
@@ -40,3 +41,11 @@ def compiler_caches() -> list[Path]:
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
     return dirs
+
+
+def judge_cache() -> Path:
+    """The judge's own cache dir (baselines, the reference's compiler caches), created; no candidate sees it."""
+    d = cache_root() / JUDGE_CACHE
+    for sub in ("", INDUCTOR_CACHE, TRITON_CACHE, "baselines"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    return d

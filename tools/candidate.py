@@ -1,4 +1,4 @@
-"""Turn what the user or the model gave into candidate source, or say why not.
+"""[judge] Turn what the user or the model gave into candidate source, or say why not.
 
 A candidate is Python source defining ``class ModelNew``. It arrives either as
 a ``.py`` file or inside a model reply, where it is the last complete fenced

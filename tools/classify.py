@@ -1,4 +1,4 @@
-"""Name what went wrong in a stage's child process: a category and a short message.
+"""[judge] Name what went wrong in a stage's child process: a category and a short message.
 
 Works from what the parent saw (exit status, signal, timeouts, the child's
 structured error message, stderr), never from what the candidate printed on

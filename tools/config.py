@@ -1,4 +1,4 @@
-"""Judge settings: defaults, per-task overrides, validation."""
+"""[any] Judge settings: defaults, per-task overrides, validation."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""One candidate on its way through the judge's stages, and the progress events a UI shows."""
+"""[judge] One candidate on its way through the judge's stages, and the progress events a UI shows."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -19,9 +19,10 @@ from kernelfix.tools.verdict import (
     SanitizerReport,
     Stage,
     Timings,
+    Verdict,
 )
 
-# sanitize runs after a failure too (its own rule: tools/sanitizer/stage.py), so it comes last.
+# sanitize runs after a failure too (its own rule: tools/stages/sanitize.py), so it comes last.
 STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile", "sanitize")
 
 
@@ -87,3 +88,45 @@ class Evaluation(BaseModel):
         if self.category is None:
             self.category, self.failed_stage, self.message = category, stage, message
         return self
+
+    def verdict(self, notes: Sequence[str] = ()) -> Verdict:
+        """The verdict this evaluation earned: every report it shares with the verdict, as it is (``CARRIED``), and
+        what they add up to: the category (ok when nothing failed), whether it is correct and legal, the
+        speedups of an ok candidate alone. ``notes``: warnings of the judge's own to add (the sandbox's)."""
+        category = self.category or Category.OK
+        ok = category == Category.OK
+        carried = {name: getattr(self, name) for name in CARRIED}
+        return Verdict(
+            **carried,
+            category=category,
+            correct=self._correct(category),
+            legal=self._legal(category),
+            speedup_eager=self.speedup_eager if ok else None,
+            speedup_compile=self.speedup_compile if ok else None,
+            kernelbench_allclose=self.correctness.kernelbench_allclose if ok and self.correctness is not None else None,
+            candidate_sha1=self.sha1,
+            warnings=[*self.warnings, *notes],
+            logs_dir=str(Path(self.workdir) / "logs"),
+        )
+
+    def _correct(self, category: Category) -> bool | None:
+        if category.family.value == "correctness_error" or category == Category.OUTPUT_CACHING:
+            return False
+        if self.correctness is not None and self.correctness.trials:
+            return all(t.ok for t in self.correctness.trials)
+        return None
+
+    def _legal(self, category: Category) -> bool | None:
+        if category.family.value == "cheating":
+            return False
+        if self.legality is not None and self.legality.runtime_checked:
+            return not self.legality.forbidden_ops
+        return None
+
+
+# What a verdict takes from its evaluation as it is: every field of the same name and meaning. The rest it works
+# out (Evaluation.verdict): the category, correct, legal, the speedups (an ok candidate's only), the warnings.
+CARRIED: tuple[str, ...] = tuple(
+    name for name in Evaluation.model_fields if name in Verdict.model_fields
+    and name not in {"category", "speedup_eager", "speedup_compile", "warnings"}
+)

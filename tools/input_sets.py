@@ -1,4 +1,4 @@
-"""Input sets: a task that is called at several shapes, each judged like get_inputs().
+"""[any] Input sets: a task that is called at several shapes, each judged like get_inputs().
 
 A task may define ``get_input_sets()``, a list of input lists, each one call at a
 shape the module meets (another batch size, another sequence length). When it
@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from kernelfix.tools import trials as trial_plan
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.correctness import trials as trial_plan
-from kernelfix.tools.workers.protocol import TrialPlan
+from kernelfix.tools.transport.protocol import TrialPlan
 
 from kernelfix.tools.verdict import InputSetReport
 
@@ -171,37 +171,3 @@ def describe(inputs: list, names: list[str]) -> str:
         else:
             parts.append(f"{name}={v!r}"[:60])
     return ", ".join(parts) or "no inputs"
-
-
-# ---------------------------------------------------------------- what the verdict says
-
-
-def lines(sets: list[InputSetReport], geo_eager: float | None = None) -> list[str]:
-    """One line per set for the feedback and the table: shapes, trials, speedup; then the geometric mean."""
-    if not sets:
-        return []
-    out = [f"Input sets (get_input_sets(): each judged on its own trials{', timed on its own' if any(s.timings for s in sets) else ''}):"]
-    for s in sets:
-        state = "not reached" if s.ok is None else f"right on {s.trials} trials" if s.ok else "WRONG"
-        t = s.timings
-        if t is not None and t.candidate is not None:
-            speed = f"; {t.candidate.median_ms:.4g} ms, eager {t.eager.median_ms:.4g} ms" if t.eager else f"; {t.candidate.median_ms:.4g} ms"
-            speed += f": {s.speedup_eager:.2f}x" if s.speedup_eager is not None else ""
-        else:
-            speed = ""
-        out.append(f"  set {s.index}: {s.shapes}: {state}{speed}")
-    if geo_eager is not None:
-        out.append(f"  geometric mean speedup vs eager: {geo_eager:.2f}x (what ranks candidates)")
-    return out
-
-
-def prompt_block(shapes: list[str] | None) -> str | None:
-    """What the first prompt says of the sets: the kernel must serve every shape, ranked by the geometric mean."""
-    if not shapes:
-        return None
-    rows = "\n".join(f"  set {k}: {s}" for k, s in enumerate(shapes, start=1))
-    return (
-        f"The model calls this module at {len(shapes)} input shapes (the task's get_input_sets()). Your kernel is judged "
-        f"at every one (a wrong output at any shape fails it) and timed at each; the geometric mean of the speedups ranks it. "
-        f"Do not hard-code sizes or block widths that fit only one of them:\n{rows}"
-    )

@@ -1,4 +1,4 @@
-"""The judge: compile, check, police and time one candidate against a task.
+"""[judge] The judge: compile, check, police and time one candidate against a task.
 
 Each stage is a method that takes an :class:`Evaluation` and returns it
 advanced, so the agent's graph can run each as its own node and a UI can show
@@ -8,9 +8,10 @@ background at the first request and shared by every evaluation (it draws the
 trials' inputs, runs Model, compares, times the baselines), and one worker per
 candidate (it imports the candidate once and runs its compile, trials and
 timing). Tensors pass between them through shared memory, never through disk.
-The stages themselves live by concern: ``build.stage``, ``correctness.stage``,
-``legality.stage``, ``timing.stage``, ``profile.stage``. Each gets a :class:`StageContext`
-(what it may use of the judge), so none of them imports the judge back.
+The stages themselves are ``kernelfix.tools.stages``, one module each (``compile``,
+``correctness``, ``legality``, ``benchmark``, ``profile``, ``sanitize``), and the handles on the
+workers ``kernelfix.tools.handles``. Each stage gets a :class:`StageContext` (what it may use of the
+judge), so none of them imports the judge back.
 
     judge = Judge("task.py", JudgeConfig(device="cpu"))
     verdict = judge.evaluate(source)            # all stages
@@ -29,45 +30,40 @@ import dataclasses
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernelfix.prompts import feedback
 from kernelfix.sandbox import credential_paths
-from kernelfix.tools import candidate as candidate_mod
-from kernelfix.tools import feedback, gpu_room, retry, static_checks
-from kernelfix.tools.allowlist import make_allowed
-from kernelfix.tools.build import stage as compile_stage
+from kernelfix.tools import candidate as candidate_mod, retry
+from kernelfix.tools.legality import static_checks
+from kernelfix.tools.legality.allowlist import make_allowed
+from kernelfix.tools.stages import (
+    benchmark as timing_stage, compile as compile_stage, correctness as correctness_stage, legality as legality_stage,
+    profile as profile_stage, sanitize as sanitizer_stage,
+)
 from kernelfix.tools.cache_dir import lock_root
-from kernelfix.tools.candidate_run import CandidateRun
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.correctness import stage as correctness_stage
-from kernelfix.tools.device_lease import DeviceLease, cuda_available, visible_gpu
 from kernelfix.tools.evaluation import STAGES, Evaluation, EventSink, StageEvent
-from kernelfix.tools.workers.handle import Deadline, WorkerGone
-from kernelfix.tools.legality import stage as legality_stage
-from kernelfix.tools.profile import stage as profile_stage
-from kernelfix.tools.reference import Reference
-from kernelfix.tools.sanitizer import stage as sanitizer_stage
-from kernelfix.tools.stage_context import StageContext
+from kernelfix.tools.gpu.lease import DeviceLease, cuda_available, visible_gpu
+from kernelfix.tools.handles.candidate_run import CandidateRun, CandidateRuns, tidy
+from kernelfix.tools.handles.gpu_share import GpuShare
+from kernelfix.tools.handles.reference import Reference
+from kernelfix.tools.handles.worker_context import WorkerContext
+from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
+from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.task import Task
-from kernelfix.tools.task_size import TaskSize
-from kernelfix.tools.timing import stage as timing_stage
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
-from kernelfix.tools.workers.context import WorkerContext
 
 if TYPE_CHECKING:
-    from kernelfix.tools.floor import TaskFloor
+    from kernelfix.tools.gpu.floor import TaskFloor
+    from kernelfix.tools.gpu.specs import GpuSpec
 
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
-
-
-YIELD_POLL_S = 0.2  # how soon an idle judge gives back GPU memory another judge wants
-IDLE_REFERENCE_S = 20.0  # ... and after how long idle its reference worker stops (started again on demand)
 
 
 def resolve_device(requested: str | None) -> tuple[str, str | None]:
@@ -92,8 +88,6 @@ class Judge:
             self.config = self.config.model_copy(update={"backward": self.task.declares_backward})
         self.device, self.device_notice = resolve_device(self.config.device)
         self.gpu = gpu
-        # GPU stages queue per device, across processes, so timed runs never share a GPU.
-        self._lease = DeviceLease(lock_root(), gpu or visible_gpu()) if self.device == "cuda" else None
         self._sandbox_notes: list[str] = []  # layers the GPU needed turned off on this machine
         self.allowed_ops = make_allowed(self.config.extra_allowed_ops, self.config.removed_allowed_ops)
         # Unpredictable unless the user fixes it: code run at import cannot know the trials' inputs.
@@ -108,26 +102,16 @@ class Judge:
         self._task_copy.write_text(self.task.source)
         self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
         self.ref = Reference(self._worker_context())
-        self._runs: dict[str, CandidateRun] = {}
-        self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
-        self._runs_lock = threading.Lock()
-        self._holding = 0  # GPU leases this judge's threads hold now
-        self._busy = 0  # GPU stages of this judge with room on the GPU (Judge.room)
-        self._budget: int | None = None  # what the stages with room may declare on this GPU (tools/gpu_room.py)
-        self._last_held = time.monotonic()
-        self._holding_lock = threading.Lock()
-        self._yielder: threading.Thread | None = None
-        self._closed = threading.Event()
+        self._runs = CandidateRuns(self._worker_context)
+        # GPU stages queue per device, across processes, so timed runs never share a GPU.
+        lease = DeviceLease(lock_root(), gpu or visible_gpu()) if self.device == "cuda" else None
+        self._share = GpuShare(lease, self.ref, self.task.name, lambda: self.config)
 
     # ------------------------------------------------------------------ plumbing
 
     def close(self) -> None:
-        self._closed.set()
-        with self._runs_lock:
-            runs, self._runs = [*self._runs.values(), *self._standby.values()], {}
-            self._standby = {}
-        for run in runs:
-            run.close()
+        self._share.close()
+        self._runs.close()
         self.ref.close()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -164,128 +148,37 @@ class Judge:
         )
 
     def lease(self, what: str, *, shared: bool = False) -> contextlib.AbstractContextManager:
-        """The GPU's lock for a piece of work on it (tools/device_lease.py): alone, for what a result needs it
+        """The GPU's lock for a piece of work on it (tools/gpu/lease.py): alone, for what a result needs it
         alone for (timing, the profile, the baselines' timing), or ``shared`` beside other judges' correctness
         trials and warm-ups. Inside ``room``, never inside another hold."""
-        if self._lease is None:
-            return contextlib.nullcontext()
-        return self._held(what, shared)
-
-    @contextlib.contextmanager
-    def _held(self, what: str, shared: bool):
-        assert self._lease is not None
-        self._start_yielding()
-        with self._lease.hold(f"{self.task.name} {what}", shared=shared):
-            with self._holding_lock:
-                self._holding += 1
-            try:
-                yield
-            finally:
-                with self._holding_lock:
-                    self._holding -= 1
-                    self._last_held = time.monotonic()
+        return self._share.lease(what, shared=shared)
 
     def room(self, what: str, need_bytes: int | None = None) -> contextlib.AbstractContextManager:
-        """Room on the GPU for a stage's memory, for the whole stage (tools/device_lease.py): given while
-        every stage's declaration fits the GPU's budget (tools/gpu_room.py). ``need_bytes``: this stage's
+        """Room on the GPU for a stage's memory, for the whole stage (tools/gpu/lease.py): given while
+        every stage's declaration fits the GPU's budget (tools/gpu/room.py). ``need_bytes``: this stage's
         declaration (determinism's two trials); default a GPU stage's of this task, its reference's cache included.
         Meanwhile this judge keeps what its reference caches. Take it before the GPU's lock."""
-        if self._lease is None:
-            return contextlib.nullcontext()
-        return self._roomed(what, need_bytes)
-
-    @contextlib.contextmanager
-    def _roomed(self, what: str, need_bytes: int | None):
-        assert self._lease is not None
-        self._start_yielding()
-        cache = 0
-        if need_bytes is None:
-            need = gpu_room.stage_need(self.task_size(), self.config, len(self.ref.trials))
-            need_bytes, cache = need if need is not None else (None, 0)
-        with self._lease.room(f"{self.task.name} {what}", need_bytes, self.gpu_budget(), cache_bytes=cache):
-            with self._holding_lock:
-                self._busy += 1
-            try:
-                yield
-            finally:
-                with self._holding_lock:
-                    self._busy -= 1
-                    self._last_held = time.monotonic()
-
-    def task_size(self) -> "TaskSize | None":
-        """One trial's inputs and outputs: counted on the meta device, else as the reference's trials showed them."""
-        size = self.ref.size
-        if size is None and self.ref.input_bytes + self.ref.output_bytes > 0:
-            size = TaskSize(input_bytes=self.ref.input_bytes, output_bytes=self.ref.output_bytes)
-        return size
-
-    def gpu_budget(self) -> int | None:
-        """What the stages with room on this GPU may declare together, once the reference has said the GPU's size."""
-        if self._budget is None:
-            props = self.ref.ready.gpu_props if self.ref.ready is not None else {"total_memory": self.ref.gpu_total_bytes}
-            self._budget = gpu_room.budget(props)
-        return self._budget
-
-    # ------------------------------------------------------------------ GPU memory shared by many judges
-
-    def _start_yielding(self) -> None:
-        """Watch, from the first GPU stage on, for other judges that want this GPU (docs/judge.md, "Many
-        judges on one GPU"): while this judge does not hold the lease, its reference keeps no trials on
-        the GPU and its allocators' free blocks go back, so the stage that holds the lease gets the memory."""
-        with self._holding_lock:
-            if self._yielder is not None:
-                return
-            self._yielder = threading.Thread(target=self._yield_while_others_want, daemon=True, name="kernelfix-yield-gpu")
-        self._yielder.start()
-
-    def _yield_while_others_want(self) -> None:
-        assert self._lease is not None
-        while not self._closed.wait(YIELD_POLL_S):
-            if self._holding or self._busy or not self._lease.others_want():
-                continue
-            if time.monotonic() - self._last_held > IDLE_REFERENCE_S and self.ref.stop_idle():
-                # Idle that long while others want the GPU: its CUDA context goes too (a judge kept for
-                # later, as a test session or a batch keeps several); the next request starts it again.
-                self._lease.note({"stopped_idle_reference": self.task.name})
-                continue
-            if not self.ref.holds_gpu_memory:
-                continue
-            try:
-                if self.ref.give_back_gpu_memory() is not None:
-                    t = self.ref.last_trim or {}
-                    self._lease.note({"gave_back": self.task.name, "freed": t.get("freed"), "reserved_after": t.get("reserved"),
-                                      "arenas": (t.get("slots"), t.get("outs"))})
-            except Exception:  # a reference that is gone or failing: the stage that needs it will say so
-                pass
+        return self._share.room(what, need_bytes)
 
     def prestart(self, workdir: str | Path, *, wait: bool = False) -> None:
         """Start a candidate worker now for the evaluation that will use ``workdir`` (the agent calls
         this while the model writes its reply): Python, torch and CUDA are up by the time the candidate
         arrives, and the reference starts too. An evaluation of another workdir ignores it."""
-        wd = Path(workdir).resolve()
         self.ref.start_background()
-        with self._runs_lock:
-            if wd in self._standby:
-                return
-            wd.mkdir(parents=True, exist_ok=True)
-            (wd / "task.py").write_text(self.task.source)
-            run = self._standby[wd] = CandidateRun(self._worker_context(), wd, wd / "candidate.py", standby=True)
-        if wait:  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
+        run = self._runs.start_ahead(Path(workdir), self.task.source)
+        if run is not None and wait:  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
             try:
                 run.handle.expect(["standby"], Deadline("standby", self.config.import_timeout_s))
             except WorkerGone:
                 pass
 
     def has_standby(self, workdir: str | Path) -> bool:
-        return Path(workdir).resolve() in self._standby
+        return self._runs.has_standby(Path(workdir))
 
     def drop_standby(self, workdir: str | Path) -> None:
         """End the worker started ahead for ``workdir`` whose candidate never came (a search's slot
         skipped or cancelled mid-reply, a model call that failed)."""
-        with self._runs_lock:
-            idle = self._standby.pop(Path(workdir).resolve(), None)
-        if idle is not None:
-            idle.close()
+        self._runs.drop_standby(Path(workdir))
 
     def run_for(self, ev: Evaluation, on_event: EventSink | None = None) -> CandidateRun:
         """The evaluation's candidate worker: one started ahead for its workdir, else a new one
@@ -296,26 +189,12 @@ class Judge:
             if on_event is not None:
                 on_event(StageEvent(stage=stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
 
-        with self._runs_lock:
-            run = self._runs.get(ev.id)
-            if run is None:
-                run = self._standby.pop(Path(ev.workdir).resolve(), None)
-                if run is not None and run.handle.alive:
-                    run.go(relay)
-                else:
-                    run = CandidateRun(self._worker_context(), Path(ev.workdir), ev.candidate_path, on_phase=relay)
-                self._runs[ev.id] = run
-            return run
+        return self._runs.run_for(ev, relay)
 
     def release(self, ev: Evaluation) -> None:
         """End the evaluation's worker (finish does this; a failed stage too: its context may be poisoned),
         and a standby one its workdir never used (a reply with no code)."""
-        with self._runs_lock:
-            run = self._runs.pop(ev.id, None)
-            idle = self._standby.pop(Path(ev.workdir).resolve(), None)
-        if idle is not None:
-            idle.close()
-        out = run.close() if run is not None else None
+        out = self._runs.release(ev)
         if out is not None:
             ev.warnings += [SANDBOX_NOTE + n for n in out.sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
         self.ref.release_owned(ev.id)
@@ -337,10 +216,10 @@ class Judge:
     # ------------------------------------------------------------------ stages
 
     def task_floor(self, *, with_baseline: bool = True) -> "TaskFloor | None":
-        """The task's floor on this GPU (tools/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
+        """The task's floor on this GPU (tools/gpu/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
         GPU eager's and torch.compile's times (the baselines, measured once per task and cached).
         None when the reference has not reported its sizes."""
-        from kernelfix.tools import floor
+        from kernelfix.tools.gpu import floor
 
         if self.device != "cuda":
             return None  # a floor is the GPU's: a CPU session times nothing
@@ -358,15 +237,15 @@ class Judge:
         return floor.build(input_bytes=size.input_bytes, output_bytes=size.output_bytes, flops=ready.task_flops, dtypes=ready.dtypes,
                            gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
 
-    def gpu_block(self) -> str:
-        """The GPU's numbers for the system prompt (tools/gpu_specs.py); empty off the GPU."""
+    def gpu_spec(self) -> "GpuSpec | None":
+        """The GPU's numbers (tools/gpu/specs.py), as its reference worker read them; None off the GPU.
+        The system prompt shows them (prompts/blocks.gpu_block)."""
         ready = self.ref.wait()
         if self.device != "cuda" or not ready.gpu_props:
-            return ""
-        from kernelfix.tools import gpu_specs
+            return None
+        from kernelfix.tools.gpu import specs as gpu_specs
 
-        spec = gpu_specs.measured(ready.gpu_props)
-        return gpu_specs.render(spec) if spec is not None else ""
+        return gpu_specs.measured(ready.gpu_props)
 
     def start(self, source: str, *, filename: str = "candidate.py", workdir: str | Path | None = None) -> Evaluation:
         """Extract the candidate (from a .py source or a model reply) and run the static checks."""
@@ -457,7 +336,7 @@ class Judge:
 
     def sanitize(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """compute-sanitizer on a wrong or crashing CUDA/Triton candidate (any with ``JudgeConfig.sanitize``),
-        on a reduced input; never changes the verdict, names the cause (tools/sanitizer/stage.py)."""
+        on a reduced input; never changes the verdict, names the cause (tools/stages/sanitize.py)."""
         ctx = self.stage_context()
         skipped = sanitizer_stage.skip(ctx, ev)
         if skipped is not None:
@@ -469,50 +348,11 @@ class Judge:
     # ------------------------------------------------------------------ verdict
 
     def finish(self, ev: Evaluation) -> Verdict:
+        """The evaluation's verdict (``Evaluation.verdict``), with the sandbox's notes and the feedback the model reads."""
         self.release(ev)
-        _tidy(Path(ev.workdir))
-        category = ev.category or Category.OK
-        fam = category.family.value
-        correct: bool | None = None
-        if fam == "correctness_error" or category == Category.OUTPUT_CACHING:
-            correct = False
-        elif ev.correctness is not None and ev.correctness.trials:
-            correct = all(t.ok for t in ev.correctness.trials)
-        legal: bool | None
-        if fam == "cheating":
-            legal = False
-        elif ev.legality is not None and ev.legality.runtime_checked:
-            legal = not ev.legality.forbidden_ops
-        else:
-            legal = None
-        ok = category == Category.OK
+        tidy(Path(ev.workdir))
         notes = [SANDBOX_NOTE + n for n in self._sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
-        v = Verdict(
-            category=category,
-            compiled=ev.compiled,
-            correct=correct,
-            legal=legal,
-            speedup_eager=ev.speedup_eager if ok else None,
-            speedup_compile=ev.speedup_compile if ok else None,
-            kernelbench_allclose=ev.correctness.kernelbench_allclose if ok and ev.correctness is not None else None,
-            timings=ev.timings,
-            input_sets=ev.input_sets,
-            task=self.task.name,
-            device=self.device,
-            backend=ev.backend,
-            candidate_sha1=ev.sha1,
-            failed_stage=ev.failed_stage,
-            message=ev.message,
-            compile=ev.compile,
-            correctness=ev.correctness,
-            legality=ev.legality,
-            profile=ev.profile,
-            sanitizer=ev.sanitizer,
-            warnings=[*ev.warnings, *notes],
-            stage_seconds=dict(ev.stage_seconds),
-            breakdown=dict(ev.breakdown),
-            logs_dir=str(Path(ev.workdir) / "logs"),
-        )
+        v = ev.verdict(notes)
         v.feedback = feedback.render(v)
         return v
 
@@ -550,22 +390,3 @@ class Judge:
             self.release(ev)
             raise
         return self.finish(ev)
-
-
-# What an evaluation keeps once judged: its logs, the candidate and the sources it built from,
-# never bulk data (a candidate's scratch files, objects, libraries). A full disk is a machine fault.
-_KEEP_SUFFIXES = {".py", ".cu", ".cpp", ".cc", ".cuh", ".h", ".hpp", ".ninja", ".log", ".txt", ".json", ".md"}
-_KEEP_MAX_BYTES = 4 << 20
-
-
-def _tidy(workdir: Path) -> None:
-    for d in ("tmp", "out", "handoff"):
-        shutil.rmtree(workdir / d, ignore_errors=True)
-    build = workdir / "build"
-    if build.is_dir() and not build.is_symlink():
-        for p in build.rglob("*"):
-            try:
-                if p.is_symlink() or (p.is_file() and (p.suffix not in _KEEP_SUFFIXES or p.stat().st_size > _KEEP_MAX_BYTES)):
-                    p.unlink()
-            except OSError:
-                pass

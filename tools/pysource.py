@@ -1,4 +1,4 @@
-"""Parsing Python source into an ``ast`` tree, safely from any thread.
+"""[judge] Parsing Python source into an ``ast`` tree, safely from any thread.
 
 CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state, so
 two threads in ``ast.parse`` at once can fail with ``SystemError: AST constructor

@@ -1,4 +1,4 @@
-"""A machine fault is judged again, never handed to the model: the retry policy every caller shares.
+"""[judge] A machine fault is judged again, never handed to the model: the retry policy every caller shares.
 
 An ``infra:*`` verdict says the machine failed to judge the candidate (GPU memory held by
 others, a worker that died, a deadline a loaded machine missed). Nothing in it is the

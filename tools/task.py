@@ -1,4 +1,4 @@
-"""A KernelBench-format task: a Python file with Model, get_inputs, get_init_inputs."""
+"""[judge] A KernelBench-format task: a Python file with Model, get_inputs, get_init_inputs."""
 
 from __future__ import annotations
 

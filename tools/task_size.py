@@ -1,4 +1,4 @@
-"""A task's tensor sizes, counted on the meta device: shapes and dtypes, no memory, no compute.
+"""[any] A task's tensor sizes, counted on the meta device: shapes and dtypes, no memory, no compute.
 
 The reference worker counts them before it allocates anything, so a task that cannot fit the
 machine is refused in a second with its sizes named (19_ReLU's 6 GiB in and 6 GiB out,

@@ -1,4 +1,4 @@
-"""The judge's typed results: the result taxonomy and the verdict.
+"""[any] The judge's typed results: the result taxonomy and the verdict.
 
 Every category is a ``family:detail`` string (``ok`` alone for success), after
 MooreEval's taxonomy as adopted in DESIGN.md. The families are fixed; the

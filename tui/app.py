@@ -15,7 +15,7 @@ from pathlib import Path
 
 from textual.app import App
 
-from kernelfix.agent.runner import Session
+from kernelfix.agent.session import Session
 from kernelfix.agent.state import Outcome
 from kernelfix.tui.relay import EventRelay
 from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen

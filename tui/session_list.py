@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from kernelfix.agent.session import SETTINGS, SessionSettings, read_trajectory
+from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
 from kernelfix.tui.view_model import is_open, short_model
 
 MAX_DEPTH = 3  # sessions/X, or a batch's OUT/sessions/X

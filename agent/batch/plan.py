@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kernelfix.agent.config import AgentConfig
+from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import REPLAY_PREFIX
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task, TaskError

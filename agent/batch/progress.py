@@ -14,7 +14,8 @@ from rich.text import Text
 
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.report import TaskOutcome, task_outcome
-from kernelfix.agent.batch.worker import TaskResult, read_trajectory
+from kernelfix.agent.batch.worker import TaskResult
+from kernelfix.agent.session_dir import read_trajectory
 
 
 def _clock(seconds: float | None) -> str:
@@ -88,7 +89,7 @@ class BatchProgress:
     def finished(self, job: Job, result: TaskResult) -> None:
         if job.name in self.running:
             self.running.remove(job.name)
-        row = task_outcome(result, read_trajectory(job.session_dir))
+        row = task_outcome(result, read_trajectory(job.session_dir, unreadable_as_none=True))
         self.done += 1
         self.correct += row.correct
         self.ran += result.run != "skipped"

@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from kernelfix.agent.batch.local_runner import JobDone, OutDir, pending
 from kernelfix.agent.batch.plan import Job
-from kernelfix.agent.batch.runner import JobDone, OutDir, pending
 from kernelfix.agent.batch.worker import TaskResult, died_result, prior_state
 
 # Passed to every Ray worker: offline litellm, the same kernelfix cache location where one is set.

@@ -31,8 +31,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
+from kernelfix.agent.batch.worker import TaskResult
+from kernelfix.agent.session_dir import read_trajectory
 from kernelfix.agent.state import Trajectory
-from kernelfix.agent.batch.worker import TaskResult, read_trajectory
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_TIMED = "not timed"
@@ -114,7 +115,7 @@ def task_outcome(result: TaskResult, traj: Trajectory | None) -> TaskOutcome:
 
 
 def outcomes(results: list[TaskResult]) -> list[TaskOutcome]:
-    return [task_outcome(r, read_trajectory(Path(r.session_dir))) for r in results]
+    return [task_outcome(r, read_trajectory(r.session_dir, unreadable_as_none=True)) for r in results]
 
 
 class Summary(_Model):

@@ -21,9 +21,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kernelfix import atomic
-from kernelfix.agent.session import SETTINGS, TRAJECTORY, SessionDir, SessionError
-from kernelfix.agent.state import Trajectory
 from kernelfix.agent.batch.plan import Job
+from kernelfix.agent.session_dir import SETTINGS, SessionDir, SessionError, read_trajectory
+from kernelfix.agent.state import Trajectory
 
 Prior = Literal["new", "finished", "unfinished", "dead"]
 
@@ -52,7 +52,7 @@ def prior_state(session_dir: Path) -> tuple[Prior, Trajectory | None]:
     """
     if not (session_dir / SETTINGS).is_file():
         return "new", None
-    traj = read_trajectory(session_dir)
+    traj = read_trajectory(session_dir, unreadable_as_none=True)
     if traj is None:
         return "unfinished", None
     if traj.outcome.finished:
@@ -88,16 +88,6 @@ def died_result(job: Job, *, was_new: bool, error: str, wall_s: float = 0.0, gpu
     )
 
 
-def read_trajectory(session_dir: Path) -> Trajectory | None:
-    f = session_dir / TRAJECTORY
-    if not f.is_file():
-        return None
-    try:
-        return Trajectory.model_validate_json(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _set_aside(path: Path) -> Path:
     """A session directory that cannot be opened (killed while it was being created) moves out of the way, kept."""
     dest = path.with_name(f"{path.name}.unusable-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -115,7 +105,7 @@ class TaskInterrupted(KeyboardInterrupt):
 
 def _open_or_create(job: Job, prior: Prior, model_for_new, on_event) -> tuple[SessionDir, str]:
     """The job's session directory, and whether this run creates or resumes it."""
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
 
     path = job.session_dir
     if prior == "unfinished":
@@ -146,7 +136,7 @@ def _open_or_create(job: Job, prior: Prior, model_for_new, on_event) -> tuple[Se
 def run_task(job: Job, *, gpu: str | None = None, on_event=None) -> TaskResult:
     """Run (or resume, or skip) the job's session. Raises only TaskInterrupted."""
     from kernelfix.agent.models import ModelError, make_model
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
     from kernelfix.tools.judge import Judge
     from kernelfix.tools.retry import MachineFault
     from kernelfix.tools.task import TaskError

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.agent.export.records import FilterStep, Record
+from kernelfix.agent.export.sft_records import FilterStep, Record
 
 
 class FilterConfig(BaseModel):

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
-from kernelfix.agent.export.records import Message, session_fields
+from kernelfix.agent.export.sft_records import Message, session_fields
 from kernelfix.agent.state import Trajectory, Turn
 
 REWARD_RULE = "speedup_eager if correct, legal and timed; 0 if not correct or not legal; null if correct and legal but untimed"

@@ -6,7 +6,7 @@ config, session directory, model settings); 130 interrupted.
 
 One module per command (``eval``, ``optimize`` with ``resume``, ``sessions``, ``batch``,
 ``export``, ``capture`` with ``swap``, ``baseline``, ``serve``, ``tune``), each with ``add_parser(sub)`` and
-``run(args)``; ``common`` holds the argument helpers and config loading they share. Every
+``run(args)``; ``common`` holds the exit codes, the usage error, the argument helpers and config loading they share. Every
 module imports only the standard library at its top: a command imports what it needs when
 it runs, so ``kernelfix --help`` and ``kernelfix eval`` load no litellm, langgraph, textual
 or torch.
@@ -17,36 +17,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_MACHINE = 3  # the machine kept failing to judge (infra:*): the session is kept, a resume continues it
+from kernelfix.cli import baseline, batch, capture, export, optimize, serve, sessions, tune
+from kernelfix.cli import eval as eval_command  # (the name `eval` stays the builtin here)
+from kernelfix.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError
 
-
-class UsageError(Exception):
-    """Bad input from the user: printed without a traceback, exit code 2."""
-
-
-# The command modules import the exit codes and UsageError above, so they come after them.
-from kernelfix.cli import baseline, batch, capture, export, optimize, serve, sessions, tune  # noqa: E402
-from kernelfix.cli import eval as eval_command  # noqa: E402  (the name `eval` stays the builtin here)
-from kernelfix.cli.common import (  # noqa: E402,F401  (re-exported: kernelfix.cli._judge_config and friends)
-    _agent_config,
-    _common_judge_args,
-    _judge_config,
-    _limit_args,
-    _load_config,
-    _model,
-    _on_terminal,
-    _search_args,
-    _session_args,
-)
-from kernelfix.cli.optimize import _left_mid_turn, _open_for_resume, _run_session  # noqa: E402,F401
+__all__ = ["EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_MACHINE", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main"]
 
 # In the order `kernelfix --help` lists them.
 COMMANDS = (eval_command, optimize, sessions, batch, export, capture, baseline, serve, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernelfix import __version__
+    from kernelfix.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="kernelfix",

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
-from kernelfix.cli.common import _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config
 
 
 def add_parser(sub) -> None:
@@ -41,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kernelfix.tools import baseline
+    from kernelfix.cli import baseline_run as baseline
 
     cfg = _judge_config(args)
     # One trial and its fresh twin are all a baseline needs: no varied inputs, no float64, nothing cached for later candidates.

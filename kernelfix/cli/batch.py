@@ -8,14 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from kernelfix.cli.common import (
-    _agent_config,
-    _common_judge_args,
-    _judge_config,
-    _limit_args,
-    _load_config,
-    _search_args,
+    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _common_judge_args, _judge_config, _limit_args,
+    _load_config, _search_args,
 )
 
 
@@ -52,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from kernelfix.agent.batch import plots, report
     from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
     from kernelfix.agent.batch.progress import BatchProgress
-    from kernelfix.agent.batch.runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
     from kernelfix.tools.judge import resolve_device
 
     cfg = _load_config(args)

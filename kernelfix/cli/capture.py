@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError
-from kernelfix.cli.common import _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, _judge_config
 
 
 def add_parser(sub) -> None:
@@ -45,7 +44,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-calls", type=int, default=8, metavar="N", help="with --calls all: at most N signatures (default 8)")
     p.add_argument("--no-keep-call", action="store_true", help="do not keep the captured inputs and output (TASK.call.pt); swap then checks on drawn inputs")
     p.add_argument("--force", action="store_true", help="replace an earlier capture at --out")
-    p.add_argument("--json", action="store_true", help="print the capture report (kernelfix.capture.records.CaptureReport) as JSON")
+    p.add_argument("--json", action="store_true", help="print the capture report (kernelfix.capture.schema.CaptureReport) as JSON")
     p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read the judge's tolerance from")
     p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
 
@@ -63,7 +62,7 @@ def add_parser(sub) -> None:
     p.add_argument("session_dir", metavar="SESSION_DIR")
     p.add_argument("--device", metavar="DEVICE", help="where to run the check (default: where the module was captured, else cpu)")
     p.add_argument("--no-check", action="store_true", help="only load the kernel and print the snippet")
-    p.add_argument("--json", action="store_true", help="print the report (kernelfix.capture.records.SwapReport) as JSON")
+    p.add_argument("--json", action="store_true", help="print the report (kernelfix.capture.schema.SwapReport) as JSON")
     p.set_defaults(func=run)
 
 
@@ -74,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def cmd_capture(args: argparse.Namespace) -> int:
     from kernelfix.capture.errors import CaptureFailed, CaptureInputError
     from kernelfix.capture.pipeline import capture
-    from kernelfix.capture.records import CaptureReport
+    from kernelfix.capture.schema import CaptureReport
     from kernelfix.capture.summary import capture_text
 
     config = _judge_config(args)
@@ -105,7 +104,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 def cmd_swap(args: argparse.Namespace) -> int:
     from kernelfix.capture.errors import SwapCheckFailed, SwapError
-    from kernelfix.capture.records import SwapReport
+    from kernelfix.capture.schema import SwapReport
     from kernelfix.capture.summary import swap_text
     from kernelfix.capture.swap import SessionKernel, load_best, snippet
 

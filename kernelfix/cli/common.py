@@ -1,4 +1,4 @@
-"""Argument helpers and config loading shared by the commands.
+"""Exit codes, the usage error, argument helpers and config loading shared by the commands.
 
 Light at import: argparse and the standard library only; the config, pydantic and
 the agent's settings are imported where a command reads them.
@@ -10,7 +10,12 @@ import argparse
 import os
 import sys
 
-from kernelfix.cli import UsageError
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_MACHINE = 3  # the machine kept failing to judge (infra:*): the session is kept, a resume continues it
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed without a traceback, exit code 2."""
 
 
 def _common_judge_args(p: argparse.ArgumentParser) -> None:
@@ -43,7 +48,7 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_config(args: argparse.Namespace):
-    from kernelfix.config import ConfigError, load_config
+    from kernelfix.config_file import ConfigError, load_config
 
     try:
         return load_config(args.config)
@@ -96,7 +101,7 @@ _AGENT_FLAGS = {
 def _agent_config(base, args: argparse.Namespace):
     from pydantic import ValidationError
 
-    from kernelfix.agent.config import AgentConfig
+    from kernelfix.agent.agent_config import AgentConfig
 
     updates = {field: getattr(args, flag) for flag, field in _AGENT_FLAGS.items() if getattr(args, flag, None) is not None}
     if getattr(args, "no_shape_block", False):

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
-from kernelfix.cli.common import _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config
 
 
 def add_parser(sub) -> None:
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kernelfix.api import Judge, candidate_source
     from kernelfix.tools.judge import StageEvent
-    from kernelfix.tools.render import verdict_view
+    from kernelfix.cli.verdict_view import verdict_view
     from kernelfix.tools.task import TaskError
 
     err = Console(stderr=True)

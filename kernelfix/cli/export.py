@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError
 
 
 def add_parser(sub) -> None:

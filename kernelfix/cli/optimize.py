@@ -9,15 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError
 from kernelfix.cli.common import (
-    _agent_config,
-    _common_judge_args,
-    _judge_config,
-    _load_config,
-    _model,
-    _on_terminal,
-    _session_args,
+    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError, _agent_config, _common_judge_args, _judge_config,
+    _load_config, _model, _on_terminal, _session_args,
 )
 
 
@@ -120,7 +114,7 @@ def _run_in_tui(session, relay):
 def _run_session(session, sink) -> int:
     """Run under the terminal UI when ``sink`` is its EventRelay, else headless."""
     from kernelfix.agent.models import ModelError
-    from kernelfix.agent.session import SessionError
+    from kernelfix.agent.session_dir import SessionError
     from kernelfix.tools.retry import MachineFault
     from kernelfix.tools.task import TaskError
 
@@ -155,8 +149,8 @@ def _run_session(session, sink) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelfix.agent.runner import Session
-    from kernelfix.agent.session import SessionError
+    from kernelfix.agent.session import Session
+    from kernelfix.agent.session_dir import SessionError
     from kernelfix.tools.task import Task, TaskError
 
     cfg = _load_config(args)
@@ -194,8 +188,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
     """A stored session ready to run again under the limits in ``args``; locked until its run ends."""
-    from kernelfix.agent.runner import Session
-    from kernelfix.agent.session import SessionDir, SessionError
+    from kernelfix.agent.session import Session
+    from kernelfix.agent.session_dir import SessionDir, SessionError
 
     try:
         store = SessionDir.open(session_dir)

@@ -7,8 +7,7 @@ import ipaddress
 import socket
 import sys
 
-from kernelfix.cli import EXIT_OK, UsageError
-from kernelfix.cli.common import _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_OK, UsageError, _common_judge_args, _judge_config
 
 
 def add_parser(sub) -> None:

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, UsageError
-from kernelfix.cli.common import _limit_args, _on_terminal
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _limit_args, _on_terminal
 from kernelfix.cli.optimize import _left_mid_turn, _open_for_resume
 
 

@@ -7,8 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from kernelfix.cli import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError
-from kernelfix.cli.common import _agent_config, _judge_config, _limit_args, _load_config
+from kernelfix.cli.common import (
+    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _judge_config, _limit_args, _load_config,
+)
 
 
 def add_parser(sub) -> None:
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     def run_sessions(jobs):
         if _use_tui(args.headless):
             return _run_in_tui(jobs)
-        from kernelfix.tune.sessions import run_headless
+        from kernelfix.tune.jobs import run_headless
 
         return run_headless(jobs, out, device=jobs[0].settings.judge.device or "cpu", workers=args.workers, console=err)
 
@@ -144,7 +145,7 @@ def _run_in_tui(jobs):
     session is skipped and an unfinished one resumed, as the batch does (the same session directories)."""
     from kernelfix.agent.batch.worker import _open_or_create, finished_result, prior_state
     from kernelfix.agent.models import make_model
-    from kernelfix.agent.runner import Session
+    from kernelfix.agent.session import Session
     from kernelfix.cli.optimize import _event_sink, _run_session
 
     results = {}

@@ -31,10 +31,10 @@ import pytest
 from conftest import CORPUS, Case, load_cases
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
-from kernelfix.tools import static_checks
 from kernelfix.tools.cache_dir import COMPILER_CACHES, lock_root
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
+from kernelfix.tools.legality import static_checks
 from kernelfix.tools.verdict import Category, Verdict
 
 HERE = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""Compare a candidate's outputs with the reference's, where the tensors are (the GPU).
+"""[reference worker] Compare a candidate's outputs with the reference's, where the tensors are (the GPU).
 
 Structure first, then shape, then dtype, then non-finite values, then values:
 elementwise (atol/rtol, by the output's dtype unless configured) and, beside it,
@@ -18,15 +18,13 @@ need only metadata: a candidate output whose shape is wrong may arrive as a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from kernelfix.tools.correctness.chunked import ErrorNorm, Moments, chunks, flat, leaves, same_bytes
 from kernelfix.tools.correctness.tolerance import tolerance
 from kernelfix.tools.verdict import Category, TrialReport, TruthCheck
-
-CHUNK = 1 << 24  # elements per pass step: 128 MB per float64 temporary
 
 
 class Mismatch(Exception):
@@ -34,20 +32,6 @@ class Mismatch(Exception):
         super().__init__(message)
         self.category = category
         self.message = message
-
-
-def leaves(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
-    if isinstance(obj, (list, tuple)):
-        out = []
-        for i, o in enumerate(obj):
-            out += leaves(o, f"{path}[{i}]")
-        return out
-    if isinstance(obj, dict):
-        out = []
-        for k in sorted(obj, key=str):
-            out += leaves(obj[k], f"{path}[{k!r}]")
-        return out
-    return [(path, obj)]
 
 
 def _describe(obj: Any) -> str:
@@ -157,12 +141,12 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
         if not (r.is_floating_point() and isinstance(o, torch.Tensor) and isinstance(t, torch.Tensor)) or o.shape != r.shape or o.device.type == "meta":
             return TruthCheck(passed=False, factor=factor, error_max=math.inf, reference_error_max=0.0, error_norm=math.inf,
                               reference_error_norm=0.0, why=f"{path} cannot be compared with the float64 reference")
-        rf, tf, of = _flat(r), _flat(t), _flat(o)
+        rf, tf, of = flat(r), flat(t), flat(o)
         e_max = r_max = 0.0
         sq_e = sq_r = 0.0
-        truth_moments = _Moments()
+        truth_moments = Moments()
         bad_nonfinite = 0
-        for i, j in _chunks(rf.numel()):
+        for i, j in chunks(rf.numel()):
             t64 = tf[i:j].to(rf.device).double()
             r64, o64 = rf[i:j].double(), of[i:j].to(rf.device).double()
             fin = torch.isfinite(t64)
@@ -196,133 +180,6 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
                                reference_error_norm=0.0, why="no floating-point output to compare")
 
 
-# ---------------------------------------------------------------------------- chunked passes
-
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    return t.reshape(-1)
-
-
-def _chunks(n: int):
-    for i in range(0, n, CHUNK):
-        yield i, min(n, i + CHUNK)
-
-
-@dataclass
-class _Moments:
-    """Running count, mean and sum of squared deviations (Chan et al.'s merge), on the device."""
-
-    n: float = 0.0
-    mean: float = 0.0
-    m2: float = 0.0
-
-    def add(self, x: torch.Tensor) -> None:
-        k = x.numel()
-        if k == 0:
-            return
-        m = float(x.mean())
-        m2 = float(((x - m) ** 2).sum())
-        delta = m - self.mean
-        total = self.n + k
-        self.mean += delta * k / total
-        self.m2 += m2 + delta * delta * self.n * k / total
-        self.n = total
-
-
-@dataclass
-class _ErrorNorm:
-    """Sums behind the relative error norm over the positions finite in both tensors."""
-
-    ref: _Moments = field(default_factory=_Moments)
-    sq_err: float = 0.0
-    sq_ref: float = 0.0
-
-    def add(self, r64: torch.Tensor, o64: torch.Tensor, both: torch.Tensor) -> None:
-        r, o = r64[both], o64[both]
-        self.ref.add(r)
-        self.sq_err += float(((o - r) ** 2).sum())
-        self.sq_ref += float((r * r).sum())
-
-    def result(self) -> tuple[float | None, float]:
-        """(||out - ref|| / spread, ||ref|| / spread), spread = ||ref - mean(ref)|| (||ref|| for a
-        constant reference); (None, 0) where the reference is all zeros."""
-        spread = math.sqrt(max(self.ref.m2, 0.0)) if self.ref.n > 1 else 0.0
-        if spread == 0.0:
-            spread = math.sqrt(self.sq_ref)
-        if spread == 0.0:
-            return None, 0.0
-        return math.sqrt(self.sq_err) / spread, math.sqrt(self.sq_ref) / spread
-
-
-def _rel_norm(r: torch.Tensor, o: torch.Tensor) -> tuple[float | None, float]:
-    acc = _ErrorNorm()
-    rf, of = _flat(r), _flat(o)
-    for i, j in _chunks(rf.numel()):
-        r64, o64 = rf[i:j].double(), of[i:j].to(rf.device).double()
-        acc.add(r64, o64, torch.isfinite(r64) & torch.isfinite(o64))
-    return acc.result()
-
-
-def relative_error(ref: Any, out: Any) -> float | None:
-    """The worst relative error norm over the floating-point outputs; None when not comparable.
-
-    Used against the float64 reference, where ``ref`` is float64 and ``out`` float32."""
-    ref_leaves, out_leaves = leaves(ref), leaves(out)
-    if len(ref_leaves) != len(out_leaves):
-        return None
-    worst: float | None = None
-    for (_, r), (_, o) in zip(ref_leaves, out_leaves):
-        if not (isinstance(r, torch.Tensor) and isinstance(o, torch.Tensor) and r.is_floating_point() and o.is_floating_point()):
-            continue
-        if r.shape != o.shape or o.device.type == "meta":
-            return None
-        if r.numel() == 0:
-            continue
-        e, _ = _rel_norm(r, o)
-        if e is not None:
-            worst = e if worst is None else max(worst, e)
-    return worst
-
-
-def vacuous_tolerance(ref: Any, *, atol: float | None = None, rtol: float | None = None) -> str | None:
-    """Which trivial output (zeros, the reference's mean) passes atol/rtol on every element, if one does.
-
-    Then the elementwise check alone proves nothing for this output. An all-zero
-    reference is left out: zeros are its right answer, not a guess."""
-    for path, r in leaves(ref):
-        if not (isinstance(r, torch.Tensor) and r.is_floating_point()) or r.numel() == 0:
-            continue
-        a, rt = tolerance(r.dtype, atol, rtol)
-        rf = _flat(r)
-        moments, nonzero, largest = _Moments(), False, 0.0
-        for i, j in _chunks(rf.numel()):
-            x = rf[i:j].double()
-            x = x[torch.isfinite(x)]
-            moments.add(x)
-            if x.numel():
-                nonzero = nonzero or bool((x != 0).any())
-                largest = max(largest, float(x.abs().max()))
-        if moments.n == 0 or not nonzero:
-            continue
-        zeros_pass = mean_pass = True
-        for i, j in _chunks(rf.numel()):
-            x = rf[i:j].double()
-            x = x[torch.isfinite(x)]
-            tol = a + rt * x.abs()
-            zeros_pass = zeros_pass and bool((x.abs() <= tol).all())
-            mean_pass = mean_pass and moments.n > 1 and bool(((x - moments.mean).abs() <= tol).all())
-            if not (zeros_pass or mean_pass):
-                break
-        if zeros_pass:
-            return f"an all-zeros {path} is within atol={a:g}, rtol={rt:g} of the reference everywhere (largest |ref| {largest:.3g})"
-        if mean_pass:
-            return f"a constant {path} equal to the reference's mean {moments.mean:.4g} is within atol={a:g}, rtol={rt:g} of it everywhere"
-    return None
-
-
 def _values(
     path: str, r: torch.Tensor, o: torch.Tensor, *, atol: float, rtol: float, trial: int, seed: int, output_index: int,
     rel_error_tol: float | None = None, noise: float = 0.0,
@@ -330,7 +187,7 @@ def _values(
     numel = r.numel()
     if numel == 0:
         return TrialReport(trial=trial, seed=seed, ok=True, mismatches=0, numel=0, max_abs_error=0.0, max_rel_error=0.0)
-    rf, of = _flat(r), _flat(o)
+    rf, of = flat(r), flat(o)
     if not (r.is_floating_point() or r.is_complex()):
         return _exact(path, r, rf, of, trial=trial, seed=seed, output_index=output_index)
 
@@ -339,8 +196,8 @@ def _values(
     max_abs = max_rel = -1.0
     max_abs_at = 0
     excess_best, excess_at = -math.inf, 0
-    acc = _ErrorNorm() if rel_error_tol is not None else None
-    for i, j in _chunks(rf.numel()):
+    acc = ErrorNorm() if rel_error_tol is not None else None
+    for i, j in chunks(rf.numel()):
         r64, o64 = rf[i:j].double(), of[i:j].to(rf.device).double()
         r_fin, o_fin = torch.isfinite(r64), torch.isfinite(o64)
         both = r_fin & o_fin
@@ -413,7 +270,7 @@ def _exact(path: str, r: torch.Tensor, rf: torch.Tensor, of: torch.Tensor, *, tr
     """Integer and bool outputs: equal, element for element."""
     numel = r.numel()
     n, first, max_abs = 0, None, 0.0
-    for i, j in _chunks(rf.numel()):
+    for i, j in chunks(rf.numel()):
         a, b = rf[i:j], of[i:j].to(rf.device)
         bad = a != b
         k = int(bad.sum())
@@ -438,25 +295,6 @@ def _unravel(flat: int, shape: list[int]) -> list[int]:
         out.append(flat % dim)
         flat //= dim
     return list(reversed(out))
-
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two views of one layout hold the same bytes over their spans (NaNs included), chunk by chunk."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.numel() == 0:
-        return True
-    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride()))
-    if tuple(a.stride()) != tuple(b.stride()):
-        a, b = a.contiguous(), b.contiguous()
-        span = a.numel()
-    fa = torch.as_strided(a, (span,), (1,), a.storage_offset()).view(torch.uint8)
-    fb = torch.as_strided(b, (span,), (1,), b.storage_offset()).view(torch.uint8)
-    step = CHUNK * 8
-    for i in range(0, fa.numel(), step):
-        if not torch.equal(fa[i : i + step], fb[i : i + step].to(fa.device)):
-            return False
-    return True
 
 
 def inputs_mutated(before: Any, after: Any) -> list[int]:

@@ -1,4 +1,4 @@
-"""--backward: one trial's forward with grad and backward, the same way in both workers (docs/backward.md).
+"""[any] --backward: one trial's forward with grad and backward, the same way in both workers (docs/backward.md).
 
 The reference worker draws the cotangent from the trial's seed and sends it with the inputs; each
 side makes its floating inputs fresh leaves that require grad, clears its parameters' ``.grad``,

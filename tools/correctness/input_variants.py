@@ -1,4 +1,4 @@
-"""Varied inputs: the task's own inputs rescaled, shifted negative, or redrawn heavy-tailed.
+"""[judge, reference worker, one-shot child] Varied inputs: the task's own inputs rescaled, shifted negative, or redrawn heavy-tailed.
 
 A kernel can pass every trial drawn from get_inputs() without computing the
 function: a loss returned as its expected value under randn, a normalisation
@@ -45,17 +45,17 @@ def _student_t(n: int, gen: torch.Generator, device: torch.device) -> torch.Tens
 def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator) -> torch.Tensor:
     import torch
 
-    from kernelfix.tools.correctness.compare import _Moments, _chunks
+    from kernelfix.tools.correctness.chunked import Moments, chunks
 
     flat = x.detach().reshape(-1)
-    m = _Moments()
-    for i, j in _chunks(flat.numel()):
+    m = Moments()
+    for i, j in chunks(flat.numel()):
         m.add(flat[i:j].double())
     mean = m.mean if m.n else 0.0
     std = (m.m2 / m.n) ** 0.5 if m.n > 1 else 0.0
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # same dtype and device as the task's own
     dst = out.view(-1)
-    for i, j in _chunks(flat.numel()):
+    for i, j in chunks(flat.numel()):
         if variant == "scaled":
             y = flat[i:j].double() * SCALE
         elif variant == "shifted":

@@ -1,4 +1,4 @@
-"""atol and rtol by the output's dtype, as KernelBench's current eval sets them.
+"""[judge, reference worker, one-shot child] atol and rtol by the output's dtype, as KernelBench's current eval sets them.
 
 KernelBench (src/kernelbench/eval.py, ``get_tolerance_for_precision``, after
 torchbench) checks float32 outputs at atol = rtol = 1e-4 and float16/bfloat16 at

@@ -1,4 +1,4 @@
-"""From profiler numbers to a diagnosis: per kernel the numbers that matter,
+"""[judge] From profiler numbers to a diagnosis: per kernel the numbers that matter,
 the bottleneck with the numbers behind it, the floors the bytes and FLOPs
 imply, and a few lines for the model.
 
@@ -17,9 +17,9 @@ import re
 import statistics
 from collections.abc import Sequence
 
-from pathlib import Path
 
 from kernelfix.tools.profile import findings
+from kernelfix.tools.profile.highlights import fmt_bytes, highlights, pct_text, stall_text, total_ms
 from kernelfix.tools.profile.ncu_csv import NcuKernel
 from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import Bottleneck, KernelProfile, ProfileReport, StallReason, Timings
@@ -140,14 +140,6 @@ def condense(k: NcuKernel) -> KernelProfile:
     return p
 
 
-def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{x:.1f}%"
-
-
-def _stall_text(stalls: Sequence[StallReason]) -> str:
-    return ", ".join(f"{s.reason} {s.share_pct:.0f}%" for s in stalls)
-
-
 def classify_kernel(p: KernelProfile) -> tuple[Bottleneck | None, str]:
     mem, sm = p.memory_pct, p.compute_pct
     if mem is None and sm is None:
@@ -155,17 +147,17 @@ def classify_kernel(p: KernelProfile) -> tuple[Bottleneck | None, str]:
     mem_v, sm_v = mem or 0.0, sm or 0.0
     if max(mem_v, sm_v) >= BUSY_PCT:
         if sm_v > mem_v:
-            return "compute-bound", f"SM {_pct(sm)} of peak, memory {_pct(mem)} ({p.memory_unit})"
+            return "compute-bound", f"SM {pct_text(sm)} of peak, memory {pct_text(mem)} ({p.memory_unit})"
         bw = f", {p.dram_gbps:,.0f} GB/s" if p.dram_gbps is not None and p.memory_unit == "DRAM" else ""
-        return "memory-bound", f"{p.memory_unit} {_pct(mem)} of peak{bw}, SM {_pct(sm)}"
-    bits = [f"memory {_pct(mem)} and SM {_pct(sm)} of peak"]
+        return "memory-bound", f"{p.memory_unit} {pct_text(mem)} of peak{bw}, SM {pct_text(sm)}"
+    bits = [f"memory {pct_text(mem)} and SM {pct_text(sm)} of peak"]
     if p.achieved_occupancy_pct is not None:
-        theo = f" of {_pct(p.theoretical_occupancy_pct)} theoretical" if p.theoretical_occupancy_pct is not None else ""
-        bits.append(f"occupancy {_pct(p.achieved_occupancy_pct)}{theo}")
+        theo = f" of {pct_text(p.theoretical_occupancy_pct)} theoretical" if p.theoretical_occupancy_pct is not None else ""
+        bits.append(f"occupancy {pct_text(p.achieved_occupancy_pct)}{theo}")
     if p.waves_per_sm is not None and p.waves_per_sm < 1:
         bits.append(f"{p.waves_per_sm:.2f} waves: the grid does not fill the GPU")
     if p.stalls:
-        bits.append("stalls " + _stall_text(p.stalls[:2]))
+        bits.append("stalls " + stall_text(p.stalls[:2]))
     return "latency-bound", "; ".join(bits)
 
 
@@ -200,10 +192,6 @@ def _merge(profiles: list[KernelProfile]) -> list[KernelProfile]:
     return sorted(out, key=lambda p: -(p.duration_ms or 0.0) * p.calls)
 
 
-def _total(p: KernelProfile) -> float:
-    return (p.duration_ms or 0.0) * p.calls
-
-
 def _launch_bound(
     launches: int, per_call_ms: list[float], kernel_ms: float, candidate_ms: float | None, capped: bool, call: str = "one forward"
 ) -> str | None:
@@ -227,80 +215,9 @@ def _launch_bound(
     return None
 
 
-# Said only where no finding (tools/profile/findings.py) names the cause: then the class is all the
-# counters tell, and the advice stays with what the class itself implies.
-_ADVICE: dict[str, str] = {
-    "launch-bound": "Most of the time goes to launching kernels: fuse them into fewer, larger kernels (one launch per forward if you can).",
-    "memory-bound:DRAM": "It is limited by DRAM bandwidth: only moving fewer bytes makes it faster (fuse passes, read each input once, keep reused data on chip, use coalesced, vectorized accesses).",
-    "memory-bound": "It is limited by cache bandwidth (L1/L2): the usual causes are accesses that waste cache lines (adjacent threads far apart) and data read again instead of kept in registers or shared memory.",
-    "compute-bound": "The SM's busiest pipeline is near peak: do less work per output (fewer instructions, cheaper math) or, if it is not there already, move the math to tensor cores in the task's precision.",
-    "latency-bound": "Neither memory nor compute is busy: give each SM more independent work (more blocks and warps, more loads in flight per thread).",
-}
-
-
-def _fmt_bytes(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} KB"
-
-
-def _part_lines(kernels: list[KernelProfile]) -> list[str]:
-    """Under --backward: the forward's and the backward's share of the kernel time, and their longest kernels."""
-    if not any(k.part == "backward" for k in kernels):
-        return []
-    parts = []
-    for part in ("forward", "backward"):
-        mine = [k for k in kernels if k.part == part]
-        ms = sum(_total(k) for k in mine)
-        top = max(mine, key=_total, default=None)
-        parts.append(f"{part} {sum(k.calls for k in mine)} launch{'es' if sum(k.calls for k in mine) != 1 else ''}, {ms:.4g} ms"
-                     + (f" (longest: {_short(top.name)})" if top is not None else ""))
-    return ["Forward and backward (one of each profiled): " + "; ".join(parts) + "."]
-
-
-def _short(name: str, limit: int = 60) -> str:
-    return name if len(name) <= limit else name[: limit - 3] + "..."
-
-
-def _kernel_line(p: KernelProfile) -> str:
-    calls = f" x{p.calls}" if p.calls > 1 else ""
-    dur = f"{p.duration_ms:.4g} ms" if p.duration_ms is not None else "?"
-    part = f"[{p.part}] " if p.part == "backward" else ""
-    bits = [f"{part}{p.name}{calls} (grid {p.grid or '?'}, block {p.block or '?'}): {dur}"]
-    if p.bottleneck:
-        bits.append(f"{p.bottleneck}: {p.why}")
-    res = []
-    if p.achieved_occupancy_pct is not None and p.bottleneck != "latency-bound":
-        res.append(f"occupancy {_pct(p.achieved_occupancy_pct)}" + (f" of {_pct(p.theoretical_occupancy_pct)}" if p.theoretical_occupancy_pct is not None else ""))
-    if p.registers_per_thread is not None:
-        res.append(f"{p.registers_per_thread} regs/thread")
-    if p.shared_mem_per_block is not None:
-        res.append(f"{p.shared_mem_per_block:,} B shared/block")
-    if p.stalls and p.bottleneck != "latency-bound":
-        res.append("top stalls " + _stall_text(p.stalls))
-    if res:
-        bits.append(", ".join(res))
-    return "; ".join(bits)
-
-
-def _floor_lines(r: ProfileReport) -> list[str]:
-    lines = []
-    if r.bottleneck in ("memory-bound", "compute-bound") and r.dram_bytes and r.memory_floor_ms is not None and r.kernel_ms:
-        line = f"DRAM traffic {_fmt_bytes(r.dram_bytes)}"
-        if r.min_bytes:
-            ratio = r.dram_bytes / r.min_bytes
-            line += f" ({ratio:.1f}x the {_fmt_bytes(r.min_bytes)} of inputs + outputs" + ("; data is moved more than once" if ratio > 1.5 else "") + ")"
-        line += f"; at peak bandwidth that takes {r.memory_floor_ms:.4g} ms, the kernels take {r.kernel_ms:.4g} ms"
-        if r.compute_floor_ms is not None:
-            line += f"; their busiest SM units at peak would take {r.compute_floor_ms:.4g} ms"
-        lines.append(line + ".")
-    if r.task_flops and r.achieved_tflops is not None:
-        over = "the measured runtime" if r.candidate_ms else "the kernels' time"
-        lines.append(f"The reference does {r.task_flops / 1e9:.4g} GFLOP of matmul/conv work: {r.achieved_tflops:.4g} TFLOP/s over {over}.")
-    return lines
-
-
 def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | None, task_flops: float | None) -> ProfileReport:
     r.kernels = kernels[:TOP_KERNELS]
-    r.kernel_ms = sum(_total(p) for p in kernels) if kernels else None
+    r.kernel_ms = sum(total_ms(p) for p in kernels) if kernels else None
     r.candidate_ms = timings.candidate.median_ms if timings and timings.candidate else None
     r.min_bytes = timings.bytes_moved if timings else None
     r.task_flops = task_flops or None
@@ -316,7 +233,7 @@ def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | N
         by_class: dict[str, float] = {}
         for p in kernels:
             if p.bottleneck:
-                by_class[p.bottleneck] = by_class.get(p.bottleneck, 0.0) + _total(p)
+                by_class[p.bottleneck] = by_class.get(p.bottleneck, 0.0) + total_ms(p)
         if by_class:
             r.bottleneck = max(by_class, key=lambda c: by_class[c])  # type: ignore[assignment]
             lead = next(p for p in kernels if p.bottleneck == r.bottleneck)
@@ -324,44 +241,6 @@ def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | N
             where = f"{lead.name}" + (f" and others, {share:.0f}% of kernel time" if len(kernels) > 1 else "")
             r.summary = f"{r.bottleneck} ({where}): {lead.why}"
     return r
-
-
-def _finding_lines(r: ProfileReport, rule: str | None) -> list[str]:
-    """The findings, most costly first: what, where, the fix; then ncu's own words for the top one."""
-    lines = ["Findings (most costly first):"]
-    for i, f in enumerate(r.findings, 1):
-        where = ""
-        if f.where is not None:
-            at = f"line {f.where.candidate_line} of your code" if f.where.candidate_line else f"{Path(f.where.file).name}:{f.where.line}"
-            where = f" At {at}: `{f.where.code}`."
-        one = len({(g.kernel, g.part) for g in r.findings}) == 1
-        part = " (backward)" if f.part == "backward" else ""
-        kernel = "" if f.kind in ("launch_bound", "host_sync") or one else f" [{f.kernel.split('(')[0]}{part}, {f.share_pct:.0f}% of kernel time]"
-        lines.append(f"{i}. {f.what}.{kernel}{where}")
-        lines.append(f"   Fix: {f.fix}.")
-    if rule:
-        lines.append(f"Nsight Compute says: {rule}")
-    return lines
-
-
-def _highlights(r: ProfileReport, kernels: list[KernelProfile], source: str, rule: str | None = None) -> list[str]:
-    if not kernels:
-        return [f"Profile ({source}): {r.summary}"] if r.summary else []
-    head = f"Profile ({source}, {r.launches} kernel launch{'es' if r.launches != 1 else ''}"
-    head += ", more not profiled" if r.launches_capped else ""
-    if r.bottleneck == "launch-bound" or r.bottleneck is None:
-        head += f"): {r.summary or 'no clear bottleneck'}."
-    else:  # the kernel lines below carry the numbers
-        head += f"): {r.bottleneck}."
-    lines = [head, *_part_lines(kernels)]
-    lines += [_kernel_line(p) for p in [k for k in kernels if k.duration_ms is not None][:2]]
-    lines += _floor_lines(r)
-    if r.findings:
-        lines += _finding_lines(r, rule)
-    elif r.bottleneck:
-        dram = r.bottleneck == "memory-bound" and kernels and next((p.memory_unit for p in kernels if p.bottleneck == "memory-bound"), None) == "DRAM"
-        lines.append(_ADVICE["memory-bound:DRAM" if dram else r.bottleneck])
-    return lines
 
 
 def from_ncu(
@@ -397,7 +276,7 @@ def from_ncu(
         rule = None  # ncu's largest rule is about something else (at the roofline; an atomic's sectors read as uncoalesced)
     else:
         rule = findings.top_rule(ncu_kernels, r.findings)
-    r.highlights = _highlights(r, kernels, "Nsight Compute", rule)
+    r.highlights = highlights(r, kernels, "Nsight Compute", rule)
     return r
 
 
@@ -410,13 +289,13 @@ def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_f
         KernelProfile(name=str(e["name"]), calls=max(1, int(e["calls"])), duration_ms=float(e["total_ms"]) / max(1, int(e["calls"])), part=e.get("part"))
         for e in entries
     ]
-    kernels.sort(key=lambda p: -_total(p))
+    kernels.sort(key=lambda p: -total_ms(p))
     r = ProfileReport(source="torch_profiler", launches=sum(p.calls for p in kernels), note=note)
     _finish(r, kernels, timings, task_flops)
     if r.bottleneck is None and r.kernel_ms and timings and timings.bytes_moved and timings.bandwidth_gbps:
         gbps = timings.bytes_moved / (r.kernel_ms * 1e-3) / 1e9
         pct = 100 * gbps / timings.bandwidth_gbps
-        what = f"inputs + outputs ({_fmt_bytes(timings.bytes_moved)}) in {r.kernel_ms:.4g} ms of kernel time: {gbps:,.0f} GB/s, {pct:.0f}% of the {timings.bandwidth_gbps:,.0f} GB/s a copy reaches"
+        what = f"inputs + outputs ({fmt_bytes(timings.bytes_moved)}) in {r.kernel_ms:.4g} ms of kernel time: {gbps:,.0f} GB/s, {pct:.0f}% of the {timings.bandwidth_gbps:,.0f} GB/s a copy reaches"
         if pct >= BUSY_PCT:
             r.bottleneck, r.summary = "memory-bound", f"memory-bound: {what}"
         else:
@@ -425,5 +304,5 @@ def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_f
         reason = r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None
         sync = findings.host_sync(context.model_copy(update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")}))
         r.findings = [sync] if sync is not None else []
-    r.highlights = _highlights(r, kernels, "torch.profiler, no hardware counters")
+    r.highlights = highlights(r, kernels, "torch.profiler, no hardware counters")
     return r

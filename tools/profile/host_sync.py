@@ -1,11 +1,11 @@
-"""Host syncs inside the candidate's forward: which call made the host wait for the GPU, on which line.
+"""[judge, one-shot child] Host syncs inside the candidate's forward: which call made the host wait for the GPU, on which line.
 
 A forward that calls ``.item()``, ``.cpu()``, ``.tolist()`` or ``torch.cuda.synchronize()`` makes the
 host wait until the GPU has finished everything queued; the GPU then idles while Python reads the
 value and launches the next kernel. A profile sees only the symptom (kernels busy for part of the
 forward: "launch-bound"), and the fix it implies (fuse the kernels) is not the one that helps.
 
-The profile target (``tools/profile/target.py``) calls ``watch`` on a warmed-up forward, before the
+The profile target (``tools/workers/profile_target.py``) calls ``watch`` on a warmed-up forward, before the
 profiled one, where Nsight Compute does not replay kernels:
 
 - torch's GPU trace (the hooks ``torch.cuda._sanitizer`` uses) reports each device, stream and event

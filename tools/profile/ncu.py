@@ -1,8 +1,8 @@
-"""Nsight Compute for the profile stage: where ncu is, the command line that
+"""[judge] Nsight Compute for the profile stage: where ncu is, the command line that
 profiles one forward of the candidate, and what a run that produced no
 profile means.
 
-ncu runs the profile target (``kernelfix.tools.profile.target``), which warms the candidate up and
+ncu runs the profile target (``kernelfix.tools.workers.profile_target``), which warms the candidate up and
 then calls forward once inside the NVTX range ``NVTX_RANGE``; ``--nvtx-include``
 keeps ncu to the kernels launched in that range, so input generation, warm-up,
 autotuning and anything else in the process are not profiled. The CSV goes to

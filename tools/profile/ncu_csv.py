@@ -1,4 +1,4 @@
-"""Nsight Compute's CSV output, parsed into kernels and their metrics.
+"""[judge] Nsight Compute's CSV output, parsed into kernels and their metrics.
 
 Two layouts: ``--page details`` (one row per metric or rule: kernel columns,
 then Section Name, Metric Name, Metric Unit, Metric Value, and for rules Rule
@@ -18,7 +18,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The start/end NVTX range the profiled backward runs in (tools/profile/target.py): autograd launches a
+# The start/end NVTX range the profiled backward runs in (tools/workers/profile_target.py): autograd launches a
 # CUDA backward from its own thread, which a push/pop range does not reach.
 BACKWARD_RANGE = "kernelfix_backward"
 

@@ -1,4 +1,4 @@
-"""Nsight Compute's source page (``--page source --csv --print-source cuda,sass``): per source line
+"""[judge] Nsight Compute's source page (``--page source --csv --print-source cuda,sass``): per source line
 of each profiled kernel, the counters the source-level findings quote (excessive global sectors,
 shared-memory wavefronts, divergent branches, local-memory accesses, stall samples).
 

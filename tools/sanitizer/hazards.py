@@ -1,7 +1,7 @@
-"""From the sanitizer's records to hazards: grouped by place, placed on the candidate's own line,
+"""[judge] From the sanitizer's records to hazards: grouped by place, placed on the candidate's own line,
 each with the fix for its kind, the candidate's kernels first.
 
-A CUDA candidate's kernels are built with ``-lineinfo`` (tools/build/load_inline.py), so a record
+A CUDA candidate's kernels are built with ``-lineinfo`` (tools/compile/load_inline.py), so a record
 names the build's ``.cu`` file and line; that file is the ``cuda_sources`` string of the
 candidate, so its line is found in the candidate's source by its text and the lines around it. A
 Triton kernel's line table names the candidate's ``.py`` itself. A record in a kernel that is not
@@ -43,7 +43,7 @@ class Sources:
 
     def __init__(self, candidate_source: str, candidate_path: str | Path, build_dir: str | Path | None, backend: Backend = "unknown",
                  read: Callable[[Path], str] | None = None):
-        from kernelfix.tools.workers.one_shot import read_plain
+        from kernelfix.sandbox.untrusted_files import read_plain
 
         self.candidate = candidate_source.splitlines()
         self.candidate_path = Path(candidate_path)

@@ -1,4 +1,4 @@
-"""compute-sanitizer's text report, read into records: one per error or hazard it printed.
+"""[judge] compute-sanitizer's text report, read into records: one per error or hazard it printed.
 
 Every line of the report starts with the tool's prefix (``=========``). A record is a line right
 after the prefix ("Invalid __global__ read of size 4 bytes", "Warning: Race reported between ...",

@@ -1,4 +1,4 @@
-"""The reduced input the sanitizer runs on: the failing trial's shapes, cut along the leading dimension.
+"""[one-shot child] The reduced input the sanitizer runs on: the failing trial's shapes, cut along the leading dimension.
 
 Under racecheck or memcheck a kernel runs tens to thousands of times slower, so the full trial of a
 KernelBench task (often over 1 GiB) would not finish in a minute. Most kernels treat the leading

@@ -1,6 +1,6 @@
-"""compute-sanitizer: where it is, its version, and the command line that checks one forward.
+"""[judge] compute-sanitizer: where it is, its version, and the command line that checks one forward.
 
-The sanitizer runs in front of the sanitizer target (``kernelfix.tools.sanitizer.target``), one
+The sanitizer runs in front of the sanitizer target (``kernelfix.tools.workers.sanitizer_target``), one
 process per tool, and writes its report to a file (``--log-file``) so the candidate's own output
 cannot mix into it. Its options are those of compute-sanitizer 2025.3 (CUDA 13), which the H100 device has; each is older than that.
 """

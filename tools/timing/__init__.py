@@ -1,2 +1,2 @@
-"""How fast: CUDA-event timing (``clock``), the baselines and their cache (``baselines``),
-and the checks that catch a kernel lying about its time (``checks``)."""
+"""[any] How fast: CUDA-event timing (``clock``, in the workers) and the baselines' cache on disk
+(``baselines``, in the judge). The stage is ``kernelfix.tools.stages.benchmark``."""

@@ -1,4 +1,4 @@
-"""The reference's eager and torch.compile timings, measured once per task and kept on disk.
+"""[judge] The reference's eager and torch.compile timings, measured once per task and kept on disk.
 
 torch.compile of a KernelBench task takes seconds to tens of seconds; every
 candidate of a session, of a batch and of later ``kernelfix eval`` runs reuses
@@ -19,11 +19,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernelfix import atomic
+from kernelfix.tools.cache_dir import judge_cache
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
+from kernelfix.tools.transport.protocol import ReferenceReady
 from kernelfix.tools.verdict import TimingStats
-from kernelfix.tools.workers.protocol import ReferenceReady
-from kernelfix.tools.workers.sandboxing import judge_cache
 
 VERSION = 1  # bump when what a baseline measures changes
 

@@ -1,10 +1,10 @@
-"""CUDA-event timing, the same way for the baselines and the candidate.
+"""[workers] CUDA-event timing, the same way for the baselines and the candidate.
 
 Warm-up first (compilation, autotuning, caches), then at least ``runs`` calls,
 each between two events on the current stream, with L2 flushed between calls
 outside the timed region (a buffer of 4x the L2 size zeroed). Median, mean,
-spread. Runs in a worker process, on the entry points ``child.Cuda`` bound
-before any candidate code existed. ``on_progress`` is called between blocks of
+spread. Runs in a worker process, on the entry points :class:`Cuda` binds
+before any candidate code exists. ``on_progress`` is called between blocks of
 calls (after a device sync): a worker reports progress there, so a kernel that
 hangs mid-timing is noticed by the judge's inactivity deadline.
 """
@@ -12,12 +12,36 @@ hangs mid-timing is noticed by the judge's inactivity deadline.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
-from kernelfix.tools.workers.child import Cuda, perf_counter
+# Bound before the candidate exists: a candidate that replaces time.perf_counter changes nothing here.
+perf_counter = time.perf_counter
 
 BLOCK = 25  # timed calls between device syncs (and progress reports)
+
+
+class Cuda:
+    """The C-level CUDA entry points, taken before candidate code can patch the Python wrappers."""
+
+    sync: Callable[[], None]
+    Event: Any
+    record: Callable[..., None]
+    elapsed: Callable[..., float]
+    stream: Any
+    empty_cache: Callable[[], None]
+
+    @classmethod
+    def bind(cls) -> None:
+        import torch
+
+        cls.sync = torch._C._cuda_synchronize
+        cls.empty_cache = torch._C._cuda_emptyCache
+        cls.Event = torch._C._CudaEventBase
+        cls.record = torch._C._CudaEventBase.record
+        cls.elapsed = torch._C._CudaEventBase.elapsed_time
+        cls.stream = torch.cuda.current_stream()
 
 
 def stats(times_ms: list[float]) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Tensors between the judge's processes, through shared memory: never through disk.
+"""[any] Tensors between the judge's processes, through shared memory: never through disk.
 
 The reference server (trusted) allocates one arena per trial for the inputs and
 one for the expected outputs; their file descriptors travel over the request

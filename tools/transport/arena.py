@@ -1,4 +1,4 @@
-"""One shared buffer between two of the judge's processes: GPU memory where it can be, else a memfd.
+"""[any] One shared buffer between two of the judge's processes: GPU memory where it can be, else a memfd.
 
 The owner (the reference server) creates an arena and sends ``spec`` plus the
 exported fd; the other side opens it with the same spec. Both get a uint8

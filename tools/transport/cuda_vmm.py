@@ -1,4 +1,4 @@
-"""Device memory that another process can map: the CUDA driver's virtual memory API, by ctypes.
+"""[any] Device memory that another process can map: the CUDA driver's virtual memory API, by ctypes.
 
 ``cuMemCreate`` with a POSIX file descriptor as its shareable handle gives an
 allocation that is exported as an fd, passed over a Unix socket (SCM_RIGHTS,

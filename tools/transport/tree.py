@@ -1,4 +1,4 @@
-"""Nested inputs and outputs as a JSON skeleton plus a list of tensors.
+"""[any] Nested inputs and outputs as a JSON skeleton plus a list of tensors.
 
 A task's ``get_inputs()`` and a forward's result may nest tensors in lists,
 tuples and dicts beside plain values (ints, floats, dtypes). ``flatten`` turns

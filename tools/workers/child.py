@@ -1,4 +1,4 @@
-"""What both workers do inside their sandboxed process: load modules, seed, build models, serve.
+"""[workers] What both workers do inside their sandboxed process: load modules, seed, build models, serve.
 
 The CUDA entry points the clock relies on (synchronize, events) are bound here
 before any candidate code is imported, so replacing the Python wrappers later
@@ -11,17 +11,15 @@ import importlib.util
 import json
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kernelfix.sandbox.channel import ChildChannel, RequestSocket
-from kernelfix.tools.task_size import tensor_bytes as nbytes  # noqa: F401 (the workers' name for it)
+from kernelfix.tools.timing.clock import Cuda
 
 # Bound before the candidate exists.
-perf_counter = time.perf_counter
 _exit = os._exit
 
 PHASE = "start"
@@ -85,7 +83,7 @@ class Worker:
         _exit(code)
 
     def report(self, e: BaseException) -> None:
-        from kernelfix.tools.build.load_inline import GpuRequired
+        from kernelfix.tools.compile import GpuRequired
 
         kind = "exception"
         if isinstance(e, GpuRequired):
@@ -194,28 +192,6 @@ def build_model(cls, task, seed: int, device: str):
     if hasattr(model, "to"):
         model = model.to(device)
     return model
-
-
-class Cuda:
-    """The C-level CUDA entry points, taken before candidate code can patch the Python wrappers."""
-
-    sync: Callable[[], None]
-    Event: Any
-    record: Callable[..., None]
-    elapsed: Callable[..., float]
-    stream: Any
-    empty_cache: Callable[[], None]
-
-    @classmethod
-    def bind(cls) -> None:
-        import torch
-
-        cls.sync = torch._C._cuda_synchronize
-        cls.empty_cache = torch._C._cuda_emptyCache
-        cls.Event = torch._C._CudaEventBase
-        cls.record = torch._C._CudaEventBase.record
-        cls.elapsed = torch._C._CudaEventBase.elapsed_time
-        cls.stream = torch.cuda.current_stream()
 
 
 def sync(device: str) -> None:

@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widgets import Footer, OptionList
 
 from kernelfix.agent.events import EventSink, SessionEnded
-from kernelfix.agent.runner import Session
+from kernelfix.agent.session import Session
 from kernelfix.tui.relay import EventRelay, SessionEventMessage
 from kernelfix.tui.screens.dialogs import EditCandidateScreen, HintScreen
 from kernelfix.tui.view_model import SessionView

@@ -1,0 +1,107 @@
+"""What `kernelfix tune` prints for a person (--json prints report.json instead)."""
+
+from __future__ import annotations
+
+from kernelfix.tune.decide import verdict
+from kernelfix.tune.tune_config import TuneConfig
+from kernelfix.tune.tune_report import Comparison, Ranking, SwapTrial, TuneReport
+
+TABLE_ROWS = 12
+
+
+def _ms(x: float) -> str:
+    return f"{x:.3f} ms" if x >= 0.01 else f"{1e3 * x:.1f} us"
+
+
+def ranking_text(r: TuneReport) -> str:
+    rk: Ranking = r.ranking
+    what = "CUDA kernel time" if rk.measure == "cuda_kernels" else "CPU time (the profiler's own cost per op included)"
+    step = "forward+backward step" if rk.backward else "forward"
+    head = [
+        f"{r.model_name} ({r.model_class}) on {rk.device}, called with {', '.join(r.inputs) or 'no arguments'}",
+        f"  {step}: {_ms(rk.step_ms)} end to end"
+        + (f", {_ms(rk.kernel_ms)} of CUDA kernels (the GPU busy {100 * rk.busy:.0f}%)" if rk.kernel_ms is not None and rk.busy is not None else "")
+        + f"; ranked by {what} over {rk.steps} {step}s, {_ms(rk.attributed_ms)} per {step}",
+    ]
+    if rk.why:
+        head.append(f"  {rk.why}")
+    cands = [m for m in r.modules if m.candidate]
+    both = any(m.kernel_share is not None for m in cands)  # a GPU: the kernel and the CPU share beside the one ranked by
+    rows = [("#", "module", "class", "calls", "shapes", "share", "bound", *(("kernels", "cpu") if both else ()))]
+    for m in cands[:TABLE_ROWS]:
+        shapes = m.shapes[0] if len(m.shapes) == 1 else f"{len(m.shapes)} signatures" if m.shapes else "-"
+        calls = f"{m.calls:g}"
+        extra = (f"{100 * (m.kernel_share or 0):.1f}%", f"{100 * (m.cpu_share or 0):.1f}%") if both else ()
+        rows.append((str(m.rank), m.module, m.module_class, calls, shapes, f"{100 * m.share:.1f}%", f"{m.amdahl:.3f}x" if m.amdahl else "-", *extra))
+    lines = head + ["", "modules worth a kernel, largest share first (share: of the " + step + ", its submodules included; bound: the "
+                    + "model's speedup if it took no time)"]
+    if len(rows) > 1:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines += ["  " + "  ".join(c.ljust(w) if i in (1, 2, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+        if len(cands) > TABLE_ROWS:
+            lines.append(f"  ... {len(cands) - TABLE_ROWS} more in report.json")
+    else:
+        lines.append("  none")
+    others = [m for m in r.modules if not m.candidate and m.module != r.model_name][:6]
+    if others:
+        lines += ["", "not worth a kernel (the largest; every module in report.json):"]
+        lines += [f"  {m.module} ({100 * m.share:.1f}%): {m.reason}" for m in others]
+    return "\n".join(lines)
+
+
+def no_candidates_text(r: TuneReport, cfg: TuneConfig) -> str:
+    reasons: dict[str, int] = {}
+    for m in r.modules:
+        if m.module != r.model_name and m.reason:
+            key = m.reason.split(":")[0].split(" (")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+    why = "; ".join(f"{n} module{'s' if n > 1 else ''}: {k}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])) or "it calls no submodule"
+    skipped = [m for m in r.modules if m.skipped]
+    extra = "" if not skipped else " " + "; ".join(f"{m.module} skipped: {m.skipped}" for m in skipped[:3])
+    return (
+        f"no module of {r.model_name} is worth a kernel ({why}; a module is worth one when it runs two or more compute ops "
+        f"per call, holds at least {100 * cfg.min_share:g}% of the forward ([tune] min_share) and holds no smaller such module).{extra}"
+    )
+
+
+def comparison_line(c: Comparison | None, cfg: TuneConfig) -> str:
+    if c is None:
+        return "not measured"
+    if c.error or c.before is None or c.after is None:
+        return verdict(c, cfg)
+    return (f"{c.mode:8} {_ms(c.before.median_ms)} -> {_ms(c.after.median_ms)} "
+            f"(p10-p90 {_ms(c.before.p10_ms)}-{_ms(c.before.p90_ms)} -> {_ms(c.after.p10_ms)}-{_ms(c.after.p90_ms)}): {verdict(c, cfg)}")
+
+
+def trial_text(t: SwapTrial, cfg: TuneConfig) -> str:
+    what = " + ".join(t.modules)
+    lines = [f"  {what}: {'KEPT' if t.kept else 'not kept'}: {t.reason}"]
+    for c in (t.eager, t.compiled):
+        if c is not None and c.before is not None:
+            lines.append(f"      {comparison_line(c, cfg)}")
+    lines += [f"      {m}: {text}" for m, text in t.compile_paths.items()]
+    return "\n".join(lines)
+
+
+def summary_text(r: TuneReport, out: str, cfg: TuneConfig) -> str:
+    lines = []
+    if r.kept:
+        c = r.combined
+        lines.append(f"kept {len(r.kept)} swap{'s' if len(r.kept) > 1 else ''}: {', '.join(k.module for k in r.kept)}")
+        if c is not None:
+            lines += [f"  {comparison_line(x, cfg)}" for x in (c.eager, c.compiled) if x is not None]
+        lines += ["", "Put them in your model, after building it and before running it:", "",
+                  "    import kernelfix", f"    {r.model_name} = kernelfix.load_tuned({out!r}, {r.model_name})"]
+    elif not r.selected:
+        lines.append(f"tuned nothing: no module of {r.model_name} is worth a kernel (above); the model stays as it is")
+    else:
+        tried = [m for m in r.selected if m.swap is not None]
+        if tried:
+            lines.append(f"kept no swap: {len(tried)} tried, none made {r.model_name}'s forward faster beyond the noise "
+                         "eager and compiled with its output intact (report.json says why for each); the model stays as it is")
+        else:
+            where = ", ".join(f"{m.module}: {m.skipped or m.session_status or 'not run'}" for m in r.selected)
+            lines.append(f"kept no swap: no session found a correct kernel ({where}); the model stays as it is; "
+                         "run the same command again to continue unfinished sessions")
+    lines.append(f"report: {out}/report.json")
+    return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""[judge] The profile stage: Nsight Compute on one forward of a correct, legal candidate.
+
+Never changes the verdict: where ncu is missing, not permitted or too slow, the
+evaluation goes on with one warning and torch.profiler's kernel list instead.
+The profiled process (``profile.target``) is a one-shot child in the same
+sandbox as the candidate's worker, with ncu in front of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from kernelfix.sandbox import ChildOutcome, run_child
+from kernelfix.tools.evaluation import Evaluation, EventSink
+from kernelfix.tools.handles import one_shot, sandboxing
+from kernelfix.tools.profile import bottleneck, findings, host_sync, ncu, ncu_csv, ncu_source
+from kernelfix.tools.stages.stage_context import StageContext
+from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
+
+
+def skip(ctx: StageContext, ev: Evaluation) -> str | None:
+    """Why this evaluation is not profiled, if it is not (the judge says so as a skipped stage); off
+    the GPU, the note goes in its profile report too."""
+    if not ctx.config.profile:
+        return "profiling off"
+    if ev.failed:
+        return "the candidate failed an earlier stage"
+    if "profile" in ev.stages_done:
+        return "done"
+    if not (ev.correctness and ev.correctness.trials and "legality" in ev.stages_done):
+        return "only correct, legal candidates are profiled"
+    if ctx.device != "cuda":
+        note = f"not profiled: profiling needs a CUDA GPU (device {ctx.device})"
+        ev.profile = ProfileReport(note=note)
+        return note
+    return None
+
+
+def _child(ctx: StageContext, ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()) -> ChildOutcome:
+    """One profile target under the candidate's sandbox, ``wrap`` (ncu) in front."""
+    return one_shot.run(ctx, ev, stage, "kernelfix.tools.workers.profile_target", spec, timeout_s, wrap=wrap)
+
+
+def profile(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+    c = ctx.config
+    wd = Path(ev.workdir)
+    outdir = wd / "out" / "profile"
+    outdir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
+        "build": c.build.model_dump(), "device": ctx.device, "init_seed": ctx.seed, "outdir": str(outdir),
+        "warmup_calls": c.profile_warmup_calls, "nvtx_range": ncu.NVTX_RANGE, "backward_range": ncu.BACKWARD_RANGE, "backward": bool(c.backward),
+    }
+    path, problem = ncu.find(c.ncu_path)
+    if path is not None:
+        report = outdir / ncu.REPORT  # ncu writes it from inside the sandbox: a directory the candidate may write
+        log = wd / "logs" / "ncu.csv"  # the judge's copy of the details page, kept with the logs
+        for extra_metrics in (True, False):  # without the extra metrics if this ncu refuses one
+            Path(f"{report}.ncu-rep").unlink(missing_ok=True)
+            wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=extra_metrics, backward=bool(c.backward))
+            outcome = _child(ctx, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
+            text = _page(ctx, ev, path, report, "details") if _is_plain(Path(f"{report}.ncu-rep")) else ""
+            log.write_text(text)
+            parsed = ncu_csv.parse(text + "\n" + outcome.stdout_tail)
+            problem = ncu.diagnose(outcome, parsed, c.profile_timeout_s)
+            if problem is None or problem.kind != "metrics":
+                break
+        if problem is None:
+            result = _result(outcome, outdir / "profile_ncu.json")
+            source = _page(ctx, ev, path, report, "source")
+            (wd / "logs" / "ncu_source.csv").write_text(source)
+            ctx = findings.Context(
+                task_flops=result.get("flops"), min_bytes=ev.timings.bytes_moved if ev.timings else None,
+                dtypes=list(result.get("dtypes") or []), candidate_ms=ev.timings.candidate.median_ms if ev.timings and ev.timings.candidate else None,
+                candidate_source=_read_plain(Path(ev.candidate_path)) if ev.candidate_path else None,
+                host_syncs=_sync_report(result),
+            )
+            ev.profile = bottleneck.from_ncu(
+                parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels,
+                sources=ncu_source.parse(source), context=ctx,
+            )
+            ev.profile.log_path = str(log)
+            return ev
+    assert problem is not None
+    # Said once, as a warning; then the kernel list torch.profiler sees, where that works.
+    ev.warnings.append(f"no Nsight Compute profile: {problem.message}")
+    outcome = _child(ctx, ev, "profile_torch", spec, c.run_timeout_s)
+    result = _result(outcome, outdir / "profile_torch.json")
+    if result.get("kernels") is not None:
+        ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message,
+                                                 context=findings.Context(host_syncs=_sync_report(result)))
+    else:
+        err = outcome.last("error")
+        why = f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}" if err else (outcome.signal or f"exit code {outcome.returncode}")
+        ev.profile = ProfileReport(note=f"{problem.message}; torch.profiler fallback failed too ({why})")
+    return ev
+
+
+def _sync_report(result: dict[str, Any]) -> host_sync.SyncReport | None:
+    """The profile target's host-sync record (``host_sync.watch``), if it sent a well-formed one."""
+    try:
+        return host_sync.SyncReport.model_validate(result["host_syncs"]) if result.get("host_syncs") else None
+    except ValueError:
+        return None
+
+
+def _page(ctx: StageContext, ev: Evaluation, ncu_path: str, report: Path, page: str) -> str:
+    """One page of the report, printed by ncu in the candidate's sandbox (the report is a file the
+    candidate's process could have written: it is read where nothing it holds can matter)."""
+    wd = Path(ev.workdir)
+    iso, _ = sandboxing.isolation(
+        "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
+    )
+    limits = sandboxing.limits(ctx.config, 120.0).model_copy(update={"output_tail_bytes": 48 << 20})
+    outcome = run_child(ncu.import_command(ncu_path, Path(f"{report}.ncu-rep"), page), cwd=wd,  # type: ignore[arg-type]
+                        env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu), limits=limits, isolation=iso)
+    if outcome.returncode != 0:
+        (wd / "logs" / f"ncu_{page}.err").write_text(outcome.stderr_tail[-4000:])
+    return outcome.stdout_tail
+
+
+def _is_plain(path: Path) -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+_read_plain = one_shot.read_plain
+_result = one_shot.result

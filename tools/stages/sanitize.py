@@ -1,0 +1,208 @@
+"""[judge] The sanitizer stage: compute-sanitizer on a wrong or crashing CUDA/Triton candidate (or any, with
+``--sanitize``), on a reduced input, within a time bound. Never changes the verdict: its report
+(``Verdict.sanitizer``) names the cause, and the feedback gives it first.
+
+When it runs (``skip`` says why not otherwise): a CUDA or Triton candidate that compiled and then
+gave a wrong output (``numerical``, ``non_finite``, ``input_dependent``), a stale one
+(``output_caching``: a race can look like a cache), wrote to its inputs (an out-of-bounds write can
+land there), or died with a CUDA error (illegal address, misaligned access, launch failure, device
+assert); with ``judge.sanitize`` (``--sanitize``) also a correct one. An honest kernel is never slowed:
+without the flag a correct candidate skips the stage.
+
+How: a probe in the candidate's sandbox picks the reduced input (``reduce``, ``target.probe``), then
+each tool (memcheck, racecheck, synccheck, initcheck) runs the candidate once under compute-sanitizer,
+all at once, holding the GPU lease together; their reports are parsed (``parse``) and placed on the
+candidate's lines with their fixes (``hazards``). The whole stage is bounded by
+``judge.sanitizer_timeout_s``; a tool cut off at the bound still reports what it printed. Off the GPU,
+or without compute-sanitizer, the report is one line saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kernelfix.sandbox import ChildOutcome
+from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
+from kernelfix.tools.handles import one_shot, sandboxing
+from kernelfix.tools.sanitizer import hazards, parse, tool
+from kernelfix.tools.stages.stage_context import StageContext
+from kernelfix.tools.verdict import Category, Hazard, SanitizerReport, SanitizerTool, ToolRun
+
+TARGET = "kernelfix.tools.workers.sanitizer_target"
+# What each failure asks the probe to see again on the reduced input: a wrong output, a fault, or nothing.
+TRIGGERS: dict[Category, str | None] = {
+    Category.NUMERICAL: "wrong",
+    Category.NON_FINITE: "wrong",
+    Category.INPUT_DEPENDENT: "wrong",
+    Category.OUTPUT_CACHING: "wrong",
+    Category.INPUT_MUTATION: None,
+    Category.ILLEGAL_MEMORY_ACCESS: "fault",
+    Category.LAUNCH_FAILURE: "fault",
+    Category.CUDA_ERROR: "fault",
+    Category.DEVICE_ASSERT: "fault",
+}
+PROBE_SHARE = 0.5  # of the stage's time, at most, for picking the input (the rest is the tools')
+MAX_SAVE_BYTES = 256 << 20  # reduced inputs up to this go to the tools as a file; larger ones are drawn again
+
+
+def skip(ctx: StageContext, ev: Evaluation) -> str | None:
+    """Why this evaluation is not sanitized, if it is not; off the GPU the one-line note goes in its
+    sanitizer report too."""
+    c = ctx.config
+    if "sanitize" in ev.stages_done:
+        return "done"
+    why = reason(ctx, ev)
+    if why is None:
+        if ev.failed:
+            return f"not needed for {ev.category.value if ev.category else 'this failure'}"
+        return "the candidate passed (--sanitize checks a correct kernel too)" if "correctness" in ev.stages_done else "not judged"
+    if ev.backend not in ("cuda", "triton"):
+        return "not a CUDA or Triton kernel"
+    if ctx.device != "cuda":
+        note = f"not sanitized: compute-sanitizer needs a CUDA GPU (device {ctx.device})"
+        ev.sanitizer = SanitizerReport(why=why, note=note)
+        return note
+    if not c.sanitizer_tools:
+        return "no sanitizer tools configured"
+    return None
+
+
+def reason(ctx: StageContext, ev: Evaluation) -> str | None:
+    """What calls for the sanitizer: the failure's category, or ``--sanitize``; None: nothing does."""
+    c = ctx.config
+    if not ev.compiled:
+        return None
+    if ev.failed:
+        return ev.category.value if (c.sanitize_failures or c.sanitize) and ev.category in TRIGGERS else None  # type: ignore[union-attr]
+    if c.sanitize and "correctness" in ev.stages_done:
+        return "--sanitize"
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _version(path: str) -> str | None:
+    return tool.version(path)
+
+
+def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+    """Sanitize ``ev``'s candidate into ``ev.sanitizer``; a failure of the stage itself is a note, never the verdict."""
+    try:
+        return _run(ctx, ev, on_event)
+    except OSError:
+        raise  # the judge's own disk: the judge says so (a full disk is a machine fault)
+    except Exception as e:
+        report = ev.sanitizer or SanitizerReport(why=reason(ctx, ev) or "")
+        report.note = f"the sanitizer stage failed: {type(e).__name__}: {str(e)[:300]}"
+        ev.sanitizer = report
+        return ev
+
+
+def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
+    c = ctx.config
+    t0 = time.monotonic()
+    deadline = t0 + c.sanitizer_timeout_s
+    report = SanitizerReport(why=reason(ctx, ev) or "")
+    ev.sanitizer = report
+    path, missing = tool.find(c.sanitizer_path)
+    if path is None:
+        report.note = f"not sanitized: {missing}"
+        return ev
+    report.version = _version(path)
+    wd = Path(ev.workdir)
+    outdir = wd / "out" / "sanitize"
+    shutil.rmtree(outdir, ignore_errors=True)  # a directory the candidate may write: start it empty
+    sandboxing.own_dir(wd / "out")
+    sandboxing.own_dir(outdir)
+    spec: dict[str, Any] = {
+        "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
+        "build": c.build.model_dump(), "device": ctx.device, "init_seed": ctx.seed, "outdir": str(outdir),
+        "trial": _trial(ctx, ev), "max_elements": c.sanitizer_max_elements, "max_save_bytes": MAX_SAVE_BYTES,
+        "reproduce": TRIGGERS.get(ev.category) if ev.category else None, "atol": c.atol, "rtol": c.rtol,
+    }
+    tools = [t for t in tool.ORDER if t in c.sanitizer_tools]
+    with ctx.room("sanitize"), ctx.lease("sanitize", shared=True):  # no timing here: beside other judges' trials
+        if on_event:
+            on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
+        probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)
+        probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True)
+        chosen = one_shot.result(probe, outdir / "sanitize_probe.json")
+        if not chosen.get("plan"):
+            report.note = f"not sanitized: no input to run it on ({_failure(probe, probe_s)})"
+            return ev
+        report.inputs, report.reduced = chosen.get("inputs"), bool(chosen.get("reduced"))
+        report.reproduced, report.nondeterministic = chosen.get("reproduced"), chosen.get("nondeterministic")
+        spec |= {"plan": chosen["plan"], "inputs_file": chosen.get("saved")}
+        if on_event:
+            on_event(StageEvent(stage="sanitize", status="progress", detail=", ".join(tools), total=len(tools)))
+        left = max(1.0, deadline - time.monotonic())
+        with ThreadPoolExecutor(max_workers=len(tools)) as pool:
+            runs = list(pool.map(lambda t: (t, _tool(ctx, ev, path, t, spec, outdir, left)), tools))
+    found: list[Hazard] = []
+    src = hazards.Sources(ev.code or "", ev.candidate_path, wd / "build", ev.backend)
+    for name, outcome in runs:
+        run_, parsed = _read(wd, outdir, name, outcome, left)
+        report.tools.append(run_)
+        found += hazards.from_records(name, parsed.records, src)
+    report.hazards = hazards.ordered(found)
+    report.seconds = round(time.monotonic() - t0, 2)
+    cut = [r.tool for r in report.tools if not r.finished]
+    failed = [f"{r.tool}: {r.problem}" for r in report.tools if r.problem]
+    if cut or failed:
+        report.note = "; ".join([*([f"{', '.join(cut)} cut off at the {c.sanitizer_timeout_s:g} s bound (judge.sanitizer_timeout_s)"] if cut else []), *failed])[:600]
+    return ev
+
+
+def _trial(ctx: StageContext, ev: Evaluation) -> dict[str, Any]:
+    """The failing trial's draw (its seed, input set and variant), for the probe to draw it again: the
+    first wrong trial, else the trial that was running when the candidate died, else the first."""
+    plans = {t.index: t for t in ctx.ref.trials}
+    reports = ev.correctness.trials if ev.correctness else []
+    bad = next((t for t in reports if not t.ok), None)
+    index = bad.trial if bad is not None else (len(reports) if ev.failed else 0)
+    plan = plans.get(index) or plans.get(0)
+    if plan is None:
+        return {"seed": ctx.seed, "input_set": None}
+    out: dict[str, Any] = {"index": plan.index, "seed": plan.seed, "input_set": plan.input_set}
+    if plan.variant is not None:
+        base = plans.get(plan.variant_of or 0, plan)
+        out |= {"variant": plan.variant, "base_seed": base.seed, "input_set": base.input_set}
+    return out
+
+
+def _tool(ctx: StageContext, ev: Evaluation, path: str, name: SanitizerTool, spec: dict[str, Any], outdir: Path, timeout_s: float) -> ChildOutcome:
+    wrap = tool.command(path, name, outdir / f"{name}.log")
+    return one_shot.run(ctx, ev, f"sanitize_{name}", TARGET, spec, timeout_s, wrap=wrap, env=tool.ENV, lease=False)
+
+
+def _read(wd: Path, outdir: Path, name: SanitizerTool, outcome: ChildOutcome, timeout_s: float) -> tuple[ToolRun, parse.Report]:
+    """One tool's report (written in the candidate's sandbox: read as a plain file only), kept with the logs."""
+    text = one_shot.read_plain(outdir / f"{name}.log", 8 << 20)
+    log = wd / "logs" / f"sanitizer_{name}.log"
+    log.write_text(text)
+    parsed = parse.parse(text)
+    problem = None
+    if not parsed.records and parsed.errors is None:
+        problem = (parsed.messages[0] if parsed.messages else None) or _failure(outcome, timeout_s)
+    else:
+        err = outcome.last("error")
+        if err is not None and err.get("phase") != "sanitized_forward":  # failed before the forward: what it saw is not the candidate's
+            problem = f"the run failed before the forward: {err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}"
+    return ToolRun(tool=name, seconds=round(outcome.wall_s, 2), errors=parsed.errors, finished=not outcome.timed_out,
+                   problem=problem, log_path=str(log)), parsed
+
+
+def _failure(outcome: ChildOutcome, timeout_s: float) -> str:
+    if outcome.launch_error:
+        return f"could not start: {outcome.launch_error}"
+    if outcome.timed_out:
+        return f"out of time ({timeout_s:.0f} s)"
+    err = outcome.last("error")
+    if err is not None:
+        return f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]} (phase {err.get('phase')})"
+    tail = next((ln.strip() for ln in reversed(outcome.stderr_tail.splitlines()) if ln.strip()), "")
+    return f"{outcome.signal or f'exit code {outcome.returncode}'}" + (f": {tail[:200]}" if tail else "")

@@ -1,0 +1,143 @@
+"""[reference worker] Trials handed over through arenas: ``prepare`` (a trial's inputs in an input arena, an output
+arena for the candidate's answer), ``survey``, ``release`` and ``trim``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelfix.tools.task_size import tensor_bytes as nbytes
+from kernelfix.tools.transport import Arena, TensorSpec, flatten, layout
+from kernelfix.tools.transport.protocol import Prepared, TrialPlan
+from kernelfix.tools.transport.tree import contiguous_spec, spec_of, write
+from kernelfix.tools.workers.child import sync
+from kernelfix.tools.workers.reference.trial_data import TrialData, free, oom
+
+
+@dataclass
+class Slot:
+    arena: Arena
+    specs: list[TensorSpec]
+    trial: int  # whose inputs it holds now
+
+
+@dataclass
+class Out:
+    arena: Arena
+    specs: list[TensorSpec] = field(default_factory=list)
+
+
+class Handoff:
+    """The part of :class:`ReferenceServer` that hands trials over through arenas: ``prepare``, ``survey``,
+    ``release``, ``trim``."""
+
+    def prepare(self, req: dict[str, Any], fds: list[int]) -> None:
+        plan = TrialPlan.model_validate(req["trial"])
+        self.plans[plan.index] = plan
+        cached = plan.index in self.cache
+        data = self._get(plan)
+        reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note)
+        if data.skipped is not None:
+            self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+            return
+        self.w.phase("handoff", trial=plan.index)
+        skel, tensors = flatten(data.payload)
+        specs = [spec_of(t) for t in tensors]
+        created: list[Arena] = []
+        into = req.get("into")
+        if into is not None:
+            slot = self.slots[into]
+            if [(s.dtype, s.shape, s.stride) for s in slot.specs] != [(s.dtype, s.shape, s.stride) for s in specs]:
+                reply.skipped = "its inputs are laid out unlike the tensors they would replace"
+                self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+                return
+            for s, t in zip(slot.specs, tensors):
+                write(slot.arena, s, t)
+            slot.trial, sid, specs = plan.index, into, slot.specs
+        else:
+            arena = self._arena(layout(specs))
+            for s, t in zip(specs, tensors):
+                write(arena, s, t)
+            sid = self._id()
+            self.slots[sid] = Slot(arena, specs, plan.index)
+            reply.in_arena = arena.spec
+            created.append(arena)
+        exp_skel, exp = flatten(data.expected)
+        exp_specs = [contiguous_spec(t) for t in exp]
+        out = self._arena(layout(exp_specs))
+        oid = self._id()
+        self.outs[oid] = Out(out, exp_specs)
+        created.append(out)
+        sync(self.device)  # the arena's bytes are complete before the candidate may read them
+        reply.slot, reply.inputs, reply.input_specs = sid, skel, specs
+        reply.out, reply.out_arena, reply.expected, reply.expected_specs = oid, out.spec, exp_skel, exp_specs
+        reply.ref_ms, reply.noise, reply.has_float64, reply.vacuous = data.ref_ms, data.noise, data.out64 is not None, data.vacuous
+        reply.input_bytes, reply.output_bytes = nbytes(data.inputs), nbytes(data.out)
+        reply.grads = list(data.grad_keys)
+        assert self.w.requests is not None
+        self.w.requests.send({"type": "fds", "id": req.get("id")}, [a.fd for a in created if a.fd is not None])
+        for a in created:
+            a.forget_fd()
+        self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+
+    def survey(self, req: dict[str, Any], fds: list[int]) -> None:
+        """Every planned trial's reference, computed once and kept for the candidates to come, summarized:
+        what the judge knows of the task before any candidate's trial runs. A trial the cache cannot
+        hold ends the survey: the rest would be computed again for each candidate anyway."""
+        out = []
+        for raw in req["trials"]:
+            plan = TrialPlan.model_validate(raw)
+            self.plans[plan.index] = plan
+            data = self._get(plan)
+            if plan.index not in self.cache and data.skipped is None:
+                out.append(self._summary(plan, data))
+                break
+            out.append(self._summary(plan, data))
+        self.w.chan.send("surveyed", id=req.get("id"), trials=out, cache_used=self.cache_used)
+
+    def _summary(self, plan: TrialPlan, data: TrialData) -> dict[str, Any]:
+        return Prepared(
+            index=plan.index, skipped=data.skipped, ref_ms=data.ref_ms, noise=data.noise, has_float64=data.out64 is not None,
+            float64_note=data.float64_note or self.float64_note, vacuous=data.vacuous, cached=plan.index in self.cache,
+            input_bytes=nbytes(data.inputs), output_bytes=nbytes(data.out),
+        ).model_dump()
+
+    def _arena(self, size: int) -> Arena:
+        """An arena of ``size`` bytes. Its memory comes from the driver, not torch's allocator: blocks the
+        allocator holds free (a float64 reference's temporaries: 32 GiB for 45_Average_Pooling_2D) are
+        given back first when the driver has too little (on the H100 that OOM came with 13.7 GiB free)."""
+        try:
+            return Arena.create(size, self.arena_kind, _device_index(self.device))
+        except Exception as e:
+            if not (self.cuda and oom(e)):
+                raise
+            free(self.cuda)
+            return Arena.create(size, self.arena_kind, _device_index(self.device))
+
+    def trim(self, req: dict[str, Any], fds: list[int]) -> None:
+        """Another judge's stage wants this GPU's memory: drop the cached trials (each is computed again
+        from its seed when asked) and return the allocator's free blocks. Arenas in use stay."""
+        freed = self.cache_used + (self.recent[1].size if self.recent is not None else 0)
+        self.cache.clear()
+        self.cache_used = 0
+        self.recent = None
+        free(self.cuda)
+        import torch
+
+        reserved = torch.cuda.memory_reserved() if self.cuda else 0  # what is left: live tensors, the model
+        self.w.chan.send("trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs))
+
+    def release(self, req: dict[str, Any], fds: list[int]) -> None:
+        for sid in req.get("slots") or []:
+            s = self.slots.pop(sid, None)
+            if s is not None:
+                s.arena.release()
+        for oid in req.get("outs") or []:
+            o = self.outs.pop(oid, None)
+            if o is not None:
+                o.arena.release()
+        self.w.chan.send("released", id=req.get("id"))  # arenas are not the allocator's: nothing to empty
+
+
+def _device_index(device: str) -> int:
+    return int(device.split(":")[1]) if ":" in device else 0
