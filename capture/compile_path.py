@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-
 import types
 import warnings
 from typing import Any, Callable
