@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelfix import atomic
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.sandbox.untrusted_files import read_plain
 from kernelfix.tools.handles import sandboxing
@@ -40,7 +41,7 @@ def run(
     spec_path = wd / "handoff" / f"{stage}.spec.json"
     if spec_path.is_symlink() or spec_path.exists():
         spec_path.unlink()  # never write through something the candidate planted
-    spec_path.write_text(json.dumps({**spec, "stage": stage}, default=str))
+    atomic.write_text(spec_path, json.dumps({**spec, "stage": stage}, default=str), fsync=False)  # no half-written spec after a kill
     iso, note = sandboxing.isolation(
         "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
     )

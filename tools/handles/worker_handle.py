@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelfix import atomic
 from kernelfix.sandbox import ChildOutcome, Isolation, Limits
 from kernelfix.sandbox.process import Child
 
@@ -106,7 +107,8 @@ class WorkerHandle:
         if spec_path.is_symlink() or spec_path.exists():
             spec_path.unlink()  # never write through something a candidate planted
         spec_path.parent.mkdir(parents=True, exist_ok=True)
-        spec_path.write_text(json.dumps(spec, default=str))
+        # All or nothing (a temp file then a rename): a judge killed here leaves no half-written spec behind.
+        atomic.write_text(spec_path, json.dumps(spec, default=str), fsync=False)
         self.compiling = False
         self.started = False  # the worker's first word arrived (its imports and sandbox are done)
         self.compiled_any = False  # a compiler ran at some point (then a hang message says it was not running)
