@@ -32,7 +32,7 @@ from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tune import rank
-from kernelfix.tune.decide import compare, explain
+from kernelfix.tune.decide import compare, explain, promising
 from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
 from kernelfix.tune.swaps import swapped_view
 from kernelfix.tune.tune_config import TuneConfig
@@ -230,6 +230,10 @@ def test_the_keep_rule_on_given_samples():
     assert explain(broken, fast, cfg) == (False, "breaks the model's output (eager): the outputs differ in structure")
     with pytest.raises(ValueError):
         compare("eager", [1.0], [], 1, cfg)
+    # Promising: inside the noise alone, but its gains may add up with the others' (tried together).
+    assert promising(noisy, noisy.model_copy(update={"mode": "compiled"}), cfg)
+    assert not promising(noisy, small, cfg)  # a median gain too small to matter in one mode
+    assert not promising(noisy, slow, cfg) and not promising(broken, noisy, cfg) and not promising(noisy, None, cfg)
 
 
 def test_a_swapped_view_shares_everything_it_does_not_swap():

@@ -29,6 +29,7 @@ from kernelfix.agent.session_dir import read_trajectory
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError
 from kernelfix.capture.files import CaptureFiles
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tune.decide import promising
 from kernelfix.tune.jobs import plan_job, task_stem
 from kernelfix.tune.model_call import ModelCall
 from kernelfix.tune.tune_config import TuneConfig
@@ -271,17 +272,35 @@ class Tune:
             self.say(trial_text(m.swap, self.o.cfg))
             self.save(r)
         kept = [m for m in ready if m.swap is not None and m.swap.kept]
-        r.combined = self._combined(r, kept)
+        # Swaps inside the noise alone but faster at the median join the kept ones: their gains add up (decide.py).
+        hopeful = [m for m in ready if m.swap is not None and not m.swap.kept
+                   and promising(m.swap.eager, m.swap.compiled, self.o.cfg)]
+        group = kept + hopeful if len(kept) + len(hopeful) > 1 else kept
+        r.combined = self._combined(r, group)
         if r.combined is not None and r.combined.kept:
             r.kept = [KeptSwap(module=mod, session=s) for mod, s in zip(r.combined.modules, r.combined.sessions)]
-        elif kept:  # together they are not faster: the best one alone, which was
-            best = max(kept, key=lambda m: m.swap.eager.speedup or 0.0)
-            r.kept = [KeptSwap(module=best.module, session=best.session)]
-            note = f"the {len(kept)} kept swaps together: {r.combined.reason}; kept the best alone, {best.module}"
+            return self._done(r)
+        if hopeful and len(kept) > 1:  # the group failed: the swaps kept alone, together
+            note = f"the swaps {', '.join(m.module for m in group)} together: {r.combined.reason}"
             if note not in r.notes:
                 r.notes.append(note)
+            r.combined = self._combined(r, kept)
+            if r.combined is not None and r.combined.kept:
+                r.kept = [KeptSwap(module=mod, session=s) for mod, s in zip(r.combined.modules, r.combined.sessions)]
+                return self._done(r)
+        if kept:  # together they are not faster: the best one alone, which was
+            best = max(kept, key=lambda m: m.swap.eager.speedup or 0.0)
+            r.kept = [KeptSwap(module=best.module, session=best.session)]
+            if r.combined is not None and r.combined.modules != [best.module]:
+                note = f"the swaps {', '.join(r.combined.modules)} together: {r.combined.reason}; kept the best alone, {best.module}"
+                if note not in r.notes:
+                    r.notes.append(note)
+            r.combined = best.swap
         else:
             r.kept = []
+        self._done(r)
+
+    def _done(self, r: TuneReport) -> None:
         if self._trials is not None:
             r.notes += [n for n in self._trials.notes if n not in r.notes]
         self.save(r)
