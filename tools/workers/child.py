@@ -183,6 +183,19 @@ def to_device(obj: Any, device: str) -> Any:
     return obj
 
 
+def tensors_in(obj: Any) -> list:
+    """The tensors of a nested output or input list (lists, tuples, dict values), in order."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in tensors_in(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in tensors_in(o)]
+    return []
+
+
 def build_model(cls, task, seed: int, device: str):
     """``cls(*get_init_inputs())`` under the init seed, on ``device``: Model and ModelNew get the same weights."""
     seed_all(seed)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.tools.timing.clock import Cuda
-from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, to_device
+from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, tensors_in, to_device
 
 
 def _task_flops(task) -> float | None:
@@ -26,18 +26,6 @@ def _task_flops(task) -> float | None:
     from kernelfix.tools.task_size import flops_on_meta
 
     return flops_on_meta(task)
-
-
-def _tensors(obj: Any) -> list:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
 
 
 def _kernel_list(prof) -> list[dict[str, Any]]:
@@ -73,7 +61,7 @@ def body(w: Worker) -> None:
     seed_all(secrets.randbelow(2**30))
     with torch.device(device):
         inputs = to_device(list(task.get_inputs()), device)
-    result["dtypes"] = sorted({str(t.dtype).removeprefix("torch.") for t in _tensors(inputs) if t.is_floating_point()})
+    result["dtypes"] = sorted({str(t.dtype).removeprefix("torch.") for t in tensors_in(inputs) if t.is_floating_point()})
     load_inline.install(Path(spec["build_dir"]), device, BuildOptions(**spec.get("build", {})))
     w.phase("import_candidate")
     cls = getattr(load_module(spec["candidate_path"], "kernelfix_candidate"), "ModelNew", None)

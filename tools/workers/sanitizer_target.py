@@ -22,21 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.tools.timing.clock import Cuda
-from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, short, to_device
+from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, short, tensors_in, to_device
 
 INPUTS_FILE = "inputs.pt"
-
-
-def _tensors(obj: Any) -> list:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
 
 
 def _draw(task: Any, seed: int, input_set: int | None, device: str) -> list:
@@ -83,7 +71,7 @@ def _wrong(out: Any, ref: Any, atol: float | None, rtol: float | None) -> str | 
 
     from kernelfix.tools.correctness.tolerance import tolerance
 
-    outs, refs = _tensors(out), _tensors(ref)
+    outs, refs = tensors_in(out), tensors_in(ref)
     if len(outs) != len(refs):
         return f"{len(outs)} output tensors where the reference has {len(refs)}"
     for k, (o, r) in enumerate(zip(outs, refs)):
@@ -105,7 +93,7 @@ def _differs(a: Any, b: Any) -> str | None:
     """How two outputs of the same call on the same inputs differ, bit for bit (NaN equal to NaN)."""
     import torch
 
-    for k, (x, y) in enumerate(zip(_tensors(a), _tensors(b))):
+    for k, (x, y) in enumerate(zip(tensors_in(a), tensors_in(b))):
         if x.shape != y.shape:
             return f"output {k} changed shape between the calls"
         same = x == y
@@ -187,7 +175,7 @@ def _save(spec: dict[str, Any], x: list) -> str | None:
     """The cut inputs in a file for the tool runs, where small enough; else they draw them again."""
     import torch
 
-    size = sum(t.numel() * t.element_size() for t in _tensors(x))
+    size = sum(t.numel() * t.element_size() for t in tensors_in(x))
     if size > spec["max_save_bytes"]:
         return None
     path = Path(spec["outdir"]) / INPUTS_FILE
