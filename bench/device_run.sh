@@ -28,7 +28,7 @@ for step in "$@"; do
     unmap-race) python3 -P bench/arena_unmap_race.py 2>&1 | tee "$OUT/unmap_race.log" ;;
     ncu) bash bench/ncu_capture.sh /tmp/kfout/ncu ;;
     gpu-tests) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
-    gpu-n:*) python3 -P -m pytest -m gpu -n ${step#gpu-n:} -q -rfE -p no:cacheprovider -o addopts="" --timeout 300 tests > "$OUT/gpu_n${step#gpu-n:}.log" 2>&1; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_n${step#gpu-n:}.log" | tail -25 ;;
+    gpu-n:*) python3 -P -m pytest -m gpu -n ${step#gpu-n:} -v -rfE --durations 25 -p no:cacheprovider -o addopts="" --timeout 300 tests > "$OUT/gpu_n${step#gpu-n:}.log" 2>&1; grep -E "FAILED|ERROR|passed|failed|^[0-9.]+s call" "$OUT/gpu_n${step#gpu-n:}.log" | tail -60 ;;
     gpu-tests:*) python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 -k "${step#gpu-tests:}" 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[cuda\]|PASS|FAIL|passed|failed|Error" ;;
     batch) bash bench/batch_demo.sh "$OUT" /tmp/kfout/batch ;;
     batch-2gpu) python3 -P bench/batch_two_gpus.py --work /tmp/kf2gpu --report /tmp/kfout/batch_2gpu 2>&1 | tee "$OUT/batch_2gpu.log" ;;
