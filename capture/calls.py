@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch import Tensor
 
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.schema import InputLeaf
@@ -187,15 +188,16 @@ def compiled_match(value: Any, sig: tuple, tensors: list[torch.Tensor]) -> bool:
     """Whether ``value`` is the captured call ``sig`` describes, appending its tensors in the captured order.
 
     Written for Dynamo to trace: type checks, lengths and shapes, which it turns into guards (on a tensor's
-    shape it guards already), so the compiled model pays nothing for the check; keywords in any order."""
+    shape it guards already), so the compiled model pays nothing for the check; keywords in any order.
+    ``Tensor``, not ``torch.Tensor``: see CapturedKernel.forward (no second source of the torch module)."""
     kind = sig[0]
     if kind == "tensor":
-        if not isinstance(value, torch.Tensor) or value.dtype != sig[1] or tuple(value.shape) != sig[2]:
+        if not isinstance(value, Tensor) or value.dtype != sig[1] or tuple(value.shape) != sig[2]:
             return False
         tensors.append(value)
         return True
     if kind == "const":
-        return not isinstance(value, torch.Tensor) and type(value) is type(sig[1]) and value == sig[1]
+        return not isinstance(value, Tensor) and type(value) is type(sig[1]) and value == sig[1]
     if kind == "none":
         return value is None
     if kind == "tuple" or kind == "list":

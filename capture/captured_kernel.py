@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+from torch.compiler import is_compiling
 
 from kernelfix.capture.calls import CallPlans, compiled_match, compiled_signature, leaves_shape, output_layout, rebuild
 from kernelfix.capture.errors import CallMismatch
@@ -69,7 +70,10 @@ class CapturedKernel(nn.Module):
         return tensors
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
+        # `is_compiling`, not `torch.compiler.is_compiling`: every module Dynamo reads `torch` through (this one,
+        # the kernel's own) gives the torch module another source, and two sources of one module cost a
+        # guard evaluated in Python on every compiled call (an object-aliasing guard).
+        if is_compiling():
             return self._compiled_call(args, kwargs)
         plan, tensors = self.calls.plan(args, kwargs)
         if plan.mismatch is None:
