@@ -93,7 +93,7 @@ def explain(kind: str, session: str, device: str, out: Path) -> dict:
             trees, guard_us = {}, {}
             for name, fn in fns.items():
                 trees[name], guard_us[name] = _guards(Host.forward.__code__, fn, hosts[name], x)
-            med, added = swap_cost.interleaved_us(fns, x, device, inner=200)
+            med, added, _ = swap_cost.interleaved_us(fns, x, device, inner=200)
             profiles = {name: _profile(fn, x) for name, fn in fns.items()}
         for name in fns:
             kinds, py = guard_kinds(trees[name]), python_guards(trees[name])
