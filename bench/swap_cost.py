@@ -15,12 +15,14 @@ session's best.py is written for each kernel (no model is run here, the kernels 
 
 For each, in one process, the same call is timed on a host model `h(x) = m(x)` where `m` is
   kernel        the kernel's own module, called directly (the baseline: eager, best.py imported as the
-                judge ran it; compiled, the swap's own ModelNew, fullgraph off),
+                judge ran it; compiled, the swap's own ModelNew),
+  kernel-fg-off the same compiled without fullgraph (compiled modes): what fullgraph=True itself costs,
   passthrough   a plain nn.Module whose forward calls the kernel: what any module around it costs,
   swapped       kernelfix.load_best(session, original): the swap as it ships,
   custom_op     kernelfix.load_best(..., trace=False): the compiled path through the opaque operator,
-eager, under torch.compile(fullgraph=True) and under torch.compile(mode="reduce-overhead") (CUDA
-graphs). Each number is the median over 31 repetitions of the mean time of 200 back-to-back calls
+eager, under torch.compile(fullgraph=True) and under torch.compile(mode="reduce-overhead", fullgraph=True)
+(CUDA graphs), every variant of a mode compiled with the same options (without fullgraph where the kernel's
+own module breaks the graph: the landed kernelfix's pybind extension). Each number is the median over 31 repetitions of the mean time of 200 back-to-back calls
 between CUDA events (on the CPU the minimum, by the wall clock), the variants of one mode timed in the
 same repetitions in rotating order, the garbage collector off; "added" is the median over the
 repetitions of the variant's time minus the kernel's in that repetition (same process, same mode), with
@@ -222,9 +224,9 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
     has_trace = "trace" in inspect.signature(kernelfix.load_best).parameters
     backend = "inductor" if device == "cuda" else "aot_eager"
     # dynamic=False: each shape its own static graph, for the kernel as for the swap (whose guards fix shapes anyway)
-    modes = {"eager": None, "compiled": dict(fullgraph=True, backend=backend, dynamic=False)}
+    modes = {"eager": None, "compiled": dict(backend=backend, dynamic=False)}
     if device == "cuda":
-        modes["reduce-overhead"] = dict(fullgraph=True, mode="reduce-overhead", dynamic=False)
+        modes["reduce-overhead"] = dict(mode="reduce-overhead", dynamic=False)
     out: dict = {"label": label, "kernels": {}}
     for kind, session in sessions.items():
         t0 = time.monotonic()
@@ -235,21 +237,28 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
         if has_trace:
             variants["custom_op"] = kernelfix.load_best(session, nn.ReLU(), device=device, trace=False)
         path = getattr(swapped, "compile_path", None)
-        row: dict = {"load_s": round(load_s, 2), "path": path.model_dump(exclude={"checks"}) if path is not None else {"kind": "custom_op", "op": swapped.op_name}}
+        # Every variant of a compiled mode is compiled alike: fullgraph=True costs each compiled call a few us of
+        # Dynamo's own (its wrapper reads a config value and sets and resets its fullgraph bookkeeping around the
+        # frame: torch 2.13's compile_wrapper), once per call of the whole compiled model, whatever it holds; a
+        # kernel baseline without it and a swap with it would put that on the swap. Where the kernel's own module cannot compile whole (the landed kernelfix's extension: pybind
+        # calls, a graph break), every variant compiles without fullgraph. "kernel-fg-off": the kernel compiled
+        # without fullgraph beside the rest, what fullgraph itself costs a call.
+        fullgraph = path is not None and path.kind == "traced"
+        row: dict = {"load_s": round(load_s, 2), "fullgraph": fullgraph,
+                     "path": path.model_dump(exclude={"checks"}) if path is not None else {"kind": "custom_op", "op": swapped.op_name}}
         times, added, ci, ok = {}, {}, {}, True
         for mode, opts in modes.items():
             torch._dynamo.reset()
             fns = {}
-            for name, m in variants.items():
+            for name, m in list(variants.items()) + ([("kernel-fg-off", plain)] if opts is not None and fullgraph else []):
                 if mode == "eager" and name == "custom_op":
                     continue  # eager never takes the operator now
-                if mode != "eager" and name in ("kernel", "passthrough"):
+                if mode != "eager" and name in ("kernel", "passthrough", "kernel-fg-off"):
                     # Compiled, the kernel is the swap's own ModelNew: for a CUDA extension its functions are then
-                    # the C++ operators load_best registered (with the landed kernelfix, pybind calls, which
-                    # Dynamo leaves to run eagerly: fullgraph is off for this baseline).
-                    m = swapped.kernel if name == "kernel" else Passthrough(swapped.kernel)
+                    # the C++ operators load_best registered (with the landed kernelfix, pybind calls).
+                    m = Passthrough(swapped.kernel) if name == "passthrough" else swapped.kernel
                 host = Host(m)
-                fns[name] = host if opts is None else torch.compile(host, **{**opts, "fullgraph": name != "kernel"})
+                fns[name] = host if opts is None else torch.compile(host, **opts, fullgraph=fullgraph and name != "kernel-fg-off")
             for shape, (r, c) in SHAPES.items():
                 x = torch.randn(r, c, device=device)
                 with torch.no_grad():
@@ -284,14 +293,14 @@ def report(results: list[dict]) -> bool:
         for kind, row in res["kernels"].items():
             t = row["times"]
             path = row["path"]
-            print(f"\n{res['label']}: {kind} kernel, loaded in {row['load_s']} s; under torch.compile: {path.get('kind')}"
+            print(f"\n{res['label']}: {kind} kernel, loaded in {row['load_s']} s; compiled with fullgraph={row.get('fullgraph')}; under torch.compile: {path.get('kind')}"
                   + (f" ({', '.join(path.get('kernels') or [])})" if path.get("kernels") else "")
                   + (f" [{path.get('note')}]" if path.get("note") else ""))
             modes = sorted({k.split()[1] for k in t}, key=["eager", "compiled", "reduce-overhead"].index)
             print(f"  {'us per call':<26}" + "".join(f"{s + ' ' + str(SHAPES[s][0]) + 'x' + str(SHAPES[s][1]):>24}" for s in SHAPES))
             for mode in modes:
                 base = {s: t.get(f"kernel {mode} {s}") for s in SHAPES}
-                for name in ("kernel", "passthrough", "swapped", "custom_op"):
+                for name in ("kernel", "kernel-fg-off", "passthrough", "swapped", "custom_op"):
                     if f"{name} {mode} short" not in t:
                         continue
                     cells = []
