@@ -70,6 +70,10 @@ for step in "$@"; do
     swap-backward) python3 -P bench/swap_backward.py 2>&1 | tee "$OUT/swap_backward.log" ;;
     swap-cost) # issue 35: the added cost per swapped call, eager and compiled; against the landed kernelfix when old-install ran first
       python3 -P bench/swap_cost.py $([ -d /tmp/oldkf ] && echo --old /tmp/oldkf) --json /tmp/kfout/swap_cost.json 2>&1 | grep --line-buffered -v Warning | tee "$OUT/swap_cost.log" ;;
+    swap-explain) # issue 35: what a compiled swap's guards and calls add to the kernel's (bench/swap_cost_explain.py)
+      python3 -P bench/swap_cost_explain.py --out /tmp/kfout/swap_explain 2>&1 | grep --line-buffered -v Warning | tee "$OUT/swap_explain.log" ;;
+    swap-explain-old) # the same with the kernelfix of .oldkf (old-install first)
+      PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/swap_cost_explain.py --out /tmp/kfout/swap_explain_old 2>&1 | grep --line-buffered -v Warning | tee "$OUT/swap_explain_old.log" ;;
     compile-bench) python3 bench/compile_bench.py --out "$OUT" --workdir /tmp/kf_compile_bench 2>&1 | tee "$OUT/compile_bench.log" | grep -v '^{' ;;
     feedback-capture) bash bench/feedback_capture.sh /tmp/kfout/ncu_feedback ${CAPTURE_CASES:-} 2>&1 | tee "$OUT/feedback_capture.log"
         tar czf "$OUT/ncu_feedback.tgz" --exclude='*.ncu-rep' -C /tmp/kfout ncu_feedback; ls -la "$OUT/ncu_feedback.tgz" ;;

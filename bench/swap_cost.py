@@ -15,19 +15,26 @@ session's best.py is written for each kernel (no model is run here, the kernels 
 
 For each, in one process, the same call is timed on a host model `h(x) = m(x)` where `m` is
   kernel        the kernel's own module, called directly (the baseline: eager, best.py imported as the
-                judge ran it; compiled, the swap's own ModelNew, fullgraph off),
+                judge ran it; compiled, the swap's own ModelNew),
+  kernel-fg-off the same compiled without fullgraph (compiled modes): what fullgraph=True itself costs,
+  passthrough   a plain nn.Module whose forward calls the kernel: what any module around it costs,
   swapped       kernelfix.load_best(session, original): the swap as it ships,
   custom_op     kernelfix.load_best(..., trace=False): the compiled path through the opaque operator,
-eager, under torch.compile(fullgraph=True) and under torch.compile(mode="reduce-overhead") (CUDA
-graphs). Each number is the median over 15 repetitions of the mean time of 200 back-to-back
-calls between CUDA events (on the CPU the minimum, by the wall clock), the variants of one mode timed in the
-same repetitions in rotating order; "added" is the median over the repetitions of the swap's time minus the
-kernel's in that repetition (same process, same mode). With --old, the landed kernelfix (installed at that
+eager, under torch.compile(fullgraph=True) and under torch.compile(mode="reduce-overhead", fullgraph=True)
+(CUDA graphs), every variant of a mode compiled with the same options (without fullgraph where the kernel's
+own module breaks the graph: the landed kernelfix's pybind extension). Each number is the median over 31 repetitions of the mean time of 200 back-to-back calls
+between CUDA events (on the CPU the minimum, by the wall clock), the variants of one mode timed in the
+same repetitions in rotating order, the garbage collector off; "added" is the median over the
+repetitions of the variant's time minus the kernel's in that repetition (same process, same mode), with
+its 95% confidence interval (order statistics of the paired differences): an interval that holds 0 is
+an added cost this run cannot tell from none. With --old, the landed kernelfix (installed at that
 path) is timed the same way in a process of its own, on a capture and sessions it writes itself (its
-kernel baseline measured there too).
+kernel baseline measured there too). bench/swap_cost_explain.py says what the compiled difference is
+made of (guards, Python calls, ops).
 
-Prints a table per kernel and `swap-cost: OK` when the swapped model matched the kernel's
-output in every mode (and, for the goal, the added eager cost is at most 5 us per call).
+Prints a table per kernel, the added cost per short call with its interval, and `swap-cost: OK` when
+the swapped model matched the kernel's output in every mode (and, for the goal, the added eager cost is
+at most 5 us per call; compiled, "none measurable" when every interval holds 0).
 """
 
 from __future__ import annotations
@@ -135,26 +142,60 @@ def per_call_us(fn, x, device: str, inner: int = 200) -> float:
     return (time.perf_counter() - t0) * 1e6 / inner
 
 
-def interleaved_us(fns: dict, x, device: str, inner: int, reps: int = 15) -> tuple[dict[str, float], dict[str, float]]:
+def interleaved_us(fns: dict, x, device: str, inner: int, reps: int = 31) -> tuple[dict[str, float], dict[str, float], dict[str, tuple[float, float]]]:
     """Every variant timed in the same repetitions, their order rotating, so that drift (clocks, the host's
-    neighbours) falls on all alike: per variant the median, and its median paired difference from the
-    first variant (the kernel) over the repetitions."""
+    neighbours) falls on all alike: per variant the median, its median paired difference from the first
+    variant (the kernel) over the repetitions, and that median's 95% confidence interval (on the GPU). The
+    garbage collector is off while they run (what lived before, frozen), so that no collection lands on one
+    variant's time."""
+    import gc
+
     names = list(fns)
     for fn in fns.values():
         for _ in range(20):
             fn(x)
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(reps):
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            samples[n].append(per_call_us(fns[n], x, device, inner))
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        for r in range(reps):
+            for n in names[r % len(names):] + names[: r % len(names)]:
+                samples[n].append(per_call_us(fns[n], x, device, inner))
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
     # The CPU box is shared: its minimum is the call's cost, its median mostly the neighbours'.
     pick = statistics.median if device == "cuda" else min
     base = names[0]
     if device == "cuda":
-        added = {n: statistics.median(a - b for a, b in zip(samples[n], samples[base])) for n in names[1:]}
+        diffs = {n: [a - b for a, b in zip(samples[n], samples[base])] for n in names[1:]}
+        added = {n: statistics.median(d) for n, d in diffs.items()}
+        ci = {n: median_ci(d) for n, d in diffs.items()}
     else:  # paired differences carry the neighbours' noise twice: the minima's difference instead
         added = {n: min(samples[n]) - min(samples[base]) for n in names[1:]}
-    return {n: pick(v) for n, v in samples.items()}, added
+        ci = {}
+    return {n: pick(v) for n, v in samples.items()}, added, ci
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median: the order statistics k and n-k+1 (1-based) of
+    the sorted values, k the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2."""
+    from math import comb
+
+    v = sorted(values)
+    n = len(v)
+    k, below = 0, 0.0
+    while True:
+        p = comb(n, k) / 2**n
+        if below + p > (1 - level) / 2:
+            break
+        below += p
+        k += 1
+    k = max(k, 1)
+    return v[k - 1], v[n - k]
 
 
 def measure(sessions: dict[str, str], device: str, label: str) -> dict:
@@ -172,48 +213,65 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
         def forward(self, x):
             return self.m(x)
 
+    class Passthrough(nn.Module):  # a plain module around the kernel: what any module level costs a call
+        def __init__(self, kernel: nn.Module):
+            super().__init__()
+            self.kernel = kernel
+
+        def forward(self, x):
+            return self.kernel(x)
+
     has_trace = "trace" in inspect.signature(kernelfix.load_best).parameters
     backend = "inductor" if device == "cuda" else "aot_eager"
     # dynamic=False: each shape its own static graph, for the kernel as for the swap (whose guards fix shapes anyway)
-    modes = {"eager": None, "compiled": dict(fullgraph=True, backend=backend, dynamic=False)}
+    modes = {"eager": None, "compiled": dict(backend=backend, dynamic=False)}
     if device == "cuda":
-        modes["reduce-overhead"] = dict(fullgraph=True, mode="reduce-overhead", dynamic=False)
+        modes["reduce-overhead"] = dict(mode="reduce-overhead", dynamic=False)
     out: dict = {"label": label, "kernels": {}}
     for kind, session in sessions.items():
         t0 = time.monotonic()
         swapped = kernelfix.load_best(session, nn.ReLU(), device=device)  # the original: the user's ReLU, for other shapes
         load_s = time.monotonic() - t0
         plain = plain_kernel(session, device)
-        variants = {"kernel": plain, "swapped": swapped}
+        variants = {"kernel": plain, "passthrough": Passthrough(plain), "swapped": swapped}
         if has_trace:
             variants["custom_op"] = kernelfix.load_best(session, nn.ReLU(), device=device, trace=False)
         path = getattr(swapped, "compile_path", None)
-        row: dict = {"load_s": round(load_s, 2), "path": path.model_dump(exclude={"checks"}) if path is not None else {"kind": "custom_op", "op": swapped.op_name}}
-        times, added, ok = {}, {}, True
+        # Every variant of a compiled mode is compiled alike: fullgraph=True costs each compiled call a few us of
+        # Dynamo's own (its wrapper reads a config value and sets and resets its fullgraph bookkeeping around the
+        # frame: torch 2.13's compile_wrapper), once per call of the whole compiled model, whatever it holds; a
+        # kernel baseline without it and a swap with it would put that on the swap. Where the kernel's own module cannot compile whole (the landed kernelfix's extension: pybind
+        # calls, a graph break), every variant compiles without fullgraph. "kernel-fg-off": the kernel compiled
+        # without fullgraph beside the rest, what fullgraph itself costs a call.
+        fullgraph = path is not None and path.kind == "traced"
+        row: dict = {"load_s": round(load_s, 2), "fullgraph": fullgraph,
+                     "path": path.model_dump(exclude={"checks"}) if path is not None else {"kind": "custom_op", "op": swapped.op_name}}
+        times, added, ci, ok = {}, {}, {}, True
         for mode, opts in modes.items():
             torch._dynamo.reset()
             fns = {}
-            for name, m in variants.items():
+            for name, m in list(variants.items()) + ([("kernel-fg-off", plain)] if opts is not None and fullgraph else []):
                 if mode == "eager" and name == "custom_op":
                     continue  # eager never takes the operator now
-                if mode != "eager" and name == "kernel":
+                if mode != "eager" and name in ("kernel", "passthrough", "kernel-fg-off"):
                     # Compiled, the kernel is the swap's own ModelNew: for a CUDA extension its functions are then
-                    # the C++ operators load_best registered (with the landed kernelfix, pybind calls, which
-                    # Dynamo leaves to run eagerly: fullgraph is off for this baseline).
-                    m = swapped.kernel
+                    # the C++ operators load_best registered (with the landed kernelfix, pybind calls).
+                    m = Passthrough(swapped.kernel) if name == "passthrough" else swapped.kernel
                 host = Host(m)
-                fns[name] = host if opts is None else torch.compile(host, **{**opts, "fullgraph": name != "kernel"})
+                fns[name] = host if opts is None else torch.compile(host, **opts, fullgraph=fullgraph and name != "kernel-fg-off")
             for shape, (r, c) in SHAPES.items():
                 x = torch.randn(r, c, device=device)
                 with torch.no_grad():
                     for fn in fns.values():
                         ok &= bool(torch.equal(fn(x), torch.relu(x)))
-                    med, diff = interleaved_us(fns, x, device, inner=200 if shape == "short" else 20)
+                    med, diff, interval = interleaved_us(fns, x, device, inner=200 if shape == "short" else 20)
                 for name in fns:
                     times[f"{name} {mode} {shape}"] = med[name]
                     if name in diff:
                         added[f"{name} {mode} {shape}"] = diff[name]
-        row["times"], row["added"], row["ok"] = times, added, ok
+                    if name in interval:
+                        ci[f"{name} {mode} {shape}"] = interval[name]
+        row["times"], row["added"], row["ci"], row["ok"] = times, added, ci, ok
         row["fallbacks"] = swapped.fallbacks
         out["kernels"][kind] = row
     return out
@@ -235,14 +293,14 @@ def report(results: list[dict]) -> bool:
         for kind, row in res["kernels"].items():
             t = row["times"]
             path = row["path"]
-            print(f"\n{res['label']}: {kind} kernel, loaded in {row['load_s']} s; under torch.compile: {path.get('kind')}"
+            print(f"\n{res['label']}: {kind} kernel, loaded in {row['load_s']} s; compiled with fullgraph={row.get('fullgraph')}; under torch.compile: {path.get('kind')}"
                   + (f" ({', '.join(path.get('kernels') or [])})" if path.get("kernels") else "")
                   + (f" [{path.get('note')}]" if path.get("note") else ""))
             modes = sorted({k.split()[1] for k in t}, key=["eager", "compiled", "reduce-overhead"].index)
             print(f"  {'us per call':<26}" + "".join(f"{s + ' ' + str(SHAPES[s][0]) + 'x' + str(SHAPES[s][1]):>24}" for s in SHAPES))
             for mode in modes:
                 base = {s: t.get(f"kernel {mode} {s}") for s in SHAPES}
-                for name in ("kernel", "swapped", "custom_op"):
+                for name in ("kernel", "kernel-fg-off", "passthrough", "swapped", "custom_op"):
                     if f"{name} {mode} short" not in t:
                         continue
                     cells = []
@@ -299,9 +357,24 @@ def main() -> int:
     good = report(results)
     new = results[-1]["kernels"]
     eager_added = {k: r["added"]["swapped eager short"] for k, r in new.items()}
-    print("\nadded per swapped call, short calls (this kernelfix): "
-          + ", ".join(f"{k} eager {v:+.2f} us" for k, v in eager_added.items()))
+    print("\nadded per swapped call, short calls (this kernelfix), median paired difference [95% interval]:")
+    unresolved = []
+    for kind, r in new.items():
+        cells = []
+        for mode in ("eager", "compiled", "reduce-overhead"):
+            key = f"swapped {mode} short"
+            if key not in r["added"]:
+                continue
+            lo_hi = r.get("ci", {}).get(key)
+            cells.append(f"{mode} {r['added'][key]:+.2f} us" + (f" [{lo_hi[0]:+.2f}, {lo_hi[1]:+.2f}]" if lo_hi else ""))
+            if mode != "eager" and lo_hi and lo_hi[0] > 0:
+                unresolved.append(f"{kind} {mode}")
+        floor = r.get("ci", {}).get("passthrough compiled short")
+        print(f"  {kind}: " + ", ".join(cells)
+              + (f"; a plain module around the kernel, compiled: {r['added']['passthrough compiled short']:+.2f} us [{floor[0]:+.2f}, {floor[1]:+.2f}]" if floor else ""))
     met = all(v <= 5.0 for v in eager_added.values())
+    if new and all(r.get("ci") for r in new.values()):
+        print("compiled: " + ("none measurable (every interval holds 0)" if not unresolved else "measurable in " + ", ".join(unresolved)))
     print(f"swap-cost: {'OK' if good else 'FAILED'}{'' if met else ' (eager added cost above the 5 us goal)'} in {time.monotonic() - t0:.0f} s")
     return 0 if good else 1
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch import Tensor
 
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.schema import InputLeaf
@@ -147,16 +148,18 @@ def match_call(in_spec: pytree.TreeSpec, leaves: list[InputLeaf], args: tuple, k
 
 
 def compiled_signature(in_spec: pytree.TreeSpec, leaves: list[InputLeaf]) -> tuple:
-    """A captured call as nested tagged tuples, ``("tensor", dtype, shape)``, ``("const", value)``,
-    ``("tuple"|"list", *children)``, ``("dict", ((key, child), ...))``, ``("none",)``, for
-    :func:`compiled_match`: plain constants that Dynamo reads without a guard of its own."""
+    """A captured call as ``(args, keywords)``: a tuple of the positional arguments' tagged tuples and one of
+    ``(keyword, tagged)`` pairs, each tagged tuple ``("tensor", dtype, shape)``, ``("const", value)``,
+    ``("tuple"|"list", *children)``, ``("dict", ((key, child), ...))`` or ``("none",)``, for
+    :func:`compiled_call_tensors`: plain constants, which Dynamo guards with one equality check."""
     tagged = []
     for leaf in leaves:
         if leaf.tensor is not None:
             tagged.append(("tensor", getattr(torch, leaf.tensor.dtype), tuple(leaf.tensor.shape)))
             continue
         tagged.append(_constant(leaf.constant or "None"))
-    return _tag(pytree.tree_unflatten(list(range(len(tagged))), in_spec), tagged)
+    args, kwargs = pytree.tree_unflatten(list(range(len(tagged))), in_spec)  # the capture's (args, kwargs)
+    return tuple(_tag(a, tagged) for a in args), tuple((k, _tag(v, tagged)) for k, v in kwargs.items())
 
 
 def _constant(text: str) -> tuple:
@@ -183,19 +186,47 @@ def _tag(node: Any, leaves: list[tuple]) -> tuple:
     return ("never",)  # a namedtuple or another registered node: compiled calls with it fall back
 
 
-def compiled_match(value: Any, sig: tuple, tensors: list[torch.Tensor]) -> bool:
-    """Whether ``value`` is the captured call ``sig`` describes, appending its tensors in the captured order.
+def compiled_call_tensors(signatures: tuple[tuple, ...], args: tuple, kwargs: dict) -> list[Tensor] | None:
+    """The kernel's tensors when ``(args, kwargs)`` is one of the captured calls ``signatures`` describe
+    (:func:`compiled_signature`), in the captured order (keywords in any order); None for any other call."""
+    for positional, keywords in signatures:
+        if len(args) != len(positional) or len(kwargs) != len(keywords):
+            continue
+        tensors: list[Tensor] = []
+        for value, sig in zip(args, positional):
+            if not compiled_match(value, sig, tensors):
+                break
+        else:
+            for key, sig in keywords:
+                if key not in kwargs or not compiled_match(kwargs[key], sig, tensors):
+                    break
+            else:
+                return tensors
+    return None
 
-    Written for Dynamo to trace: type checks, lengths and shapes, which it turns into guards (on a tensor's
-    shape it guards already), so the compiled model pays nothing for the check; keywords in any order."""
+
+def compiled_match(value: Any, sig: tuple, tensors: list[Tensor]) -> bool:
+    """Whether ``value`` is the captured argument ``sig`` describes, appending its tensors in the captured order.
+
+    Written for Dynamo to trace, and to cost a compiled call as few guards as can be: what it compares
+    (types, lengths, a tensor's dtype and sizes) Dynamo knows while tracing and guards already (the call's
+    structure is the caller's code; a tensor's dtype and shape are in its TENSOR_MATCH), so the guards it
+    adds are only on what it reads: the signatures (one equality guard on them), this function and the
+    builtins it calls. Dtypes compare by identity and sizes one by one as ints, which Dynamo folds itself
+    (comparing tuples or dtypes with ``!=`` goes through its polyfills, each a guard of its own), and
+    ``Tensor`` is this module's name (through ``torch`` it would give the torch module a second source
+    beside the kernel's: an object-aliasing guard, evaluated in Python on every call)."""
     kind = sig[0]
     if kind == "tensor":
-        if not isinstance(value, torch.Tensor) or value.dtype != sig[1] or tuple(value.shape) != sig[2]:
+        if not isinstance(value, Tensor) or value.dtype is not sig[1] or len(value.shape) != len(sig[2]):
             return False
+        for got, want in zip(value.shape, sig[2]):
+            if got != want:
+                return False
         tensors.append(value)
         return True
     if kind == "const":
-        return not isinstance(value, torch.Tensor) and type(value) is type(sig[1]) and value == sig[1]
+        return not isinstance(value, Tensor) and type(value) is type(sig[1]) and (value is sig[1] or value == sig[1])
     if kind == "none":
         return value is None
     if kind == "tuple" or kind == "list":

@@ -10,8 +10,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+from torch.compiler import is_compiling
 
-from kernelfix.capture.calls import CallPlans, compiled_match, compiled_signature, leaves_shape, output_layout, rebuild
+from kernelfix.capture.calls import CallPlans, compiled_call_tensors, compiled_signature, leaves_shape, output_layout, rebuild
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.schema import CaptureManifest, CompilePath, SwapCheck
 
@@ -32,8 +33,9 @@ class CapturedKernel(nn.Module):
         self._in_spec = pytree.treespec_loads(manifest.in_spec) if manifest.in_spec else None
         self._sets = manifest.input_sets or [manifest.inputs]  # every captured call's inputs: what the kernel was judged on
         self.calls = CallPlans(self._in_spec, self._sets)  # eager: the check's answer per kind of call
-        # Under torch.compile: the captured calls as plain tagged tuples, which Dynamo compares as guards.
-        self._signatures = [compiled_signature(self._in_spec, leaves) for leaves in self._sets] if self._in_spec is not None else []
+        # Under torch.compile: the captured calls as one tuple of plain tagged tuples, which Dynamo guards with
+        # a single equality check (a list would cost a guard per item).
+        self._signatures = tuple(compiled_signature(self._in_spec, leaves) for leaves in self._sets) if self._in_spec is not None else ()
         self._refusal = (
             f"{manifest.module_path}: torch.compile traced a call unlike every captured one, and there is no original module "
             f"to hand it to (kernelfix.load_best(session, original)); the kernel was judged on calls like {leaves_shape(self._sets[0])}"
@@ -69,8 +71,21 @@ class CapturedKernel(nn.Module):
         return tensors
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return self._compiled_call(args, kwargs)
+        if is_compiling():
+            # The call as Dynamo traces it, written to add as few guards to a compiled call as can be (each is
+            # checked before every call; docs/capture.md, "What a swap costs"): the match is comparisons Dynamo
+            # decides while tracing (no exception text, no dict of answers), reading one tuple of signatures;
+            # the code is inline here rather than in methods (each method looked up on self is a guard);
+            # `is_compiling` is imported, since reading `torch` here as well as in the kernel's module gives
+            # the torch module a second source, an object-aliasing guard that Dynamo evaluates in Python.
+            tensors = compiled_call_tensors(self._signatures, args, kwargs)
+            if tensors is None:
+                if self.original is None:
+                    raise CallMismatch(self._refusal)
+                return self.original(*args, **kwargs)  # not counted: Python state would cost a recompile per call
+            if self._op is None:
+                return self.kernel(*tensors)
+            return self._operator_call(tensors)
         plan, tensors = self.calls.plan(args, kwargs)
         if plan.mismatch is None:
             return self.kernel(*tensors)
@@ -81,26 +96,11 @@ class CapturedKernel(nn.Module):
             warnings.warn(f"{self.manifest.module_path}: {plan.mismatch}; such calls run the original module", stacklevel=2)
         return self.original(*args, **kwargs)
 
-    def _compiled_call(self, args: tuple, kwargs: dict) -> Any:
-        """The call as Dynamo traces it: the match decided by comparisons Dynamo turns into guards (no
-        exception text, no dict of answers), then the kernel on the path load_best checked."""
-        tensors = self._compiled_match(args, kwargs)
-        if tensors is None:
-            if self.original is None:
-                raise CallMismatch(self._refusal)
-            return self.original(*args, **kwargs)  # not counted: Python state would cost a recompile per call
-        if self._op is None:
-            return self.kernel(*tensors)
+    def _operator_call(self, tensors: list[torch.Tensor]) -> Any:
+        """The kernel as the custom operator, under torch.compile (capture/custom_op.py)."""
         if self.manifest.backward:  # the operator's autograd formula runs the kernel's own backward
             return rebuild(self._out_layout, self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad]))
         return rebuild(self._out_layout, self._op(tensors))
-
-    def _compiled_match(self, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
-        for sig in self._signatures:
-            tensors: list[torch.Tensor] = []
-            if compiled_match((args, kwargs), sig, tensors):
-                return tensors
-        return None
 
     def extra_repr(self) -> str:
         return f"captured={self.manifest.module_path!r}, compiled={self.compile_path.kind}, fallbacks={self.fallbacks}"

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch import Tensor
+from torch.compiler import is_compiling
 
 REGISTRATION = r"""
 // kernelfix (capture/cpp_ops.py): the listed functions also as operators of {ns}, for torch.compile
@@ -242,7 +244,10 @@ def _dispatcher(fn: ExtensionFunction, recorder: Recorder) -> Any:
     pybind, op = fn.pybind, fn.op
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():  # traced: the operator, on the contiguous tensors its rule was made from
+        # traced: the operator, on the contiguous tensors its rule was made from. `is_compiling` and `Tensor` as
+        # names of this module: reading them through `torch` gives the torch module a second source beside
+        # best.py's, which costs a guard evaluated in Python on every compiled call (capture/captured_kernel.py).
+        if is_compiling():
             return op(*[_contiguous(a) for a in args], **kwargs)
         if recorder.on:
             return recorder.record(fn, args, kwargs)
@@ -253,10 +258,10 @@ def _dispatcher(fn: ExtensionFunction, recorder: Recorder) -> Any:
 
 
 def _contiguous(a: Any) -> Any:
-    if isinstance(a, torch.Tensor):
+    if isinstance(a, Tensor):
         return a.contiguous()
     if isinstance(a, (list, tuple)):
-        return type(a)(x.contiguous() if isinstance(x, torch.Tensor) else x for x in a)
+        return type(a)(x.contiguous() if isinstance(x, Tensor) else x for x in a)
     return a
 
 

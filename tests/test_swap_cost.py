@@ -272,3 +272,63 @@ def test_a_trace_that_fails_on_an_fp64_scalar_says_why_and_how_to_fix_it():
         why = _trace_failure(e)
     assert "Got fp64 and fp32" in why and "tl.constexpr" in why
     assert _trace_failure(ValueError("plain")) == "Dynamo cannot trace the kernel's forward with fullgraph=True (ValueError: plain)"
+
+
+class _KernelHost(nn.Module):
+    """The baseline a swap's compiled call is held to: the kernel's own module called directly on the tensors."""
+
+    def __init__(self, kernel: nn.Module):
+        super().__init__()
+        self.kernel = kernel
+
+    def forward(self, x, s):
+        return self.kernel(x, s)
+
+
+class _SwapHost(nn.Module):
+    def __init__(self, swapped: nn.Module):
+        super().__init__()
+        self.swapped = swapped
+
+    def forward(self, x, s):
+        return self.swapped(x, scale=s, causal=True)
+
+
+def _compiled_entry(host: nn.Module, *args):
+    """Dynamo's graph and guard tree for ``host`` compiled whole (fullgraph, static shapes) on ``args``."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    graphs, backend = _graphs()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(host, fullgraph=True, dynamic=False, backend=backend)(*args)
+    (entry,) = _debug_get_cache_entry_list(type(host).forward.__code__)
+    (graph,) = graphs
+    return [str(n.target) for n in graph.graph.nodes if n.op == "call_function"], str(entry.guard_manager)
+
+
+def test_a_compiled_swap_adds_no_graph_node_and_no_python_guard(swapped_session):
+    """What a traced swap costs a compiled call above its kernel's own is guards only: the same graph,
+    node for node, and no guard that Dynamo evaluates in Python (an object-aliasing guard, from reading
+    the torch module through a second module, cost one a call; bench/swap_cost_explain.py shows it)."""
+    import sys
+
+    from test_capture_swap import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from swap_cost_explain import guard_kinds, python_guards
+
+    session, model = swapped_session
+    swapped = kernelfix.load_best(session, model.inner)
+    assert swapped.compile_path.kind == "traced"
+    x, s = torch.randn(4, 4), torch.full((4, 4), 0.5)
+    kernel_nodes, kernel_guards = _compiled_entry(_KernelHost(swapped.kernel), x, s)
+    swap_nodes, swap_guards = _compiled_entry(_SwapHost(swapped), x, s)
+    assert swap_nodes == kernel_nodes
+    assert python_guards(swap_guards) == python_guards(kernel_guards)
+    extra = guard_kinds(swap_guards)
+    extra.subtract(guard_kinds(kernel_guards))
+    # The match's guards: the signature (one EQUALS_MATCH on it, its length and type), the module's own
+    # type and dict, the builtins and functions the match calls; none per element, none per call.
+    assert sum(extra.values()) <= 30, (dict(extra), swap_guards)
+    assert set(k for k, v in extra.items() if v > 0) <= {"ID_MATCH", "TYPE_MATCH", "DICT_CONTAINS", "EQUALS_MATCH", "LENGTH_CHECK", "NONE_MATCH"}, dict(extra)
