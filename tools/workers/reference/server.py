@@ -55,6 +55,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         self._ids = spec.id_base
         self.on_device = spec.inputs_on_device and self.cuda
         self.draw_note: str | None = None
+        self.seconds: dict[str, float] = {}  # the current request's, by step (Trials._timed)
 
     def _id(self) -> int:
         self._ids += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +56,17 @@ class Trials:
     """The part of :class:`ReferenceServer` that makes a trial's tensors: its inputs (drawn under the trial's seed,
     or varied from another trial's), the reference's output (and gradients under --backward), and the cache
     that keeps them while they fit ``cache_bytes``."""
+
+    @contextlib.contextmanager
+    def _timed(self, key: str) -> Iterator[None]:
+        """Add the block's seconds (its GPU work finished) to this request's ``seconds[key]``: the breakdown
+        the judge adds to the verdict's (``correctness.ref_<key>``)."""
+        t0 = perf_counter()
+        try:
+            yield
+        finally:
+            sync(self.device)
+            self.seconds[key] = self.seconds.get(key, 0.0) + perf_counter() - t0
 
     def _draw(self, seed: int, input_set: int | None = None) -> list:
         import torch
@@ -110,12 +123,13 @@ class Trials:
 
         self.w.phase("reference_trial", trial=plan.index)
         try:
-            if plan.variant:
-                inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed)
-                if not changed:
-                    return TrialData(skipped="no floating-point tensor inputs to vary")
-            else:
-                inputs = self._draw(plan.seed, plan.input_set)
+            with self._timed("draw"):
+                if plan.variant:
+                    inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed)
+                    if not changed:
+                        return TrialData(skipped="no floating-point tensor inputs to vary")
+                else:
+                    inputs = self._draw(plan.seed, plan.input_set)
             t0 = perf_counter()
             if self.spec.backward:
                 out, cot, keys, grads = self._forward_backward(self.model, inputs, plan.seed, trial=plan.index)
@@ -124,6 +138,7 @@ class Trials:
                     out = self.model(*inputs)
             sync(self.device)
             ref_ms = (perf_counter() - t0) * 1e3  # under --backward forward+backward: the candidate's deadline covers both
+            self.seconds["forward"] = self.seconds.get("forward", 0.0) + ref_ms / 1e3
             peak = int(torch.cuda.max_memory_allocated()) if self.cuda else None  # before the float64 check's own
         except TaskProblem:
             raise
@@ -137,9 +152,11 @@ class Trials:
         if self.spec.backward:
             data.cot, data.grad_keys, data.grads = cot, keys, grads
         if plan.float64 and self.model64 is not None:
-            self._float64(plan, data)
+            with self._timed("float64"):
+                self._float64(plan, data)
         if plan.purpose == "correctness":
-            data.vacuous = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
+            with self._timed("vacuous"):
+                data.vacuous = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
         return data
 
     def _forward_backward(self, model: Any, inputs: list, seed: int, cot: list | None = None, trial: int | None = None) -> tuple[Any, list, list, list]:
