@@ -15,7 +15,9 @@ from kernelfix.tools.correctness import chunked, compare as compare_mod, fused  
 from kernelfix.tools.correctness.chunked import relative_error, vacuous_tolerance  # noqa: E402
 from kernelfix.tools.correctness.compare import compare, truth_check  # noqa: E402
 
-N = 4 * fused.BLOCK + 1500  # two chunks of two blocks, and a part
+fused.BLOCK, fused.ITERS = 512, 2  # small programs, several to a chunk, so every rule spans programs and chunks
+SPAN = fused.BLOCK * fused.ITERS
+N = 10 * SPAN + 100  # five chunks of two programs, and a part
 
 
 def compare_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, dict]]:
@@ -86,7 +88,7 @@ def dump(x):
 
 def main() -> None:
     fused.CPU_INTERPRETED = True
-    chunked.CHUNK = compare_mod.CHUNK = 2 * fused.BLOCK
+    chunked.CHUNK = compare_mod.CHUNK = 2 * SPAN
     out: dict[str, list] = {}
     for name, (r, o, tol) in compare_cases().items():
         out[f"compare/{name}"] = [dump(x) for x in both(lambda: compare(r, o, trial=1, seed=2, rel_error_tol=1e-2, noise=1e-7, **tol))]
