@@ -111,3 +111,29 @@ def test_fused_on_the_gpu_matches_the_torch_passes(monkeypatch):
     old, new = both_ways(monkeypatch, lambda: vacuous_tolerance(1e-7 * r))
     assert old == new and new is not None
     assert fused.usable(r, o)  # what ran above was the kernel, compiled
+
+
+def test_a_kernel_that_fails_hands_every_comparison_to_the_torch_passes(monkeypatch):
+    """A Triton that cannot compile the kernels must not cost a verdict: the torch passes judge, now and after."""
+    monkeypatch.setattr(fused, "failed", None)
+    monkeypatch.setattr(fused, "FUSED_MIN", 0)
+    monkeypatch.setattr(fused, "usable", lambda *t, **k: fused.failed is None)
+    monkeypatch.setattr(fused, "_kernels", lambda: ("pair", "truth", "vacuous"))  # Triton stays unimported here
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("PTX assembly failed")
+
+    monkeypatch.setattr(fused, "_launch", broken)
+    r = torch.linspace(-1, 1, 1000)
+    rep = compare(r, r.clone(), trial=0, seed=0, rel_error_tol=1e-2)
+    assert rep.ok and rep.mismatches == 0 and rep.rel_error_norm == 0.0
+    assert fused.failed is not None and "PTX" in fused.failed
+    assert vacuous_tolerance(1e-7 * r) is not None  # the torch pass found it
+
+    def full(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(fused, "failed", None)
+    monkeypatch.setattr(fused, "_launch", full)
+    with pytest.raises(torch.OutOfMemoryError):  # the machine's fault, raised as the torch passes raise it
+        compare(r, r.clone(), trial=0, seed=0)

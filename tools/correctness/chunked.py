@@ -93,8 +93,8 @@ class ErrorNorm:
 
 def rel_norm(r: torch.Tensor, o: torch.Tensor) -> tuple[float | None, float]:
     rf, of = flat(r), flat(o)
-    if fused.usable(rf, of):
-        st = fused.pair_stats(rf, of, 1.0, 0.0, CHUNK)  # only the sums behind the norm are used
+    st = fused.pair_stats(rf, of, 1.0, 0.0, CHUNK) if fused.usable(rf, of) else None  # only the norm's sums are used
+    if st is not None:
         return ErrorNorm.of_sums(st.moments, st.sq_err, st.sq_ref).result()
     acc = ErrorNorm()
     for i, j in chunks(rf.numel()):
@@ -132,13 +132,15 @@ def vacuous_tolerance(ref: Any, *, atol: float | None = None, rtol: float | None
             continue
         a, rt = tolerance(r.dtype, atol, rtol)
         rf = flat(r)
-        if fused.usable(rf):
-            st = fused.pair_stats(rf, rf, a, rt, CHUNK)
+        st = fused.pair_stats(rf, rf, a, rt, CHUNK) if fused.usable(rf) else None
+        counts = None
+        if st is not None:
             moments, nonzero, largest = Moments(*st.moments), st.nonzero, st.largest
             if moments.n == 0 or not nonzero:
                 continue
-            zeros_out, mean_out = fused.vacuous_counts(rf, a, rt, moments.mean)
-            zeros_pass, mean_pass = zeros_out == 0, moments.n > 1 and mean_out == 0
+            counts = fused.vacuous_counts(rf, a, rt, moments.mean)
+        if counts is not None:
+            zeros_pass, mean_pass = counts[0] == 0, moments.n > 1 and counts[1] == 0
             found = _vacuous_note(path, a, rt, largest, moments, zeros_pass, mean_pass)
             if found:
                 return found

@@ -148,9 +148,9 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
         sq_e = sq_r = 0.0
         truth_moments = Moments()
         bad_nonfinite = 0
-        big = fused.usable(rf, tf, of)
-        if big:
-            st = fused.truth_stats(rf, tf, of)
+        st = fused.truth_stats(rf, tf, of) if fused.usable(rf, tf, of) else None
+        big = st is not None
+        if st is not None:
             bad_nonfinite, e_max, r_max, sq_e, sq_r, truth_moments = st.nonfinite, st.e_max, st.r_max, st.sq_e, st.sq_r, Moments(*st.moments)
         for i, j in chunks(0 if big else rf.numel()):
             t64 = tf[i:j].to(rf.device).double()
@@ -203,9 +203,9 @@ def _values(
     max_abs_at = 0
     excess_best, excess_at = -math.inf, 0
     acc = ErrorNorm() if rel_error_tol is not None else None
-    big = fused.usable(rf, of)
-    if big:
-        st = fused.pair_stats(rf, of, atol, rtol, CHUNK)
+    st = fused.pair_stats(rf, of, atol, rtol, CHUNK) if fused.usable(rf, of) else None
+    big = st is not None
+    if st is not None:
         n_bad, n_nonfinite, first_nonfinite, max_abs, max_abs_at = st.n_bad, st.n_nonfinite, st.first_nonfinite, st.max_abs, st.max_abs_at
         max_rel, excess_at = st.max_rel, st.excess_at
         acc = ErrorNorm.of_sums(st.moments, st.sq_err, st.sq_ref) if rel_error_tol is not None else None

@@ -36,7 +36,7 @@ class Handoff:
         self.plans[plan.index] = plan
         self.seconds = {}
         cached = plan.index in self.cache
-        data = self._get(plan)
+        data = self._get(plan, inputs_only=bool(req.get("inputs_only")))
         reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note, seconds=self.seconds)
         if data.skipped is not None:
             self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())

@@ -56,6 +56,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         self.on_device = spec.inputs_on_device and self.cuda
         self.draw_note: str | None = None
         self.seconds: dict[str, float] = {}  # the current request's, by step (Trials._timed)
+        self.vacuous_of: dict[int, str | None] = {}  # each correctness trial's vacuous-tolerance note, once found
 
     def _id(self) -> int:
         self._ids += 1

@@ -1,0 +1,45 @@
+"""The reference worker's savings at large sizes (docs/service.md, "The judge's cost at published sizes"): what it no
+longer makes twice, and that what it skips is never what a check reads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from kernelfix.tools.transport.protocol import TrialPlan
+from kernelfix.tools.workers.reference.trial_data import TrialData, Trials
+
+
+class _Worker(Trials):
+    """A reference worker's trial bookkeeping, with a counted stand-in for the reference's forward."""
+
+    def __init__(self, cache_bytes: int = 0):
+        self.cache, self.cache_used, self.recent = {}, 0, None
+        self.spec = SimpleNamespace(cache_bytes=cache_bytes, atol=None, rtol=None)
+        self.cuda, self.device, self.seconds, self.vacuous_of = False, "cpu", {}, {}
+        self.made: list[tuple[int, bool]] = []
+
+    def _compute(self, plan: TrialPlan, inputs_only: bool = False) -> TrialData:
+        self.made.append((plan.index, inputs_only))
+        return TrialData(inputs=[torch.zeros(4)], out=torch.zeros(4), out64=None if inputs_only else torch.zeros(4, dtype=torch.float64),
+                         inputs_only=inputs_only)
+
+
+def test_timed_inputs_skip_the_float64_truth_and_never_reach_a_check():
+    w, plan, fresh = _Worker(), TrialPlan(index=0, seed=1, purpose="correctness", float64=True), TrialPlan(index=5, seed=2, purpose="fresh")
+    timed = w._get(plan, inputs_only=True)
+    assert timed.inputs_only and timed.out64 is None
+    checked = w._get(plan)  # a check (or the next verdict's trial) of the same index: made again, whole
+    assert not checked.inputs_only and checked.out64 is not None
+    assert w._get(plan, inputs_only=True) is checked  # a whole trial serves timing as it is
+    w._get(fresh)
+    assert w.made == [(0, True), (0, False), (5, False)]
+
+
+def test_timed_inputs_are_never_cached():
+    w = _Worker(cache_bytes=1 << 30)
+    w._get(TrialPlan(index=0, seed=1, purpose="correctness"), inputs_only=True)
+    assert w.cache == {} and w.cache_used == 0
+    w._get(TrialPlan(index=0, seed=1, purpose="correctness"))
+    assert 0 in w.cache and not w.cache[0].inputs_only
