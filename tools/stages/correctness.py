@@ -98,6 +98,8 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
             with _clock(ev, "correctness.forward"):
                 out = run.forward(p, fds)
             add_seconds(ev, "correctness.cand_", {"open": out.open_ms / 1e3, "forward": out.forward_ms / 1e3, "handoff": out.handoff_ms / 1e3})
+            if "correctness.cand_forward_first" not in ev.breakdown:  # the candidate's first call (its kernels loaded) apart
+                ev.breakdown["correctness.cand_forward_first"] = round(out.forward_ms / 1e3, 4)
             with _clock(ev, "correctness.check"):
                 checked = ref.check(t, out, p.slot if into is None else None)
             add_seconds(ev, "correctness.ref_", checked.seconds)
