@@ -43,3 +43,18 @@ def test_timed_inputs_are_never_cached():
     assert w.cache == {} and w.cache_used == 0
     w._get(TrialPlan(index=0, seed=1, purpose="correctness"))
     assert 0 in w.cache and not w.cache[0].inputs_only
+
+
+def test_a_varied_trials_base_moments_are_found_once_and_change_nothing(monkeypatch):
+    from kernelfix.tools.correctness import input_variants
+
+    x, idx = torch.randn(3000, generator=torch.Generator().manual_seed(1)) * 3 + 1, torch.arange(5)
+    plain = {v: input_variants.apply([x, idx, 2.0], v, seed=9)[0] for v in ("scaled", "shifted", "heavy_tailed")}
+    known: dict = {}
+    calls = []
+    real = input_variants.moments
+    monkeypatch.setattr(input_variants, "moments", lambda t: calls.append(1) or real(t))
+    for v, expect in plain.items():
+        got = input_variants.apply([x.clone(), idx, 2.0], v, seed=9, known=known)[0]
+        assert torch.equal(got[0], expect[0]) and torch.equal(got[1], idx) and got[2] == 2.0
+    assert len(calls) == 1 and set(known) == {0}

@@ -57,6 +57,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         self.draw_note: str | None = None
         self.seconds: dict[str, float] = {}  # the current request's, by step (Trials._timed)
         self.vacuous_of: dict[int, str | None] = {}  # each correctness trial's vacuous-tolerance note, once found
+        self.input_moments: dict[int, dict[int, tuple[float, float]]] = {}  # a varied trial's base inputs' (mean, std)
 
     def _id(self) -> int:
         self._ids += 1

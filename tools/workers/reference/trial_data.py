@@ -131,7 +131,9 @@ class Trials:
         try:
             with self._timed("draw"):
                 if plan.variant:
-                    inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed)
+                    # The base trial's inputs are drawn again from their seed, bit for bit: their moments are kept.
+                    known = self.input_moments.setdefault(plan.variant_of or 0, {})
+                    inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed, known)
                     if not changed:
                         return TrialData(skipped="no floating-point tensor inputs to vary")
                 else:
