@@ -58,3 +58,19 @@ def test_a_varied_trials_base_moments_are_found_once_and_change_nothing(monkeypa
         got = input_variants.apply([x.clone(), idx, 2.0], v, seed=9, known=known)[0]
         assert torch.equal(got[0], expect[0]) and torch.equal(got[1], idx) and got[2] == 2.0
     assert len(calls) == 1 and set(known) == {0}
+
+
+def test_tritons_key_is_computed_ahead_only_where_triton_is_imported(monkeypatch):
+    import sys
+    import types
+
+    from kernelfix.tools.workers.candidate import ahead
+
+    calls = []
+    cache = types.ModuleType("triton.runtime.cache")
+    cache.triton_key = lambda: calls.append(1) or "3.6.0-abc"
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    assert not ahead.triton_key_ahead() and calls == []  # a CUDA candidate's fork server: Triton stays unimported
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", cache)
+    assert ahead.triton_key_ahead() and calls == [1]

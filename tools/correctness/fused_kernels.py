@@ -16,8 +16,10 @@ def shift(x_ptr, base, n, BLOCK: tl.constexpr):
     return tl.sum(tl.where(fin, x, 0.0), axis=0) / tl.maximum(tl.sum(fin.to(tl.float64), axis=0), 1.0)
 
 @triton.jit
-def pair(r_ptr, o_ptr, out_ptr, n, atol, rtol, BLOCK: tl.constexpr, ITERS: tl.constexpr, COLS: tl.constexpr):
+def pair(r_ptr, o_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, COLS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
+    atol = tl.load(p_ptr)  # float64 from a tensor: a Python float argument would arrive as float32
+    rtol = tl.load(p_ptr + 1)
     base = pid * (BLOCK * ITERS)
     lane = tl.arange(0, BLOCK)
     SENT = BLOCK * ITERS
@@ -110,7 +112,7 @@ def pair(r_ptr, o_ptr, out_ptr, n, atol, rtol, BLOCK: tl.constexpr, ITERS: tl.co
     tl.store(row + 17, tl.max(hi, axis=0))
 
 @triton.jit
-def truth(r_ptr, t_ptr, o_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr, COLS: tl.constexpr):
+def truth(r_ptr, t_ptr, o_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, COLS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     base = pid * (BLOCK * ITERS)
     lane = tl.arange(0, BLOCK)
@@ -163,8 +165,11 @@ def truth(r_ptr, t_ptr, o_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.conste
     tl.store(row + 9, tl.max(hi, axis=0))
 
 @triton.jit
-def vacuous(x_ptr, out_ptr, n, a, rt, mean, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+def vacuous(x_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
+    a = tl.load(p_ptr)
+    rt = tl.load(p_ptr + 1)
+    mean = tl.load(p_ptr + 2)
     base = pid * (BLOCK * ITERS)
     lane = tl.arange(0, BLOCK)
     zeros_out = tl.zeros([BLOCK], tl.int32)
