@@ -74,3 +74,19 @@ def test_tritons_key_is_computed_ahead_only_where_triton_is_imported(monkeypatch
     monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
     monkeypatch.setitem(sys.modules, "triton.runtime.cache", cache)
     assert ahead.triton_key_ahead() and calls == [1]
+
+
+def test_same_bytes_by_words_and_by_bytes_sees_every_byte(monkeypatch):
+    from kernelfix.tools.correctness import chunked
+    from kernelfix.tools.correctness.chunked import same_bytes
+
+    monkeypatch.setattr(chunked, "CHUNK", 16)  # several steps either way
+    for n in (1000, 1001):  # 4000 bytes: compared as 8-byte words; 4004: byte by byte
+        a = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        assert same_bytes(a, a.clone())
+        for byte in (0, 7, 2001, 4 * n - 1):
+            b = a.clone()
+            b.view(torch.uint8)[byte] ^= 1
+            assert not same_bytes(a, b), (n, byte)
+    nan = torch.full((64,), float("nan"))
+    assert same_bytes(nan, nan.clone()) and not same_bytes(torch.zeros(64), torch.zeros(64).neg())  # bits, not values

@@ -189,6 +189,10 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     fa = torch.as_strided(a, (span,), (1,), a.storage_offset()).view(torch.uint8)
     fb = torch.as_strided(b, (span,), (1,), b.storage_offset()).view(torch.uint8)
     step = CHUNK * 8
+    if fa.numel() % 8 == 0 and fa.data_ptr() % 8 == 0 and fb.data_ptr() % 8 == 0:
+        # Eight bytes to a word: the same equality, an eighth of the comparison's bool temporaries (a 6 GiB
+        # input's written-inputs check read and wrote twice its size in bytes), a sync per GiB.
+        fa, fb, step = fa.view(torch.int64), fb.view(torch.int64), CHUNK * 8
     for i in range(0, fa.numel(), step):
         if not torch.equal(fa[i : i + step], fb[i : i + step].to(fa.device)):
             return False

@@ -6,8 +6,8 @@ through some thirty float64 elementwise kernels and ten host syncs: half a secon
 H100, eight comparisons and as many float64 passes per verdict. Here one kernel reads each element of
 each tensor once, does the same float64 arithmetic element by element (no fused multiply-add:
 ``enable_fp_fusion=False``, so every tolerance is rounded as torch rounds it), and writes a few
-partial results per block of ``BLOCK`` elements; torch merges the partials on the device and the host
-reads them once. What the verdict reports is the torch passes' own: mismatch counts, worst and first
+partial results per program (``BLOCK * ITERS`` elements, walked with running results per lane); torch
+merges the partials on the device and the host reads them once. What the verdict reports is the torch passes' own: mismatch counts, worst and first
 indices, maxima and ``max_rel_error`` (with its chunk-wise NaN rule) are the same numbers; the sums
 behind the error norms are added in another order, so they may differ in the last bits (tests compare
 both on edge cases). Anything else (small outputs, the CPU, integers, a failed Triton) takes the torch
