@@ -63,11 +63,9 @@ class Trials:
         """Add the block's seconds (its GPU work finished) to this request's ``seconds[key]``: the breakdown
         the judge adds to the verdict's (``correctness.ref_<key>``)."""
         t0 = perf_counter()
-        try:
-            yield
-        finally:
-            sync(self.device)
-            self.seconds[key] = self.seconds.get(key, 0.0) + perf_counter() - t0
+        yield  # a block that raises is not timed: its error is what the request reports, not a sync's
+        sync(self.device)
+        self.seconds[key] = self.seconds.get(key, 0.0) + perf_counter() - t0
 
     def _draw(self, seed: int, input_set: int | None = None) -> list:
         import torch
