@@ -89,6 +89,10 @@ for step in "$@"; do
     fp32-gemm) python3 -P bench/fp32_gemm.py --out "$OUT/fp32_gemm.json" ${FP32_SIZES:+--sizes $FP32_SIZES} 2>&1 | tee "$OUT/fp32_gemm.log" ;;
     knowledge-gpu) KNOWLEDGE_GPU_LOG="$OUT/knowledge_gpu.jsonl" python3 -P -m pytest -m gpu -n ${KNOWLEDGE_WORKERS:-6} -q -rA -p no:cacheprovider -o addopts="" --timeout 300 tests/test_knowledge_gpu.py ${KNOWLEDGE_K:+-k "$KNOWLEDGE_K"} > "$OUT/knowledge_gpu.log" 2>&1; grep -E "^\[knowledge\]|^FAILED|^ERROR|passed|failed" "$OUT/knowledge_gpu.log" ;;
     zygote-imports) python3 -P bench/zygote_imports.py 2>&1 | tee "$OUT/zygote_imports.log" ;;
+    cold-eval-cuda) # issue 33: the cached-CUDA case alone (its first, unmeasured run builds the extension: about a minute)
+      python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-2} --out "$OUT/cold_eval_cuda.json" --case gelu_cuda_cached=tests/kernelbench/level1/88_MinGPTNewGelu.py:bench/candidates/gelu_cuda.py 2>&1 | tee "$OUT/cold_eval_cuda.log" ;;
+    fused-check) # issue 33: the fused comparison kernels against the torch passes, compiled, at FUSED_MIN and past it
+      python3 -P -m pytest -m gpu -q -rfE -p no:cacheprovider -o addopts="" --timeout 300 tests/test_fused_check.py 2>&1 | tee "$OUT/fused_check.log" | tail -5 ;;
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     many-judges) python3 -P bench/many_judges.py --copies ${MANY_COPIES:-1} --out "$OUT/many_judges_${MANY_COPIES:-1}.json" ${MANY_ARGS:+--extra-args "$MANY_ARGS"} 2>&1 | tee "$OUT/many_judges_${MANY_COPIES:-1}.log" ;;
     fault-batch) python3 -P bench/fault_batch.py --hold-s ${FAULT_HOLD_S:-60} --leave-gib ${FAULT_LEAVE_GIB:-1} --out "$OUT/fault_batch.json" 2>&1 | tee "$OUT/fault_batch.log" ;;

@@ -25,7 +25,8 @@ HAS_CUDA = torch.cuda.is_available()
 # worker), except the files below, whose tests share a module-scoped fixture (a Ray cluster, a
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.
 GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
-                 "test_api.py", "test_serve.py", "test_rewards.py")
+                 "test_api.py", "test_serve.py", "test_rewards.py",
+                 "test_fused_check.py")  # its cases run once, in one child process (Triton's interpreter)
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
 SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
 # The longest tests (seconds on two busy cores, from `--durations`), handed out first so that no
@@ -36,6 +37,7 @@ LONGEST = {
     "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 11,  # after the PCH test made its PCH
     "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 9,
     "test_hostile.py": 95,  # groups: their whole time
+    "test_fused_check.py": 8,
     "test_agent_crash.py": 85,
     "test_batch_ray.py": 70,
     "test_batch.py::test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished": 25,

@@ -10,7 +10,8 @@ statistics are themselves exact.
 
 Every pass walks the tensors in chunks of ``CHUNK`` elements and keeps only
 running sums, maxima and their indices: a 6 GiB output costs a few hundred MB
-of float64 temporaries, not five times its size. Structure, shape and dtype
+of float64 temporaries, not five times its size. A large output on a GPU takes
+fused.py's kernels instead: one read of each tensor, the same numbers. Structure, shape and dtype
 need only metadata: a candidate output whose shape is wrong may arrive as a
 ``meta`` tensor, which carries no data.
 """
@@ -22,7 +23,8 @@ from typing import Any
 
 import torch
 
-from kernelfix.tools.correctness.chunked import ErrorNorm, Moments, chunks, flat, leaves, same_bytes
+from kernelfix.tools.correctness import fused
+from kernelfix.tools.correctness.chunked import CHUNK, ErrorNorm, Moments, chunks, flat, leaves, same_bytes
 from kernelfix.tools.correctness.tolerance import tolerance
 from kernelfix.tools.verdict import Category, TrialReport, TruthCheck
 
@@ -146,7 +148,11 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
         sq_e = sq_r = 0.0
         truth_moments = Moments()
         bad_nonfinite = 0
-        for i, j in chunks(rf.numel()):
+        st = fused.truth_stats(rf, tf, of) if fused.usable(rf, tf, of) else None
+        big = st is not None
+        if st is not None:
+            bad_nonfinite, e_max, r_max, sq_e, sq_r, truth_moments = st.nonfinite, st.e_max, st.r_max, st.sq_e, st.sq_r, Moments(*st.moments)
+        for i, j in chunks(0 if big else rf.numel()):
             t64 = tf[i:j].to(rf.device).double()
             r64, o64 = rf[i:j].double(), of[i:j].to(rf.device).double()
             fin = torch.isfinite(t64)
@@ -197,7 +203,13 @@ def _values(
     max_abs_at = 0
     excess_best, excess_at = -math.inf, 0
     acc = ErrorNorm() if rel_error_tol is not None else None
-    for i, j in chunks(rf.numel()):
+    st = fused.pair_stats(rf, of, atol, rtol, CHUNK) if fused.usable(rf, of) else None
+    big = st is not None
+    if st is not None:
+        n_bad, n_nonfinite, first_nonfinite, max_abs, max_abs_at = st.n_bad, st.n_nonfinite, st.first_nonfinite, st.max_abs, st.max_abs_at
+        max_rel, excess_at = st.max_rel, st.excess_at
+        acc = ErrorNorm.of_sums(st.moments, st.sq_err, st.sq_ref) if rel_error_tol is not None else None
+    for i, j in chunks(0 if big else rf.numel()):
         r64, o64 = rf[i:j].double(), of[i:j].to(rf.device).double()
         r_fin, o_fin = torch.isfinite(r64), torch.isfinite(o64)
         both = r_fin & o_fin

@@ -42,17 +42,24 @@ def _student_t(n: int, gen: torch.Generator, device: torch.device) -> torch.Tens
     return z / (chi2 / STUDENT_T_DOF).sqrt()
 
 
-def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator) -> torch.Tensor:
-    import torch
-
+def moments(x: torch.Tensor) -> tuple[float, float]:
+    """(mean, standard deviation) of ``x``, a chunk at a time in float64."""
     from kernelfix.tools.correctness.chunked import Moments, chunks
 
     flat = x.detach().reshape(-1)
     m = Moments()
     for i, j in chunks(flat.numel()):
         m.add(flat[i:j].double())
-    mean = m.mean if m.n else 0.0
-    std = (m.m2 / m.n) ** 0.5 if m.n > 1 else 0.0
+    return (m.mean if m.n else 0.0), ((m.m2 / m.n) ** 0.5 if m.n > 1 else 0.0)
+
+
+def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: tuple[float, float] | None = None) -> torch.Tensor:
+    import torch
+
+    from kernelfix.tools.correctness.chunked import chunks
+
+    flat = x.detach().reshape(-1)
+    mean, std = stats if stats is not None else moments(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # same dtype and device as the task's own
     dst = out.view(-1)
     for i, j in chunks(flat.numel()):
@@ -70,8 +77,10 @@ def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator) -> torch
     return kept
 
 
-def apply(inputs: list[Any], variant: InputVariant, seed: int) -> tuple[list[Any], bool]:
-    """The variant of ``inputs`` and whether any tensor changed (False: nothing floating-point to vary)."""
+def apply(inputs: list[Any], variant: InputVariant, seed: int, known: dict[int, tuple[float, float]] | None = None) -> tuple[list[Any], bool]:
+    """The variant of ``inputs`` and whether any tensor changed (False: nothing floating-point to vary).
+    ``known``: each floating tensor's (mean, std) by its position among them, filled here where missing: the
+    same inputs (drawn again from the same seed) need them only once."""
     import torch
 
     gens: dict[torch.device, torch.Generator] = {}
@@ -82,11 +91,17 @@ def apply(inputs: list[Any], variant: InputVariant, seed: int) -> tuple[list[Any
             gens[device] = torch.Generator(device=device).manual_seed(seed)
         return gens[device]
 
+    position = 0
+
     def walk(obj: Any) -> Any:
-        nonlocal changed
+        nonlocal changed, position
         if isinstance(obj, torch.Tensor) and obj.is_floating_point() and obj.numel():
             changed = True
-            return _vary(obj, variant, gen_for(obj.device))
+            stats = None
+            if known is not None:
+                stats = known.get(position) or known.setdefault(position, moments(obj))
+            position += 1
+            return _vary(obj, variant, gen_for(obj.device), stats)
         if isinstance(obj, (list, tuple)):
             return type(obj)(walk(o) for o in obj)
         if isinstance(obj, dict):

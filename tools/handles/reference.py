@@ -286,13 +286,16 @@ class Reference(ReferenceBaselines):
         if p.float64_note and trial.float64 and not p.has_float64 and self.float64_note is None:
             self.float64_note = p.float64_note
 
-    def prepare(self, trial: TrialPlan, into: int | None = None, *, owner: str | None = None) -> tuple[Prepared, list[int]]:
+    def prepare(
+        self, trial: TrialPlan, into: int | None = None, *, owner: str | None = None, inputs_only: bool = False
+    ) -> tuple[Prepared, list[int]]:
         """A trial's inputs in an input slot (a new arena, or ``into``) and an output arena; their fds.
-        ``owner``: the evaluation whose arenas they are (``release_owned`` frees what it left)."""
+        ``owner``: the evaluation whose arenas they are (``release_owned`` frees what it left). ``inputs_only``:
+        for timing, never checked: the worker skips the trial's float64 truth."""
         with self._lock:
             if into is not None and not self._current(into):
                 raise ReferenceUnavailable(Category.WORKER, f"the reference worker restarted while trial {trial.index}'s inputs were in use; it is judged again")
-            msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into)
+            msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into, inputs_only=inputs_only)
             p = Prepared.model_validate(msg)
             fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
             if owner is not None and p.skipped is None:

@@ -29,7 +29,7 @@ from kernelfix.tools import input_sets
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.handles.worker_handle import WorkerGone
-from kernelfix.tools.stages.correctness import fail_from, ref_shapes, shared_hold
+from kernelfix.tools.stages.correctness import add_seconds, fail_from, ref_shapes, shared_hold
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category, PassTimings, TimingStats, Timings
@@ -83,7 +83,8 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
         with ctx.room("benchmark"):
             # The GPU alone only for the timed calls: the trial's inputs and the fresh-contents check share it.
             with shared_hold(ctx, ev, "benchmark", "benchmark inputs"):
-                p, fds = ref.prepare(timing_trial, owner=ev.id)
+                p, fds = ref.prepare(timing_trial, owner=ev.id, inputs_only=True)  # timed, never checked
+                add_seconds(ev, "benchmark.ref_", p.seconds)
                 slots.append(p.slot)  # type: ignore[arg-type]
                 outs.append(p.out)  # type: ignore[arg-type]
                 run.forward(p, fds)  # binds the timed tensors in the worker
@@ -100,10 +101,12 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
             # The timed tensors, new contents: a cache of the timed call's result shows here.
             with shared_hold(ctx, ev, "benchmark", "benchmark fresh"):
                 q, fds = ref.prepare(fresh, into=p.slot, owner=ev.id)
+                add_seconds(ev, "benchmark.ref_", q.seconds)
                 stale = None
                 if q.skipped is None:
                     outs.append(q.out)  # type: ignore[arg-type]
                     checked = ref.check(fresh, run.forward(q, fds), None)
+                    add_seconds(ev, "benchmark.ref_", checked.seconds)
                     stale = None if checked.report.ok else checked.report.problem
     except WorkerGone as e:
         return fail_from(run, ev, "benchmark", e)

@@ -92,12 +92,17 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
         with shared_hold(ctx, ev, "correctness"):
             with _clock(ev, "correctness.prepare"):
                 p, fds = ref.prepare(t, into, owner=ev.id)
+            add_seconds(ev, "correctness.ref_", p.seconds)
             if p.skipped is not None:
                 return None
             with _clock(ev, "correctness.forward"):
                 out = run.forward(p, fds)
+            add_seconds(ev, "correctness.cand_", {"open": out.open_ms / 1e3, "forward": out.forward_ms / 1e3, "handoff": out.handoff_ms / 1e3})
+            if "correctness.cand_forward_first" not in ev.breakdown:  # the candidate's first call (its kernels loaded) apart
+                ev.breakdown["correctness.cand_forward_first"] = round(out.forward_ms / 1e3, 4)
             with _clock(ev, "correctness.check"):
                 checked = ref.check(t, out, p.slot if into is None else None)
+            add_seconds(ev, "correctness.ref_", checked.seconds)
             keep = into is None and first_slot is None  # the first trial's inputs stay for the in-place check
             if keep:
                 held.append(p.slot)  # type: ignore[arg-type]
@@ -157,6 +162,12 @@ def shared_hold(ctx: StageContext, ev: Evaluation, stage: str, what: str | None 
         key = f"{stage}.lease_wait"
         ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + time.monotonic() - t0, 3)
         yield
+
+
+def add_seconds(ev: Evaluation, prefix: str, seconds: dict[str, float]) -> None:
+    """A worker's own account of a request (where its time went) into the breakdown, summed over trials."""
+    for k, v in seconds.items():
+        ev.breakdown[prefix + k] = round(ev.breakdown.get(prefix + k, 0.0) + v, 4)
 
 
 @contextlib.contextmanager

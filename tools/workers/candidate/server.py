@@ -35,6 +35,9 @@ from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedV
 from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
 from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
+from kernelfix.tools.workers.candidate.ahead import triton_key_ahead
+
+triton_key_ahead()  # in a Triton fork server, before any worker forks from it
 
 
 class NoModelNew(Exception):

@@ -34,9 +34,10 @@ class Handoff:
     def prepare(self, req: dict[str, Any], fds: list[int]) -> None:
         plan = TrialPlan.model_validate(req["trial"])
         self.plans[plan.index] = plan
+        self.seconds = {}
         cached = plan.index in self.cache
-        data = self._get(plan)
-        reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note)
+        data = self._get(plan, inputs_only=bool(req.get("inputs_only")))
+        reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note, seconds=self.seconds)
         if data.skipped is not None:
             self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
             return
@@ -44,31 +45,33 @@ class Handoff:
         skel, tensors = flatten(data.payload)
         specs = [spec_of(t) for t in tensors]
         created: list[Arena] = []
-        into = req.get("into")
-        if into is not None:
-            slot = self.slots[into]
-            if [(s.dtype, s.shape, s.stride) for s in slot.specs] != [(s.dtype, s.shape, s.stride) for s in specs]:
-                reply.skipped = "its inputs are laid out unlike the tensors they would replace"
-                self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
-                return
-            for s, t in zip(slot.specs, tensors):
-                write(slot.arena, s, t)
-            slot.trial, sid, specs = plan.index, into, slot.specs
-        else:
-            arena = self._arena(layout(specs))
-            for s, t in zip(specs, tensors):
-                write(arena, s, t)
-            sid = self._id()
-            self.slots[sid] = Slot(arena, specs, plan.index)
-            reply.in_arena = arena.spec
-            created.append(arena)
-        exp_skel, exp = flatten(data.expected)
-        exp_specs = [contiguous_spec(t) for t in exp]
-        out = self._arena(layout(exp_specs))
-        oid = self._id()
-        self.outs[oid] = Out(out, exp_specs)
-        created.append(out)
-        sync(self.device)  # the arena's bytes are complete before the candidate may read them
+        with self._timed("arenas"):  # made (or reused), filled, and the output arena made
+            into = req.get("into")
+            if into is not None:
+                slot = self.slots[into]
+                if [(s.dtype, s.shape, s.stride) for s in slot.specs] != [(s.dtype, s.shape, s.stride) for s in specs]:
+                    reply.skipped = "its inputs are laid out unlike the tensors they would replace"
+                    self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+                    return
+                for s, t in zip(slot.specs, tensors):
+                    write(slot.arena, s, t)
+                slot.trial, sid, specs = plan.index, into, slot.specs
+            else:
+                arena = self._arena(layout(specs))
+                for s, t in zip(specs, tensors):
+                    write(arena, s, t)
+                sid = self._id()
+                self.slots[sid] = Slot(arena, specs, plan.index)
+                reply.in_arena = arena.spec
+                created.append(arena)
+            exp_skel, exp = flatten(data.expected)
+            exp_specs = [contiguous_spec(t) for t in exp]
+            out = self._arena(layout(exp_specs))
+            oid = self._id()
+            self.outs[oid] = Out(out, exp_specs)
+            created.append(out)
+            sync(self.device)  # the arena's bytes are complete before the candidate may read them
+        reply.seconds = {k: round(v, 4) for k, v in self.seconds.items()}
         reply.slot, reply.inputs, reply.input_specs = sid, skel, specs
         reply.out, reply.out_arena, reply.expected, reply.expected_specs = oid, out.spec, exp_skel, exp_specs
         reply.ref_ms, reply.noise, reply.has_float64, reply.vacuous = data.ref_ms, data.noise, data.out64 is not None, data.vacuous

@@ -21,6 +21,7 @@ class Checks:
         from kernelfix.tools.verdict import Category, TrialReport
 
         plan = self.plans[int(req["trial"])]
+        self.seconds = {}
         data = self._get(plan)
         got = CandidateOutput.model_validate(req["output"])
         self.w.phase("compare", trial=plan.index)
@@ -41,10 +42,11 @@ class Checks:
                     if not (isinstance(cand, list) and len(cand) == 2):
                         raise ValueError("the worker's reply is not [output, gradients]")
                     cand, cand_grads = cand
-                report = compare(
-                    data.out, cand, atol=self.spec.atol, rtol=self.spec.rtol, trial=plan.index, seed=plan.seed,
-                    rel_error_tol=self.spec.rel_error_tol, noise=data.noise or 0.0,
-                )
+                with self._timed("compare"):
+                    report = compare(
+                        data.out, cand, atol=self.spec.atol, rtol=self.spec.rtol, trial=plan.index, seed=plan.seed,
+                        rel_error_tol=self.spec.rel_error_tol, noise=data.noise or 0.0,
+                    )
                 if not report.ok and report.category == Category.NUMERICAL and self.spec.truth_factor:
                     report = self._by_truth(plan, data, cand, report)
                 if report.ok and data.grads is not None:
@@ -54,15 +56,18 @@ class Checks:
                     raise
                 report = TrialReport(trial=plan.index, seed=plan.seed, ok=False, category=Category.OUTPUT_STRUCTURE, problem=f"output could not be read ({short(e)})")
         if data.out64 is not None and cand is not None:
-            report = report.model_copy(update={"error_vs_float64": relative_error(data.out64, cand), "reference_error_vs_float64": data.noise})
+            with self._timed("vs_float64"):
+                report = report.model_copy(update={"error_vs_float64": relative_error(data.out64, cand), "reference_error_vs_float64": data.noise})
         if data.out64_transient:
             data.out64, data.noise, data.out64_transient = None, None, False
         mutated: list[int] = []
         slot = self.slots.get(req.get("slot")) if req.get("slot") is not None else None
         if slot is not None and slot.trial == plan.index:
             _, mine = flatten(data.inputs)  # the inputs lead the arena; a cotangent after them is not an input
-            mutated = [i for i, (a, s) in enumerate(zip(mine, slot.specs)) if not same_bytes(a, read(slot.arena, s))]
-        self.w.chan.send("checked", id=req.get("id"), **Checked(report=report, mutated=mutated).model_dump())
+            with self._timed("mutation"):
+                mutated = [i for i, (a, s) in enumerate(zip(mine, slot.specs)) if not same_bytes(a, read(slot.arena, s))]
+        seconds = {k: round(v, 4) for k, v in self.seconds.items()}
+        self.w.chan.send("checked", id=req.get("id"), **Checked(report=report, mutated=mutated, seconds=seconds).model_dump())
 
     def _check_grads(self, plan: TrialPlan, data: TrialData, got: CandidateOutput, cand_grads: Any, report: Any) -> Any:
         """Each gradient by the output's rules (dtype tolerance, error norm, the float64 rule); the first wrong one named."""

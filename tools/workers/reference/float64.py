@@ -39,7 +39,11 @@ class Float64Truth:
                     out64, grads64 = _forward_float64(self.model64, data.inputs, self.device), None
                 why = _float64_mismatch(data.out, out64)
                 if why is None:
-                    data.out64, data.noise = out64, relative_error(out64, data.out) or 0.0
+                    # The float32 reference's own error: its inputs come from the trial's seed, so a warm judge
+                    # finds it once per trial (a pass over 6 GiB and its float64 twin at published sizes).
+                    if plan.index not in self.noise_of:
+                        self.noise_of[plan.index] = relative_error(out64, data.out) or 0.0
+                    data.out64, data.noise = out64, self.noise_of[plan.index]
                     if grads64 is not None and len(grads64) == len(data.grads or []):
                         data.grads64 = grads64
                         data.grad_noise = [relative_error(g64, g) or 0.0 for g64, g in zip(grads64, data.grads or [])]

@@ -55,6 +55,10 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         self._ids = spec.id_base
         self.on_device = spec.inputs_on_device and self.cuda
         self.draw_note: str | None = None
+        self.seconds: dict[str, float] = {}  # the current request's, by step (Trials._timed)
+        self.vacuous_of: dict[int, str | None] = {}  # each correctness trial's vacuous-tolerance note, once found
+        self.input_moments: dict[int, dict[int, tuple[float, float]]] = {}  # a varied trial's base inputs' (mean, std)
+        self.noise_of: dict[int, float] = {}  # each float64 trial's reference error against float64, once found
 
     def _id(self) -> int:
         self._ids += 1

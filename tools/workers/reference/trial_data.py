@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,7 @@ class TrialData:
     float64_note: str | None = None
     skipped: str | None = None
     out64_transient: bool = False  # computed for one check, beyond the cache's budget: dropped after it
+    inputs_only: bool = False  # made for timing: no float64 truth, never cached, never checked against
     peak: int | None = None  # the allocator's peak just after the trial's forward (and backward): CUDA only
     # --backward: the cotangent sent with the inputs, the gradients the reference got (and in float64)
     cot: list | None = None
@@ -54,6 +57,15 @@ class Trials:
     """The part of :class:`ReferenceServer` that makes a trial's tensors: its inputs (drawn under the trial's seed,
     or varied from another trial's), the reference's output (and gradients under --backward), and the cache
     that keeps them while they fit ``cache_bytes``."""
+
+    @contextlib.contextmanager
+    def _timed(self, key: str) -> Iterator[None]:
+        """Add the block's seconds (its GPU work finished) to this request's ``seconds[key]``: the breakdown
+        the judge adds to the verdict's (``correctness.ref_<key>``)."""
+        t0 = perf_counter()
+        yield  # a block that raises is not timed: its error is what the request reports, not a sync's
+        sync(self.device)
+        self.seconds[key] = self.seconds.get(key, 0.0) + perf_counter() - t0
 
     def _draw(self, seed: int, input_set: int | None = None) -> list:
         import torch
@@ -89,33 +101,41 @@ class Trials:
             return self.cache[index].inputs or []
         return self._draw(self.plans[index].seed, self.plans[index].input_set)
 
-    def _get(self, plan: TrialPlan) -> TrialData:
+    def _get(self, plan: TrialPlan, inputs_only: bool = False) -> TrialData:
+        """The trial's tensors: cached, the last one made, or made now. ``inputs_only`` (the benchmark's timed
+        inputs): what a check needs beyond the inputs and the output (the float64 truth) is not made, and such a
+        trial is never cached nor given to a check."""
         if plan.index in self.cache:
             return self.cache[plan.index]
-        if self.recent is not None and self.recent[0] == plan.index:
+        if self.recent is not None and self.recent[0] == plan.index and (inputs_only or not self.recent[1].inputs_only):
             return self.recent[1]
         if self.recent is not None:  # one uncached trial at a time: its memory goes back before the next
             self.recent = None
             free(self.cuda)
-        data = self._compute(plan)
-        if data.skipped is None and self.cache_used + data.size <= self.spec.cache_bytes:
+        data = self._compute(plan, inputs_only)
+        if inputs_only:
+            self.recent = (plan.index, data)
+        elif data.skipped is None and self.cache_used + data.size <= self.spec.cache_bytes:
             self.cache[plan.index] = data
             self.cache_used += data.size
         elif data.skipped is None:
             self.recent = (plan.index, data)
         return data
 
-    def _compute(self, plan: TrialPlan) -> TrialData:
+    def _compute(self, plan: TrialPlan, inputs_only: bool = False) -> TrialData:
         import torch
 
         self.w.phase("reference_trial", trial=plan.index)
         try:
-            if plan.variant:
-                inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed)
-                if not changed:
-                    return TrialData(skipped="no floating-point tensor inputs to vary")
-            else:
-                inputs = self._draw(plan.seed, plan.input_set)
+            with self._timed("draw"):
+                if plan.variant:
+                    # The base trial's inputs are drawn again from their seed, bit for bit: their moments are kept.
+                    known = self.input_moments.setdefault(plan.variant_of or 0, {})
+                    inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed, known)
+                    if not changed:
+                        return TrialData(skipped="no floating-point tensor inputs to vary")
+                else:
+                    inputs = self._draw(plan.seed, plan.input_set)
             t0 = perf_counter()
             if self.spec.backward:
                 out, cot, keys, grads = self._forward_backward(self.model, inputs, plan.seed, trial=plan.index)
@@ -124,6 +144,7 @@ class Trials:
                     out = self.model(*inputs)
             sync(self.device)
             ref_ms = (perf_counter() - t0) * 1e3  # under --backward forward+backward: the candidate's deadline covers both
+            self.seconds["forward"] = self.seconds.get("forward", 0.0) + ref_ms / 1e3
             peak = int(torch.cuda.max_memory_allocated()) if self.cuda else None  # before the float64 check's own
         except TaskProblem:
             raise
@@ -133,13 +154,19 @@ class Trials:
             raise TaskProblem(f"{short(e)} while running Model.forward on trial {plan.index}") from e
         if plan.variant and not finite(out):
             return TrialData(skipped=f"the reference is not finite on {input_variants.describe(plan.variant, plan.variant_of or 0)}")
-        data = TrialData(inputs=inputs, out=out, ref_ms=ref_ms, peak=peak)
+        data = TrialData(inputs=inputs, out=out, ref_ms=ref_ms, peak=peak, inputs_only=inputs_only)
         if self.spec.backward:
             data.cot, data.grad_keys, data.grads = cot, keys, grads
-        if plan.float64 and self.model64 is not None:
-            self._float64(plan, data)
+        if plan.float64 and self.model64 is not None and not inputs_only:
+            with self._timed("float64"):
+                self._float64(plan, data)
         if plan.purpose == "correctness":
-            data.vacuous = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
+            # A property of the trial's reference output, which its seed decides: found once per worker (a 6 GiB
+            # output's two passes cost tens of milliseconds, and a warm judge computes its trials again per verdict).
+            if plan.index not in self.vacuous_of and not inputs_only:
+                with self._timed("vacuous"):
+                    self.vacuous_of[plan.index] = vacuous_tolerance(out, atol=self.spec.atol, rtol=self.spec.rtol)
+            data.vacuous = self.vacuous_of.get(plan.index)
         return data
 
     def _forward_backward(self, model: Any, inputs: list, seed: int, cot: list | None = None, trial: int | None = None) -> tuple[Any, list, list, list]:

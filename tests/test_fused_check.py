@@ -1,0 +1,139 @@
+"""The fused comparison kernels (tools/correctness/fused.py) against the torch passes they replace for large outputs.
+
+On the CPU the kernels run in Triton's interpreter on small tensors (tests/fused_cases.py, in a child process:
+the interpreter must be chosen before Triton is imported), with chunks of two blocks so that the per-chunk
+rules (max_rel_error's NaN rule, the first of equal maxima across chunks) are exercised; on the GPU
+(``-m gpu``) compiled, on tensors past ``FUSED_MIN`` and on elements sitting exactly on the tolerance.
+Counts, indices, maxima and every decision must be the torch passes' own; the sums behind the error norms
+may differ in their last bits (another order of addition)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelfix.tools.correctness import fused
+from kernelfix.tools.correctness.chunked import vacuous_tolerance
+from kernelfix.tools.correctness.compare import compare, truth_check
+
+HERE = Path(__file__).resolve().parent
+SUMS = {"rel_error_norm", "rel_error_tol", "error_norm", "reference_error_norm", "relative_error", "why"}  # from sums added in another order
+
+
+def both_ways(monkeypatch, fn):
+    """(torch passes' result, fused kernels' result) of ``fn()``."""
+    monkeypatch.setattr(fused, "FUSED_MIN", 1 << 62)
+    old = fn()
+    monkeypatch.setattr(fused, "FUSED_MIN", 0)
+    return old, fn()
+
+
+def same(a: dict, b: dict) -> None:
+    """Equal but for the sums' last bits (``why`` quotes them, to three digits)."""
+    a, b = dict(a), dict(b)
+    for key in SUMS & set(a):
+        x, y = a.pop(key), b.pop(key)
+        if key == "why":
+            assert (x is None) == (y is None)
+        elif x is None or y is None:
+            assert x is None and y is None, key
+        else:
+            assert y == pytest.approx(x, rel=1e-9, abs=1e-300, nan_ok=True), key
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONWARNINGS": "ignore"}
+    run = subprocess.run([sys.executable, str(HERE / "fused_cases.py")], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_every_case_ran_fused(interpreted):
+    assert interpreted["fused_used"] and len(interpreted["cases"]) >= 25
+
+
+@pytest.mark.parametrize("name", ["close", "nan_and_inf_in_output", "nonfinite_reference", "signed_zeros", "tied_worst", "tolerance_edge",
+                                  "tolerance_edge_rtol", "wrong_everywhere", "constant_reference", "zero_reference", "float16", "bfloat16",
+                                  "float64_overflow", "complex64", "int64"])
+def test_compare_reports_the_same(interpreted, name):
+    old, new = interpreted["cases"][f"compare/{name}"]
+    same(old, new)
+
+
+def test_truth_check_relative_error_and_vacuous_agree(interpreted):
+    names = [k for k in interpreted["cases"] if k.split("/")[0] in ("truth", "relative_error", "vacuous")]
+    assert len(names) >= 13
+    for k in names:
+        old, new = interpreted["cases"][k]
+        same(old, new)
+
+
+def test_small_or_cpu_tensors_take_the_torch_passes():
+    assert not fused.usable(torch.zeros(16))  # too small, and on the CPU
+    assert not fused.usable(torch.zeros(fused.FUSED_MIN, dtype=torch.int32, device="meta"))
+
+
+@pytest.mark.gpu
+def test_fused_on_the_gpu_matches_the_torch_passes(monkeypatch):
+    """Compiled (fp fusion off): elements exactly on atol + rtol * |ref| must be counted as torch counts them."""
+    n = fused.FUSED_MIN + 12345
+    g = torch.Generator(device="cuda").manual_seed(11)
+    r = torch.randn(n, device="cuda", generator=g)
+    r64 = r.double()
+    edge = (r64 + (1e-4 + 1e-4 * r64.abs())).float()  # rounded to float32: each lands just inside or outside
+    o = torch.where(torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g))
+    o[[17, n - 3]] = float("nan")
+    for out in (o, r + 1e-6, r * 1.5):
+        old, new = both_ways(monkeypatch, lambda: compare(r, out, trial=0, seed=0, rel_error_tol=1e-2))
+        same(old.model_dump(mode="json"), new.model_dump(mode="json"))
+        assert old.mismatches == new.mismatches and old.worst_index == new.worst_index
+    # float64 outputs exactly on atol + rtol * |ref| as torch rounds it (two roundings): a fused multiply-add
+    # would round once and move about half of them across the line
+    on_line = r64 + (1e-4 + 1e-4 * r64.abs())
+    for out in (on_line, torch.nextafter(on_line, on_line + 1)):
+        old, new = both_ways(monkeypatch, lambda: compare(r64, out, trial=0, seed=0, rel_error_tol=1e-2))
+        assert (old.ok, old.mismatches, old.worst_index, old.max_abs_error) == (new.ok, new.mismatches, new.worst_index, new.max_abs_error)
+    truth = r64 + 1e-8 * torch.randn(n, device="cuda", generator=g, dtype=torch.float64)
+    for out in (o, r + 1e-6):
+        old, new = both_ways(monkeypatch, lambda: truth_check(r, truth, out, factor=8.0, rel_error_tol=1e-2))
+        assert (old.passed, old.error_max, old.reference_error_max) == (new.passed, new.error_max, new.reference_error_max)
+        assert math.isclose(old.error_norm, new.error_norm, rel_tol=1e-9)
+    old, new = both_ways(monkeypatch, lambda: vacuous_tolerance(1e-7 * r))
+    assert old == new and new is not None
+    assert fused.usable(r, o)  # what ran above was the kernel, compiled
+
+
+def test_a_kernel_that_fails_hands_every_comparison_to_the_torch_passes(monkeypatch):
+    """A Triton that cannot compile the kernels must not cost a verdict: the torch passes judge, now and after."""
+    monkeypatch.setattr(fused, "failed", None)
+    monkeypatch.setattr(fused, "FUSED_MIN", 0)
+    monkeypatch.setattr(fused, "usable", lambda *t, **k: fused.failed is None)
+    monkeypatch.setattr(fused, "_kernels", lambda: ("pair", "truth", "vacuous"))  # Triton stays unimported here
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("PTX assembly failed")
+
+    monkeypatch.setattr(fused, "_launch", broken)
+    r = torch.linspace(-1, 1, 1000)
+    rep = compare(r, r.clone(), trial=0, seed=0, rel_error_tol=1e-2)
+    assert rep.ok and rep.mismatches == 0 and rep.rel_error_norm == 0.0
+    assert fused.failed is not None and "PTX" in fused.failed
+    assert vacuous_tolerance(1e-7 * r) is not None  # the torch pass found it
+
+    def full(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(fused, "failed", None)
+    monkeypatch.setattr(fused, "_launch", full)
+    with pytest.raises(torch.OutOfMemoryError):  # the machine's fault, raised as the torch passes raise it
+        compare(r, r.clone(), trial=0, seed=0)
