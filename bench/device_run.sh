@@ -44,6 +44,8 @@ for step in "$@"; do
     latency) [ -d .oldjudge ] && python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --upgrade --target /tmp/oldkf .oldjudge >/dev/null && LATENCY_ARGS="$LATENCY_ARGS --old-judge /tmp/oldkf"
       python3 -P bench/judge_latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.log" ;;
     throughput) python3 -P bench/judge_throughput.py --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" ;;
+    throughput-reward) # issue 33: the bench as a reward loop judges (kernelfix.rewards: no sanitizer); THROUGHPUT_ROUNDS=2 adds the steady state
+      python3 -P bench/judge_throughput.py --sanitize off --rounds ${THROUGHPUT_ROUNDS:-1} --label reward --out "$OUT/throughput_reward.json" 2>&1 | tee "$OUT/throughput_reward.log" ;;
     throughput-old) # issue 33: the landed code (old-install) on the same bench, for the ratio
       PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/judge_throughput.py --label landed --out "$OUT/throughput_old.json" 2>&1 | tee "$OUT/throughput_old.log" ;;
     load-noise) python3 -P bench/load_noise.py --out "$OUT/load_noise.json" ${NOISE_ARGS:-} 2>&1 | tee "$OUT/load_noise.log" ;;

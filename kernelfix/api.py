@@ -185,6 +185,7 @@ class Judge:
         *,
         kind: CandidateKind = "auto",
         profile: bool | None = None,
+        sanitize: bool | None = None,
         retries: bool = True,
         on_event: EventSink | None = None,
         on_retry: Callable[[int, float, Verdict], None] | None = None,
@@ -192,6 +193,9 @@ class Judge:
         """The verdict on one candidate: a path (.py, or a saved model reply .md/.txt) or text (see
         ``candidate_source``; ``kind`` says which text it is when you know: "code" or "reply").
         ``profile``: Nsight Compute on a correct, legal kernel this time (default: the config's).
+        ``sanitize``: compute-sanitizer on a wrong or crashing CUDA/Triton kernel this time, for the cause in
+        ``Verdict.sanitizer`` (default: the config's ``sanitize_failures``, on); False skips the stage (a reward
+        reads only the category and the speedup, which it never changes: docs/sanitizer.md).
         ``retries``: judge again after a pause on a machine fault, up to ``infra_retries`` times
         (the verdict's ``infra_retries`` lists them). ``on_event`` gets each stage's progress and
         ``on_retry(tries, pause_s, verdict)`` each retry, both in the calling thread.
@@ -203,10 +207,11 @@ class Judge:
             try:
                 if retries:
                     v = self.engine.evaluate_with_retries(
-                        source, filename=filename, on_event=on_event, on_retry=on_retry, profile=profile, workdir=workdir
+                        source, filename=filename, on_event=on_event, on_retry=on_retry, profile=profile, workdir=workdir,
+                        sanitize=sanitize,
                     )
                 else:
-                    v = self.engine.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=workdir)
+                    v = self.engine.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=workdir, sanitize=sanitize)
             finally:
                 if workdir is not None:
                     self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way

@@ -50,6 +50,10 @@ class JudgeRequest(BaseModel):
     candidate: str = Field(description="the candidate's source (defines ModelNew), or a model's reply holding it in a ```python block")
     backward: bool | None = Field(None, description="judge the backward pass too; None: as the server's config, else the task's BACKWARD")
     profile: bool | None = Field(None, description="Nsight Compute profile of a correct, legal kernel; None: as the server's config (off)")
+    sanitize: bool | None = Field(
+        None, description="compute-sanitizer on a wrong or crashing CUDA/Triton kernel, for the cause (Verdict.sanitizer); it never changes the "
+        "category or the speedup; false: skipped (what a reward wants); None: as the server's config (on, unless --no-sanitize)",
+    )
     task_name: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
         description="the task's name in the verdict and for [judge.tasks.NAME] overrides; None: task_<sha1 prefix>",
@@ -233,7 +237,7 @@ class JudgePool:
             judge = self._judge_for(entry, req, slot)
             # Always text: a request's candidate is never a path on this machine.
             kind = req.kind if req.kind != "auto" else text_kind(req.candidate)
-            verdict = judge.evaluate(req.candidate, kind=kind, profile=req.profile)
+            verdict = judge.evaluate(req.candidate, kind=kind, profile=req.profile, sanitize=req.sanitize)
             return Outcome(verdict=verdict, gpu=slot.gpu, seconds=round(time.monotonic() - t0, 3))
         except TaskError as e:  # the task's own fault, said without this machine's temporary paths
             message = re.sub(re.escape(str(self.root)) + r"/\S*/", "", str(e))

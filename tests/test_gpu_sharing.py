@@ -90,3 +90,44 @@ def test_judges_with_caches_of_their_own_queue_on_one_lock_dir(tmp_path, monkeyp
     assert first.path == second.path == tmp_path / "shared" / "gpu-0.lock"
     with first.hold("one cache"):
         assert second.others_want(), "a judge with another cache sees this one's hold"
+
+
+def test_a_trial_waits_for_its_busy_reference_before_it_takes_the_gpus_lock():
+    """The baseline's torch.compile holds the judge's reference for seconds (CPU work, outside the lease for a
+    small task). A trial that took the GPU's shared lock first and then waited for the reference kept the lock
+    meanwhile, and a timed hold queued behind it stopped every judge's shared holds (8 s on the H100 bench).
+    The trial now waits for the reference before the lock (lock order unchanged: the lease, then the reference)."""
+    import contextlib
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from kernelfix.tools.handles.reference import Reference
+    from kernelfix.tools.stages.correctness import shared_hold
+
+    ref = Reference.__new__(Reference)  # only its lock takes part here
+    ref._lock = threading.RLock()
+    leased: list[bool] = []
+
+    def lease(what, shared=False):
+        free = ref._lock.acquire(blocking=False)  # from this thread: fails while the "compile" holds it
+        if free:
+            ref._lock.release()
+        leased.append(free)
+        return contextlib.nullcontext()
+
+    ctx = SimpleNamespace(ref=ref, lease=lease)
+    ev = SimpleNamespace(breakdown={})  # what shared_hold writes to
+    compiling, done = threading.Event(), threading.Event()
+
+    def compile_baseline() -> None:
+        with ref._lock:
+            compiling.set()
+            time.sleep(0.3)
+        done.set()
+
+    threading.Thread(target=compile_baseline, daemon=True).start()
+    assert compiling.wait(10)
+    with shared_hold(ctx, ev, "correctness"):
+        assert done.is_set()
+    assert leased == [True] and ev.breakdown["correctness.reference_busy"] > 0 and "correctness.lease_wait" in ev.breakdown

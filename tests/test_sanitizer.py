@@ -228,6 +228,11 @@ def test_no_gpu_says_so_in_one_line(judges, verdicts):
     assert ok.category == Category.OK and ok.sanitizer.why == "--sanitize" and "CUDA GPU" in ok.sanitizer.note
     plain = verdicts(case_named("triton_relu_ok.py"), "cpu")  # without --sanitize a correct kernel skips the stage
     assert plain.category == Category.OK and plain.sanitizer is None
+    # Per call (a served request's, a reward's): False turns the stage off, --sanitize's correct kernels included;
+    # True sanitizes a failure on a judge whose config does not (the conftest's judges: sanitize_failures off).
+    assert judge.evaluate((CORPUS / "candidates" / "triton_relu_ok.py").read_text(), filename="ok.py", sanitize=False).sanitizer is None
+    asked = judges("relu", "cpu").evaluate((CORPUS / "candidates" / "triton_wrong_values.py").read_text(), filename="w.py", sanitize=True)
+    assert asked.category == Category.NUMERICAL and "CUDA GPU" in asked.sanitizer.note
 
 
 def test_sanitize_flags():

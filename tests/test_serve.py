@@ -269,6 +269,51 @@ def test_two_gpus_a_warm_judge_first_then_the_least_loaded_and_lru_eviction():
         s.stop()
 
 
+class RecordingJudge:
+    """A judge that answers ok at once and records each call's options (what the request asked the judge for)."""
+
+    def __init__(self, calls: list):
+        self.gpu, self.calls = None, calls
+
+    def evaluate(self, candidate, **kw) -> Verdict:
+        self.calls.append(kw)
+        return Verdict(category="ok", task="recorded", device="cpu")
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_sanitizer_is_a_per_request_choice_and_the_rewards_judge_without_it():
+    # No reward reads compute-sanitizer's cause (it never changes the category or the speedup), and it costs 10-20 s
+    # of GPU per wrong kernel: the rewards ask for none; a request that says nothing gets the server's config.
+    from kernelfix.rewards.trl import KernelReward
+    from kernelfix.rewards.verl import compute_score
+    from kernelfix.serve.client import JudgeClient, _body, request
+
+    calls: list = []
+    pool = JudgePool(JudgeConfig(device="cpu"), gpus=[None], per_gpu=1, queue=4, make_judge=lambda req, gpu, root: RecordingJudge(calls))
+    s = Served(create_app(pool, token=TOKEN))
+    try:
+        assert s.http.post("/v1/evaluate", json=body("a", sanitize=False)).status_code == 200
+        assert s.http.post("/v1/evaluate", json=body("b")).status_code == 200
+        assert s.http.post("/v1/evaluate", json=body("c", sanitize="maybe")).status_code == 422  # a bool or null
+        assert [c["sanitize"] for c in calls] == [False, None]
+        client = JudgeClient(s.url, token=TOKEN)
+        client.evaluate(TASK, "x = 1", kind="code", sanitize=True)
+        client.evaluate(TASK, "x = 1", kind="code")
+        assert "sanitize" not in _body(request(TASK, "x = 1", kind="code"))  # unset: left out, as a server of an earlier version takes it
+        client.close()
+        reward = KernelReward(url=s.url, token=TOKEN)
+        assert reward(prompts=["p"], completions=["x"], task=[TASK]) == [1.0]
+        reward.close()
+        assert compute_score("kb", "x", TASK, None, url=s.url, token=TOKEN)["score"] == 1.0
+        assert compute_score("kb", "x", TASK, None, url=s.url, token=TOKEN, sanitize=True)["score"] == 1.0
+        assert [c["sanitize"] for c in calls] == [False, None, True, None, False, False, True]
+        assert all(c["profile"] is None for c in calls)
+    finally:
+        s.stop()
+
+
 def test_gpu_slots_and_a_judge_pinned_to_its_gpu(tmp_path):
     assert gpu_slots(None, "cpu") == [None] and gpu_slots("0,1", "cpu") == ["0", "1"] and gpu_slots(["2"], "cuda") == ["2"]
     with pytest.raises(ValueError):

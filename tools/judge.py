@@ -334,10 +334,14 @@ class Judge:
             return ev
         return self._timed(ev, "profile", on_event, lambda: profile_stage.profile(ctx, ev, on_event))
 
-    def sanitize(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
+    def sanitize(self, ev: Evaluation, on_event: EventSink | None = None, *, enabled: bool | None = None) -> Evaluation:
         """compute-sanitizer on a wrong or crashing CUDA/Triton candidate (any with ``JudgeConfig.sanitize``),
-        on a reduced input; never changes the verdict, names the cause (tools/stages/sanitize.py)."""
+        on a reduced input; never changes the verdict, names the cause (tools/stages/sanitize.py). ``enabled``: this
+        evaluation's choice, as ``sanitize_failures`` (False: not even a correct kernel under ``sanitize``); None: the config's."""
         ctx = self.stage_context()
+        if enabled is not None:  # one evaluation's choice (a reward's request: no reward reads the cause)
+            update = {"sanitize_failures": True} if enabled else {"sanitize_failures": False, "sanitize": False}
+            ctx = dataclasses.replace(ctx, config=ctx.config.model_copy(update=update))
         skipped = sanitizer_stage.skip(ctx, ev)
         if skipped is not None:
             if on_event:
@@ -359,7 +363,7 @@ class Judge:
     def evaluate_with_retries(
         self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None,
         on_retry: Callable[[int, float, Verdict], None] | None = None, check: Callable[[], None] | None = None,
-        profile: bool | None = None, workdir: str | Path | None = None,
+        profile: bool | None = None, workdir: str | Path | None = None, sanitize: bool | None = None,
     ) -> Verdict:
         """``evaluate``, judged again after a pause while the verdict is a transient machine fault
         (tools/retry.py), at most ``infra_retries`` times; the verdict lists the faults met.
@@ -367,7 +371,7 @@ class Judge:
         ``workdir``: the first try's (one ``prestart`` readied); a retry gets a fresh one."""
         faults: list[str] = []
         while True:
-            v = self.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=None if faults else workdir)
+            v = self.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=None if faults else workdir, sanitize=sanitize)
             if not retry.should_retry(v.category, len(faults), self.config.infra_retries):
                 v.infra_retries = faults
                 return v
@@ -379,13 +383,16 @@ class Judge:
 
     def evaluate(
         self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None,
-        profile: bool | None = None,
+        profile: bool | None = None, sanitize: bool | None = None,
     ) -> Verdict:
-        """All stages, in order, stopping at the first failure. ``profile``: this evaluation's choice (None: the config's)."""
+        """All stages, in order, stopping at the first failure. ``profile``, ``sanitize``: this evaluation's choices
+        (None: the config's; ``sanitize`` as ``sanitize_failures``, see ``sanitize``)."""
         ev = self.start(source, filename=filename, workdir=workdir)
+        choice = {"profile": profile, "sanitize": sanitize}
         try:
             for name in STAGES:
-                ev = self.profile(ev, on_event, enabled=profile) if name == "profile" else getattr(self, name)(ev, on_event)
+                stage = getattr(self, name)
+                ev = stage(ev, on_event, enabled=choice[name]) if name in choice else stage(ev, on_event)
         except BaseException:
             self.release(ev)
             raise

@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
         "serve",
         help="serve the judge over HTTP, with a bearer token (for training loops)",
         description=(
-            "Serve the judge over HTTP: POST /v1/evaluate with {task, candidate, backward, profile} (source text) answers "
+            "Serve the judge over HTTP: POST /v1/evaluate with {task, candidate, backward, profile, sanitize} (source text) answers "
             "with the verdict's JSON, POST /v1/batch judges many at once, GET /v1/health shows the queue and the GPUs. "
             "Every request needs 'Authorization: Bearer <token>'. Warm judges (one per task) are kept per GPU and reused; "
             "when every GPU's threads and the queue are full, a request gets 503 with Retry-After and nothing of it is "
@@ -25,7 +25,9 @@ def add_parser(sub) -> None:
             "The token: --token-file F, else ~/.config/kernelfix/serve-token; a missing file is made (mode 0600) with a new "
             "random token. Clients read the same file (kernelfix.serve.client.JudgeClient) or send its contents. "
             "Ctrl-C or SIGTERM stops it once the requests under way are answered (the exit status is then the signal's: "
-            "130, 143). Exit code 2: bad usage (a flag, the token file, an address it cannot listen on)."
+            "130, 143). Exit code 2: bad usage (a flag, the token file, an address it cannot listen on). The sanitizer runs "
+            "on wrong kernels as the config says (on) unless a request sends \"sanitize\": false, as kernelfix's RL rewards "
+            "do; --no-sanitize turns it off for requests that do not ask for it."
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; anything else is reachable from the network)")

@@ -55,7 +55,9 @@ class KernelReward:
 
     ``url``: a ``kernelfix serve`` (with ``token`` / ``token_file``); without it, judges in this process
     (``config``: a JudgeConfig or its fields, ``device``, ``gpus``, ``per_gpu``). ``reward``: a
-    RewardConfig or its fields. ``kind``: what a completion is ("reply", the default, or "code")."""
+    RewardConfig or its fields. ``kind``: what a completion is ("reply", the default, or "code"). ``sanitize``:
+    compute-sanitizer on wrong kernels (False by default: the reward never reads the cause it finds, and
+    it costs 10-20 s of GPU per wrong kernel; None: the judge's config)."""
 
     def __init__(
         self,
@@ -70,12 +72,14 @@ class KernelReward:
         per_gpu: int = 2,
         task_column: str = "task",
         kind: CandidateKind = "reply",
+        sanitize: bool | None = False,
         name: str = "kernelfix",
         backend: Backend | None = None,
     ):
         self.reward = reward if isinstance(reward, RewardConfig) else RewardConfig.model_validate(dict(reward or {}))
         self.task_column = task_column
         self.kind = kind
+        self.sanitize = sanitize
         self.__name__ = name  # TRL names the reward's column and its timing after this
         if backend is None:
             options = {"token": token, "token_file": token_file} if url else {"config": config, "device": device, "gpus": gpus, "per_gpu": per_gpu}
@@ -105,7 +109,7 @@ class KernelReward:
             raise KeyError(f"the dataset has no {self.task_column!r} column: each prompt's task (source text or path) goes there")
         backward = kwargs.get("backward") or [None] * len(completions)
         requests = [
-            JudgeRequest(task=self._task(t), candidate=completion_text(c), kind=self.kind, backward=b)
+            JudgeRequest(task=self._task(t), candidate=completion_text(c), kind=self.kind, backward=b, sanitize=self.sanitize)
             for t, c, b in zip(tasks, completions, backward, strict=True)
         ]
         outcomes = self.backend.judge(requests)

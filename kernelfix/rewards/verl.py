@@ -8,7 +8,8 @@ Each sample's ``reward_model.ground_truth`` is its task (source text or a path);
 may set ``backward`` (bool) and ``task_name``. The response is the model's reply, judged as
 ``kernelfix eval`` judges a saved reply. ``reward_kwargs`` may also set any RewardConfig field
 (``correct``, ``speedup_weight``, ``cheating``, ``noise_scale``, ...), and for the in-process
-judge ``device``, ``gpus``, ``per_gpu`` and ``config`` (JudgeConfig fields); a key it does not
+judge ``device``, ``gpus``, ``per_gpu`` and ``config`` (JudgeConfig fields), and ``sanitize`` (false by
+default: compute-sanitizer's cause of a wrong kernel, which no score reads); a key it does not
 know is an error at the first call, not a silent default. verl wants a number: where the
 verdict is no verdict (a machine fault, a task that does not run) the score is
 ``unjudged`` if set, else 0.0, and ``category`` says which.
@@ -32,6 +33,8 @@ from kernelfix.rewards.backend import shared_backend
 __all__ = ["compute_score", "compute_score_batch"]
 
 _BACKEND_KEYS = ("url", "token", "token_file", "device", "gpus", "per_gpu", "config")
+# Per request: compute-sanitizer's cause on a wrong kernel is off unless asked for (no score reads it).
+_REQUEST_DEFAULTS = {"sanitize": False}
 # What verl itself adds to the call (its reward loop, where a reward model router exists): not ours.
 _VERL_KEYS = ("reward_router_address", "reward_model_tokenizer")
 
@@ -46,7 +49,8 @@ def compute_score_batch(
     **kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Every sample of a batch at once, judged concurrently (verl's ``batch`` reward manager)."""
-    backend_settings, reward = _settings(kwargs)
+    backend_settings, reward = _settings({k: v for k, v in kwargs.items() if k not in _REQUEST_DEFAULTS})
+    sanitize = kwargs.get("sanitize", _REQUEST_DEFAULTS["sanitize"])
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
     requests = []
     for response, truth, extra in zip(solution_strs, ground_truths, extras, strict=True):
@@ -54,7 +58,7 @@ def compute_score_batch(
         backward = extra.get("backward")
         requests.append(JudgeRequest(
             task=task_source(_truth(truth)), candidate=response, kind="reply",
-            backward=bool(backward) if backward is not None else None, task_name=extra.get("task_name"),
+            backward=bool(backward) if backward is not None else None, task_name=extra.get("task_name"), sanitize=sanitize,
         ))
     outcomes = shared_backend(backend_settings).judge(requests)
     return [_score(o, reward) for o in outcomes]

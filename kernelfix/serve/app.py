@@ -1,6 +1,6 @@
 """The judge over HTTP: a FastAPI app in front of a ``JudgePool`` (docs/service.md).
 
-    POST /v1/evaluate   {"task": SRC, "candidate": SRC, "backward": null, "profile": null}  -> the verdict's JSON
+    POST /v1/evaluate   {"task": SRC, "candidate": SRC, "backward": null, "profile": null, "sanitize": null}  -> the verdict's JSON
     POST /v1/batch      {"items": [<evaluate body>, ...]}  -> {"results": [{"verdict": ...} | {"error": ...}, ...]}
     GET  /v1/health     -> queue, GPUs, warm judges
 

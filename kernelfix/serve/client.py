@@ -41,14 +41,20 @@ class ServeError(Exception):
 
 def request(
     task: str | os.PathLike[str], candidate: str | os.PathLike[str], *, kind: CandidateKind = "auto", backward: bool | None = None,
-    profile: bool | None = None, task_name: str | None = None,
+    profile: bool | None = None, task_name: str | None = None, sanitize: bool | None = None,
 ) -> JudgeRequest:
     """A request body from paths or text, read on this side (the server takes source text only)."""
     text, filename = candidate_source(candidate, kind)
     return JudgeRequest(
         task=task_source(task), candidate=text, kind="reply" if not filename.endswith(".py") else "code",
-        backward=backward, profile=profile, task_name=task_name,
+        backward=backward, profile=profile, task_name=task_name, sanitize=sanitize,
     )
+
+
+def _body(req: JudgeRequest) -> dict[str, Any]:
+    """A request's JSON, fields left to the server's config (None) left out: a server of an earlier version,
+    which forbids fields it does not know, still takes a request that sets none of its later ones."""
+    return req.model_dump(mode="json", exclude_none=True)
 
 
 class JudgeClient:
@@ -73,7 +79,7 @@ class JudgeClient:
     def evaluate(self, task: str | os.PathLike[str], candidate: str | os.PathLike[str], **options: Any) -> Verdict:
         """The verdict on ``candidate`` for ``task`` (each a path or text; options as ``request``)."""
         body = request(task, candidate, **options)
-        return Verdict.model_validate(self._json(self._send("POST", "/v1/evaluate", body.model_dump(mode="json"))))
+        return Verdict.model_validate(self._json(self._send("POST", "/v1/evaluate", _body(body))))
 
     def evaluate_requests(self, requests: Sequence[JudgeRequest]) -> list[Outcome]:
         """Outcomes in order (a verdict, or the error of that one item), in batches of ``max_batch`` sent side by side."""
@@ -87,7 +93,7 @@ class JudgeClient:
         return self.evaluate_requests([request(t, c, **options) for t, c in pairs])
 
     def _batch(self, items: list[JudgeRequest]) -> list[Outcome]:
-        body = {"items": [r.model_dump(mode="json") for r in items]}
+        body = {"items": [_body(r) for r in items]}
         return [Outcome.model_validate(o) for o in self._json(self._send("POST", "/v1/batch", body))["results"]]
 
     def _send(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
@@ -104,14 +110,14 @@ class JudgeClient:
     async def aevaluate(self, task: str | os.PathLike[str], candidate: str | os.PathLike[str], **options: Any) -> Verdict:
         body = request(task, candidate, **options)
         async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as http:
-            return Verdict.model_validate(self._json(await self._asend(http, "POST", "/v1/evaluate", body.model_dump(mode="json"))))
+            return Verdict.model_validate(self._json(await self._asend(http, "POST", "/v1/evaluate", _body(body))))
 
     async def aevaluate_requests(self, requests: Sequence[JudgeRequest]) -> list[Outcome]:
         chunks = [list(requests[i : i + self.max_batch]) for i in range(0, len(requests), self.max_batch)]
         async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as http:
 
             async def one(items: list[JudgeRequest]) -> list[Outcome]:
-                r = await self._asend(http, "POST", "/v1/batch", {"items": [x.model_dump(mode="json") for x in items]})
+                r = await self._asend(http, "POST", "/v1/batch", {"items": [_body(x) for x in items]})
                 return [Outcome.model_validate(o) for o in self._json(r)["results"]]
 
             parts = await asyncio.gather(*(one(c) for c in chunks))

@@ -173,6 +173,15 @@ class Reference(ReferenceBaselines):
                 self._worker.close()
                 self._worker = None
 
+    def wait_idle(self) -> None:
+        """Until no request of this judge's holds the reference (another evaluation's trial, or the baseline's
+        torch.compile: seconds of CPU work under this lock, outside the GPU's lease for a small task). A piece
+        of a stage waits here before it takes the GPU's lock: waiting inside it kept the lock held, and an
+        exclusive (timed) hold queued behind it stopped every judge's shared holds meanwhile (8 s on the H100
+        bench). Holds nothing after: the lock order (the lease first, then this lock) is unchanged."""
+        with self._lock:
+            pass
+
     def stop_idle(self) -> bool:
         """Stop a worker no request uses and no evaluation holds arenas of (its CUDA context and all
         it keeps go back to the GPU); ``ensure`` starts another when asked, which computes the same

@@ -156,8 +156,13 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
 @contextlib.contextmanager
 def shared_hold(ctx: StageContext, ev: Evaluation, stage: str, what: str | None = None) -> Iterator[None]:
     """The GPU's lock, shared (tools/gpu/lease.py), for one piece of a stage that has room; the time
-    waited for it goes to the breakdown's ``<stage>.lease_wait``."""
+    waited for it goes to the breakdown's ``<stage>.lease_wait``, the time waited before it for this judge's
+    reference (``Reference.wait_idle``) to ``<stage>.reference_busy``."""
     t0 = time.monotonic()
+    ctx.ref.wait_idle()  # not while the GPU's lock is held (the baseline's torch.compile can hold the reference for seconds)
+    busy, t0 = time.monotonic() - t0, time.monotonic()
+    if busy > 1e-3:
+        ev.breakdown[f"{stage}.reference_busy"] = round(ev.breakdown.get(f"{stage}.reference_busy", 0.0) + busy, 3)
     with ctx.lease(what or stage, shared=True):
         key = f"{stage}.lease_wait"
         ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + time.monotonic() - t0, 3)

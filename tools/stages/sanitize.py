@@ -11,7 +11,7 @@ without the flag a correct candidate skips the stage.
 
 How: a probe in the candidate's sandbox picks the reduced input (``reduce``, ``target.probe``), then
 each tool (memcheck, racecheck, synccheck, initcheck) runs the candidate once under compute-sanitizer,
-all at once, holding the GPU lease together; their reports are parsed (``parse``) and placed on the
+all at once, holding the GPU's shared lock together (taken again after the probe's); their reports are parsed (``parse``) and placed on the
 candidate's lines with their fixes (``hazards``). The whole stage is bounded by
 ``judge.sanitizer_timeout_s``; a tool cut off at the bound still reports what it printed. Off the GPU,
 or without compute-sanitizer, the report is one line saying so.
@@ -125,11 +125,14 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
         "reproduce": TRIGGERS.get(ev.category) if ev.category else None, "atol": c.atol, "rtol": c.rtol,
     }
     tools = [t for t in tool.ORDER if t in c.sanitizer_tools]
-    with ctx.room("sanitize"), ctx.lease("sanitize", shared=True):  # no timing here: beside other judges' trials
+    # Room for the stage (the probe may fall back to the whole trial); the GPU's shared lock taken twice, for the probe
+    # and for the tools: a timed run waiting at the gate goes between them rather than after both (10-20 s).
+    with ctx.room("sanitize"):
         if on_event:
             on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
         probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)
-        probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True)
+        with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
+            probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True)
         chosen = one_shot.result(probe, outdir / "sanitize_probe.json")
         if not chosen.get("plan"):
             report.note = f"not sanitized: no input to run it on ({_failure(probe, probe_s)})"
@@ -139,9 +142,10 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
         spec |= {"plan": chosen["plan"], "inputs_file": chosen.get("saved")}
         if on_event:
             on_event(StageEvent(stage="sanitize", status="progress", detail=", ".join(tools), total=len(tools)))
-        left = max(1.0, deadline - time.monotonic())
-        with ThreadPoolExecutor(max_workers=len(tools)) as pool:
-            runs = list(pool.map(lambda t: (t, _tool(ctx, ev, path, t, spec, outdir, left)), tools))
+        with ctx.lease("sanitize", shared=True):
+            left = max(1.0, deadline - time.monotonic())
+            with ThreadPoolExecutor(max_workers=len(tools)) as pool:
+                runs = list(pool.map(lambda t: (t, _tool(ctx, ev, path, t, spec, outdir, left)), tools))
     found: list[Hazard] = []
     src = hazards.Sources(ev.code or "", ev.candidate_path, wd / "build", ev.backend)
     for name, outcome in runs:
