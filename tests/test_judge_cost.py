@@ -90,3 +90,34 @@ def test_same_bytes_by_words_and_by_bytes_sees_every_byte(monkeypatch):
             assert not same_bytes(a, b), (n, byte)
     nan = torch.full((64,), float("nan"))
     assert same_bytes(nan, nan.clone()) and not same_bytes(torch.zeros(64), torch.zeros(64).neg())  # bits, not values
+
+
+def test_tritons_driver_is_started_ahead_only_where_triton_is_imported(monkeypatch):
+    import sys
+    import types
+
+    from kernelfix.tools.workers.candidate import ahead
+
+    calls: list[str] = []
+
+    class Backend:
+        def __init__(self, target):
+            calls.append(f"backend {target}")
+
+        def hash(self):
+            calls.append("hash")
+            return "ptxas-12.9-90"
+
+    active = SimpleNamespace(get_current_target=lambda: calls.append("target") or "cuda:90")
+    runtime_driver = types.ModuleType("triton.runtime.driver")
+    runtime_driver.driver = SimpleNamespace(active=active)
+    compiler = types.ModuleType("triton.compiler.compiler")
+    compiler.make_backend = Backend
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    assert not ahead.triton_driver_ahead() and calls == []  # a CUDA candidate's worker: Triton stays unimported
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.runtime.driver", runtime_driver)
+    monkeypatch.setitem(sys.modules, "triton.compiler.compiler", compiler)
+    assert ahead.triton_driver_ahead() and calls == ["target", "backend cuda:90", "hash"]
+    compiler.make_backend = lambda target: 1 / 0  # a Triton that differs: the first kernel call does it, as before
+    assert not ahead.triton_driver_ahead()
