@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ from kernelfix.tools.verdict import Verdict
 __all__ = ["CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source", "judge_config", "task_from_text", "task_source", "text_kind"]
 
 CandidateKind = Literal["auto", "code", "reply"]
+log = logging.getLogger(__name__)
 # What a file's or a text's name tells the extractor: a .py is code, anything else a model's reply.
 _FILENAME = {"code": "candidate.py", "reply": "reply.md"}
 _PATH_SUFFIXES = (".py", ".md", ".txt")
@@ -199,6 +201,8 @@ class Judge:
         source, filename = candidate_source(candidate, kind)
         with self._use():
             with self._lock:
+                while not self._ready and self._starting and not self._closed:
+                    self._lock.wait()  # the worker started ahead after the last verdict: ready in a moment
                 workdir = self._ready.pop() if self._ready else None
             try:
                 if retries:
@@ -210,7 +214,7 @@ class Judge:
             finally:
                 if workdir is not None:
                     self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way
-            self._start_ahead()  # inside the call: close() waits for it, so no worker starts after close
+            self._start_ahead_later()  # counted in flight: close() waits for it, so no worker starts after close
         if not self.keep_files:
             self._drop_files(v)
         return v
@@ -223,23 +227,59 @@ class Judge:
     def _start_ahead(self) -> None:
         """Keep ``standby`` candidate workers started for the next calls (none by default). A workdir is
         offered to a call only once its worker is registered, so no call runs beside a worker meant for it."""
-        while True:
+        while self._reserve():
+            self._start_one()
+
+    def _reserve(self) -> bool:
+        """Count one more worker starting, if ``standby`` wants one; a call that finds none ready waits for it."""
+        with self._lock:
+            if self._closed or len(self._ready) + self._starting >= self.standby:
+                return False
+            self._starting += 1
+            return True
+
+    def _start_one(self) -> None:
+        workdir = self.engine.root / "evals" / uuid.uuid4().hex[:12]
+        try:
+            self.engine.prestart(workdir)
+        finally:
             with self._lock:
-                if self._closed or len(self._ready) + self._starting >= self.standby:
-                    return
-                self._starting += 1
-            workdir = self.engine.root / "evals" / uuid.uuid4().hex[:12]
+                self._starting -= 1
+                closed = self._closed
+                if not closed:
+                    self._ready.append(workdir)
+                self._lock.notify_all()
+        if closed:
+            self.engine.drop_standby(workdir)
+
+    def _start_ahead_later(self) -> None:
+        """``_start_ahead`` in a thread of its own, so the verdict goes back without waiting for the next
+        worker's launch (a fork through the sandbox's layers: tens of milliseconds of every warm served
+        verdict). It counts as a call in flight (``close`` waits for it); the next call waits for it rather
+        than start a worker of its own."""
+        if not self._reserve():
+            return
+        with self._lock:
+            self._in_flight += 1
+
+        def start() -> None:
             try:
-                self.engine.prestart(workdir)
+                self._start_one()
+                self._start_ahead()  # standby > 1: the rest
+            except Exception:  # the next call starts its worker itself, as without a standby
+                log.warning("starting a standby candidate worker failed", exc_info=True)
             finally:
                 with self._lock:
-                    self._starting -= 1
-                    closed = self._closed
-                    if not closed:
-                        self._ready.append(workdir)
-            if closed:
-                self.engine.drop_standby(workdir)
-                return
+                    self._in_flight -= 1
+                    self._lock.notify_all()
+
+        threading.Thread(target=start, name="kernelfix-standby", daemon=True).start()
+
+    def _await_standby(self) -> None:
+        """Until no standby worker is starting (tests; a call does this itself when it needs one)."""
+        with self._lock:
+            while self._starting:
+                self._lock.wait()
 
     def _drop_files(self, v: Verdict) -> None:
         evals = (self.engine.root / "evals").resolve()

@@ -42,6 +42,7 @@ def test_a_path_code_and_a_reply_get_the_same_verdict_and_the_reference_stays_wa
     (ready,) = judge._ready
     assert judge.engine.has_standby(ready)
     first = judge.evaluate(OK)  # a Path
+    judge._await_standby()  # the next one starts after the verdict went back
     assert Path(first.logs_dir).parent == ready and len(judge._ready) == 1 and judge._ready[0] != ready  # used, and another readied
     worker = judge.engine.ref._worker
     assert first.ok and first.task == "relu" and first.device == "cpu" and first.candidate_sha1
