@@ -349,8 +349,10 @@ class Judge:
 
     def finish(self, ev: Evaluation) -> Verdict:
         """The evaluation's verdict (``Evaluation.verdict``), with the sandbox's notes and the feedback the model reads."""
+        t0 = time.monotonic()
         self.release(ev)
         tidy(Path(ev.workdir))
+        ev.breakdown["finish.release"] = round(time.monotonic() - t0, 3)  # the worker's exit: after the stages, before the verdict
         notes = [SANDBOX_NOTE + n for n in self._sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
         v = ev.verdict(notes)
         v.feedback = feedback.render(v)
