@@ -354,8 +354,10 @@ class Judge:
         tidy(Path(ev.workdir))
         ev.breakdown["finish.release"] = round(time.monotonic() - t0, 3)  # the worker's exit: after the stages, before the verdict
         notes = [SANDBOX_NOTE + n for n in self._sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
+        t1 = time.monotonic()
         v = ev.verdict(notes)
         v.feedback = feedback.render(v)
+        v.breakdown["finish.verdict"] = round(time.monotonic() - t1, 3)  # the verdict and its feedback made
         return v
 
     def evaluate_with_retries(
