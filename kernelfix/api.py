@@ -28,6 +28,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = ["CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source",
 
 CandidateKind = Literal["auto", "code", "reply"]
 log = logging.getLogger(__name__)
+STANDBY_WAIT_S = 0.25  # how long a call waits for a standby worker still being started
 # What a file's or a text's name tells the extractor: a .py is code, anything else a model's reply.
 _FILENAME = {"code": "candidate.py", "reply": "reply.md"}
 _PATH_SUFFIXES = (".py", ".md", ".txt")
@@ -201,8 +203,11 @@ class Judge:
         source, filename = candidate_source(candidate, kind)
         with self._use():
             with self._lock:
-                while not self._ready and self._starting and not self._closed:
-                    self._lock.wait()  # the worker started ahead after the last verdict: ready in a moment
+                # The worker started after the last verdict is usually registered within milliseconds; a fork server
+                # still importing takes seconds, and a worker of the call's own is then sooner.
+                until = time.monotonic() + STANDBY_WAIT_S
+                while not self._ready and self._starting and not self._closed and time.monotonic() < until:
+                    self._lock.wait(max(0.0, until - time.monotonic()))
                 workdir = self._ready.pop() if self._ready else None
             try:
                 if retries:
@@ -254,9 +259,9 @@ class Judge:
 
     def _start_ahead_later(self) -> None:
         """``_start_ahead`` in a thread of its own, so the verdict goes back without waiting for the next
-        worker's launch (a fork through the sandbox's layers: tens of milliseconds of every warm served
-        verdict). It counts as a call in flight (``close`` waits for it); the next call waits for it rather
-        than start a worker of its own."""
+        worker's launch (a fork through the sandbox's layers, milliseconds; after a judge's first verdict also
+        the start of the standby's fork server, 3.5 s on the H100). It counts as a call in flight (``close``
+        waits for it); the next call waits up to ``STANDBY_WAIT_S`` for it, then starts a worker of its own."""
         if not self._reserve():
             return
         with self._lock:
@@ -276,7 +281,7 @@ class Judge:
         threading.Thread(target=start, name="kernelfix-standby", daemon=True).start()
 
     def _await_standby(self) -> None:
-        """Until no standby worker is starting (tests; a call does this itself when it needs one)."""
+        """Until no standby worker is starting (tests)."""
         with self._lock:
             while self._starting:
                 self._lock.wait()
