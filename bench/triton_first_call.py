@@ -57,7 +57,8 @@ print(json.dumps(s))
 
 
 def one(case: str, candidate: str, numel: int, env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, case, candidate, str(numel)], capture_output=True, text=True, env=env, timeout=300)
+    # -P: run from the repo root, the source tree's kernelfix/ must not shadow the installed package
+    out = subprocess.run([sys.executable, "-P", "-c", CHILD, case, candidate, str(numel)], capture_output=True, text=True, env=env, timeout=300)
     if out.returncode != 0:
         raise SystemExit(f"{case}: exit {out.returncode}\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
