@@ -105,8 +105,9 @@ class Judge:
     own ``BACKWARD = True``). ``config``: a ``JudgeConfig`` or a dict of its fields. ``gpu``: the
     CUDA device this judge's workers use, as CUDA_VISIBLE_DEVICES names it. ``workdir``: keep the
     judge's files there (default: a temporary directory removed by ``close``). ``keep_files``:
-    False deletes each evaluation's files (logs, build sources) once its verdict is made, and its
-    verdict then has no ``logs_dir`` (what a long training run wants). ``standby``: candidate workers
+    False deletes each evaluation's files (logs, build sources) once its verdict is made and its
+    candidate's worker has ended, and its verdict then has no ``logs_dir`` (what a long training run
+    wants; the verdict goes back before that worker's exit, 0.1 s on the H100). ``standby``: candidate workers
     kept started ahead (Python, torch and the GPU context up), so a call's candidate goes straight to
     its import and build (a server's warm verdicts; each costs a process and, on a GPU, a context).
 
@@ -139,6 +140,8 @@ class Judge:
                 shutil.rmtree(root, ignore_errors=True)
             raise
         self.root = root
+        if not keep_files:  # nobody reads a worker's log: it ends after its verdict went back, then its files go
+            self.engine.exit_later, self.engine.after_exit = True, self._drop_workdir
         self.standby = standby
         self._ready: list[Path] = []  # workdirs whose candidate worker was started ahead
         self._starting = 0
@@ -221,7 +224,7 @@ class Judge:
                     self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way
             self._start_ahead_later()  # counted in flight: close() waits for it, so no worker starts after close
         if not self.keep_files:
-            self._drop_files(v)
+            v.logs_dir = None  # removed once its worker has ended (``_drop_workdir``)
         return v
 
     async def aevaluate(self, candidate: str | os.PathLike[str], **options: Any) -> Verdict:
@@ -286,13 +289,11 @@ class Judge:
             while self._starting:
                 self._lock.wait()
 
-    def _drop_files(self, v: Verdict) -> None:
-        evals = (self.engine.root / "evals").resolve()
-        if v.logs_dir:
-            wd = Path(v.logs_dir).parent.resolve()
-            if wd.parent == evals:  # only an evaluation directory this judge made
-                shutil.rmtree(wd, ignore_errors=True)
-        v.logs_dir = None
+    def _drop_workdir(self, workdir: Path) -> None:
+        """An evaluation's files, once its worker has ended (the engine's ``after_exit``)."""
+        wd = workdir.resolve()
+        if wd.parent == (self.engine.root / "evals").resolve():  # only an evaluation directory this judge made
+            shutil.rmtree(wd, ignore_errors=True)
 
     # ------------------------------------------------------------------ lifetime
 

@@ -415,6 +415,14 @@ class Child:
         if threading.current_thread() is not getattr(self, "_watcher", None):
             self._watcher.join()
 
+    def sandbox_notes(self) -> list[str]:
+        """The notes its outcome will carry (``ChildOutcome.sandbox_notes``), known once the launcher's report
+        arrived, at its start: a caller that ends it later need not wait for its exit to know them."""
+        if self._outcome is not None:
+            return list(self._outcome.sandbox_notes)
+        report = next((m for m in self.messages.snapshot() if m.get("type") == LAUNCHER_MESSAGE), None)
+        return self.notes + (list(report.get("notes") or []) if report else [])
+
     def ended(self, timeout: float) -> bool:
         """Whether, within ``timeout`` seconds, it ended and its outcome was recorded (or a kill was asked)."""
         return self._done.wait(timeout)

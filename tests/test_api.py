@@ -108,7 +108,8 @@ def test_a_task_as_text_named_or_not_and_files_dropped(tmp_path):
     with Judge(text, name="my_relu", device="cpu", keep_files=False) as j:
         v = j.evaluate(CANDS / "syntax_error.py")
         assert v.category.value == "compile_error:syntax" and v.task == "my_relu" and v.logs_dir is None
-        assert not list((j.engine.root / "evals").iterdir())  # the evaluation's files went with its verdict
+        j.engine._runs.exits.wait()  # the worker ends after its verdict went back
+        assert not list((j.engine.root / "evals").iterdir())  # then the evaluation's files go
         root = j.root
     assert not root.exists()  # its temporary directory too, once closed
     with pytest.raises(RuntimeError, match="closed"):

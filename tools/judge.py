@@ -103,6 +103,8 @@ class Judge:
         self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
         self.ref = Reference(self._worker_context())
         self._runs = CandidateRuns(self._worker_context)
+        # A server's: verdicts go back before the worker's exit (0.1 s on the H100), then ``after_exit(workdir)``.
+        self.exit_later, self.after_exit = False, None
         # GPU stages queue per device, across processes, so timed runs never share a GPU.
         lease = DeviceLease(lock_root(), gpu or visible_gpu()) if self.device == "cuda" else None
         self._share = GpuShare(lease, self.ref, self.task.name, lambda: self.config)
@@ -350,14 +352,16 @@ class Judge:
     def finish(self, ev: Evaluation) -> Verdict:
         """The evaluation's verdict (``Evaluation.verdict``), with the sandbox's notes and the feedback the model reads."""
         t0 = time.monotonic()
-        self.release(ev)
-        tidy(Path(ev.workdir))
-        ev.breakdown["finish.release"] = round(time.monotonic() - t0, 3)  # the worker's exit: after the stages, before the verdict
+        if self.exit_later:  # the notes its outcome will carry are known from its start
+            ev.warnings += [SANDBOX_NOTE + n for n in self._runs.end_after(ev, self.after_exit) if SANDBOX_NOTE + n not in ev.warnings]
+            self.ref.release_owned(ev.id)
+        else:
+            self.release(ev)
+            tidy(Path(ev.workdir))
+        ev.breakdown["finish.release"] = round(time.monotonic() - t0, 3)  # the worker's exit, unless it comes after the verdict
         notes = [SANDBOX_NOTE + n for n in self._sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
-        t1 = time.monotonic()
         v = ev.verdict(notes)
         v.feedback = feedback.render(v)
-        v.breakdown["finish.verdict"] = round(time.monotonic() - t1, 3)  # the verdict and its feedback made
         return v
 
     def evaluate_with_retries(
