@@ -239,7 +239,7 @@ class Judge:
             self._start_one()
 
     def _reserve(self) -> bool:
-        """Count one more worker starting, if ``standby`` wants one; a call that finds none ready waits for it."""
+        """Count one more worker starting, if ``standby`` wants one (a call that finds none ready waits a moment for it)."""
         with self._lock:
             if self._closed or len(self._ready) + self._starting >= self.standby:
                 return False
