@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +44,8 @@ from kernelfix.tools.verdict import Verdict
 __all__ = ["CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source", "judge_config", "task_from_text", "task_source", "text_kind"]
 
 CandidateKind = Literal["auto", "code", "reply"]
+log = logging.getLogger(__name__)
+STANDBY_WAIT_S = 0.25  # how long a call waits for a standby worker still being started
 # What a file's or a text's name tells the extractor: a .py is code, anything else a model's reply.
 _FILENAME = {"code": "candidate.py", "reply": "reply.md"}
 _PATH_SUFFIXES = (".py", ".md", ".txt")
@@ -101,8 +105,9 @@ class Judge:
     own ``BACKWARD = True``). ``config``: a ``JudgeConfig`` or a dict of its fields. ``gpu``: the
     CUDA device this judge's workers use, as CUDA_VISIBLE_DEVICES names it. ``workdir``: keep the
     judge's files there (default: a temporary directory removed by ``close``). ``keep_files``:
-    False deletes each evaluation's files (logs, build sources) once its verdict is made, and its
-    verdict then has no ``logs_dir`` (what a long training run wants). ``standby``: candidate workers
+    False deletes each evaluation's files (logs, build sources) once its verdict is made and its
+    candidate's worker has ended, and its verdict then has no ``logs_dir`` (what a long training run
+    wants; the verdict goes back before that worker's exit, 0.1 s on the H100). ``standby``: candidate workers
     kept started ahead (Python, torch and the GPU context up), so a call's candidate goes straight to
     its import and build (a server's warm verdicts; each costs a process and, on a GPU, a context).
 
@@ -135,6 +140,8 @@ class Judge:
                 shutil.rmtree(root, ignore_errors=True)
             raise
         self.root = root
+        if not keep_files:  # nobody reads a worker's log: it ends after its verdict went back, then its files go
+            self.engine.exit_later, self.engine.after_exit = True, self._drop_workdir
         self.standby = standby
         self._ready: list[Path] = []  # workdirs whose candidate worker was started ahead
         self._starting = 0
@@ -203,6 +210,11 @@ class Judge:
         source, filename = candidate_source(candidate, kind)
         with self._use():
             with self._lock:
+                # The worker started after the last verdict is usually registered within milliseconds; a fork server
+                # still importing takes seconds, and a worker of the call's own is then sooner.
+                until = time.monotonic() + STANDBY_WAIT_S
+                while not self._ready and self._starting and not self._closed and time.monotonic() < until:
+                    self._lock.wait(max(0.0, until - time.monotonic()))
                 workdir = self._ready.pop() if self._ready else None
             try:
                 if retries:
@@ -215,9 +227,9 @@ class Judge:
             finally:
                 if workdir is not None:
                     self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way
-            self._start_ahead()  # inside the call: close() waits for it, so no worker starts after close
+            self._start_ahead_later()  # counted in flight: close() waits for it, so no worker starts after close
         if not self.keep_files:
-            self._drop_files(v)
+            v.logs_dir = None  # removed once its worker has ended (``_drop_workdir``)
         return v
 
     async def aevaluate(self, candidate: str | os.PathLike[str], **options: Any) -> Verdict:
@@ -228,31 +240,65 @@ class Judge:
     def _start_ahead(self) -> None:
         """Keep ``standby`` candidate workers started for the next calls (none by default). A workdir is
         offered to a call only once its worker is registered, so no call runs beside a worker meant for it."""
-        while True:
+        while self._reserve():
+            self._start_one()
+
+    def _reserve(self) -> bool:
+        """Count one more worker starting, if ``standby`` wants one (a call that finds none ready waits a moment for it)."""
+        with self._lock:
+            if self._closed or len(self._ready) + self._starting >= self.standby:
+                return False
+            self._starting += 1
+            return True
+
+    def _start_one(self) -> None:
+        workdir = self.engine.root / "evals" / uuid.uuid4().hex[:12]
+        try:
+            self.engine.prestart(workdir)
+        finally:
             with self._lock:
-                if self._closed or len(self._ready) + self._starting >= self.standby:
-                    return
-                self._starting += 1
-            workdir = self.engine.root / "evals" / uuid.uuid4().hex[:12]
+                self._starting -= 1
+                closed = self._closed
+                if not closed:
+                    self._ready.append(workdir)
+                self._lock.notify_all()
+        if closed:
+            self.engine.drop_standby(workdir)
+
+    def _start_ahead_later(self) -> None:
+        """``_start_ahead`` in a thread of its own, so the verdict goes back without waiting for the next
+        worker's launch (a fork through the sandbox's layers, milliseconds; after a judge's first verdict also
+        the start of the standby's fork server, 3.5 s on the H100). It counts as a call in flight (``close``
+        waits for it); the next call waits up to ``STANDBY_WAIT_S`` for it, then starts a worker of its own."""
+        if not self._reserve():
+            return
+        with self._lock:
+            self._in_flight += 1
+
+        def start() -> None:
             try:
-                self.engine.prestart(workdir)
+                self._start_one()
+                self._start_ahead()  # standby > 1: the rest
+            except Exception:  # the next call starts its worker itself, as without a standby
+                log.warning("starting a standby candidate worker failed", exc_info=True)
             finally:
                 with self._lock:
-                    self._starting -= 1
-                    closed = self._closed
-                    if not closed:
-                        self._ready.append(workdir)
-            if closed:
-                self.engine.drop_standby(workdir)
-                return
+                    self._in_flight -= 1
+                    self._lock.notify_all()
 
-    def _drop_files(self, v: Verdict) -> None:
-        evals = (self.engine.root / "evals").resolve()
-        if v.logs_dir:
-            wd = Path(v.logs_dir).parent.resolve()
-            if wd.parent == evals:  # only an evaluation directory this judge made
-                shutil.rmtree(wd, ignore_errors=True)
-        v.logs_dir = None
+        threading.Thread(target=start, name="kernelfix-standby", daemon=True).start()
+
+    def _await_standby(self) -> None:
+        """Until no standby worker is starting (tests)."""
+        with self._lock:
+            while self._starting:
+                self._lock.wait()
+
+    def _drop_workdir(self, workdir: Path) -> None:
+        """An evaluation's files, once its worker has ended (the engine's ``after_exit``)."""
+        wd = workdir.resolve()
+        if wd.parent == (self.engine.root / "evals").resolve():  # only an evaluation directory this judge made
+            shutil.rmtree(wd, ignore_errors=True)
 
     # ------------------------------------------------------------------ lifetime
 

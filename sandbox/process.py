@@ -199,6 +199,7 @@ class Child:
         self.requests: RequestSocket | None = None
         self._outcome: ChildOutcome | None = None
         self._done = threading.Event()
+        self._wake = threading.Event()  # the watcher's: a kill asked, or the fork server saw the child exit
         if self.isolation.cgroup:
             self.cgroup, self.notes = Cgroup.create(memory_bytes=limits.memory_bytes, max_pids=limits.max_processes)
         read_fd, write_fd = os.pipe()
@@ -275,6 +276,8 @@ class Child:
         self._out = _Tail(self.proc.stdout, limits.output_tail_bytes)
         self._err = _Tail(self.proc.stderr, limits.output_tail_bytes)
         self._kill_lock = threading.Lock()
+        if hasattr(self.proc, "on_exit"):  # forked: the exit is reported at once, not found at the next poll
+            self.proc.on_exit = self._wake.set
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
 
@@ -330,8 +333,10 @@ class Child:
                     if rss > limits.memory_bytes:
                         self.memory_exceeded = True
                         break
-                if self._done.wait(self.poll_s):  # kill() from another thread
-                    break
+                if self._wake.wait(self.poll_s):  # kill() from another thread, or a forked child's exit
+                    self._wake.clear()
+                    if self._done.is_set():
+                        break
         finally:
             self._finish()
 
@@ -405,9 +410,22 @@ class Child:
         if deadline is not None and self.deadline_note is None:
             self.deadline_note, self.hung = deadline, hung
             self.timed_out = True
-        self._done.set()  # wakes the watcher, which kills and records
+        self._done.set()
+        self._wake.set()  # wakes the watcher, which kills and records
         if threading.current_thread() is not getattr(self, "_watcher", None):
             self._watcher.join()
+
+    def sandbox_notes(self) -> list[str]:
+        """The notes its outcome will carry (``ChildOutcome.sandbox_notes``), known once the launcher's report
+        arrived, at its start: a caller that ends it later need not wait for its exit to know them."""
+        if self._outcome is not None:
+            return list(self._outcome.sandbox_notes)
+        report = next((m for m in self.messages.snapshot() if m.get("type") == LAUNCHER_MESSAGE), None)
+        return self.notes + (list(report.get("notes") or []) if report else [])
+
+    def ended(self, timeout: float) -> bool:
+        """Whether, within ``timeout`` seconds, it ended and its outcome was recorded (or a kill was asked)."""
+        return self._done.wait(timeout)
 
     def wait(self) -> ChildOutcome:
         """Until the child ends by itself or by a limit."""

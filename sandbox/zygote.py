@@ -44,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelfix.sandbox.channel import MSG_FD_ENV, REQUEST_FD_ENV, RequestSocket
@@ -103,11 +103,15 @@ class ForkedProcess:
         self.waited_s = 0.0  # for the zygote's own imports (its first child in a process)
         self._exited = threading.Event()
         self._reaped = False
+        self.on_exit: Callable[[], None] | None = None  # the watcher's wake-up (sandbox/process.py)
 
     def _exit(self, returncode: int) -> None:
         if self.returncode is None:
             self.returncode = returncode
         self._exited.set()
+        wake = self.on_exit
+        if wake is not None:
+            wake()
 
     def poll(self) -> int | None:
         return self.returncode if self._exited.is_set() else None

@@ -42,6 +42,7 @@ def test_a_path_code_and_a_reply_get_the_same_verdict_and_the_reference_stays_wa
     (ready,) = judge._ready
     assert judge.engine.has_standby(ready)
     first = judge.evaluate(OK)  # a Path
+    judge._await_standby()  # the next one starts after the verdict went back
     assert Path(first.logs_dir).parent == ready and len(judge._ready) == 1 and judge._ready[0] != ready  # used, and another readied
     worker = judge.engine.ref._worker
     assert first.ok and first.task == "relu" and first.device == "cpu" and first.candidate_sha1
@@ -107,7 +108,8 @@ def test_a_task_as_text_named_or_not_and_files_dropped(tmp_path):
     with Judge(text, name="my_relu", device="cpu", keep_files=False) as j:
         v = j.evaluate(CANDS / "syntax_error.py")
         assert v.category.value == "compile_error:syntax" and v.task == "my_relu" and v.logs_dir is None
-        assert not list((j.engine.root / "evals").iterdir())  # the evaluation's files went with its verdict
+        j.engine._runs.exits.wait()  # the worker ends after its verdict went back
+        assert not list((j.engine.root / "evals").iterdir())  # then the evaluation's files go
         root = j.root
     assert not root.exists()  # its temporary directory too, once closed
     with pytest.raises(RuntimeError, match="closed"):

@@ -19,6 +19,7 @@ class _Worker(Trials):
         self.spec = SimpleNamespace(cache_bytes=cache_bytes, atol=None, rtol=None)
         self.cuda, self.device, self.seconds, self.vacuous_of = False, "cpu", {}, {}
         self.made: list[tuple[int, bool]] = []
+        self.plans: dict[int, TrialPlan] = {}
 
     def _compute(self, plan: TrialPlan, inputs_only: bool = False) -> TrialData:
         self.made.append((plan.index, inputs_only))
@@ -43,6 +44,27 @@ def test_timed_inputs_are_never_cached():
     assert w.cache == {} and w.cache_used == 0
     w._get(TrialPlan(index=0, seed=1, purpose="correctness"))
     assert 0 in w.cache and not w.cache[0].inputs_only
+
+
+def test_the_allocator_keeps_its_blocks_only_for_a_trial_that_takes_them_again(monkeypatch):
+    from kernelfix.tools.workers.reference import trial_data
+
+    freed: list[int] = []
+    monkeypatch.setattr(trial_data, "free", lambda cuda: freed.append(w.made[-1][0]))  # after trial N's tensors were made
+    w = _Worker()
+    # _Worker makes a float64 output for every trial but a timed one (inputs_only).
+    plans = [TrialPlan(index=i, seed=i, purpose="correctness", float64=f) for i, f in enumerate([True, True, False])]
+    plans += [TrialPlan(index=3, seed=3, purpose="correctness", input_set=1, float64=True)]
+    for p in plans:
+        w.plans[p.index] = p
+        w._get(p)
+    w._get(plans[3], inputs_only=True)  # recent: whole trial 3
+    assert [i for i, _ in w.made] == [0, 1, 2, 3]  # the timed inputs of trial 3: trial 3 as it is, nothing freed
+    w.plans[5] = TrialPlan(index=5, seed=5, purpose="correctness", input_set=1, float64=True)
+    w._get(w.plans[5], inputs_only=True)
+    # 0 -> 1: float64 again, its blocks taken again; 1 -> 2: no float64 to take the last one's: freed; 2 -> 3: other
+    # shapes (input set 1): freed; 3 -> 5 timed, no float64: freed.
+    assert freed == [1, 2, 3] and set(w.seconds) == {"free"}
 
 
 def test_a_varied_trials_base_moments_are_found_once_and_change_nothing(monkeypatch):
@@ -90,3 +112,34 @@ def test_same_bytes_by_words_and_by_bytes_sees_every_byte(monkeypatch):
             assert not same_bytes(a, b), (n, byte)
     nan = torch.full((64,), float("nan"))
     assert same_bytes(nan, nan.clone()) and not same_bytes(torch.zeros(64), torch.zeros(64).neg())  # bits, not values
+
+
+def test_tritons_driver_is_started_ahead_only_where_triton_is_imported(monkeypatch):
+    import sys
+    import types
+
+    from kernelfix.tools.workers.candidate import ahead
+
+    calls: list[str] = []
+
+    class Backend:
+        def __init__(self, target):
+            calls.append(f"backend {target}")
+
+        def hash(self):
+            calls.append("hash")
+            return "ptxas-12.9-90"
+
+    active = SimpleNamespace(get_current_target=lambda: calls.append("target") or "cuda:90")
+    runtime_driver = types.ModuleType("triton.runtime.driver")
+    runtime_driver.driver = SimpleNamespace(active=active)
+    compiler = types.ModuleType("triton.compiler.compiler")
+    compiler.make_backend = Backend
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    assert not ahead.triton_driver_ahead() and calls == []  # a CUDA candidate's worker: Triton stays unimported
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.runtime.driver", runtime_driver)
+    monkeypatch.setitem(sys.modules, "triton.compiler.compiler", compiler)
+    assert ahead.triton_driver_ahead() and calls == ["target", "backend cuda:90", "hash"]
+    compiler.make_backend = lambda target: 1 / 0  # a Triton that differs: the first kernel call does it, as before
+    assert not ahead.triton_driver_ahead()

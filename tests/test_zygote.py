@@ -141,6 +141,24 @@ def test_an_exit_before_the_caller_registers_it_is_not_lost(tmp_path):
         assert _start(tmp_path, fork=True, code="pass").wait().returncode == 0
 
 
+def test_a_forked_childs_exit_wakes_its_watcher(tmp_path):
+    # Polled once a minute, its exit is still recorded at once: the fork server's report wakes the watcher
+    # (every verdict waits for its candidate worker's exit, sandbox/process.py).
+    child = _start(tmp_path, fork=True, code="pass", poll_s=60.0)
+    assert child.forked and child.ended(30.0) and child.wait().returncode == 0
+
+
+def test_a_childs_sandbox_notes_are_known_before_it_ends(tmp_path):
+    # A verdict that goes back before its worker's exit (kernelfix.Judge(keep_files=False)) takes them from here.
+    up = "import os, time\nos.write(int(os.environ['KERNELFIX_MSG_FD']), b'{\"type\": \"up\"}\\n')\ntime.sleep(60)\n"
+    child = _start(tmp_path, fork=True, code=up)
+    msg, _ = child.wait_message(["up"])  # its code runs after the launcher's report
+    assert msg is not None and msg["type"] == "up"
+    before = child.sandbox_notes()
+    child.kill()
+    assert before == child.wait().sandbox_notes
+
+
 def test_a_dead_zygote_ends_its_children_and_is_replaced(tmp_path):
     child = _start(tmp_path, fork=True, code="import time; time.sleep(60)")
     z = next(z for z in zygote._zygotes.values() if z.alive and child.proc.pid in z._procs)

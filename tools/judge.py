@@ -103,6 +103,8 @@ class Judge:
         self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
         self.ref = Reference(self._worker_context())
         self._runs = CandidateRuns(self._worker_context)
+        # A server's: verdicts go back before the worker's exit (0.1 s on the H100), then ``after_exit(workdir)``.
+        self.exit_later, self.after_exit = False, None
         # GPU stages queue per device, across processes, so timed runs never share a GPU.
         lease = DeviceLease(lock_root(), gpu or visible_gpu()) if self.device == "cuda" else None
         self._share = GpuShare(lease, self.ref, self.task.name, lambda: self.config)
@@ -216,36 +218,12 @@ class Judge:
     # ------------------------------------------------------------------ stages
 
     def task_floor(self, *, with_baseline: bool = True) -> "TaskFloor | None":
-        """The task's floor on this GPU (tools/gpu/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
-        GPU eager's and torch.compile's times (the baselines, measured once per task and cached).
-        None when the reference has not reported its sizes."""
-        from kernelfix.tools.gpu import floor
-
-        if self.device != "cuda":
-            return None  # a floor is the GPU's: a CPU session times nothing
-        ready = self.ref.wait()
-        size = self.ref.size
-        if size is None:
-            return None
-        eager = compiled = None
-        if with_baseline:
-            try:
-                base = self.ref.baseline(self.lease)
-                eager, compiled = base.eager.median_ms, base.compiled.median_ms if base.compiled else None
-            except Exception:  # no baseline is no reason to hold up the session: the floor alone still helps
-                pass
-        return floor.build(input_bytes=size.input_bytes, output_bytes=size.output_bytes, flops=ready.task_flops, dtypes=ready.dtypes,
-                           gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
+        """The task's floor on this GPU (tools/gpu/floor.py; None off the GPU or before the reference reported its sizes)."""
+        return self.ref.task_floor(self.device, self.lease, with_baseline=with_baseline)
 
     def gpu_spec(self) -> "GpuSpec | None":
-        """The GPU's numbers (tools/gpu/specs.py), as its reference worker read them; None off the GPU.
-        The system prompt shows them (prompts/blocks.gpu_block)."""
-        ready = self.ref.wait()
-        if self.device != "cuda" or not ready.gpu_props:
-            return None
-        from kernelfix.tools.gpu import specs as gpu_specs
-
-        return gpu_specs.measured(ready.gpu_props)
+        """The GPU's numbers as its reference worker read them (the system prompt shows them); None off the GPU."""
+        return self.ref.gpu_spec(self.device)
 
     def start(self, source: str, *, filename: str = "candidate.py", workdir: str | Path | None = None) -> Evaluation:
         """Extract the candidate (from a .py source or a model reply) and run the static checks."""
@@ -353,8 +331,14 @@ class Judge:
 
     def finish(self, ev: Evaluation) -> Verdict:
         """The evaluation's verdict (``Evaluation.verdict``), with the sandbox's notes and the feedback the model reads."""
-        self.release(ev)
-        tidy(Path(ev.workdir))
+        t0 = time.monotonic()
+        if self.exit_later:  # the notes its outcome will carry are known from its start
+            ev.warnings += [SANDBOX_NOTE + n for n in self._runs.end_after(ev, self.after_exit) if SANDBOX_NOTE + n not in ev.warnings]
+            self.ref.release_owned(ev.id)
+        else:
+            self.release(ev)
+            tidy(Path(ev.workdir))
+        ev.breakdown["finish.release"] = round(time.monotonic() - t0, 3)  # the worker's exit, unless it comes after the verdict
         notes = [SANDBOX_NOTE + n for n in self._sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
         v = ev.verdict(notes)
         v.feedback = feedback.render(v)

@@ -207,6 +207,10 @@ class CandidateRun:
         limit = {"compile": self.config.compile_timeout_s, "benchmark": self.config.bench_timeout_s}.get(stage, self.config.run_timeout_s)
         return classify(stage, e.outcome, timeout_s=limit, build_dir=self.workdir / "build", trial_bytes=self.ctx.trial_bytes())
 
+    def sandbox_notes(self) -> list[str]:
+        """What its outcome will say of the sandbox's layers, known from its start."""
+        return self.handle.child.sandbox_notes() if self.handle.child.launch_error is None else []
+
     def close(self) -> ChildOutcome | None:
         out = self.handle.close()
         if out is not None:
@@ -258,6 +262,7 @@ class CandidateRuns:
         self._runs: dict[str, CandidateRun] = {}
         self._standby: dict[Path, CandidateRun] = {}  # started ahead, by the workdir their evaluation will use
         self._lock = threading.Lock()
+        self.exits = Exits()
 
     def start_ahead(self, workdir: Path, task_source: str) -> CandidateRun | None:
         """A standby worker for ``workdir``, started now; None when one is there already."""
@@ -291,6 +296,18 @@ class CandidateRuns:
                 self._runs[ev.id] = run
             return run
 
+    def end_after(self, ev: Evaluation, then: Callable[[Path], None] | None = None) -> list[str]:
+        """``release``, its worker's exit and the workdir's tidying in the background (``Exits``); the sandbox notes
+        the worker's outcome will carry. A standby worker its workdir never used is ended now."""
+        with self._lock:
+            run = self._runs.pop(ev.id, None)
+            idle = self._standby.pop(Path(ev.workdir).resolve(), None)
+        if idle is not None:
+            idle.close()
+        notes = run.sandbox_notes() if run is not None else []
+        self.exits.start(run, Path(ev.workdir), then)
+        return notes
+
     def release(self, ev: Evaluation) -> ChildOutcome | None:
         """End the evaluation's worker and a standby one its workdir never used; the worker's outcome, if it had one."""
         with self._lock:
@@ -301,6 +318,7 @@ class CandidateRuns:
         return run.close() if run is not None else None
 
     def close(self) -> None:
+        self.exits.wait()
         with self._lock:
             runs, self._runs = [*self._runs.values(), *self._standby.values()], {}
             self._standby = {}
@@ -326,3 +344,43 @@ def tidy(workdir: Path) -> None:
                     p.unlink()
             except OSError:
                 pass
+
+
+class Exits:
+    """Candidate workers ended after their verdict went back (``Judge.finish(exit_later=True)``), each in a thread
+    of its own: a worker's exit is its CUDA context's teardown, 0.1 s on the H100, which its caller need not wait
+    for. ``wait`` joins them all (a judge's close)."""
+
+    def __init__(self) -> None:
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def start(self, run: CandidateRun | None, workdir: Path, then: Callable[[Path], None] | None = None) -> None:
+        """End ``run`` (if any), tidy ``workdir``, then ``then(workdir)``, in the background."""
+
+        def end() -> None:
+            try:
+                if run is not None:
+                    run.close()
+                tidy(workdir)
+                if then is not None:
+                    then(workdir)
+            except Exception:  # a worker already gone, files already removed: nothing of a verdict depends on it
+                pass
+            finally:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
+
+        t = threading.Thread(target=end, name="kernelfix-worker-exit", daemon=True)
+        with self._lock:
+            self._threads.add(t)
+        t.start()
+
+    def wait(self) -> None:
+        while True:
+            with self._lock:
+                pending = list(self._threads)
+            if not pending:
+                return
+            for t in pending:
+                t.join()

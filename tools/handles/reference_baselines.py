@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.transport.protocol import TrialPlan
+
+if TYPE_CHECKING:
+    from kernelfix.tools.gpu.floor import TaskFloor
+    from kernelfix.tools.gpu.specs import GpuSpec
 
 
 class ReferenceBaselines:
@@ -75,3 +79,34 @@ class ReferenceBaselines:
                 self._failed(e)  # raises
             self._forget_worker()
             return f"torch.compile did not finish compiling the reference within {limit:g} s (judge.reference_compile_timeout_s): eager alone is timed"
+
+    def task_floor(self, device: str, lease: Callable[..., Any], *, with_baseline: bool = True) -> "TaskFloor | None":
+        """The task's floor on this GPU (tools/gpu/floor.py): its bytes and FLOPs at the GPU's peaks, and on a
+        GPU eager's and torch.compile's times (the baselines, measured once per task and cached).
+        None off the GPU, or when the reference has not reported its sizes."""
+        from kernelfix.tools.gpu import floor
+
+        if device != "cuda":
+            return None  # a floor is the GPU's: a CPU session times nothing
+        ready = self.wait()
+        size = self.size
+        if size is None:
+            return None
+        eager = compiled = None
+        if with_baseline:
+            try:
+                base = self.baseline(lease)
+                eager, compiled = base.eager.median_ms, base.compiled.median_ms if base.compiled else None
+            except Exception:  # no baseline is no reason to hold up the session: the floor alone still helps
+                pass
+        return floor.build(input_bytes=size.input_bytes, output_bytes=size.output_bytes, flops=ready.task_flops, dtypes=ready.dtypes,
+                           gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
+
+    def gpu_spec(self, device: str) -> "GpuSpec | None":
+        """The GPU's numbers (tools/gpu/specs.py), as the reference worker read them; None off the GPU."""
+        ready = self.wait()
+        if device != "cuda" or not ready.gpu_props:
+            return None
+        from kernelfix.tools.gpu import specs as gpu_specs
+
+        return gpu_specs.measured(ready.gpu_props)

@@ -35,7 +35,7 @@ from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedV
 from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
 from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
-from kernelfix.tools.workers.candidate.ahead import triton_key_ahead
+from kernelfix.tools.workers.candidate.ahead import triton_driver_ahead, triton_key_ahead
 
 triton_key_ahead()  # in a Triton fork server, before any worker forks from it
 
@@ -91,6 +91,7 @@ class CandidateRunner:
 
         if self.device.startswith("cuda"):
             Cuda.bind()
+            triton_driver_ahead()  # CUDA is up, no candidate yet: Triton's driver, target and backend key now
         if self.spec.record_ops:
             from kernelfix.tools.workers.candidate.recorder import OpRecorder, mark_function_backward, suspend_in_triton
 
