@@ -52,3 +52,29 @@ def test_a_missing_or_doubled_issue_stamp_counts_as_no_host_bound_excuse():
 def test_events_that_agree_with_the_wall_clock_pass_untouched():
     ev = _judge(events_ms=0.04, wall_ms=0.045, issued_ms=0.044)
     assert ev.category is None and not ev.warnings and abs(ev.speedup_eager - 0.05 / 0.04) < 1e-6
+
+
+def test_a_copy_measured_under_contention_never_makes_an_honest_kernel_a_cheat():
+    """The GPU suite at -n 8 on the H100: the reference's 256 MB copy ran beside another test's judges (a lease of
+    their own) and measured 1,130 GB/s; the floor from it (0.475 ms for 537 MB) called an honest 0.200 ms kernel
+    `cheating:excessive_speedup`. The floor's bandwidth is at least 75% of the GPU's DRAM peak; an idle copy's
+    (2,980 GB/s of the H100's 3,350) is kept as it is, so a kernel that skips reading its input is still caught."""
+    from kernelfix.tools.stages.benchmark import _timings
+    from kernelfix.tools.timing.baselines import Baseline, floor_bandwidth
+
+    assert floor_bandwidth(1130.0, 3350.0) == 0.75 * 3350.0
+    assert floor_bandwidth(2980.0, 3350.0) == 2980.0 and floor_bandwidth(1130.0, None) == 1130.0
+
+    def verdict(candidate_ms: float, measured_gbps: float) -> Evaluation:
+        base = Baseline(eager=TimingStats(**_stats(0.544)), bytes_moved=536_870_912, bandwidth_gbps=measured_gbps)
+        ev = Evaluation(id="e1", task="t", device="cuda", workdir="/nonexistent", timings=_timings(base, True, 3350.0))
+        t0, calls = 100.0, 1000  # the wall clock agrees with the events: only the floor can object
+        messages = [{"type": "candidate_timing", "candidate": _stats(candidate_ms)}, {"type": "wall_start", "calls": calls, "_t": t0},
+                    {"type": "wall_issued", "_t": t0 + 0.001}, {"type": "wall_end", "calls": calls, "_t": t0 + candidate_ms * calls / 1e3}]
+        return _police(SimpleNamespace(config=JudgeConfig()), ev, messages, None)
+
+    honest = verdict(0.2001, 1130.0)
+    assert honest.category is None and honest.timings.bandwidth_gbps == 2512.5 and round(honest.timings.floor_ms, 3) == 0.214
+    assert verdict(0.2001, 2980.0).category is None
+    cheat = verdict(0.05, 1130.0)  # under half the floor at the clamped bandwidth: no copy's noise explains it
+    assert cheat.category == Category.EXCESSIVE_SPEEDUP

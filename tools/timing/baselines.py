@@ -82,3 +82,16 @@ def save(k: str, b: Baseline) -> None:
         atomic.write_json(judge_cache() / "baselines" / f"{k}.json", b)
     except OSError:  # a full disk costs a re-measurement next time, nothing more
         pass
+
+
+# A 256 MB copy on an idle GPU reaches 89% of the H100's DRAM peak (2,980 of 3,350 GB/s, docs/judge.md). Far less
+# means something else had the GPU while it ran (a process outside the lease, a test with a lease of its own); a
+# floor from that would call honest kernels cheats (the GPU suite at -n 8 measured 1,130 GB/s and flagged a 0.20 ms
+# kernel against a 0.48 ms floor). So the floor's bandwidth is never below this share of the peak.
+FLOOR_PEAK_SHARE = 0.75
+
+
+def floor_bandwidth(measured_gbps: float, peak_gbps: float | None) -> float:
+    """The bandwidth the memory floor is computed at: the copy's, or ``FLOOR_PEAK_SHARE`` of the GPU's DRAM peak
+    (tools/gpu/specs.py) where a copy under contention measured less. Unknown peak: the copy's."""
+    return max(measured_gbps, FLOOR_PEAK_SHARE * peak_gbps) if peak_gbps else measured_gbps
