@@ -36,6 +36,7 @@ from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Trajectory, Turn
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
+from kernelfix.tools.verdict import Verdict
 from kernelfix.version import __version__
 
 SETTINGS = "session.json"
@@ -280,6 +281,7 @@ class SessionDir:
         """
         done = self.turn_commits().get(turn.index)
         if done is not None:  # a resumed session re-ran this node after the commit
+            self._recorded_verdict(turn)
             return done
         files = self._write_turn_files(turn, is_best)
         if parent_commit is not None:
@@ -288,6 +290,14 @@ class SessionDir:
         repo.index.add(files)
         commit = repo.index.commit(_commit_message(turn, is_best), author=_ACTOR, committer=_ACTOR)
         return commit.hexsha
+
+    def _recorded_verdict(self, turn: Turn) -> None:
+        """The committed verdict for a turn judged again after its commit: the record wins, so the trajectory and
+        the turn's files agree (a verdict's timings, its breakdown among them, differ from one judging to the next)."""
+        try:
+            turn.verdict = Verdict.model_validate_json((self.turn_dir(turn.index) / "verdict.json").read_text())
+        except (OSError, ValidationError):  # a record that cannot be read: the new verdict stands
+            pass
 
     def _write_turn_files(self, turn: Turn, is_best: bool) -> list[str]:
         d = self.turn_dir(turn.index)

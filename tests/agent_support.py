@@ -71,7 +71,7 @@ def check_session_dir(path: Path) -> Trajectory:
         assert message.startswith(f"turn {t.index}: {t.verdict.category.value}")
         assert f"{TURN_TRAILER}: {t.index}" in message
         on_disk = json.loads((path / "turns" / f"{t.index:03d}" / "verdict.json").read_text())
-        assert on_disk == t.verdict.model_dump(mode="json")
+        assert on_disk == t.verdict.model_dump(mode="json"), {k: (v, on_disk.get(k)) for k, v in t.verdict.model_dump(mode="json").items() if on_disk.get(k) != v}
     if traj.outcome.best_turn is not None:
         best = next(t for t in traj.turns if t.index == traj.outcome.best_turn)
         assert (path / "best.py").read_text() == best.code
