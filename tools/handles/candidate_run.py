@@ -299,23 +299,24 @@ class CandidateRuns:
     def end_after(self, ev: Evaluation, then: Callable[[Path], None] | None = None) -> list[str]:
         """``release``, its worker's exit and the workdir's tidying in the background (``Exits``); the sandbox notes
         the worker's outcome will carry. A standby worker its workdir never used is ended now."""
-        with self._lock:
-            run = self._runs.pop(ev.id, None)
-            idle = self._standby.pop(Path(ev.workdir).resolve(), None)
-        if idle is not None:
-            idle.close()
+        run = self._take(ev)
         notes = run.sandbox_notes() if run is not None else []
         self.exits.start(run, Path(ev.workdir), then)
         return notes
 
     def release(self, ev: Evaluation) -> ChildOutcome | None:
         """End the evaluation's worker and a standby one its workdir never used; the worker's outcome, if it had one."""
+        run = self._take(ev)
+        return run.close() if run is not None else None
+
+    def _take(self, ev: Evaluation) -> CandidateRun | None:
+        """The evaluation's worker, no longer tracked; a standby worker its workdir never used, ended."""
         with self._lock:
             run = self._runs.pop(ev.id, None)
             idle = self._standby.pop(Path(ev.workdir).resolve(), None)
         if idle is not None:
             idle.close()
-        return run.close() if run is not None else None
+        return run
 
     def close(self) -> None:
         self.exits.wait()
