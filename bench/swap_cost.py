@@ -198,12 +198,11 @@ def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     return v[k - 1], v[n - k]
 
 
-def measure(sessions: dict[str, str], device: str, label: str) -> dict:
-    """Every kernel's times in this process, as {kind: {"variant mode shape": us}} plus the paths taken."""
-    import torch
+def wrappers():
+    """The modules a swap is measured inside: ``Host`` (a model around a kernel, as a user's model holds one) and
+    ``Passthrough`` (a plain module around the kernel: what any module level costs a call). Shared with
+    swap_cost_explain.py, so both measure the same wrappers."""
     import torch.nn as nn
-
-    import kernelfix
 
     class Host(nn.Module):
         def __init__(self, m: nn.Module):
@@ -213,13 +212,25 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
         def forward(self, x):
             return self.m(x)
 
-    class Passthrough(nn.Module):  # a plain module around the kernel: what any module level costs a call
+    class Passthrough(nn.Module):
         def __init__(self, kernel: nn.Module):
             super().__init__()
             self.kernel = kernel
 
         def forward(self, x):
             return self.kernel(x)
+
+    return Host, Passthrough
+
+
+def measure(sessions: dict[str, str], device: str, label: str) -> dict:
+    """Every kernel's times in this process, as {kind: {"variant mode shape": us}} plus the paths taken."""
+    import torch
+    import torch.nn as nn
+
+    import kernelfix
+
+    Host, Passthrough = wrappers()
 
     has_trace = "trace" in inspect.signature(kernelfix.load_best).parameters
     backend = "inductor" if device == "cuda" else "aot_eager"

@@ -57,22 +57,7 @@ def explain(kind: str, session: str, device: str, out: Path) -> dict:
 
     import kernelfix
 
-    class Host(nn.Module):
-        def __init__(self, m: nn.Module):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return self.m(x)
-
-    class Passthrough(nn.Module):
-        def __init__(self, kernel: nn.Module):
-            super().__init__()
-            self.kernel = kernel
-
-        def forward(self, x):
-            return self.kernel(x)
-
+    Host, Passthrough = swap_cost.wrappers()
     swapped = kernelfix.load_best(session, nn.ReLU(), device=device)
     variants = {"kernel": swapped.kernel, "passthrough": Passthrough(swapped.kernel), "swapped": swapped}
     backend = "inductor" if device == "cuda" else "aot_eager"
