@@ -267,6 +267,10 @@ def main() -> int:
                 row = {"i": i, "round": round_, "task": task, "label": label, "category": v.category.value,
                        "seconds": round(time.monotonic() - t0, 2), "stage_seconds": v.stage_seconds, "breakdown": v.breakdown,
                        "message": (v.message or "")[:200]}
+                san = getattr(v, "sanitizer", None)  # what the sanitizer found (the landed code's verdicts may have none)
+                if san is not None:
+                    row["sanitizer"] = {"note": san.note, "inputs": san.inputs, "hazards": len(san.hazards),
+                                        "tools": [(t.tool, t.seconds, t.errors, t.finished) for t in san.tools]}
                 with lock:
                     rows.append(row)
                 print(f"[{round_}:{len(rows):2d}/{len(mix)}] {task:<32} {label:<12} {row['category']:<34} {row['seconds']:6.1f} s"

@@ -31,7 +31,7 @@ from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
-from kernelfix.tools.handles import one_shot, sandboxing
+from kernelfix.tools.handles import candidate_run, one_shot, sandboxing
 from kernelfix.tools.sanitizer import handoff, hazards, parse, tool
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, Hazard, SanitizerReport, SanitizerTool, ToolRun
@@ -149,7 +149,8 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
                 t1 = time.monotonic()
                 with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
                     t2 = time.monotonic()
-                    probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True)
+                    probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True,
+                                         fork_kind=candidate_run.fork_kind(Path(ev.candidate_path)))
                 t3 = time.monotonic()
                 _add(ev, "sanitize.probe_lease_wait", t2 - t1)
                 _add(ev, "sanitize.probe", t3 - t2)
