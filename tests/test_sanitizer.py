@@ -312,6 +312,7 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
     from kernelfix.tools.stages import sanitize
 
     held: list[str] = []
+    rooms: list[str] = []
     log: list[tuple] = []
     ready: list[str] = []
     all_ready = threading.Event()
@@ -323,10 +324,21 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
         yield
         held.remove(what)
 
+    @contextlib.contextmanager
+    def room(what):
+        rooms.append(what)
+        yield
+        rooms.remove(what)
+
     def fake_run(ctx, ev, stage, module, spec, timeout_s, *, on_message=None, **kw):
         if stage == "sanitize_probe":  # the tool runs are up by now: they started before the probe
             log.append(("probe", all_ready.wait(30.0)))
             return ChildOutcome(argv=[], returncode=0, wall_s=0.1, messages=[{"type": "result", **probe_plan}])
+        on_message({"type": "phase", "phase": handoff.IMPORTED_PHASE})
+        got_room = handoff.wait(Path(spec["room_file"]), 30.0, poll_s=0.002)
+        if rooms != ["sanitize"]:  # CUDA starts only once the stage has room
+            log.append((stage, "no room", got_room, list(held)))
+            return ChildOutcome(argv=[], returncode=0, wall_s=0.1)
         on_message({"type": "phase", "phase": handoff.READY_PHASE})
         ready.append(stage)
         if len(ready) == 4:
@@ -341,14 +353,16 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
     (wd / "logs").mkdir(parents=True)
     cfg = JudgeConfig(sanitizer_path="/bin/true", sanitize_failures=True)
     ctx = types.SimpleNamespace(config=cfg, device="cuda", seed=1, ref=types.SimpleNamespace(trials=[]), lease=lease,
-                                room=lambda what: contextlib.nullcontext())
+                                room=room)
     ev = types.SimpleNamespace(workdir=str(wd), candidate_path=wd / "c.py", category=Category.NUMERICAL, correctness=None, failed=True,
                                compiled=True, code="", backend="triton", breakdown={}, sanitizer=None, stages_done=[])
     sanitize._run(ctx, ev, None)
     return ev, log, wd
 
 
-def test_the_tools_start_beside_the_probe_and_get_their_input_under_the_lock(tmp_path, monkeypatch):
+def test_the_tools_start_before_the_room_and_get_their_input_under_the_lock(tmp_path, monkeypatch):
+    """The tool runs start with the stage (their imports beside its wait for room), start CUDA once it has room, are
+    ready before the probe ends, and get the probe's plan only under the tools' hold of the GPU's lock."""
     ev, log, wd = _fake_stage(tmp_path, monkeypatch, {"plan": {"rows": 3}, "inputs": "x float32[3, 8]", "saved": "/in.pt"})
     assert ("probe", True) in log
     tools = sorted(r for r in log if r[0] != "probe")
@@ -357,7 +371,7 @@ def test_the_tools_start_beside_the_probe_and_get_their_input_under_the_lock(tmp
         assert plan == {"plan": {"rows": 3}, "inputs_file": "/in.pt"} and held == ["sanitize"]
     assert ev.sanitizer.inputs == "x float32[3, 8]" and [t.tool for t in ev.sanitizer.tools] == ["memcheck", "racecheck", "synccheck", "initcheck"]
     assert {"sanitize.probe", "sanitize.tools_start", "sanitize.lease_wait", "sanitize.tools"} <= set(ev.breakdown)
-    assert not (wd / "sanitize_plan.json").exists()
+    assert not (wd / "sanitize_plan.json").exists() and not (wd / "sanitize_room.json").exists()
 
 
 def test_without_an_input_the_waiting_tools_are_cancelled(tmp_path, monkeypatch):

@@ -1,11 +1,14 @@
-"""[judge, one-shot child] The tools' input, handed to tool runs that started before it was chosen.
+"""[judge, one-shot child] What the sanitizer stage hands to tool runs that started before it had it.
 
 The sanitizer stage starts its tool runs (a new Python under compute-sanitizer each: torch's import and
-CUDA's start under the tool are most of a run) beside the probe that picks their input, and each
-waits, ready, for the plan. The judge writes it in the evaluation's own directory, where the candidate
-cannot write (``sandboxing.CANDIDATE_DIRS``), only once it holds the GPU's lock for the tools; ``{"cancel":
-true}`` when there is nothing to run them on. A tool that is ready says so on its message channel (its
-``phase``) and in a file of its output directory: the file only lets the judge stop waiting earlier.
+CUDA's start under the tool are most of a run) as it begins, before it has room on the GPU for its
+memory. Each imports torch, the task and the candidate (CPU work), then waits for the room (``ROOM_FILE``)
+before it starts CUDA and builds the model, then waits, ready, for the plan the probe chose
+(``PLAN_FILE``). The judge writes both in the evaluation's own directory, where the candidate cannot
+write (``sandboxing.CANDIDATE_DIRS``): the room once the stage has it, the plan once it holds the GPU's
+lock for the tools; ``{"cancel": true}`` when there is nothing to run them on. A tool that is ready
+says so on its message channel (its ``phase``) and in a file of its output directory: the file only
+lets the judge stop waiting earlier.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-PLAN_FILE = "sanitize_plan.json"  # in the evaluation's directory (read-only to the candidate)
-READY_PHASE = "ready"  # a tool run's phase while it waits for the plan
+ROOM_FILE = "sanitize_room.json"  # in the evaluation's directory (read-only to the candidate)
+PLAN_FILE = "sanitize_plan.json"
+IMPORTED_PHASE = "imported"  # a tool run's phase while it waits for the room
+READY_PHASE = "ready"  # ... and while it waits for the plan
 POLL_S = 0.02
 
 

@@ -9,11 +9,12 @@ land there), or died with a CUDA error (illegal address, misaligned access, laun
 assert); with ``judge.sanitize`` (``--sanitize``) also a correct one. An honest kernel is never slowed:
 without the flag a correct candidate skips the stage.
 
-How: a probe in the candidate's sandbox picks the reduced input (``reduce``, ``target.probe``), and
-meanwhile each tool (memcheck, racecheck, synccheck, initcheck) starts its run of the candidate under
-compute-sanitizer and gets ready (torch, CUDA, the candidate's import and model); once they are, the
-stage takes the GPU's shared lock again (it held it for the probe) and hands them the input
-(``handoff``): one forward each, all at once. Their reports are parsed (``parse``) and placed on the
+How: each tool (memcheck, racecheck, synccheck, initcheck) starts its run of the candidate under
+compute-sanitizer as the stage begins, and imports torch, the task and the candidate while the stage
+waits for room; with room, a probe in the candidate's sandbox picks the reduced input (``reduce``,
+``target.probe``) while the tools start CUDA and build the model; once they are ready, the stage takes
+the GPU's shared lock again (it held it for the probe) and hands them the input (``handoff``): one
+forward each, all at once. Their reports are parsed (``parse``) and placed on the
 candidate's lines with their fixes (``hazards``). The whole stage is bounded by
 ``judge.sanitizer_timeout_s``; a tool cut off at the bound still reports what it printed. Off the GPU,
 or without compute-sanitizer, the report is one line saying so.
@@ -26,6 +27,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from pathlib import Path
 from typing import Any
 
@@ -129,54 +131,40 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
         "reproduce": TRIGGERS.get(ev.category) if ev.category else None, "atol": c.atol, "rtol": c.rtol,
     }
     tools = [t for t in tool.ORDER if t in c.sanitizer_tools]
-    plan_file = wd / handoff.PLAN_FILE  # the evaluation's dir: the candidate cannot write the tools' plan
-    plan_file.unlink(missing_ok=True)
-    spec |= {"plan_file": str(plan_file), "wait_s": c.sanitizer_timeout_s}
-    # Room for the stage (the probe may fall back to the whole trial). The tool runs start with it, beside the probe:
-    # a new Python under compute-sanitizer each, whose start (torch, CUDA under the tool, the candidate's import and
-    # model) is most of a run and needs no lock. The GPU's shared lock is taken twice, for the probe and for the tools'
-    # inputs and forwards once they are ready: a timed run waiting at the gate goes between them.
+    room_file, plan_file = wd / handoff.ROOM_FILE, wd / handoff.PLAN_FILE  # the evaluation's dir: the candidate cannot write them
+    for f in (room_file, plan_file):
+        f.unlink(missing_ok=True)
+    spec |= {"room_file": str(room_file), "plan_file": str(plan_file), "wait_s": c.sanitizer_timeout_s}
+    # The tool runs start now, before the stage has room: a new Python under compute-sanitizer each, whose imports (torch,
+    # the task, the candidate) are CPU work and go on while the stage waits for room. With room they start CUDA and build
+    # the model, and wait, ready, beside the probe. The GPU's shared lock is taken twice, for the probe and for the tools'
+    # inputs and forwards: a timed run waiting at the gate goes between them. The room is kept until every tool has ended.
+    pool = ThreadPoolExecutor(max_workers=len(tools))
+    sent = {"room": False, "plan": False}
+    runs: list[tuple[SanitizerTool, ChildOutcome]] = []
     try:
-        with ctx.room("sanitize"), ThreadPoolExecutor(max_workers=len(tools)) as pool:
-            ready = _Ready(tools, outdir)
-            left = max(1.0, deadline - time.monotonic())
-            futures = [(t, pool.submit(_tool, ctx, ev, path, t, spec, outdir, left, ready.on_message(t))) for t in tools]
-            published = False
-            try:
-                if on_event:
-                    on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
-                probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)
-                t1 = time.monotonic()
-                with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
-                    t2 = time.monotonic()
-                    probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True,
-                                         fork_kind=candidate_run.fork_kind(Path(ev.candidate_path)))
-                t3 = time.monotonic()
-                _add(ev, "sanitize.probe_lease_wait", t2 - t1)
-                _add(ev, "sanitize.probe", t3 - t2)
-                chosen = one_shot.result(probe, outdir / "sanitize_probe.json")
-                if not chosen.get("plan"):
-                    report.note = f"not sanitized: no input to run it on ({_failure(probe, probe_s)})"
-                    return ev
-                report.inputs, report.reduced = chosen.get("inputs"), bool(chosen.get("reduced"))
-                report.reproduced, report.nondeterministic = chosen.get("reproduced"), chosen.get("nondeterministic")
-                if on_event:
-                    on_event(StageEvent(stage="sanitize", status="progress", detail=", ".join(tools), total=len(tools)))
-                ready.wait([f for _, f in futures], min(deadline, time.monotonic() + READY_WAIT_S))
-                t4 = time.monotonic()
-                _add(ev, "sanitize.tools_start", t4 - t3)  # the tools' start-up left after the probe
-                with ctx.lease("sanitize", shared=True):
-                    t5 = time.monotonic()
-                    _add(ev, "sanitize.lease_wait", t5 - t4)
-                    handoff.publish(plan_file, {"plan": chosen["plan"], "inputs_file": chosen.get("saved")})
-                    published = True
-                    runs = [(t, f.result()) for t, f in futures]
-                _add(ev, "sanitize.tools", time.monotonic() - t5)
-            finally:
-                if not published:  # the tools waiting for a plan end now, without running anything
-                    handoff.publish(plan_file, {"cancel": True})
+        ready = _Ready(tools, outdir)
+        left = max(1.0, deadline - time.monotonic())
+        futures = [(t, pool.submit(_tool, ctx, ev, path, t, spec, outdir, left, ready.on_message(t))) for t in tools]
+        try:
+            with ctx.room("sanitize"):
+                handoff.publish(room_file, {"room": True})
+                sent["room"] = True
+                try:
+                    runs = _probe_then_tools(ctx, ev, spec, tools, futures, ready, outdir, plan_file, deadline, sent, on_event)
+                finally:
+                    if not sent["plan"]:  # the tools waiting for a plan end now, without running anything
+                        handoff.publish(plan_file, {"cancel": True})
+                    wait_all([f for _, f in futures])  # their CUDA contexts end inside the room
+        finally:
+            if not sent["room"]:
+                handoff.publish(room_file, {"cancel": True})
     finally:
-        plan_file.unlink(missing_ok=True)
+        pool.shutdown(wait=True)
+        for f in (room_file, plan_file):
+            f.unlink(missing_ok=True)
+    if not runs:  # no input to run them on: the probe's note says why
+        return ev
     _tool_times(ev, [o for _, o in runs])
     found: list[Hazard] = []
     src = hazards.Sources(ev.code or "", ev.candidate_path, wd / "build", ev.backend)
@@ -191,6 +179,46 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
     if cut or failed:
         report.note = "; ".join([*([f"{', '.join(cut)} cut off at the {c.sanitizer_timeout_s:g} s bound (judge.sanitizer_timeout_s)"] if cut else []), *failed])[:600]
     return ev
+
+
+def _probe_then_tools(
+    ctx: StageContext, ev: Evaluation, spec: dict[str, Any], tools: list[SanitizerTool], futures: list[tuple[SanitizerTool, Future]],
+    ready: "_Ready", outdir: Path, plan_file: Path, deadline: float, sent: dict[str, bool], on_event: EventSink | None,
+) -> list[tuple[SanitizerTool, ChildOutcome]]:
+    """Inside the stage's room: the probe under the GPU's shared lock, then, once the tools are ready, their plan under
+    it again; their outcomes (none when the probe found no input: its note in the report)."""
+    report = ev.sanitizer
+    assert report is not None
+    if on_event:
+        on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
+    probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)
+    t1 = time.monotonic()
+    with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
+        t2 = time.monotonic()
+        probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True,
+                             fork_kind=candidate_run.fork_kind(Path(ev.candidate_path)))
+    t3 = time.monotonic()
+    _add(ev, "sanitize.probe_lease_wait", t2 - t1)
+    _add(ev, "sanitize.probe", t3 - t2)
+    chosen = one_shot.result(probe, outdir / "sanitize_probe.json")
+    if not chosen.get("plan"):
+        report.note = f"not sanitized: no input to run it on ({_failure(probe, probe_s)})"
+        return []
+    report.inputs, report.reduced = chosen.get("inputs"), bool(chosen.get("reduced"))
+    report.reproduced, report.nondeterministic = chosen.get("reproduced"), chosen.get("nondeterministic")
+    if on_event:
+        on_event(StageEvent(stage="sanitize", status="progress", detail=", ".join(tools), total=len(tools)))
+    ready.wait([f for _, f in futures], min(deadline, time.monotonic() + READY_WAIT_S))
+    t4 = time.monotonic()
+    _add(ev, "sanitize.tools_start", t4 - t3)  # the tools' start-up left after the probe
+    with ctx.lease("sanitize", shared=True):
+        t5 = time.monotonic()
+        _add(ev, "sanitize.lease_wait", t5 - t4)
+        handoff.publish(plan_file, {"plan": chosen["plan"], "inputs_file": chosen.get("saved")})
+        sent["plan"] = True
+        runs = [(t, f.result()) for t, f in futures]
+    _add(ev, "sanitize.tools", time.monotonic() - t5)
+    return runs
 
 
 def _trial(ctx: StageContext, ev: Evaluation) -> dict[str, Any]:
@@ -240,13 +268,17 @@ class _Ready:
 
 
 def _tool_times(ev: Evaluation, outcomes: list[ChildOutcome]) -> None:
-    """Where the tool runs' time went (the slowest of each): their start under the tool until ready, and from the
-    plan's inputs to the end of the process (the forward under the tool, its report, the process's exit)."""
+    """Where the tool runs' time went (the slowest of each), from their start: their imports (torch, the task, the
+    candidate), ready (the stage's room, CUDA under the tool, the model), and from the plan's inputs to the end of the
+    process (the forward under the tool, its report, the process's exit)."""
     def at(o: ChildOutcome, phase: str) -> float | None:
         return next((m["_t"] for m in o.messages if m.get("type") == "phase" and m.get("phase") == phase and "_t" in m), None)
 
+    imported = [t for o in outcomes if (t := at(o, handoff.IMPORTED_PHASE)) is not None]
     ready = [t for o in outcomes if (t := at(o, handoff.READY_PHASE)) is not None]
     after = [o.wall_s - t for o in outcomes if (t := at(o, "inputs")) is not None]
+    if imported:
+        _add(ev, "sanitize.tool_imported_max", max(imported))  # before the stage's room: beside its wait for it
     if ready:
         _add(ev, "sanitize.tool_ready_max", max(ready))
     if after:

@@ -33,7 +33,9 @@ class Cuda:
     empty_cache: Callable[[], None]
 
     @classmethod
-    def bind(cls) -> None:
+    def bind(cls, *, stream: bool = True) -> None:
+        """``stream=False``: all but the current stream, whose query starts CUDA (the sanitizer's tool runs bind
+        before the candidate's import and start CUDA only once the stage has room on the GPU)."""
         import torch
 
         cls.sync = torch._C._cuda_synchronize
@@ -41,7 +43,8 @@ class Cuda:
         cls.Event = torch._C._CudaEventBase
         cls.record = torch._C._CudaEventBase.record
         cls.elapsed = torch._C._CudaEventBase.elapsed_time
-        cls.stream = torch.cuda.current_stream()
+        if stream:
+            cls.stream = torch.cuda.current_stream()
 
 
 def stats(times_ms: list[float]) -> dict[str, float]:

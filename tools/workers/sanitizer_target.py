@@ -8,9 +8,9 @@
   cut that shows the failure again (a wrong output, a fault, two calls that differ); with nothing to
   reproduce (``--sanitize`` on a correct kernel) the smallest the Model runs. The chosen inputs go
   to a file for the tool runs, where they are small enough.
-- ``sanitize_<tool>`` (compute-sanitizer in front): started beside the probe, it gets ready (torch, CUDA,
-  the candidate's import and model), waits for the plan (``tools/sanitizer/handoff.py``), then the chosen
-  inputs, one forward, a sync. Every
+- ``sanitize_<tool>`` (compute-sanitizer in front): started with the stage, it imports torch, the task and
+  the candidate, waits for the stage's room, starts CUDA and builds the model, waits, ready, for the plan
+  (``tools/sanitizer/handoff.py``), then the chosen inputs, one forward, a sync. Every
   tensor is its own allocation (``PYTORCH_NO_CUDA_MEMORY_CACHING``, set by the stage), so memcheck sees
   each tensor's real end.
 
@@ -186,22 +186,28 @@ def _save(spec: dict[str, Any], x: list) -> str | None:
 
 
 def run_tool(w: Worker) -> None:
-    """One forward on the chosen inputs, under the sanitizer in front of this process. It starts beside the
-    probe: torch, CUDA under the tool, the task, the candidate's import and ``ModelNew`` come first (what a
-    candidate worker does outside the GPU's lock too), then it waits, ready, for the plan (``handoff``),
-    which the judge writes once it holds the GPU's lock for the tools; the inputs and the forward after it."""
+    """One forward on the chosen inputs, under the sanitizer in front of this process. It starts with the
+    stage, before its room: torch, the task and the candidate's import (CPU work, which a candidate worker
+    does outside the GPU's lock too); then, once the stage has room (``handoff``), CUDA under the tool and
+    ``ModelNew``; then it waits, ready, for the plan, which the judge writes once it holds the GPU's lock
+    for the tools; the inputs and the forward after it."""
     import torch
 
     from kernelfix.tools.sanitizer import handoff, reduce
 
     spec = w.spec
     device = spec["device"]
-    Cuda.bind()
+    Cuda.bind(stream=False)  # before the candidate's code; the stream's query would start CUDA before the room
     torch.set_grad_enabled(False)
     task = load_task(w, spec["task_path"])
     cls = _import_candidate(w, spec)
+    w.phase(handoff.IMPORTED_PHASE)
+    room = handoff.wait(Path(spec["room_file"]), spec["wait_s"])
+    if not room or room.get("cancel"):
+        _done(spec, w, {"ran": False})
+        return
     w.phase("build_model")
-    model = build_model(cls, task, spec["init_seed"], device)
+    model = build_model(cls, task, spec["init_seed"], device)  # CUDA starts here, under the tool
     Cuda.sync()
     w.phase(handoff.READY_PHASE)
     try:
