@@ -207,7 +207,8 @@ def run_tool(w: Worker) -> None:
         _done(spec, w, {"ran": False})
         return
     w.phase("build_model")
-    model = build_model(cls, task, spec["init_seed"], device)  # CUDA starts here, under the tool
+    Cuda.start()  # CUDA under the tool, now that the stage has room
+    model = build_model(cls, task, spec["init_seed"], device)
     Cuda.sync()
     w.phase(handoff.READY_PHASE)
     try:
