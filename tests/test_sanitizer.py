@@ -332,7 +332,7 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
 
     def fake_run(ctx, ev, stage, module, spec, timeout_s, *, on_message=None, **kw):
         if stage == "sanitize_probe":  # the tool runs are up by now: they started before the probe
-            log.append(("probe", all_ready.wait(30.0)))
+            log.append(("probe", all_ready.wait(30.0), kw.get("fork_kind")))
             return ChildOutcome(argv=[], returncode=0, wall_s=0.1, messages=[{"type": "result", **probe_plan}])
         on_message({"type": "phase", "phase": handoff.IMPORTED_PHASE})
         got_room = handoff.wait(Path(spec["room_file"]), 30.0, poll_s=0.002)
@@ -351,6 +351,7 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
     monkeypatch.setattr(one_shot, "run", fake_run)
     wd = tmp_path / "eval"
     (wd / "logs").mkdir(parents=True)
+    (wd / "c.py").write_text("import triton\n")
     cfg = JudgeConfig(sanitizer_path="/bin/true", sanitize_failures=True)
     ctx = types.SimpleNamespace(config=cfg, device="cuda", seed=1, ref=types.SimpleNamespace(trials=[]), lease=lease,
                                 room=room)
@@ -364,7 +365,7 @@ def test_the_tools_start_before_the_room_and_get_their_input_under_the_lock(tmp_
     """The tool runs start with the stage (their imports beside its wait for room), start CUDA once it has room, are
     ready before the probe ends, and get the probe's plan only under the tools' hold of the GPU's lock."""
     ev, log, wd = _fake_stage(tmp_path, monkeypatch, {"plan": {"rows": 3}, "inputs": "x float32[3, 8]", "saved": "/in.pt"})
-    assert ("probe", True) in log
+    assert ("probe", True, "triton") in log  # from the candidate worker's fork server, warm already
     tools = sorted(r for r in log if r[0] != "probe")
     assert [r[0] for r in tools] == ["sanitize_initcheck", "sanitize_memcheck", "sanitize_racecheck", "sanitize_synccheck"]
     for _, _, plan, held in tools:  # each got the probe's plan, and only once the tools' lock was taken
