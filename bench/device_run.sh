@@ -43,7 +43,8 @@ for step in "$@"; do
     smoke-big) for t in 19_ReLU:relu_triton 23_Softmax:softmax_triton; do /usr/bin/time -v python3 -P -m kernelfix eval tests/kernelbench/level1/${t%%:*}.py bench/candidates/${t##*:}.py --json > /tmp/kfout/big_${t%%:*}.json 2> /tmp/kfout/big_${t%%:*}.time; python3 -c "import json; v=json.load(open('/tmp/kfout/big_${t%%:*}.json')); print('${t%%:*}', v['category'], v['message'], v['stage_seconds'], v['breakdown'], v['speedup_eager'])"; grep -E "Maximum resident|Elapsed" /tmp/kfout/big_${t%%:*}.time; done 2>&1 | tee "$OUT/smoke_big.log" ;;
     latency) [ -d .oldjudge ] && python3 -m pip install -q --no-deps --no-index --no-build-isolation --no-compile --upgrade --target /tmp/oldkf .oldjudge >/dev/null && LATENCY_ARGS="$LATENCY_ARGS --old-judge /tmp/oldkf"
       python3 -P bench/judge_latency.py --out "$OUT/latency.json" ${LATENCY_ARGS:-} 2>&1 | tee "$OUT/latency.log" ;;
-    throughput) python3 -P bench/judge_throughput.py --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" ;;
+    throughput) # THROUGHPUT_DEFAULT_ROUNDS=2: the default configuration's steady state and total too (issue 33, t38)
+      python3 -P bench/judge_throughput.py --rounds ${THROUGHPUT_DEFAULT_ROUNDS:-1} --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" ;;
     throughput-reward) # issue 33: the bench as a reward loop judges (kernelfix.rewards: no sanitizer); THROUGHPUT_ROUNDS=2 adds the steady state
       python3 -P bench/judge_throughput.py --sanitize off --rounds ${THROUGHPUT_ROUNDS:-1} --label reward --out "$OUT/throughput_reward.json" 2>&1 | tee "$OUT/throughput_reward.log" ;;
     throughput-old) # issue 33: the landed code (old-install) on the same bench, for the ratio

@@ -26,7 +26,9 @@ of a wrong kernel is never read by a reward; ``on``/``config``: as ``kernelfix e
 adds a steady-state figure: the same judges (references up, baselines measured and cached) judge
 the mix again, every Triton kernel renamed so it is a new build, as a training loop's judge pool
 sees after its first minutes. The first round is the cold figure, comparable with earlier runs;
-``summary`` is always round 1, ``steady`` rounds 2 on.
+``summary`` is always round 1, ``steady`` rounds 2 on, ``total`` every round over all the wall time from
+the judges' creation (start-up included: the amortized figure), with ``one_hour_projection``: the cold
+round once, then the steady rate for the rest of an hour.
 """
 
 from __future__ import annotations
@@ -202,6 +204,25 @@ def _stage_sums(rows: list[dict]) -> dict:
     return out
 
 
+def total(rounds: list[tuple[float, float, list[dict]]], t_bench: float, steady: dict | None) -> dict:
+    """All verdicts over all the wall time from the judges' creation to the last verdict (``--rounds N``: one cold
+    start, then the steady state), beside the cold and steady rates; with a steady round, what a loop that judges
+    for an hour would get: the cold round once, then the steady rate for the rest of the hour (a projection from
+    the two measured rates, labelled so)."""
+    n = sum(len(rs) for _, _, rs in rounds)
+    wall = rounds[-1][1] - t_bench if rounds else 0.0
+    cold_wall = rounds[0][1] - t_bench if rounds else 0.0
+    out = {
+        "rounds": len(rounds), "verdicts": n, "wall_s": round(wall, 1), "verdicts_per_hour": round(3600 * n / wall) if wall else None,
+        "startup_s": round(rounds[0][0] - t_bench, 1) if rounds else None,
+        "cold_verdicts_per_hour": round(3600 * len(rounds[0][2]) / cold_wall) if rounds and cold_wall else None,
+        "steady_verdicts_per_hour": steady["verdicts_per_hour"] if steady else None,
+    }
+    if steady and rounds and cold_wall < 3600:
+        out["one_hour_projection"] = round(len(rounds[0][2]) + (3600 - cold_wall) * steady["verdicts_per_hour"] / 3600)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -220,6 +241,7 @@ def main() -> int:
     from kernelfix.tools.judge import Judge
 
     mix = _mix(args.candidates)
+    t_bench = time.time()  # the judges' start-up counts in the total (``total``), as a training loop's first hour pays it
     judges = {t: Judge(KB / f"{t}.py", JudgeConfig()) for t in dict.fromkeys(t for t, _, _ in mix)}
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     # Passed only when set: the landed code's judge (throughput-old) has no per-call choice, and judges as its config says.
@@ -245,6 +267,10 @@ def main() -> int:
                 row = {"i": i, "round": round_, "task": task, "label": label, "category": v.category.value,
                        "seconds": round(time.monotonic() - t0, 2), "stage_seconds": v.stage_seconds, "breakdown": v.breakdown,
                        "message": (v.message or "")[:200]}
+                san = getattr(v, "sanitizer", None)  # what the sanitizer found (the landed code's verdicts may have none)
+                if san is not None:
+                    row["sanitizer"] = {"note": san.note, "inputs": san.inputs, "hazards": len(san.hazards),
+                                        "tools": [(t.tool, t.seconds, t.errors, t.finished) for t in san.tools]}
                 with lock:
                     rows.append(row)
                 print(f"[{round_}:{len(rows):2d}/{len(mix)}] {task:<32} {label:<12} {row['category']:<34} {row['seconds']:6.1f} s"
@@ -286,6 +312,7 @@ def main() -> int:
     out: dict = {"summary": summary}
     if len(rounds) > 1:
         out["steady"] = summarize(rounds[1:])[0]
+    out["total"] = total(rounds, t_bench, out.get("steady"))
     out |= {"rows": sorted([r for _, _, rs in rounds for r in rs], key=lambda r: (r["round"], r["i"])), "holds": every,
             "memory_samples": samples}
     Path(args.out).write_text(json.dumps(out, indent=2))
@@ -293,6 +320,8 @@ def main() -> int:
         if key in out:
             print(f"--- {key}" + (" (steady state: warm judges, every kernel a new build)" if key == "steady" else " (cold: comparable)"))
             print(json.dumps({k: v for k, v in out[key].items() if k != "breakdown_s"}, indent=2))
+    print("--- total (every round, the judges' start-up included: cold, steady and amortized side by side)")
+    print(json.dumps(out["total"], indent=2))
     print(json.dumps({"breakdown_s": summary["breakdown_s"]}, indent=2))
     return 0
 

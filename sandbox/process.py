@@ -488,16 +488,19 @@ def run_child(
     on_message: Callable[[dict[str, Any]], None] | None = None,
     poll_s: float = 0.05,
     fork: bool = False,
+    fork_kind: str = "all",
 ) -> ChildOutcome:
     """Run ``argv`` to completion (or its limits) and report what happened.
 
     ``isolation``: the layers to set up (default: none beyond session and rlimits).
     ``authenticate``: the child reads a token from stdin (``ChildChannel.open``) and
     every message must carry it; others land in ``forged_messages``. ``fork``: a
-    ``python -m``/``-c`` command starts from the fork server (``kernelfix.sandbox.zygote``).
+    ``python -m``/``-c`` command starts from the fork server (``kernelfix.sandbox.zygote``) of
+    ``fork_kind`` (``zygote.PRELOADS``; a worker's kind reuses that worker's fork server).
     """
     child = Child(
-        argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=authenticate, on_message=on_message, poll_s=poll_s, fork=fork
+        argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=authenticate, on_message=on_message, poll_s=poll_s, fork=fork,
+        fork_kind=fork_kind,
     )
     try:
         return child.wait()

@@ -248,3 +248,134 @@ def test_sanitize_flags():
     assert (default.sanitize, default.sanitize_failures, default.sanitizer_timeout_s) == (False, True, 60.0)
     assert tool.command("/cs", "memcheck", Path("/l"))[-2:] == ["--padding", str(tool.PADDING)]
     assert "--padding" not in tool.command("/cs", "racecheck", Path("/l"))
+
+
+# ------------------------------------------------------------------ the tools' input, handed over once they are ready
+
+
+def test_the_plan_reaches_tools_that_started_before_it(tmp_path):
+    """The tool runs start beside the probe and wait for their plan (tools/sanitizer/handoff.py): they read it
+    whole once the judge writes it, a cancel ends them, and a plan that never comes ends their wait at its bound."""
+    import threading
+
+    from kernelfix.tools.sanitizer import handoff
+
+    plan = tmp_path / handoff.PLAN_FILE
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(handoff.wait(plan, 30.0, poll_s=0.005)))
+    waiter.start()
+    handoff.publish(plan, {"plan": {"rows": 3}, "inputs_file": "inputs.pt"})
+    waiter.join()
+    assert got == [{"plan": {"rows": 3}, "inputs_file": "inputs.pt"}]
+    handoff.publish(plan, {"cancel": True})
+    assert handoff.wait(plan, 0.0) == {"cancel": True}
+    assert handoff.wait(tmp_path / "none.json", 0.01, poll_s=0.005) is None
+    (tmp_path / "bad.json").write_text("{half")
+    assert handoff.wait(tmp_path / "bad.json", 0.01) is None
+
+
+def test_the_stage_waits_for_every_tool_to_be_ready_or_gone(tmp_path):
+    """The stage takes the GPU's lock for the tools once each is ready (its channel's phase, or its file) or has
+    ended (one that could not start): never for a tool still importing torch, unless the wait's bound has passed."""
+    import time
+    from concurrent.futures import Future
+
+    from kernelfix.tools.sanitizer import handoff
+    from kernelfix.tools.stages.sanitize import _Ready
+
+    tools = ["memcheck", "racecheck", "synccheck", "initcheck"]
+    ready = _Ready(tools, tmp_path)
+    futures = [Future() for _ in tools]
+    assert not ready.all_ready(futures)
+    ready.wait(futures, time.monotonic() + 0.02)  # nobody ready: the bound ends the wait
+    ready.on_message("memcheck")({"type": "phase", "phase": handoff.READY_PHASE})
+    ready.on_message("racecheck")({"type": "phase", "phase": "build_model"})  # not yet
+    handoff.ready_file(tmp_path, "sanitize_synccheck").touch()
+    futures[3].set_result(None)  # initcheck ended before it was ready
+    assert not ready.all_ready(futures)
+    handoff.ready_file(tmp_path, "sanitize_racecheck").touch()
+    assert ready.all_ready(futures)
+    ready.wait(futures, time.monotonic() + 3600)  # returns at once
+
+
+def _fake_stage(tmp_path, monkeypatch, probe_plan):
+    """The stage's own order of work with its children faked: the probe answers ``probe_plan``; each tool run says it
+    is ready, waits for the plan as the real one does, and records what it got and whether the tools' lock was held."""
+    import contextlib
+    import threading
+    import types
+
+    from kernelfix.sandbox import ChildOutcome
+    from kernelfix.tools.config import JudgeConfig
+    from kernelfix.tools.handles import one_shot
+    from kernelfix.tools.sanitizer import handoff
+    from kernelfix.tools.stages import sanitize
+
+    held: list[str] = []
+    rooms: list[str] = []
+    log: list[tuple] = []
+    ready: list[str] = []
+    all_ready = threading.Event()
+
+    @contextlib.contextmanager
+    def lease(what, shared=False):
+        assert shared
+        held.append(what)
+        yield
+        held.remove(what)
+
+    @contextlib.contextmanager
+    def room(what):
+        rooms.append(what)
+        yield
+        rooms.remove(what)
+
+    def fake_run(ctx, ev, stage, module, spec, timeout_s, *, on_message=None, **kw):
+        if stage == "sanitize_probe":  # the tool runs are up by now: they started before the probe
+            log.append(("probe", all_ready.wait(30.0), kw.get("fork_kind")))
+            return ChildOutcome(argv=[], returncode=0, wall_s=0.1, messages=[{"type": "result", **probe_plan}])
+        on_message({"type": "phase", "phase": handoff.IMPORTED_PHASE})
+        got_room = handoff.wait(Path(spec["room_file"]), 30.0, poll_s=0.002)
+        if rooms != ["sanitize"]:  # CUDA starts only once the stage has room
+            log.append((stage, "no room", got_room, list(held)))
+            return ChildOutcome(argv=[], returncode=0, wall_s=0.1)
+        on_message({"type": "phase", "phase": handoff.READY_PHASE})
+        ready.append(stage)
+        if len(ready) == 4:
+            all_ready.set()
+        plan = handoff.wait(Path(spec["plan_file"]), 30.0, poll_s=0.002)
+        log.append((stage, held == [], plan, list(held)))
+        (Path(spec["outdir"]) / f"{stage.removeprefix('sanitize_')}.log").write_text("========= ERROR SUMMARY: 0 errors\n")
+        return ChildOutcome(argv=[], returncode=0, wall_s=0.1)
+
+    monkeypatch.setattr(one_shot, "run", fake_run)
+    wd = tmp_path / "eval"
+    (wd / "logs").mkdir(parents=True)
+    (wd / "c.py").write_text("import triton\n")
+    cfg = JudgeConfig(sanitizer_path="/bin/true", sanitize_failures=True)
+    ctx = types.SimpleNamespace(config=cfg, device="cuda", seed=1, ref=types.SimpleNamespace(trials=[]), lease=lease,
+                                room=room)
+    ev = types.SimpleNamespace(workdir=str(wd), candidate_path=wd / "c.py", category=Category.NUMERICAL, correctness=None, failed=True,
+                               compiled=True, code="", backend="triton", breakdown={}, sanitizer=None, stages_done=[])
+    sanitize._run(ctx, ev, None)
+    return ev, log, wd
+
+
+def test_the_tools_start_before_the_room_and_get_their_input_under_the_lock(tmp_path, monkeypatch):
+    """The tool runs start with the stage (their imports beside its wait for room), start CUDA once it has room, are
+    ready before the probe ends, and get the probe's plan only under the tools' hold of the GPU's lock."""
+    ev, log, wd = _fake_stage(tmp_path, monkeypatch, {"plan": {"rows": 3}, "inputs": "x float32[3, 8]", "saved": "/in.pt"})
+    assert ("probe", True, "triton") in log  # from the candidate worker's fork server, warm already
+    tools = sorted(r for r in log if r[0] != "probe")
+    assert [r[0] for r in tools] == ["sanitize_initcheck", "sanitize_memcheck", "sanitize_racecheck", "sanitize_synccheck"]
+    for _, _, plan, held in tools:  # each got the probe's plan, and only once the tools' lock was taken
+        assert plan == {"plan": {"rows": 3}, "inputs_file": "/in.pt"} and held == ["sanitize"]
+    assert ev.sanitizer.inputs == "x float32[3, 8]" and [t.tool for t in ev.sanitizer.tools] == ["memcheck", "racecheck", "synccheck", "initcheck"]
+    assert {"sanitize.probe", "sanitize.tools_start", "sanitize.lease_wait", "sanitize.tools"} <= set(ev.breakdown)
+    assert not (wd / "sanitize_plan.json").exists() and not (wd / "sanitize_room.json").exists()
+
+
+def test_without_an_input_the_waiting_tools_are_cancelled(tmp_path, monkeypatch):
+    ev, log, _ = _fake_stage(tmp_path, monkeypatch, {"plan": None})
+    assert [r[2] for r in log if r[0] != "probe"] == [{"cancel": True}] * 4
+    assert ev.sanitizer.note.startswith("not sanitized: no input to run it on") and ev.sanitizer.tools == []

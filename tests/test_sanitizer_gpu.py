@@ -46,7 +46,8 @@ def keep(v: Verdict, name: str) -> None:
 
 def show(v: Verdict) -> None:
     r = v.sanitizer
-    print(f"\n[cuda] {v.candidate_sha1 and v.task}: {v.category.value}; sanitize {v.stage_seconds.get('sanitize')} s")
+    parts = {k.removeprefix("sanitize."): x for k, x in v.breakdown.items() if k.startswith("sanitize.")}
+    print(f"\n[cuda] {v.candidate_sha1 and v.task}: {v.category.value}; sanitize {v.stage_seconds.get('sanitize')} s {parts}")
     if r is not None:
         print(f"  inputs {r.inputs}; reproduced {r.reproduced}; tools {[(t.tool, t.seconds, t.errors, t.finished, t.problem) for t in r.tools]}")
         print(f"  note: {r.note}; version {r.version}")

@@ -66,3 +66,14 @@ def test_a_steady_round_renames_every_triton_kernel_so_each_is_a_new_build():
     for _, label, src in mix:
         again = jt.renamed(src, 2)
         assert again != src and "_kernel_r2" in again and "_kernel(" not in again and "_kernel[" not in again, label
+
+
+def test_the_total_counts_every_round_and_the_start_up():
+    """``--rounds N``'s total: every verdict over the wall time from the judges' creation (the amortized figure), beside
+    the cold and the steady rate, and an hour's projection: the cold round once, then the steady rate."""
+    cold = [{"i": i} for i in range(24)]
+    rounds = [(12.0, 60.0, cold), (60.0, 80.0, list(cold))]  # start-up 2 s, cold round 48 s, steady round 20 s
+    t = jt.total(rounds, 10.0, {"verdicts_per_hour": 4320})
+    assert t == {"rounds": 2, "verdicts": 48, "wall_s": 70.0, "verdicts_per_hour": 2469, "startup_s": 2.0,
+                 "cold_verdicts_per_hour": 1728, "steady_verdicts_per_hour": 4320, "one_hour_projection": 24 + (3600 - 50) * 1.2}
+    assert "one_hour_projection" not in jt.total(rounds[:1], 10.0, None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 def run(
     ctx: "WorkerContext", ev: "Evaluation", stage: str, module: str, spec: dict[str, Any], timeout_s: float, *,
     wrap: Sequence[str] = (), env: dict[str, str] | None = None, fork: bool = False, lease: bool = True,
+    on_message: Callable[[dict[str, Any]], None] | None = None, fork_kind: str = "all",
 ) -> ChildOutcome:
     """``python -m module SPEC`` under the candidate's sandbox, ``wrap`` (a profiler, a sanitizer) in
     front; ``env`` adds to the candidate's environment. ``lease``: hold the GPU for it (False where the
-    caller holds it around several children)."""
+    caller holds it around several children). ``on_message``: each authenticated message as it arrives
+    (the sanitizer's tools say when they are ready for their input). ``fork_kind``: the fork server a
+    ``fork`` child starts from (the candidate worker's kind: warm already; "all": one of its own)."""
     wd = Path(ev.workdir)
     for d in sandboxing.CANDIDATE_DIRS:
         sandboxing.own_dir(wd / d)
@@ -52,7 +55,8 @@ def run(
             held.enter_context(ctx.room(stage))
             held.enter_context(ctx.lease(stage))
         outcome = run_child(argv, cwd=wd, env=child_env, limits=sandboxing.limits(ctx.config, timeout_s), isolation=iso,
-                            authenticate=True, fork=fork and not wrap)
+                            authenticate=True, fork=fork and not wrap, on_message=on_message,
+                            fork_kind=fork_kind)
     notes = [*outcome.sandbox_notes, *([note] if note else [])]
     ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]
     (wd / "logs" / f"{stage}.log").write_text(

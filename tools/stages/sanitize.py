@@ -9,9 +9,12 @@ land there), or died with a CUDA error (illegal address, misaligned access, laun
 assert); with ``judge.sanitize`` (``--sanitize``) also a correct one. An honest kernel is never slowed:
 without the flag a correct candidate skips the stage.
 
-How: a probe in the candidate's sandbox picks the reduced input (``reduce``, ``target.probe``), then
-each tool (memcheck, racecheck, synccheck, initcheck) runs the candidate once under compute-sanitizer,
-all at once, holding the GPU's shared lock together (taken again after the probe's); their reports are parsed (``parse``) and placed on the
+How: each tool (memcheck, racecheck, synccheck, initcheck) starts its run of the candidate under
+compute-sanitizer as the stage begins, and imports torch, the task and the candidate while the stage
+waits for room; with room, a probe in the candidate's sandbox picks the reduced input (``reduce``,
+``target.probe``) while the tools start CUDA and build the model; once they are ready, the stage takes
+the GPU's shared lock again (it held it for the probe) and hands them the input (``handoff``): one
+forward each, all at once. Their reports are parsed (``parse``) and placed on the
 candidate's lines with their fixes (``hazards``). The whole stage is bounded by
 ``judge.sanitizer_timeout_s``; a tool cut off at the bound still reports what it printed. Off the GPU,
 or without compute-sanitizer, the report is one line saying so.
@@ -22,14 +25,16 @@ from __future__ import annotations
 import functools
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from pathlib import Path
 from typing import Any
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
-from kernelfix.tools.handles import one_shot, sandboxing
-from kernelfix.tools.sanitizer import hazards, parse, tool
+from kernelfix.tools.handles import candidate_run, one_shot, sandboxing
+from kernelfix.tools.sanitizer import handoff, hazards, parse, tool
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, Hazard, SanitizerReport, SanitizerTool, ToolRun
 
@@ -47,6 +52,7 @@ TRIGGERS: dict[Category, str | None] = {
     Category.DEVICE_ASSERT: "fault",
 }
 PROBE_SHARE = 0.5  # of the stage's time, at most, for picking the input (the rest is the tools')
+READY_WAIT_S = 20.0  # after the probe, at most, for the tool runs to be ready: a slower one starts under the lock, as all did before
 MAX_SAVE_BYTES = 256 << 20  # reduced inputs up to this go to the tools as a file; larger ones are drawn again
 
 
@@ -125,27 +131,41 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
         "reproduce": TRIGGERS.get(ev.category) if ev.category else None, "atol": c.atol, "rtol": c.rtol,
     }
     tools = [t for t in tool.ORDER if t in c.sanitizer_tools]
-    # Room for the stage (the probe may fall back to the whole trial); the GPU's shared lock taken twice, for the probe
-    # and for the tools: a timed run waiting at the gate goes between them rather than after both (10-20 s).
-    with ctx.room("sanitize"):
-        if on_event:
-            on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
-        probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)
-        with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
-            probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True)
-        chosen = one_shot.result(probe, outdir / "sanitize_probe.json")
-        if not chosen.get("plan"):
-            report.note = f"not sanitized: no input to run it on ({_failure(probe, probe_s)})"
-            return ev
-        report.inputs, report.reduced = chosen.get("inputs"), bool(chosen.get("reduced"))
-        report.reproduced, report.nondeterministic = chosen.get("reproduced"), chosen.get("nondeterministic")
-        spec |= {"plan": chosen["plan"], "inputs_file": chosen.get("saved")}
-        if on_event:
-            on_event(StageEvent(stage="sanitize", status="progress", detail=", ".join(tools), total=len(tools)))
-        with ctx.lease("sanitize", shared=True):
-            left = max(1.0, deadline - time.monotonic())
-            with ThreadPoolExecutor(max_workers=len(tools)) as pool:
-                runs = list(pool.map(lambda t: (t, _tool(ctx, ev, path, t, spec, outdir, left)), tools))
+    room_file, plan_file = wd / handoff.ROOM_FILE, wd / handoff.PLAN_FILE  # the evaluation's dir: the candidate cannot write them
+    for f in (room_file, plan_file):
+        f.unlink(missing_ok=True)
+    spec |= {"room_file": str(room_file), "plan_file": str(plan_file), "wait_s": c.sanitizer_timeout_s}
+    # The tool runs start now, before the stage has room: a new Python under compute-sanitizer each, whose imports (torch,
+    # the task, the candidate) are CPU work and go on while the stage waits for room. With room they start CUDA and build
+    # the model, and wait, ready, beside the probe. The GPU's shared lock is taken twice, for the probe and for the tools'
+    # inputs and forwards: a timed run waiting at the gate goes between them. The room is kept until every tool has ended.
+    pool = ThreadPoolExecutor(max_workers=len(tools))
+    sent = {"room": False, "plan": False}
+    runs: list[tuple[SanitizerTool, ChildOutcome]] = []
+    try:
+        ready = _Ready(tools, outdir)
+        left = max(1.0, deadline - time.monotonic())
+        futures = [(t, pool.submit(_tool, ctx, ev, path, t, spec, outdir, left, ready.on_message(t))) for t in tools]
+        try:
+            with ctx.room("sanitize"):
+                handoff.publish(room_file, {"room": True})
+                sent["room"] = True
+                try:
+                    runs = _probe_then_tools(ctx, ev, spec, tools, futures, ready, outdir, plan_file, deadline, sent, on_event)
+                finally:
+                    if not sent["plan"]:  # the tools waiting for a plan end now, without running anything
+                        handoff.publish(plan_file, {"cancel": True})
+                    wait_all([f for _, f in futures])  # their CUDA contexts end inside the room
+        finally:
+            if not sent["room"]:
+                handoff.publish(room_file, {"cancel": True})
+    finally:
+        pool.shutdown(wait=True)
+        for f in (room_file, plan_file):
+            f.unlink(missing_ok=True)
+    if not runs:  # no input to run them on: the probe's note says why
+        return ev
+    _tool_times(ev, [o for _, o in runs])
     found: list[Hazard] = []
     src = hazards.Sources(ev.code or "", ev.candidate_path, wd / "build", ev.backend)
     for name, outcome in runs:
@@ -159,6 +179,46 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
     if cut or failed:
         report.note = "; ".join([*([f"{', '.join(cut)} cut off at the {c.sanitizer_timeout_s:g} s bound (judge.sanitizer_timeout_s)"] if cut else []), *failed])[:600]
     return ev
+
+
+def _probe_then_tools(
+    ctx: StageContext, ev: Evaluation, spec: dict[str, Any], tools: list[SanitizerTool], futures: list[tuple[SanitizerTool, Future]],
+    ready: "_Ready", outdir: Path, plan_file: Path, deadline: float, sent: dict[str, bool], on_event: EventSink | None,
+) -> list[tuple[SanitizerTool, ChildOutcome]]:
+    """Inside the stage's room: the probe under the GPU's shared lock, then, once the tools are ready, their plan under
+    it again; their outcomes (none when the probe found no input: its note in the report)."""
+    report = ev.sanitizer
+    assert report is not None
+    if on_event:
+        on_event(StageEvent(stage="sanitize", status="progress", detail="choosing the reduced input"))
+    probe_s = max(5.0, (deadline - time.monotonic()) * PROBE_SHARE)
+    t1 = time.monotonic()
+    with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
+        t2 = time.monotonic()
+        probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True,
+                             fork_kind=candidate_run.fork_kind(Path(ev.candidate_path)))
+    t3 = time.monotonic()
+    _add(ev, "sanitize.probe_lease_wait", t2 - t1)
+    _add(ev, "sanitize.probe", t3 - t2)
+    chosen = one_shot.result(probe, outdir / "sanitize_probe.json")
+    if not chosen.get("plan"):
+        report.note = f"not sanitized: no input to run it on ({_failure(probe, probe_s)})"
+        return []
+    report.inputs, report.reduced = chosen.get("inputs"), bool(chosen.get("reduced"))
+    report.reproduced, report.nondeterministic = chosen.get("reproduced"), chosen.get("nondeterministic")
+    if on_event:
+        on_event(StageEvent(stage="sanitize", status="progress", detail=", ".join(tools), total=len(tools)))
+    ready.wait([f for _, f in futures], min(deadline, time.monotonic() + READY_WAIT_S))
+    t4 = time.monotonic()
+    _add(ev, "sanitize.tools_start", t4 - t3)  # the tools' start-up left after the probe
+    with ctx.lease("sanitize", shared=True):
+        t5 = time.monotonic()
+        _add(ev, "sanitize.lease_wait", t5 - t4)
+        handoff.publish(plan_file, {"plan": chosen["plan"], "inputs_file": chosen.get("saved")})
+        sent["plan"] = True
+        runs = [(t, f.result()) for t, f in futures]
+    _add(ev, "sanitize.tools", time.monotonic() - t5)
+    return runs
 
 
 def _trial(ctx: StageContext, ev: Evaluation) -> dict[str, Any]:
@@ -178,9 +238,55 @@ def _trial(ctx: StageContext, ev: Evaluation) -> dict[str, Any]:
     return out
 
 
-def _tool(ctx: StageContext, ev: Evaluation, path: str, name: SanitizerTool, spec: dict[str, Any], outdir: Path, timeout_s: float) -> ChildOutcome:
+def _tool(ctx: StageContext, ev: Evaluation, path: str, name: SanitizerTool, spec: dict[str, Any], outdir: Path, timeout_s: float,
+          on_message: Callable[[dict[str, Any]], None]) -> ChildOutcome:
     wrap = tool.command(path, name, outdir / f"{name}.log")
-    return one_shot.run(ctx, ev, f"sanitize_{name}", TARGET, spec, timeout_s, wrap=wrap, env=tool.ENV, lease=False)
+    return one_shot.run(ctx, ev, f"sanitize_{name}", TARGET, spec, timeout_s, wrap=wrap, env=tool.ENV, lease=False, on_message=on_message)
+
+
+class _Ready:
+    """Which tool runs are ready for their input: a ``ready`` phase on their channel, or their ready file."""
+
+    def __init__(self, tools: list[SanitizerTool], outdir: Path):
+        self._files = {t: handoff.ready_file(outdir, f"sanitize_{t}") for t in tools}
+        self._seen: set[str] = set()
+
+    def on_message(self, name: SanitizerTool) -> Callable[[dict[str, Any]], None]:
+        def seen(msg: dict[str, Any]) -> None:  # on the channel's reader thread
+            if msg.get("type") == "phase" and msg.get("phase") == handoff.READY_PHASE:
+                self._seen.add(name)
+        return seen
+
+    def all_ready(self, futures: list[Future]) -> bool:
+        """Whether every tool run is ready or has ended (one that failed to start)."""
+        return all(t in self._seen or f.is_file() or fut.done() for (t, f), fut in zip(self._files.items(), futures))
+
+    def wait(self, futures: list[Future], until: float) -> None:
+        """Until ``all_ready``, or ``until``."""
+        while time.monotonic() < until and not self.all_ready(futures):
+            time.sleep(handoff.POLL_S)
+
+
+def _tool_times(ev: Evaluation, outcomes: list[ChildOutcome]) -> None:
+    """Where the tool runs' time went (the slowest of each), from their start: their imports (torch, the task, the
+    candidate), ready (the stage's room, CUDA under the tool, the model), and from the plan's inputs to the end of the
+    process (the forward under the tool, its report, the process's exit)."""
+    def at(o: ChildOutcome, phase: str) -> float | None:
+        return next((m["_t"] for m in o.messages if m.get("type") == "phase" and m.get("phase") == phase and "_t" in m), None)
+
+    imported = [t for o in outcomes if (t := at(o, handoff.IMPORTED_PHASE)) is not None]
+    ready = [t for o in outcomes if (t := at(o, handoff.READY_PHASE)) is not None]
+    after = [o.wall_s - t for o in outcomes if (t := at(o, "inputs")) is not None]
+    if imported:
+        _add(ev, "sanitize.tool_imported_max", max(imported))  # before the stage's room: beside its wait for it
+    if ready:
+        _add(ev, "sanitize.tool_ready_max", max(ready))
+    if after:
+        _add(ev, "sanitize.tool_run_max", max(after))
+
+
+def _add(ev: Evaluation, key: str, seconds: float) -> None:
+    ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + seconds, 3)
 
 
 def _read(wd: Path, outdir: Path, name: SanitizerTool, outcome: ChildOutcome, timeout_s: float) -> tuple[ToolRun, parse.Report]:

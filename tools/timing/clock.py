@@ -31,9 +31,12 @@ class Cuda:
     elapsed: Callable[..., float]
     stream: Any
     empty_cache: Callable[[], None]
+    _current_stream: Callable[[], Any]
 
     @classmethod
-    def bind(cls) -> None:
+    def bind(cls, *, stream: bool = True) -> None:
+        """``stream=False``: all but the current stream, whose query starts CUDA: ``start`` queries it later (the
+        sanitizer's tool runs bind before the candidate's import and start CUDA once the stage has room on the GPU)."""
         import torch
 
         cls.sync = torch._C._cuda_synchronize
@@ -41,7 +44,14 @@ class Cuda:
         cls.Event = torch._C._CudaEventBase
         cls.record = torch._C._CudaEventBase.record
         cls.elapsed = torch._C._CudaEventBase.elapsed_time
-        cls.stream = torch.cuda.current_stream()
+        cls._current_stream = torch.cuda.current_stream
+        if stream:
+            cls.start()
+
+    @classmethod
+    def start(cls) -> None:
+        """CUDA started, through the current stream's query as it was when bound."""
+        cls.stream = cls._current_stream()
 
 
 def stats(times_ms: list[float]) -> dict[str, float]:

@@ -8,7 +8,9 @@
   cut that shows the failure again (a wrong output, a fault, two calls that differ); with nothing to
   reproduce (``--sanitize`` on a correct kernel) the smallest the Model runs. The chosen inputs go
   to a file for the tool runs, where they are small enough.
-- ``sanitize_<tool>`` (compute-sanitizer in front): the chosen inputs, one forward, a sync. Every
+- ``sanitize_<tool>`` (compute-sanitizer in front): started with the stage, it imports torch, the task and
+  the candidate, waits for the stage's room, starts CUDA and builds the model, waits, ready, for the plan
+  (``tools/sanitizer/handoff.py``), then the chosen inputs, one forward, a sync. Every
   tensor is its own allocation (``PYTORCH_NO_CUDA_MEMORY_CACHING``, set by the stage), so memcheck sees
   each tensor's real end.
 
@@ -184,24 +186,44 @@ def _save(spec: dict[str, Any], x: list) -> str | None:
 
 
 def run_tool(w: Worker) -> None:
-    """One forward on the chosen inputs, under the sanitizer in front of this process."""
+    """One forward on the chosen inputs, under the sanitizer in front of this process. It starts with the
+    stage, before its room: torch, the task and the candidate's import (CPU work, which a candidate worker
+    does outside the GPU's lock too); then, once the stage has room (``handoff``), CUDA under the tool and
+    ``ModelNew``; then it waits, ready, for the plan, which the judge writes once it holds the GPU's lock
+    for the tools; the inputs and the forward after it."""
     import torch
 
-    from kernelfix.tools.sanitizer import reduce
+    from kernelfix.tools.sanitizer import handoff, reduce
 
     spec = w.spec
     device = spec["device"]
-    Cuda.bind()
+    Cuda.bind(stream=False)  # before the candidate's code; the stream's query would start CUDA before the room
     torch.set_grad_enabled(False)
     task = load_task(w, spec["task_path"])
-    w.phase("inputs")
-    if spec.get("inputs_file"):
-        x = to_device(torch.load(spec["inputs_file"], weights_only=True), device)
-    else:
-        x = reduce.cut(_trial_inputs(task, spec["trial"], device), reduce.Plan(**spec["plan"]))
     cls = _import_candidate(w, spec)
+    w.phase(handoff.IMPORTED_PHASE)
+    room = handoff.wait(Path(spec["room_file"]), spec["wait_s"])
+    if not room or room.get("cancel"):
+        _done(spec, w, {"ran": False})
+        return
     w.phase("build_model")
+    Cuda.start()  # CUDA under the tool, now that the stage has room
     model = build_model(cls, task, spec["init_seed"], device)
+    Cuda.sync()
+    w.phase(handoff.READY_PHASE)
+    try:
+        handoff.ready_file(Path(spec["outdir"]), spec["stage"]).touch()
+    except OSError:  # only a hint to the judge (the phase above says the same)
+        pass
+    plan = handoff.wait(Path(spec["plan_file"]), spec["wait_s"])
+    if not plan or plan.get("cancel") or not plan.get("plan"):
+        _done(spec, w, {"ran": False})
+        return
+    w.phase("inputs")
+    if plan.get("inputs_file"):
+        x = to_device(torch.load(plan["inputs_file"], weights_only=True), device)
+    else:
+        x = reduce.cut(_trial_inputs(task, spec["trial"], device), reduce.Plan(**plan["plan"]))
     Cuda.sync()
     w.phase("sanitized_forward")
     model(*x)
