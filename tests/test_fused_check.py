@@ -137,3 +137,43 @@ def test_a_kernel_that_fails_hands_every_comparison_to_the_torch_passes(monkeypa
     monkeypatch.setattr(fused, "_launch", full)
     with pytest.raises(torch.OutOfMemoryError):  # the machine's fault, raised as the torch passes raise it
         compare(r, r.clone(), trial=0, seed=0)
+
+
+def _edges(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A reference, a candidate with elements on the tolerance's edge, NaNs and infinities, and a float64 truth."""
+    g = torch.Generator(device="cuda").manual_seed(13)
+    r = torch.randn(n, device="cuda", generator=g)
+    r64 = r.double()
+    edge = (r64 + (1e-4 + 1e-4 * r64.abs())).float()
+    o = torch.where(torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g))
+    o[[17, n - 3]] = float("nan")
+    o[[40, n // 2]] = float("inf")
+    r[[99, n - 7]] = float("nan")
+    return r, o, r64 + 1e-8 * torch.randn(n, device="cuda", generator=g, dtype=torch.float64)
+
+
+@pytest.mark.gpu
+def test_the_kernels_at_32_warps_give_the_8_warp_counts_indices_and_maxima(monkeypatch):
+    """fused.NUM_WARPS went from 8 to 32 (t38): the same lanes and programs, so every count, index and maximum is the
+    same bits; only the block-wide sums (error norms, moments) are added in another tree order."""
+    from kernelfix.tools.correctness.chunked import CHUNK
+
+    n = fused.FUSED_MIN + 12345
+    r, o, truth = _edges(n)
+    got = {}
+    for warps in (8, 32):
+        monkeypatch.setattr(fused, "NUM_WARPS", warps)
+        got[warps] = (fused.pair_stats(r, o, 1e-4, 1e-4, CHUNK), fused.pair_stats(truth, o, 1e-4, 1e-4, CHUNK),
+                      fused.truth_stats(r, truth, o))
+    assert fused.failed is None
+    for old, new in zip(got[8], got[32]):
+        a, b = dict(vars(old)), dict(vars(new))
+        for key in ("moments", "sq_err", "sq_ref", "sq_e", "sq_r"):
+            x, y = a.pop(key, None), b.pop(key, None)
+            if key == "moments":
+                assert x[0] == y[0] and y[1:] == pytest.approx(x[1:], rel=1e-12)
+            else:
+                assert y == pytest.approx(x, rel=1e-12)
+        assert json.dumps(a, default=str) == json.dumps(b, default=str)
+        assert old.__class__ is new.__class__
+

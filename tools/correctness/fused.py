@@ -27,6 +27,12 @@ import torch
 
 BLOCK = 1024  # elements a kernel program holds at once (4 per thread)
 ITERS = 32  # blocks one program walks with per-lane running results: one set of block-wide reductions per span
+# Warps a program runs: 32 (one element of BLOCK a thread). The pair kernel carries fourteen float64 and six int32
+# running results per element: at 8 warps (4 elements a thread) it took 214 registers a thread, one program per SM
+# (8 warps resident) and 7x its bandwidth floor on the H100; at 32 it takes 64 (a few spilled to the stack), 32 warps
+# resident. BLOCK and ITERS, so which elements each lane walks and each program's shift, are unchanged: counts,
+# indices and maxima are the same bits; the block-wide sums (error norms, moments) are added in another tree order.
+NUM_WARPS = 32
 # A program's span, BLOCK * ITERS elements, divides chunked.CHUNK, so per-chunk rules can be kept.
 FUSED_MIN = 1 << 27  # elements (512 MB of float32): below, the torch passes take tens of milliseconds, and a cold
 # `kernelfix eval` of a smaller task (88_MinGPTNewGelu: 2**26) never pays for importing Triton in the reference worker
@@ -108,7 +114,7 @@ def _launch(kernel: Any, cols: int, tensors: tuple, params: tuple = (), **meta: 
     programs = max(1, -(-n // (BLOCK * ITERS)))
     part = torch.empty((programs, cols), dtype=torch.float64, device=device)
     p = torch.tensor([*params, 0.0], dtype=torch.float64, device=device)
-    options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": 8}
+    options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": NUM_WARPS}
     kernel[(programs,)](*tensors, part, n, p, **meta, BLOCK=BLOCK, ITERS=ITERS, **options)
     return part
 
