@@ -78,6 +78,17 @@ def test_truth_check_relative_error_and_vacuous_agree(interpreted):
         same(old, new)
 
 
+def test_varied_inputs_are_the_same_bytes_through_the_variant_kernels(interpreted):
+    """Scaled and shifted inputs (float32 and float64, overflow, denormals, NaN, signed zero) made by the variant
+    kernels are the torch loop's bytes; heavy-tailed ones are torch's CUDA arithmetic's (the GPU test compares them
+    with torch's own there): a varied trial's inputs, and so its verdict, do not change."""
+    names = [k for k in interpreted["cases"] if k.startswith("variant/")]
+    assert len(names) == 11
+    for k in names:
+        old, new = interpreted["cases"][k]
+        assert old == new, k
+
+
 def test_small_or_cpu_tensors_take_the_torch_passes():
     assert not fused.usable(torch.zeros(16))  # too small, and on the CPU
     assert not fused.usable(torch.zeros(fused.FUSED_MIN, dtype=torch.int32, device="meta"))
@@ -177,3 +188,24 @@ def test_the_kernels_at_32_warps_give_the_8_warp_counts_indices_and_maxima(monke
         assert json.dumps(a, default=str) == json.dumps(b, default=str)
         assert old.__class__ is new.__class__
 
+
+@pytest.mark.gpu
+def test_the_variant_kernels_give_torchs_bytes_on_the_gpu(monkeypatch):
+    """A varied 0.5 GiB input through the variant kernels and through the torch loop on the GPU: the same bytes."""
+    from kernelfix.tools.correctness import input_variants
+
+    n = fused.FUSED_MIN + 12345
+    x = torch.randn(n, device="cuda", generator=torch.Generator(device="cuda").manual_seed(5))
+    x[:4] = torch.tensor([3.5e37, 1e-45, -0.0, float("nan")], device="cuda")
+    stats = input_variants.moments(x[4:])
+    ran: list[str] = []
+    for name in ("vary_affine", "vary_student"):
+        kernel = getattr(fused, name)
+        monkeypatch.setattr(fused, name, lambda *a, _k=kernel, _n=name, **kw: ran.append(_n) or _k(*a, **kw))
+    for dtype in (torch.float32, torch.float64):
+        t = x.to(dtype)
+        for variant in ("scaled", "shifted", "heavy_tailed"):
+            old, new = both_ways(monkeypatch, lambda: input_variants._vary(t, variant, torch.Generator(device="cuda").manual_seed(9), stats))
+            bits = torch.int32 if dtype == torch.float32 else torch.int64
+            assert torch.equal(old.view(bits), new.view(bits)), (variant, dtype)
+    assert sorted(set(ran)) == ["vary_affine", "vary_student"] and fused.failed is None

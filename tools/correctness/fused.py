@@ -223,3 +223,43 @@ def vacuous_counts(xf: torch.Tensor, a: float, rt: float, mean: float) -> tuple[
     part = _launch(vac, 2, (xf,), (float(a), float(rt), float(mean)))
     zeros_out, mean_out = part.sum(0).tolist()
     return int(zeros_out), int(mean_out)
+
+
+VARY_BLOCK = 1024  # elements a program of the variant kernels writes (no reduction: any size gives the same bits)
+
+
+def varies(x: torch.Tensor) -> bool:
+    """Whether a varied input's chunks take the fused variant kernels: a float32 or float64 tensor of ``FUSED_MIN``
+    elements and more on a CUDA device (Triton's interpreter under ``CPU_INTERPRETED``), as ``usable`` decides.
+    Half types keep the torch loop: their rounding from float64 is torch's own to match."""
+    return x.dtype in (torch.float32, torch.float64) and usable(x)
+
+
+def _vary_launch(kernel: Any, tensors: tuple, out: torch.Tensor, params: tuple, **meta: Any) -> None:
+    n = out.numel()
+    p = torch.tensor(params, dtype=torch.float64, device=out.device)  # float64 through a tensor, as _launch
+    options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": 4}
+    kernel[(max(1, -(-n // VARY_BLOCK)),)](*tensors, out, n, p, **meta, BLOCK=VARY_BLOCK, **options)
+
+
+@_guarded
+def vary_affine(x: torch.Tensor, out: torch.Tensor, c: float, shift: bool) -> bool:
+    """``out.copy_(x.double() - c)`` (``shift``) or ``out.copy_(x.double() * c)`` in one pass; True when it ran."""
+    kernel = _vary_kernels()[0]
+    _vary_launch(kernel, (x,), out, (float(c),), SHIFT=shift)
+    return True
+
+
+@_guarded
+def vary_student(z: torch.Tensor, chi2: torch.Tensor, out: torch.Tensor, mean: float, std: float, dof: float) -> bool:
+    """``out.copy_(mean + std * (z / (chi2 / dof).sqrt()))`` in one pass (z and chi2 float64, torch's own draws), as
+    torch computes it on a CUDA device: ``chi2 / dof`` there is ``chi2 * (1 / dof)``."""
+    kernel = _vary_kernels()[1]
+    _vary_launch(kernel, (z, chi2), out, (float(mean), float(std), 1.0 / float(dof)))
+    return True
+
+
+def _vary_kernels() -> Any:
+    from kernelfix.tools.correctness import fused_kernels as k
+
+    return k.vary_affine, k.vary_student
