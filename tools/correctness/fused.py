@@ -235,27 +235,33 @@ def varies(x: torch.Tensor) -> bool:
     return x.dtype in (torch.float32, torch.float64) and usable(x)
 
 
-def _vary_launch(kernel: Any, tensors: tuple, out: torch.Tensor, params: tuple, **meta: Any) -> None:
+def vary_params(device: torch.device, *values: float) -> torch.Tensor:
+    """The variant kernels' numbers, float64 on the device: made once per varied tensor, not per chunk (a host copy)."""
+    return torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+
+
+def _vary_launch(kernel: Any, tensors: tuple, out: torch.Tensor, p: torch.Tensor, **meta: Any) -> None:
     n = out.numel()
-    p = torch.tensor(params, dtype=torch.float64, device=out.device)  # float64 through a tensor, as _launch
     options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": 4}
     kernel[(max(1, -(-n // VARY_BLOCK)),)](*tensors, out, n, p, **meta, BLOCK=VARY_BLOCK, **options)
 
 
 @_guarded
-def vary_affine(x: torch.Tensor, out: torch.Tensor, c: float, shift: bool) -> bool:
-    """``out.copy_(x.double() - c)`` (``shift``) or ``out.copy_(x.double() * c)`` in one pass; True when it ran."""
+def vary_affine(x: torch.Tensor, out: torch.Tensor, p: torch.Tensor, shift: bool) -> bool:
+    """``out.copy_(x.double() - c)`` (``shift``) or ``out.copy_(x.double() * c)`` in one pass, ``p = vary_params(c)``;
+    True when it ran."""
     kernel = _vary_kernels()[0]
-    _vary_launch(kernel, (x,), out, (float(c),), SHIFT=shift)
+    _vary_launch(kernel, (x,), out, p, SHIFT=shift)
     return True
 
 
 @_guarded
-def vary_student(z: torch.Tensor, chi2: torch.Tensor, out: torch.Tensor, mean: float, std: float, dof: float) -> bool:
+def vary_student(z: torch.Tensor, chi2: torch.Tensor, out: torch.Tensor, p: torch.Tensor) -> bool:
     """``out.copy_(mean + std * (z / (chi2 / dof).sqrt()))`` in one pass (z and chi2 float64, torch's own draws), as
-    torch computes it on a CUDA device: ``chi2 / dof`` there is ``chi2 * (1 / dof)``."""
+    torch computes it on a CUDA device, where ``chi2 / dof`` is ``chi2 * (1 / dof)``: ``p = vary_params(mean, std,
+    1 / dof)``."""
     kernel = _vary_kernels()[1]
-    _vary_launch(kernel, (z, chi2), out, (float(mean), float(std), 1.0 / float(dof)))
+    _vary_launch(kernel, (z, chi2), out, p)
     return True
 
 

@@ -68,21 +68,25 @@ def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: t
     mean, std = stats if stats is not None else moments(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # same dtype and device as the task's own
     dst = out.view(-1)
-    one_pass = fused.varies(flat)  # a large input on the GPU: each chunk in one kernel, the same bits
+    shift = abs(mean) + SHIFT_STDS * std
+    # a large input on the GPU: each chunk in one kernel, the same bits (its numbers on the device once)
+    p = None
+    if fused.varies(flat):
+        p = fused.vary_params(x.device, *{"scaled": (SCALE,), "shifted": (shift,)}.get(variant, (mean, std, 1.0 / STUDENT_T_DOF)))
     for i, j in chunks(flat.numel()):
         if variant == "scaled":
-            if one_pass and fused.vary_affine(flat[i:j], dst[i:j], SCALE, shift=False):
+            if p is not None and fused.vary_affine(flat[i:j], dst[i:j], p, shift=False):
                 continue
             y = flat[i:j].double() * SCALE
         elif variant == "shifted":
-            if one_pass and fused.vary_affine(flat[i:j], dst[i:j], abs(mean) + SHIFT_STDS * std, shift=True):
+            if p is not None and fused.vary_affine(flat[i:j], dst[i:j], p, shift=True):
                 continue
-            y = flat[i:j].double() - (abs(mean) + SHIFT_STDS * std)
+            y = flat[i:j].double() - shift
         else:
             # torch draws (the generator's stream and the sum's order stay torch's); on the GPU the rest, four
             # float64 passes and the copy, is one kernel
             z, chi2 = _student_draws(j - i, gen, x.device)
-            if one_pass and fused.vary_student(z, chi2, dst[i:j], mean, std, STUDENT_T_DOF):
+            if p is not None and fused.vary_student(z, chi2, dst[i:j], p):
                 continue
             y = mean + std * _student_t(z, chi2)
         dst[i:j].copy_(y)
