@@ -44,29 +44,28 @@ SUMS = {"rel_error_norm", "error_vs_float64", "reference_error_vs_float64"}  # f
 
 
 def against(rows: list[dict], old_path: str) -> tuple[str, float | None]:
-    """Each warm verdict's trials against the first warm verdict of another run (``--against``, the landed code's):
-    whether every field is the same (the error norms' sums within 1e-9 relative), and that run's paced median."""
+    """Each warm verdict's trials against the same verdict of another run (``--against``, the landed code's, with the
+    same ``--seed``: row by row, the first warm verdict against the first): whether every field is the same (the error
+    norms' sums within 1e-9 relative), and that run's paced median."""
     old = json.loads(Path(old_path).read_text())
-    ref = next((r for r in old["rows"] if r["case"] == "served_warm_paced"), None)
     paced = old.get("summary", {}).get("served_warm_paced", {}).get("median_s")
-    if ref is None or ref.get("trials") is None:
-        return "no warm verdict with its trials in " + old_path, paced
+    olds = [r for r in old["rows"] if r["case"].startswith("served_warm")]
+    news = [r for r in rows if r["case"].startswith("served_warm")]
+    if not olds or any(r.get("trials") is None for r in olds) or len(olds) != len(news):
+        return f"not comparable: {len(olds)} warm verdicts with their trials in {old_path}, {len(news)} here", paced
     bad: list[str] = []
-    for r in rows:
-        if not r["case"].startswith("served_warm"):
-            continue
+    for k, (ref, r) in enumerate(zip(olds, news)):
         if r["category"] != ref["category"] or len(r["trials"] or []) != len(ref["trials"]):
-            bad.append(f"{r['case']}: {r['category']}, {len(r['trials'] or [])} trials")
+            bad.append(f"verdict {k}: {r['category']} with {len(r['trials'] or [])} trials, was {ref['category']} with {len(ref['trials'])}")
             continue
         for a, b in zip(ref["trials"], r["trials"]):
-            for k in set(a) | set(b):
-                x, y = a.get(k), b.get(k)
-                same = x == y or (k in SUMS and x is not None and y is not None and abs(x - y) <= 1e-9 * max(abs(x), abs(y)))
+            for key in set(a) | set(b):
+                x, y = a.get(key), b.get(key)
+                same = x == y or (key in SUMS and x is not None and y is not None and abs(x - y) <= 1e-9 * max(abs(x), abs(y)))
                 if not same:
-                    bad.append(f"trial {a.get('trial')} {k}: {x} then {y}")
-    n = sum(r["case"].startswith("served_warm") for r in rows)
-    return (f"the same as {old.get('label', old_path)}'s in all {n} warm verdicts (every trial's fields; error norms within 1e-9)"
-            if not bad else "DIFFERENT: " + "; ".join(bad[:8])), paced
+                    bad.append(f"verdict {k} trial {a.get('trial')} {key}: {x} then {y}")
+    return (f"the same as {old.get('label', old_path)}'s, verdict by verdict, in all {len(news)} warm verdicts (every trial's fields; "
+            "error norms within 1e-9)" if not bad else "DIFFERENT: " + "; ".join(bad[:8])), paced
 
 
 def post(url: str, body: dict):
