@@ -337,9 +337,9 @@ class CandidateRunner:
 
 # The wall-clock check's length: back-to-back calls filling about WALL_WINDOW_S, at least WALL_MIN_CALLS and at most
 # WALL_MAX_CALLS. What it resolves is the judge's stamps' error (the channel's latency and one sync: under a
-# millisecond) over the calls, against a threshold of half the events' time per call: 10 calls of a 4 ms kernel
-# leave it under 3%, and a kernel under 25 us still makes 2000 calls (about 20 ms for a 10 us kernel) as before.
-# It was 0.2 s; 0.05 s took 0.15 s off a 6 GiB ReLU's verdict (docs/service.md, "A warm verdict's last second").
+# millisecond) over the calls, against a threshold of half the events' time per call: 11 calls of a 4.2 ms kernel
+# leave it under 2.2%. A kernel under 25 us still makes 2000 calls, one between 25 us and 0.1 ms 500 to 2000 (was
+# 2000). It was 0.2 s; 0.05 s took 0.15 s off a 6 GiB ReLU's verdict (docs/service.md, "A warm verdict's last second").
 WALL_WINDOW_S = 0.05
 WALL_MIN_CALLS = 10
 WALL_MAX_CALLS = 2000
