@@ -89,6 +89,33 @@ def test_varied_inputs_are_the_same_bytes_through_the_variant_kernels(interprete
         assert old == new, k
 
 
+def test_a_variant_kernel_that_fails_leaves_the_torch_loop_to_make_the_input(monkeypatch):
+    """A Triton that cannot compile the variant kernels costs a varied trial nothing: the same bytes, tried once."""
+    from kernelfix.tools.correctness import input_variants
+
+    monkeypatch.setattr(fused, "failed", None)
+    monkeypatch.setattr(fused, "varies", lambda x: True)
+    tries = []
+
+    def broken():
+        tries.append(1)
+        raise RuntimeError("PTX assembly failed")
+
+    monkeypatch.setattr(fused, "_vary_kernels", broken)
+    from kernelfix.tools.correctness import chunked
+
+    monkeypatch.setattr(chunked, "CHUNK", 512)  # two chunks: the second must not try the kernel again
+    x = torch.linspace(-3, 3, 1001)
+    for variant in ("scaled", "shifted", "heavy_tailed"):
+        monkeypatch.setattr(fused, "failed", None)
+        got = input_variants._vary(x, variant, torch.Generator().manual_seed(1), (0.5, 2.0))
+        monkeypatch.setattr(fused, "varies", lambda x: False)
+        want = input_variants._vary(x, variant, torch.Generator().manual_seed(1), (0.5, 2.0))
+        monkeypatch.setattr(fused, "varies", lambda x: True)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), variant
+    assert len(tries) == 3 and fused.failed is not None and "PTX" in fused.failed
+
+
 def test_small_or_cpu_tensors_take_the_torch_passes():
     assert not fused.usable(torch.zeros(16))  # too small, and on the CPU
     assert not fused.usable(torch.zeros(fused.FUSED_MIN, dtype=torch.int32, device="meta"))

@@ -69,24 +69,25 @@ def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: t
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # same dtype and device as the task's own
     dst = out.view(-1)
     shift = abs(mean) + SHIFT_STDS * std
-    # a large input on the GPU: each chunk in one kernel, the same bits (its numbers on the device once)
+    # a large input on the GPU: each chunk in one kernel, the same bits (its numbers on the device once); after a
+    # kernel failed in this process (fused.failed), the torch loop makes every chunk left
     p = None
     if fused.varies(flat):
         p = fused.vary_params(x.device, *{"scaled": (SCALE,), "shifted": (shift,)}.get(variant, (mean, std, 1.0 / STUDENT_T_DOF)))
     for i, j in chunks(flat.numel()):
         if variant == "scaled":
-            if p is not None and fused.vary_affine(flat[i:j], dst[i:j], p, shift=False):
+            if p is not None and fused.enabled() and fused.vary_affine(flat[i:j], dst[i:j], p, shift=False):
                 continue
             y = flat[i:j].double() * SCALE
         elif variant == "shifted":
-            if p is not None and fused.vary_affine(flat[i:j], dst[i:j], p, shift=True):
+            if p is not None and fused.enabled() and fused.vary_affine(flat[i:j], dst[i:j], p, shift=True):
                 continue
             y = flat[i:j].double() - shift
         else:
             # torch draws (the generator's stream and the sum's order stay torch's); on the GPU the rest, four
             # float64 passes and the copy, is one kernel
             z, chi2 = _student_draws(j - i, gen, x.device)
-            if p is not None and fused.vary_student(z, chi2, dst[i:j], p):
+            if p is not None and fused.enabled() and fused.vary_student(z, chi2, dst[i:j], p):
                 continue
             y = mean + std * _student_t(z, chi2)
         dst[i:j].copy_(y)
