@@ -106,6 +106,10 @@ for step in "$@"; do
       grep -E "^\[cuda\]|inputs |note:|^(FAILED|ERROR)|passed|failed" "$OUT/sanitizer_gpu.log" | tail -60 ;;
     serve-latency) # issue 33: a warm served verdict (kernelfix serve's app and a client) against the in-process kernelfix.Judge, same run
       python3 -P bench/serve_latency.py --out "$OUT/serve_latency.json" ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency.log" | grep -v '^{' ;;
+    serve-latency-old) # t38: the same bench on the landed code (old-install first: .oldkf), its JSON for serve-latency's --against
+      PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/serve_latency.py --label landed --seed 3838 --out /tmp/kfout/serve_latency_old.json ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency_old.log" | grep -v '^{' ;;
+    serve-latency-vs-old) # t38: serve-latency, its verdicts and paced median against serve-latency-old's (run before it in the call)
+      python3 -P bench/serve_latency.py --label t38 --seed 3838 --against /tmp/kfout/serve_latency_old.json --out "$OUT/serve_latency.json" ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency.log" | grep -v '^{' ;;
     first-call) # issue 33: a fresh candidate worker's first call of a cached Triton kernel, and what doing things ahead takes off
       python3 -P bench/triton_first_call.py --out "$OUT/first_call.json" ${FIRST_CALL_ARGS:-} 2>&1 | tee "$OUT/first_call.log" ;;
     judge-passes) # issue 33: the reference worker's passes over one published-size trial, each beside its bandwidth floor

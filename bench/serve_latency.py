@@ -36,7 +36,36 @@ def row(name: str, wall: float, v) -> dict:
         "case": name, "wall_s": round(wall, 3), "category": v.category.value, "message": v.message,
         "judge_s": round(sum(v.stage_seconds.values()), 3), "stage_seconds": v.stage_seconds, "breakdown": v.breakdown,
         "speedup_eager": v.speedup_eager, "compiled": bool(v.compile and v.compile.ok), "cached_build": bool(v.compile and v.compile.cached),
+        "trials": [t.model_dump(mode="json") for t in v.correctness.trials] if v.correctness else None,
     }
+
+
+SUMS = {"rel_error_norm", "error_vs_float64", "reference_error_vs_float64"}  # float64 sums: their last bits may move
+
+
+def against(rows: list[dict], old_path: str) -> tuple[str, float | None]:
+    """Each warm verdict's trials against the same verdict of another run (``--against``, the landed code's, with the
+    same ``--seed``: row by row, the first warm verdict against the first): whether every field is the same (the error
+    norms' sums within 1e-9 relative), and that run's paced median."""
+    old = json.loads(Path(old_path).read_text())
+    paced = old.get("summary", {}).get("served_warm_paced", {}).get("median_s")
+    olds = [r for r in old["rows"] if r["case"].startswith("served_warm")]
+    news = [r for r in rows if r["case"].startswith("served_warm")]
+    if not olds or any(r.get("trials") is None for r in olds) or len(olds) != len(news):
+        return f"not comparable: {len(olds)} warm verdicts with their trials in {old_path}, {len(news)} here", paced
+    bad: list[str] = []
+    for k, (ref, r) in enumerate(zip(olds, news)):
+        if r["category"] != ref["category"] or len(r["trials"] or []) != len(ref["trials"]):
+            bad.append(f"verdict {k}: {r['category']} with {len(r['trials'] or [])} trials, was {ref['category']} with {len(ref['trials'])}")
+            continue
+        for a, b in zip(ref["trials"], r["trials"]):
+            for key in set(a) | set(b):
+                x, y = a.get(key), b.get(key)
+                same = x == y or (key in SUMS and x is not None and y is not None and abs(x - y) <= 1e-9 * max(abs(x), abs(y)))
+                if not same:
+                    bad.append(f"verdict {k} trial {a.get('trial')} {key}: {x} then {y}")
+    return (f"the same as {old.get('label', old_path)}'s, verdict by verdict, in all {len(news)} warm verdicts (every trial's fields; "
+            "error norms within 1e-9)" if not bad else "DIFFERENT: " + "; ".join(bad[:8])), paced
 
 
 def post(url: str, body: dict):
@@ -57,7 +86,7 @@ def post(url: str, body: dict):
     return Verdict.model_validate_json(r.content), "httpx"
 
 
-def served(task: str, candidate: str, repeat: int, gap_s: float, standby: int, device: str) -> tuple[list[dict], str]:
+def served(task: str, candidate: str, repeat: int, gap_s: float, standby: int, device: str, seed: int | None = None) -> tuple[list[dict], str]:
     import uvicorn
 
     from kernelfix.cli.serve import listen
@@ -65,7 +94,7 @@ def served(task: str, candidate: str, repeat: int, gap_s: float, standby: int, d
     from kernelfix.serve.app import create_app
     from kernelfix.tools.config import JudgeConfig
 
-    cfg = JudgeConfig(device=device)
+    cfg = JudgeConfig(device=device, seed=seed)
     pool = JudgePool(cfg, gpus=gpu_slots(None, device)[:1], per_gpu=2, queue=8, standby=standby)
     sock = listen("127.0.0.1", 0)
     url = "http://127.0.0.1:%d" % sock.getsockname()[1]
@@ -118,11 +147,14 @@ def main() -> int:
     ap.add_argument("--skip-in-process", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (nothing timed)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, help="the judge's seed (default: drawn per judge, as served); fixed, two runs judge the same trials")
+    ap.add_argument("--label", default="this run", help="what this run is (the code it ran), in its JSON")
+    ap.add_argument("--against", help="another run's JSON (the landed code's): its verdicts' numbers and paced median beside these")
     args = ap.parse_args()
     task_path = Path(args.task)
     task, candidate = task_path.read_text(), Path(args.candidate).read_text()
     t0 = time.monotonic()
-    rows, client = served(task, candidate, args.repeat, args.gap_s, args.standby, args.device)
+    rows, client = served(task, candidate, args.repeat, args.gap_s, args.standby, args.device, args.seed)
     if not args.skip_in_process:
         rows += in_process(task_path, candidate, args.repeat, args.gap_s, args.device)
     phases: dict[str, list[float]] = {}
@@ -136,7 +168,7 @@ def main() -> int:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    out = {"task": task_path.name, "candidate": Path(args.candidate).name, "client": client, "gpu": gpu,
+    out = {"label": args.label, "task": task_path.name, "candidate": Path(args.candidate).name, "client": client, "gpu": gpu,
            "torch": torch.__version__, "summary": summary, "ratios": ratios, "rows": rows, "total_s": round(time.monotonic() - t0, 1)}
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"\n{task_path.name} + {Path(args.candidate).name} on {out['gpu']} (client: {client})")
@@ -145,6 +177,11 @@ def main() -> int:
     for name, r in ratios.items():
         print(f"  {name}: {r}x")
     warm = summary.get("served_warm_paced", {}).get("median_s")
+    if args.against and Path(args.against).exists():
+        verdicts, old_paced = against(rows, args.against)
+        print(f"  verdicts: {verdicts}")
+        if old_paced and warm:
+            print(f"  paced median against {json.loads(Path(args.against).read_text()).get('label')}: {warm} s / {old_paced} s = {warm / old_paced:.3f}x")
     print(f"goal (issue 33): a warm served verdict at most 1.5 s: {'met' if warm is not None and warm <= 1.5 else 'not met'} ({warm} s)")
     return 0
 

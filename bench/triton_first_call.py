@@ -12,7 +12,9 @@ done ahead, then the candidate's first forward and a second one on a 1-D float32
 - ``key``: Triton's ``triton_key()`` (the fork servers compute it: tools/workers/candidate/ahead.py);
 - ``driver``: and Triton's driver, target and backend key (the standby worker: ``triton_driver_ahead``);
 - ``alloc``: and an output-sized tensor allocated and freed first (not something the judge does: it shows what
-  the first call's ``torch.empty_like`` pays the driver for fresh memory).
+  the first call's ``torch.empty_like`` pays the driver for fresh memory);
+- ``recorder``: ``driver``'s, with both calls under the judge's op recorder (``OpRecorder.run``, as a trial's
+  forward runs): what the recorder adds to a first call.
 
 A first process compiles the kernel into the cache directory the others read (a cached build, as in the bench
 ``serve-latency``). Prints each case's median first call, its ahead steps and the second call.
@@ -30,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("none", "key", "driver", "alloc")
+CASES = ("none", "key", "driver", "alloc", "recorder")
 
 CHILD = r"""
 import importlib.util, json, sys, time
@@ -40,18 +42,22 @@ s = {}
 t0 = t(); import torch, triton, triton.language, triton.compiler; s["import"] = t() - t0
 t0 = t(); torch.cuda.current_stream(); torch.cuda.synchronize(); s["cuda_up"] = t() - t0
 from kernelfix.tools.workers.candidate import ahead
-if case in ("key", "driver", "alloc"):
+if case in ("key", "driver", "alloc", "recorder"):
     t0 = t(); ahead.triton_key_ahead(); s["ahead_key"] = t() - t0
-if case in ("driver", "alloc"):
+if case in ("driver", "alloc", "recorder"):
     t0 = t(); ok = ahead.triton_driver_ahead(); s["ahead_driver"] = t() - t0; s["driver_ok"] = ok
 spec = importlib.util.spec_from_file_location("cand", path); mod = importlib.util.module_from_spec(spec)
 t0 = t(); spec.loader.exec_module(mod); model = mod.ModelNew().cuda(); s["candidate_import"] = t() - t0
 x = torch.randn(numel, device="cuda"); torch.cuda.synchronize()
 if case == "alloc":
     t0 = t(); y = torch.empty_like(x); del y; torch.cuda.synchronize(); s["ahead_alloc"] = t() - t0
-t0 = t(); y = model(x); torch.cuda.synchronize(); s["first_call"] = t() - t0
+call = model
+if case == "recorder":
+    from kernelfix.tools.workers.candidate.recorder import OpRecorder
+    rec = OpRecorder(); call = lambda x: rec.run(model, x)
+t0 = t(); y = call(x); torch.cuda.synchronize(); s["first_call"] = t() - t0
 del y
-t0 = t(); y = model(x); torch.cuda.synchronize(); s["second_call"] = t() - t0
+t0 = t(); y = call(x); torch.cuda.synchronize(); s["second_call"] = t() - t0
 print(json.dumps(s))
 """
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kernelfix.tools.correctness import chunked, compare as compare_mod, fused  # noqa: E402
@@ -86,6 +87,41 @@ def dump(x):
     return x.model_dump(mode="json") if hasattr(x, "model_dump") else {"relative_error": x} if not isinstance(x, (str, type(None))) or x is None else {"note": x}
 
 
+def variant_cases(out: dict, g: torch.Generator) -> None:
+    """input_variants' three variants through the torch loop and the variant kernels: the bytes, which must be equal."""
+    import hashlib
+
+    from kernelfix.tools.correctness import input_variants
+
+    ran: list[str] = []
+    for name in ("vary_affine", "vary_student"):
+        kernel = getattr(fused, name)
+        setattr(fused, name, lambda *a, _k=kernel, _n=name, **kw: ran.append(_n) or _k(*a, **kw))
+    x = torch.randn(N, generator=g)
+    x[[0, 1, 2, 3, 4, 5]] = torch.tensor([3.5e37, -3.5e37, 1e-45, -0.0, float("nan"), float("inf")])
+    ramp = torch.linspace(-1e3, 1e3, N) * torch.randn(N, generator=g)  # every magnitude's last bit rounded
+    def sha(t: torch.Tensor) -> dict:
+        return {"sha": hashlib.sha256(t.numpy().tobytes()).hexdigest()}
+
+    stats = (0.3141, 2.718)
+    for dtype in (torch.float32, torch.float64):
+        for variant in ("scaled", "shifted"):
+            for kind, t in (("edges", x), ("ramp", ramp)):
+                t = t.to(dtype)
+                res = both(lambda: input_variants._vary(t, variant, torch.Generator().manual_seed(5), stats))
+                out[f"variant/{variant}_{kind}_{str(dtype)[6:]}"] = [sha(r) for r in res]
+        # heavy-tailed: the kernel against torch's CUDA arithmetic done in numpy (IEEE: a product with 1/3, a correctly
+        # rounded sqrt and quotient; this CPU build's own float64 sqrt is not correctly rounded, CUDA's is)
+        fused.FUSED_MIN = 0
+        got = input_variants._vary(x.to(dtype), "heavy_tailed", torch.Generator().manual_seed(5), stats)
+        gen, want = torch.Generator().manual_seed(5), []
+        for i, j in chunked.chunks(N):
+            z, chi2 = input_variants._student_draws(j - i, gen, torch.device("cpu"))
+            want.append(stats[0] + stats[1] * (z.numpy() / np.sqrt(chi2.numpy() * (1.0 / input_variants.STUDENT_T_DOF))))
+        out[f"variant/heavy_tailed_{str(dtype)[6:]}"] = [sha(torch.from_numpy(np.concatenate(want)).to(dtype)), sha(got)]
+    out["variant/kernels_ran"] = [sorted(set(ran)), ["vary_affine", "vary_student"]]
+
+
 def main() -> None:
     fused.CPU_INTERPRETED = True
     chunked.CHUNK = compare_mod.CHUNK = 2 * SPAN
@@ -103,6 +139,7 @@ def main() -> None:
         for kind, x in (("random", scale * torch.randn(N, generator=g)), ("constant", torch.full((N,), 3.0 * scale)),
                         ("offset", scale * (5 + 1e-6 * torch.randn(N, generator=g)))):
             out[f"vacuous/{kind}_{scale:g}"] = [{"note": v} for v in both(lambda: vacuous_tolerance(x))]
+    variant_cases(out, g)
     used = fused.usable(torch.zeros(8), min_numel=0)
     print(json.dumps({"fused_used": used, "cases": out}))
 

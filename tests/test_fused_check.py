@@ -78,6 +78,44 @@ def test_truth_check_relative_error_and_vacuous_agree(interpreted):
         same(old, new)
 
 
+def test_varied_inputs_are_the_same_bytes_through_the_variant_kernels(interpreted):
+    """Scaled and shifted inputs (float32 and float64, overflow, denormals, NaN, signed zero) made by the variant
+    kernels are the torch loop's bytes; heavy-tailed ones are torch's CUDA arithmetic's (the GPU test compares them
+    with torch's own there): a varied trial's inputs, and so its verdict, do not change."""
+    names = [k for k in interpreted["cases"] if k.startswith("variant/")]
+    assert len(names) == 11
+    for k in names:
+        old, new = interpreted["cases"][k]
+        assert old == new, k
+
+
+def test_a_variant_kernel_that_fails_leaves_the_torch_loop_to_make_the_input(monkeypatch):
+    """A Triton that cannot compile the variant kernels costs a varied trial nothing: the same bytes, tried once."""
+    from kernelfix.tools.correctness import input_variants
+
+    monkeypatch.setattr(fused, "failed", None)
+    monkeypatch.setattr(fused, "varies", lambda x: True)
+    tries = []
+
+    def broken():
+        tries.append(1)
+        raise RuntimeError("PTX assembly failed")
+
+    monkeypatch.setattr(fused, "_vary_kernels", broken)
+    from kernelfix.tools.correctness import chunked
+
+    monkeypatch.setattr(chunked, "CHUNK", 512)  # two chunks: the second must not try the kernel again
+    x = torch.linspace(-3, 3, 1001)
+    for variant in ("scaled", "shifted", "heavy_tailed"):
+        monkeypatch.setattr(fused, "failed", None)
+        got = input_variants._vary(x, variant, torch.Generator().manual_seed(1), (0.5, 2.0))
+        monkeypatch.setattr(fused, "varies", lambda x: False)
+        want = input_variants._vary(x, variant, torch.Generator().manual_seed(1), (0.5, 2.0))
+        monkeypatch.setattr(fused, "varies", lambda x: True)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), variant
+    assert len(tries) == 3 and fused.failed is not None and "PTX" in fused.failed
+
+
 def test_small_or_cpu_tensors_take_the_torch_passes():
     assert not fused.usable(torch.zeros(16))  # too small, and on the CPU
     assert not fused.usable(torch.zeros(fused.FUSED_MIN, dtype=torch.int32, device="meta"))
@@ -137,3 +175,64 @@ def test_a_kernel_that_fails_hands_every_comparison_to_the_torch_passes(monkeypa
     monkeypatch.setattr(fused, "_launch", full)
     with pytest.raises(torch.OutOfMemoryError):  # the machine's fault, raised as the torch passes raise it
         compare(r, r.clone(), trial=0, seed=0)
+
+
+def _edges(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A reference, a candidate with elements on the tolerance's edge, NaNs and infinities, and a float64 truth."""
+    g = torch.Generator(device="cuda").manual_seed(13)
+    r = torch.randn(n, device="cuda", generator=g)
+    r64 = r.double()
+    edge = (r64 + (1e-4 + 1e-4 * r64.abs())).float()
+    o = torch.where(torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g))
+    o[[17, n - 3]] = float("nan")
+    o[[40, n // 2]] = float("inf")
+    r[[99, n - 7]] = float("nan")
+    return r, o, r64 + 1e-8 * torch.randn(n, device="cuda", generator=g, dtype=torch.float64)
+
+
+@pytest.mark.gpu
+def test_the_kernels_at_32_warps_give_the_8_warp_counts_indices_and_maxima(monkeypatch):
+    """fused.NUM_WARPS went from 8 to 32 (t38): the same lanes and programs, so every count, index and maximum is the
+    same bits; only the block-wide sums (error norms, moments) are added in another tree order."""
+    from kernelfix.tools.correctness.chunked import CHUNK
+
+    n = fused.FUSED_MIN + 12345
+    r, o, truth = _edges(n)
+    got = {}
+    for warps in (8, 32):
+        monkeypatch.setattr(fused, "NUM_WARPS", warps)
+        got[warps] = (fused.pair_stats(r, o, 1e-4, 1e-4, CHUNK), fused.pair_stats(truth, o, 1e-4, 1e-4, CHUNK),
+                      fused.truth_stats(r, truth, o))
+    assert fused.failed is None
+    for old, new in zip(got[8], got[32]):
+        a, b = dict(vars(old)), dict(vars(new))
+        for key in ("moments", "sq_err", "sq_ref", "sq_e", "sq_r"):
+            x, y = a.pop(key, None), b.pop(key, None)
+            if key == "moments":
+                assert x[0] == y[0] and y[1:] == pytest.approx(x[1:], rel=1e-12)
+            else:
+                assert y == pytest.approx(x, rel=1e-12)
+        assert json.dumps(a, default=str) == json.dumps(b, default=str)
+        assert old.__class__ is new.__class__
+
+
+@pytest.mark.gpu
+def test_the_variant_kernels_give_torchs_bytes_on_the_gpu(monkeypatch):
+    """A varied 0.5 GiB input through the variant kernels and through the torch loop on the GPU: the same bytes."""
+    from kernelfix.tools.correctness import input_variants
+
+    n = fused.FUSED_MIN + 12345
+    x = torch.randn(n, device="cuda", generator=torch.Generator(device="cuda").manual_seed(5))
+    x[:4] = torch.tensor([3.5e37, 1e-45, -0.0, float("nan")], device="cuda")
+    stats = input_variants.moments(x[4:])
+    ran: list[str] = []
+    for name in ("vary_affine", "vary_student"):
+        kernel = getattr(fused, name)
+        monkeypatch.setattr(fused, name, lambda *a, _k=kernel, _n=name, **kw: ran.append(_n) or _k(*a, **kw))
+    for dtype in (torch.float32, torch.float64):
+        t = x.to(dtype)
+        for variant in ("scaled", "shifted", "heavy_tailed"):
+            old, new = both_ways(monkeypatch, lambda: input_variants._vary(t, variant, torch.Generator(device="cuda").manual_seed(9), stats))
+            bits = torch.int32 if dtype == torch.float32 else torch.int64
+            assert torch.equal(old.view(bits), new.view(bits)), (variant, dtype)
+    assert sorted(set(ran)) == ["vary_affine", "vary_student"] and fused.failed is None

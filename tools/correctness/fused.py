@@ -27,6 +27,12 @@ import torch
 
 BLOCK = 1024  # elements a kernel program holds at once (4 per thread)
 ITERS = 32  # blocks one program walks with per-lane running results: one set of block-wide reductions per span
+# Warps a program runs: 32 (one element of BLOCK a thread). The pair kernel carries fourteen float64 and six int32
+# running results per element: at 8 warps (4 elements a thread) it took 214 registers a thread, one program per SM
+# (8 warps resident) and 7x its bandwidth floor on the H100; at 32 it takes 64 (a few spilled to the stack), 32 warps
+# resident. BLOCK and ITERS, so which elements each lane walks and each program's shift, are unchanged: counts,
+# indices and maxima are the same bits; the block-wide sums (error norms, moments) are added in another tree order.
+NUM_WARPS = 32
 # A program's span, BLOCK * ITERS elements, divides chunked.CHUNK, so per-chunk rules can be kept.
 FUSED_MIN = 1 << 27  # elements (512 MB of float32): below, the torch passes take tens of milliseconds, and a cold
 # `kernelfix eval` of a smaller task (88_MinGPTNewGelu: 2**26) never pays for importing Triton in the reference worker
@@ -108,7 +114,7 @@ def _launch(kernel: Any, cols: int, tensors: tuple, params: tuple = (), **meta: 
     programs = max(1, -(-n // (BLOCK * ITERS)))
     part = torch.empty((programs, cols), dtype=torch.float64, device=device)
     p = torch.tensor([*params, 0.0], dtype=torch.float64, device=device)
-    options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": 8}
+    options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": NUM_WARPS}
     kernel[(programs,)](*tensors, part, n, p, **meta, BLOCK=BLOCK, ITERS=ITERS, **options)
     return part
 
@@ -217,3 +223,49 @@ def vacuous_counts(xf: torch.Tensor, a: float, rt: float, mean: float) -> tuple[
     part = _launch(vac, 2, (xf,), (float(a), float(rt), float(mean)))
     zeros_out, mean_out = part.sum(0).tolist()
     return int(zeros_out), int(mean_out)
+
+
+VARY_BLOCK = 1024  # elements a program of the variant kernels writes (no reduction: any size gives the same bits)
+
+
+def varies(x: torch.Tensor) -> bool:
+    """Whether a varied input's chunks take the fused variant kernels: a float32 or float64 tensor of ``FUSED_MIN``
+    elements and more on a CUDA device (Triton's interpreter under ``CPU_INTERPRETED``), as ``usable`` decides.
+    Half types keep the torch loop: their rounding from float64 is torch's own to match."""
+    return x.dtype in (torch.float32, torch.float64) and usable(x)
+
+
+def vary_params(device: torch.device, *values: float) -> torch.Tensor:
+    """The variant kernels' numbers, float64 on the device: made once per varied tensor, not per chunk (a host copy)."""
+    return torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+
+
+def _vary_launch(kernel: Any, tensors: tuple, out: torch.Tensor, p: torch.Tensor, **meta: Any) -> None:
+    n = out.numel()
+    options = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False, "num_warps": 4}
+    kernel[(max(1, -(-n // VARY_BLOCK)),)](*tensors, out, n, p, **meta, BLOCK=VARY_BLOCK, **options)
+
+
+@_guarded
+def vary_affine(x: torch.Tensor, out: torch.Tensor, p: torch.Tensor, shift: bool) -> bool:
+    """``out.copy_(x.double() - c)`` (``shift``) or ``out.copy_(x.double() * c)`` in one pass, ``p = vary_params(c)``;
+    True when it ran."""
+    kernel = _vary_kernels()[0]
+    _vary_launch(kernel, (x,), out, p, SHIFT=shift)
+    return True
+
+
+@_guarded
+def vary_student(z: torch.Tensor, chi2: torch.Tensor, out: torch.Tensor, p: torch.Tensor) -> bool:
+    """``out.copy_(mean + std * (z / (chi2 / dof).sqrt()))`` in one pass (z and chi2 float64, torch's own draws), as
+    torch computes it on a CUDA device, where ``chi2 / dof`` is ``chi2 * (1 / dof)``: ``p = vary_params(mean, std,
+    1 / dof)``."""
+    kernel = _vary_kernels()[1]
+    _vary_launch(kernel, (z, chi2), out, p)
+    return True
+
+
+def _vary_kernels() -> Any:
+    from kernelfix.tools.correctness import fused_kernels as k
+
+    return k.vary_affine, k.vary_student

@@ -184,3 +184,34 @@ def vacuous(x_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
         mean_out += (fin & ~(tl.abs(x - mean) <= tol)).to(tl.int32)
     tl.store(out_ptr + pid * 2, tl.sum(zeros_out, axis=0).to(tl.float64))
     tl.store(out_ptr + pid * 2 + 1, tl.sum(mean_out, axis=0).to(tl.float64))
+
+@triton.jit
+def vary_affine(x_ptr, y_ptr, n, p_ptr, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    """input_variants' "scaled" (SHIFT=False: x * c) or "shifted" (x - c) in float64, rounded once into y's dtype:
+    the torch loop's ``y.copy_(x.double() * c)`` element by element."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < n
+    x = tl.load(x_ptr + offs, mask=valid, other=0.0).to(tl.float64)
+    c = tl.load(p_ptr)
+    if SHIFT:
+        y = x - c
+    else:
+        y = x * c
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=valid)
+
+
+@triton.jit
+def vary_student(z_ptr, s_ptr, y_ptr, n, p_ptr, BLOCK: tl.constexpr):
+    """input_variants' "heavy_tailed" past torch's draws: mean + std * z / sqrt(chi2 / dof), each step rounded in
+    float64 as torch's own CUDA kernels round it (no fused multiply-add), then once into y's dtype. torch divides
+    by a Python number as a product with its reciprocal (``div_true_kernel_cuda``), so ``inv_dof`` is 1 / dof."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < n
+    z = tl.load(z_ptr + offs, mask=valid, other=0.0)
+    s = tl.load(s_ptr + offs, mask=valid, other=1.0)
+    mean = tl.load(p_ptr)
+    std = tl.load(p_ptr + 1)
+    inv_dof = tl.load(p_ptr + 2)
+    t = z / tl.sqrt(s * inv_dof)
+    y = mean + std * t
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=valid)

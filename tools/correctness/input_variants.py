@@ -34,11 +34,16 @@ def describe(variant: InputVariant, base_trial: int) -> str:
     return f"trial {base_trial}'s inputs {DESCRIPTIONS[variant]}"
 
 
-def _student_t(n: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+def _student_draws(n: int, gen: torch.Generator, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Student-t's normal and its chi-squared (``STUDENT_T_DOF`` squared normals summed), in that order from ``gen``."""
     import torch
 
     z = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
     chi2 = torch.randn((STUDENT_T_DOF, n), generator=gen, dtype=torch.float64, device=device).pow(2).sum(0)
+    return z, chi2
+
+
+def _student_t(z: torch.Tensor, chi2: torch.Tensor) -> torch.Tensor:
     return z / (chi2 / STUDENT_T_DOF).sqrt()
 
 
@@ -56,19 +61,35 @@ def moments(x: torch.Tensor) -> tuple[float, float]:
 def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: tuple[float, float] | None = None) -> torch.Tensor:
     import torch
 
+    from kernelfix.tools.correctness import fused
     from kernelfix.tools.correctness.chunked import chunks
 
     flat = x.detach().reshape(-1)
     mean, std = stats if stats is not None else moments(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)  # same dtype and device as the task's own
     dst = out.view(-1)
+    shift = abs(mean) + SHIFT_STDS * std
+    # a large input on the GPU: each chunk in one kernel, the same bits (its numbers on the device once); after a
+    # kernel failed in this process (fused.failed), the torch loop makes every chunk left
+    p = None
+    if fused.varies(flat):
+        p = fused.vary_params(x.device, *{"scaled": (SCALE,), "shifted": (shift,)}.get(variant, (mean, std, 1.0 / STUDENT_T_DOF)))
     for i, j in chunks(flat.numel()):
         if variant == "scaled":
+            if p is not None and fused.enabled() and fused.vary_affine(flat[i:j], dst[i:j], p, shift=False):
+                continue
             y = flat[i:j].double() * SCALE
         elif variant == "shifted":
-            y = flat[i:j].double() - (abs(mean) + SHIFT_STDS * std)
+            if p is not None and fused.enabled() and fused.vary_affine(flat[i:j], dst[i:j], p, shift=True):
+                continue
+            y = flat[i:j].double() - shift
         else:
-            y = mean + std * _student_t(j - i, gen, x.device)
+            # torch draws (the generator's stream and the sum's order stay torch's); on the GPU the rest, four
+            # float64 passes and the copy, is one kernel
+            z, chi2 = _student_draws(j - i, gen, x.device)
+            if p is not None and fused.enabled() and fused.vary_student(z, chi2, dst[i:j], p):
+                continue
+            y = mean + std * _student_t(z, chi2)
         dst[i:j].copy_(y)
     if x.is_contiguous():
         return out

@@ -106,7 +106,8 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
             keep = into is None and first_slot is None  # the first trial's inputs stay for the in-place check
             if keep:
                 held.append(p.slot)  # type: ignore[arg-type]
-            _release(ctx, run, [] if keep or into is not None else [p.slot], [p.out])
+            with _clock(ev, "correctness.release"):  # both workers give the trial's arenas back (two round trips)
+                _release(ctx, run, [] if keep or into is not None else [p.slot], [p.out])
         if checked.mutated:
             report.input_mutated = True
             report.mutated_inputs = sorted(set(report.mutated_inputs) | set(checked.mutated))
