@@ -282,7 +282,7 @@ class CandidateRunner:
         )
 
     def time(self, req: dict[str, Any], fds: list[int]) -> None:
-        from kernelfix.tools.timing.clock import l2_flush_buffer, time_cuda
+        from kernelfix.tools.timing.clock import l2_flush_buffer, time_cuda, wall_check_calls
 
         inputs = self.slots[int(req["slot"])].obj
         t = req["timing"]
@@ -308,7 +308,7 @@ class CandidateRunner:
         # bracketed by messages the parent stamps on arrival. Work on side streams or
         # threads, or a patched timer, shows up as wall time the events did not see.
         self.w.phase("wall_check")
-        k = int(min(WALL_MAX_CALLS, max(WALL_MIN_CALLS, WALL_WINDOW_S / max(cand["median_ms"] / 1000, 1e-6))))
+        k = wall_check_calls(cand["median_ms"])
         Cuda.sync()
         self.w.chan.send("wall_start", calls=k)
         t0 = perf_counter()
@@ -333,16 +333,6 @@ class CandidateRunner:
             Cuda.sync()
             Cuda.empty_cache()
         self.w.chan.send("released", id=req.get("id"))
-
-
-# The wall-clock check's length: back-to-back calls filling about WALL_WINDOW_S, at least WALL_MIN_CALLS and at most
-# WALL_MAX_CALLS. What it resolves is the judge's stamps' error (the channel's latency and one sync: under a
-# millisecond) over the calls, against a threshold of half the events' time per call: 11 calls of a 4.2 ms kernel
-# leave it under 2.2%. A kernel under 25 us still makes 2000 calls, one between 25 us and 0.1 ms 500 to 2000 (was
-# 2000). It was 0.2 s; 0.05 s took 0.15 s off a 6 GiB ReLU's verdict (docs/service.md, "A warm verdict's last second").
-WALL_WINDOW_S = 0.05
-WALL_MIN_CALLS = 10
-WALL_MAX_CALLS = 2000
 
 
 def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
