@@ -1,6 +1,6 @@
 """A cold ``kernelfix eval`` beside a naive same-process harness, measured in the same run.
 
-    python3 bench/cold_eval.py [--device cuda|cpu] [--repeat N] [--out OUT.json] [--case NAME=TASK:CANDIDATE ...]
+    python3 bench/cold_eval.py [--device cuda|cpu] [--repeat N] [--out OUT.json] [--case NAME=TASK:CANDIDATE ...] [--old DIR]
 
 Each measurement is a new process, end to end, as a script or an RL reward loop calls it:
 ``python -m kernelfix eval TASK CANDIDATE --json`` (the task never seen by that process; its
@@ -9,6 +9,9 @@ cached or Triton candidate"), and ``python bench/naive_harness.py TASK CANDIDATE
 5 trials, on a GPU 100 timed calls). The two alternate, so a drift of the machine hits both.
 Prints, per case, the median and range of each and their ratio, and the median of the
 verdict's stage times and breakdown (where kernelfix's seconds go); OUT.json keeps every run.
+
+``--old DIR``: the landed kernelfix installed in DIR (``bench/device_run.sh old-install``) judges the same
+case in the same rounds (kernelfix, landed kernelfix, harness), and the ratio of the two is printed beside.
 
 Defaults: on a GPU, KernelBench level-1 88_MinGPTNewGelu (8192 x 8192 float32, 256 MiB in,
 256 MiB out) with a Triton and a CUDA (load_inline, from the build cache) candidate; on a CPU,
@@ -46,6 +49,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--case", action="append", default=[], metavar="NAME=TASK:CANDIDATE")
+    ap.add_argument("--old", type=Path, metavar="DIR", help="the landed kernelfix, installed here: judged in the same rounds")
     args = ap.parse_args()
     device = args.device or ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
     cases = {c.split("=", 1)[0]: tuple(Path(x) for x in c.split("=", 1)[1].split(":")) for c in args.case} or (
@@ -57,10 +61,23 @@ def main() -> int:
     for name, (task, cand) in cases.items():
         kf = [py, "-P", "-m", "kernelfix", "eval", str(task), str(cand), "--device", device, "--json"]
         naive = [py, str(ROOT / "bench" / "naive_harness.py"), str(task), str(cand), "--device", device]
+        old_env = None
+        if args.old is not None:  # the landed code first on the path: its kernelfix is the one imported, the wheels as for this one
+            old_env = {**env, "PYTHONPATH": os.pathsep.join([str(args.old), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])}
         first_s, first = run(kf, env)  # fills the build, Triton and baseline caches: unmeasured
         run(naive, env)
         row = {"case": name, "device": device, "first_kernelfix_s": round(first_s, 2), "kernelfix": [], "naive": [], "verdicts": []}
+        if old_env is not None:
+            run(kf, old_env)
+            row["old"], row["old_verdicts"] = [], []
         for _ in range(args.repeat):
+            if old_env is not None:
+                s, p = run(kf, old_env)
+                row["old"].append(round(s, 3))
+                try:
+                    row["old_verdicts"].append(json.loads(p.stdout).get("category"))
+                except ValueError:
+                    row["old_verdicts"].append("unparsed: " + (p.stderr or p.stdout)[-300:])
             s, p = run(kf, env)
             try:
                 v = json.loads(p.stdout)
@@ -79,6 +96,11 @@ def main() -> int:
         print(f"{name} ({device}): kernelfix eval median {kfm:.2f} s ({min(row['kernelfix']):.2f}-{max(row['kernelfix']):.2f}), "
               f"naive harness {nm:.2f} s ({min(row['naive']):.2f}-{max(row['naive']):.2f}), ratio {row['ratio']:.2f}x; "
               f"verdicts {cats}; first run {first_s:.2f} s")
+        if row.get("old"):
+            om = statistics.median(row["old"])
+            row["ratio_old"], row["old_ratio_naive"] = round(kfm / om, 3), round(om / nm, 2)
+            print(f"  landed kernelfix (--old) median {om:.2f} s ({min(row['old']):.2f}-{max(row['old']):.2f}), ratio to the harness "
+                  f"{row['old_ratio_naive']:.2f}x, verdicts {sorted(set(row['old_verdicts']))}; this one against it {row['ratio_old']:.3f}x")
         for key in ("stage_seconds", "breakdown"):
             merged: dict[str, list[float]] = {}
             for v in row["verdicts"]:
