@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -28,6 +29,8 @@ def _driver_usable_after_fork() -> bool:
     torch = sys.modules.get("torch")
     if torch is None or not getattr(torch.version, "cuda", None) or not os.path.exists("/dev/nvidiactl"):
         return True
+    if not _driver_loaded():
+        return True  # a driver never loaded was never started: a child starts it as any new process does
     pid = os.fork()
     if pid == 0:
         try:
@@ -37,6 +40,20 @@ def _driver_usable_after_fork() -> bool:
         os._exit(0 if rc == 0 else 1)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+def _driver_loaded(maps: bytes | None = None) -> bool:
+    """Whether this process has the CUDA driver's library mapped (whoever loaded it: torch, Triton, ctypes).
+    Starting the driver needs it loaded, so where it is not, nothing here has started it; where it is, or
+    where the maps cannot be read, ``_driver_usable_after_fork`` asks a forked child (a fork and a cuInit).
+    ``maps``: /proc/self/maps's text (tests)."""
+    if maps is None:
+        try:
+            with open("/proc/self/maps", "rb") as f:
+                maps = f.read()
+        except OSError:
+            return True
+    return re.search(rb"/libcuda\.so[^/\n]*$", maps, re.MULTILINE) is not None
 
 
 class _DriverlessAvailability:
