@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kernelfix.cli import eval as eval_command
-from kernelfix.sandbox import fork_server, zygote
+from kernelfix.sandbox import fork_server, scrubbed_env, zygote
+from kernelfix.sandbox.process import _import_path, _spawn
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.handles import sandboxing
 
@@ -62,16 +63,37 @@ def test_eval_starts_its_fork_servers_only_for_what_the_judge_will_judge(tmp_pat
     assert started == []  # usage errors: nothing started
 
 
-@pytest.mark.parametrize(
-    "line,loaded",
-    [
-        (b"7f00-7f10 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", True),
-        (b"7f00-7f10 r-xp 00000000 08:01 123 /usr/lib64/libcuda.so.1", True),
-        (b"7f00-7f10 r-xp 00000000 08:01 123 /opt/torch/lib/libcudart.so.12", False),
-        (b"7f00-7f10 r-xp 00000000 08:01 123 /opt/nvidia/libcuda_stub/libfoo.so", False),
-    ],
-)
-def test_the_driver_check_forks_only_where_the_drivers_library_is_mapped(line, loaded):
-    maps = b"5600-5700 r--p 00000000 08:01 1 /usr/bin/python3.12\n" + line + b"\n7fff-8000 rw-p 00000000 00:00 0 [stack]\n"
-    assert fork_server._driver_loaded(maps) is loaded
-    assert fork_server._driver_loaded() is False or "libcuda" in Path("/proc/self/maps").read_text()  # this process
+def test_the_fork_servers_bytecode_goes_to_the_judges_cache_where_the_install_takes_none(tmp_path, monkeypatch):
+    """Where the judge's process writes no bytecode (PYTHONDONTWRITEBYTECODE) or the library's folder is
+    read-only, a fork server compiles its preloads once into $KERNELFIX_CACHE/bytecode and reads them from
+    there after; elsewhere Python's own place, as before."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(fork_server.CACHE_ENV, str(cache))
+    monkeypatch.delenv(fork_server.NO_BYTECODE_CACHE_ENV, raising=False)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "kf_bytecode_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(lib))
+    probe = ["kf_bytecode_probe"]
+    assert fork_server._bytecode_prefix(False, probe) == str(cache / "bytecode")  # none beside it, none to be written
+    assert fork_server._bytecode_prefix(True, probe) is None  # Python writes it beside its source
+    (lib / "__pycache__").mkdir()
+    import importlib.util
+
+    Path(importlib.util.cache_from_source(str(lib / "kf_bytecode_probe.py"))).write_bytes(b"")
+    assert fork_server._bytecode_prefix(False, probe) is None  # the install has it
+    (Path(importlib.util.cache_from_source(str(lib / "kf_bytecode_probe.py")))).unlink()
+    (lib / "__pycache__").rmdir()
+    monkeypatch.setenv(fork_server.NO_BYTECODE_CACHE_ENV, "1")
+    assert fork_server._bytecode_prefix(False, probe) is None
+    monkeypatch.delenv(fork_server.NO_BYTECODE_CACHE_ENV)
+
+    # A fork server of one small module (no torch: it says so and exits), started as a judge whose user said
+    # PYTHONDONTWRITEBYTECODE: the module's bytecode lands in the cache, nothing beside its source.
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    env = {**scrubbed_env(), fork_server.CACHE_ENV: str(cache)}
+    z = zygote.Zygote(sys.executable, env, [str(lib), *map(str, _import_path())], str(tmp_path), _spawn, ("kf_bytecode_probe",))
+    assert z.ready.wait(60)  # it exits by itself: no torch
+    assert "kf_bytecode_probe" in z.info.get("imports", {})
+    assert list((cache / "bytecode").rglob("kf_bytecode_probe.*.pyc")), sorted(map(str, cache.rglob("*")))
+    assert not (lib / "__pycache__").exists()

@@ -33,9 +33,7 @@ class Cuda:
     empty_cache: Callable[[], None]
 
     @classmethod
-    def bind(cls, *, stream: bool = True) -> None:
-        """``stream=False``: the entry points alone, which start nothing; ``bind_stream`` later (the
-        reference worker, which never imports a candidate, starts CUDA beside its task's import)."""
+    def bind(cls) -> None:
         import torch
 
         cls.sync = torch._C._cuda_synchronize
@@ -43,14 +41,6 @@ class Cuda:
         cls.Event = torch._C._CudaEventBase
         cls.record = torch._C._CudaEventBase.record
         cls.elapsed = torch._C._CudaEventBase.elapsed_time
-        if stream:
-            cls.bind_stream()
-
-    @classmethod
-    def bind_stream(cls) -> None:
-        """The current stream; asking for it starts torch's CUDA (the driver, the device's primary context)."""
-        import torch
-
         cls.stream = torch.cuda.current_stream()
 
 

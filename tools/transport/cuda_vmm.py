@@ -106,27 +106,6 @@ def ensure_context(device: int) -> None:
         _call("cuCtxSetCurrent", ctx)
 
 
-def start_context(device: int) -> threading.Thread:
-    """Start the driver and create ``device``'s primary context (the one torch's runtime uses) in a thread of
-    its own, and return it. Each driver call is a ctypes call, which lets go of the GIL: the caller's Python
-    work (the reference worker's task import and count on the meta device) runs meanwhile, and torch's own
-    start later finds the context made (0.3-0.5 s of a cold start on the H100's host). A failure here is
-    silent: torch's start meets it again, and reports it as it always has."""
-
-    def run() -> None:
-        try:
-            lib = _lib()
-            dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-            if lib.cuInit(0) == CUDA_SUCCESS and lib.cuDeviceGet(ctypes.byref(dev), device) == CUDA_SUCCESS:
-                lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)  # kept: torch holds the same context for the process's life
-        except Exception:
-            pass
-
-    t = threading.Thread(target=run, daemon=True, name="kernelfix-cuda-start")
-    t.start()
-    return t
-
-
 def _prop(device: int) -> _AllocationProp:
     prop = _AllocationProp()
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED

@@ -29,10 +29,9 @@ from typing import Any
 from kernelfix.tools import input_sets, task_size
 from kernelfix.tools.correctness.chunked import leaves
 from kernelfix.tools.timing.clock import Cuda
-from kernelfix.tools.transport import cuda_vmm
 from kernelfix.tools.transport.protocol import ReferenceReady, ReferenceSpec, TrialPlan
 from kernelfix.tools.workers.child import TaskProblem, TooLarge, Worker, build_model, load_task, seed_all, short
-from kernelfix.tools.workers.reference.arenas import Handoff, Out, Slot, _device_index
+from kernelfix.tools.workers.reference.arenas import Handoff, Out, Slot
 from kernelfix.tools.workers.reference.checks import Checks
 from kernelfix.tools.workers.reference.float64 import Float64Truth
 from kernelfix.tools.workers.reference.runs import Runs
@@ -70,19 +69,10 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
 
         from kernelfix.tools.transport.arena import cuda_arenas_work
 
-        starting = None
         if self.cuda:
-            # The C-level entry points first, as ever; CUDA itself (the driver, the context: a cold process's
-            # slowest step after its imports) starts in a thread while the task is imported and counted on the
-            # meta device, CPU work that needs no GPU. Only the task runs here, never a candidate.
-            Cuda.bind(stream=False)
-            starting = cuda_vmm.start_context(_device_index(self.device))
+            Cuda.bind()
         self.task = load_task(self.w, self.spec.task_path)
         self.size = task_size.on_meta(self.task)
-        if starting is not None:
-            self.w.phase("start_cuda")  # a failure from here names no step of the task's (as before the import)
-            starting.join()
-            Cuda.bind_stream()
         if self.size is not None:
             # Before allocating: the parent names it if memory runs out, and sizes its shared holds of the GPU by it.
             total = torch.cuda.get_device_properties(0).total_memory if self.cuda else None
