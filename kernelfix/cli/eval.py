@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         judge = Judge(args.task, config=cfg, workdir=workdir)
     except TaskError as e:
         raise UsageError(str(e)) from None
+    # One verdict, then the judge closes: the candidate's worker ends after its verdict, beside the reference's
+    # end in close (each a CUDA context's teardown), not before it. Its files stay; close waits for both.
+    judge.engine.exit_later = True
     if judge.device_notice:
         err.print(f"[yellow]note:[/] {judge.device_notice}")
     with err.status("judging...") as status:
