@@ -229,58 +229,43 @@ def child(argv: list[str]) -> int:
 # ---------------------------------------------------------------------------- the reference's start, step by step
 
 
-PROBE_PRELOADS = ("numpy", "torch", "torch.utils.flop_counter", "kernelfix.tools.workers.reference.server")
-
-
-def probe(task: str, device: str, order: str) -> int:
-    """The reference worker's start and survey in this process (no sandbox, no fork server): each preload's
-    import, the fork server's two checks (is a fork poisoned; can a forked child start the driver), then the
-    worker's steps as ``ReferenceServer`` takes them, timed. ``order``: ``driver-ahead`` (the driver and the
-    context started in a thread while the task is imported and counted: what the worker does now) or ``as-before``
-    (torch's CUDA started first, then the task: the landed order)."""
+def probe(task: str, device: str) -> int:
+    """The reference worker's start and survey in this process (no sandbox, no fork server): each of the
+    reference fork server's preloads timed, its two checks (is a fork poisoned; can a forked child start
+    the driver), then the worker's steps as ``ReferenceServer`` takes them (each message's moment)."""
     t0 = time.monotonic()
     rows: list[tuple[str, float]] = []
+    t_start = t0
 
     def step(name: str, t: float) -> None:
         rows.append((name, round(time.monotonic() - t, 4)))
 
-    for name in PROBE_PRELOADS:
+    rows.append((f"bytecode: sys.dont_write_bytecode={sys.dont_write_bytecode}, PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE')!r}", 0.0))
+    from kernelfix.sandbox import fork_server, zygote
+
+    for name in zygote.PRELOADS["reference"]:
         t = time.monotonic()
         __import__(name)
         step(f"import {name}", t)
-    from kernelfix.sandbox import fork_server
-
-    t = time.monotonic()
-    loaded = fork_server._driver_loaded()
-    step(f"driver library mapped after the imports: {loaded}", t)
+    torch_dir = os.path.dirname(sys.modules["torch"].__file__)
+    rows.append((f"torch at {torch_dir}: writable {os.access(torch_dir, os.W_OK)}, its __init__'s bytecode beside it "
+                 f"{os.path.exists(__import__('importlib.util').util.cache_from_source(sys.modules['torch'].__file__))}", 0.0))
     t = time.monotonic()
     fork_server._fork_poisoned()
     step("fork server check: a fork poisoned? (one fork)", t)
     t = time.monotonic()
     fork_server._driver_usable_after_fork()
-    step("fork server check: can a forked child start the driver (now: a fork and a cuInit only where the library is mapped)", t)
-    t = time.monotonic()
-    pid = os.fork()  # the check as it ran before: always a fork and a cuInit in the child
-    if pid == 0:
-        try:
-            import ctypes
-
-            ctypes.CDLL("libcuda.so.1").cuInit(0)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    step("fork server check as before: a forked child's cuInit, always", t)
+    step("fork server check: can a forked child start the driver (a fork and a cuInit)", t)
 
     from kernelfix.tools import trials as trial_plan
     from kernelfix.tools.config import JudgeConfig
-    from kernelfix.tools.timing.clock import Cuda
     from kernelfix.tools.transport.protocol import ReferenceSpec
     from kernelfix.tools.workers.reference import server as ref_server
 
     class Chan:
         def send(self, kind: str, **kw) -> None:
-            rows.append((f"  message {kind}" + (f" {kw.get('phase')}" if kind == "phase" else "") + (f" {kw.get('trial')}" if kw.get("trial") is not None else ""),
-                         round(time.monotonic() - t_start, 4)))
+            label = f"  message {kind}" + (f" {kw.get('phase')}" if kind == "phase" else "") + (f" {kw.get('trial')}" if kw.get("trial") is not None else "")
+            rows.append((label, round(time.monotonic() - t_start, 4)))
 
     class W:
         chan = Chan()
@@ -293,17 +278,13 @@ def probe(task: str, device: str, order: str) -> int:
                          cache_bytes=int(cfg.reference_cache_gb * 2**30), atol=cfg.atol, rtol=cfg.rtol, rel_error_tol=cfg.rel_error_tol,
                          truth_factor=cfg.truth_factor)
     server = ref_server.ReferenceServer(W(), spec)
-    if order == "as-before" and device == "cuda":  # torch's CUDA first, then the task (start() then finds CUDA up)
-        t = time.monotonic()
-        Cuda.bind()
-        step("as before: Cuda.bind (torch's CUDA start)", t)
     t_start = time.monotonic()
     server.start()
-    step("ReferenceServer.start (from here, each message's moment)", t_start)
+    step("ReferenceServer.start (CUDA, the task, its count on the meta device, Model; from here each message's moment)", t_start)
     t_start = time.monotonic()
     server.survey({"trials": [p.model_dump() for p in trial_plan.plan(1234, cfg)]}, [])
     step("survey of every trial (from here, each message's moment)", t_start)
-    print(json.dumps({"order": order, "total_s": round(time.monotonic() - t0, 3), "rows": rows}))
+    print(json.dumps({"total_s": round(time.monotonic() - t0, 3), "rows": rows}))
     return 0
 
 
@@ -314,14 +295,14 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "--probe-child":
-        return probe(*sys.argv[2:5])
+        return probe(*sys.argv[2:4])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--warm", action="store_true", help="run each case once unmeasured first (fills the caches)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--case", action="append", default=[], metavar="NAME=TASK:CANDIDATE")
-    ap.add_argument("--probe", action="store_true", help="also the reference's start step by step, in this order and the landed one")
+    ap.add_argument("--probe", action="store_true", help="also the reference's start step by step, in one process")
     args = ap.parse_args()
     device = args.device or ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
     sys.path.insert(0, str(ROOT / "bench"))
@@ -358,18 +339,18 @@ def main() -> int:
     tmp.unlink(missing_ok=True)
     if args.probe:
         task = str(next(iter(cases.values()))[0])
-        for order in ("as-before", "driver-ahead", "as-before", "driver-ahead"):
-            p = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--probe-child", task, device, order],
+        for i in range(2):  # the second after the first wrote what bytecode it could
+            p = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--probe-child", task, device],
                                capture_output=True, text=True, cwd=ROOT)
             try:
                 got = json.loads(p.stdout.strip().splitlines()[-1])
             except (ValueError, IndexError):
-                print(f"probe {order}: failed (rc {p.returncode}): {p.stderr[-800:]}")
+                print(f"probe #{i}: failed (rc {p.returncode}): {p.stderr[-800:]}")
                 continue
-            print(f"--- probe: the reference's start in one process, {order}: {got['total_s']} s")
+            print(f"--- probe #{i}: the reference's start in one process: {got['total_s']} s")
             for name, secs in got["rows"]:
                 print(f"  {secs:8.4f}  {name}")
-            results.append({"probe": order, **got})
+            results.append({"probe": i, **got})
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
     return 0
