@@ -98,7 +98,7 @@ for step in "$@"; do
     cold-eval-vs-old) # issue 33 (t38): a cold eval against the landed kernelfix (old-install first), the harness, and the harness given a bytecode cache, in the same rounds (COLD_OLD_CASE, else COLD_CASE, else both cases)
       c=${COLD_OLD_CASE:-$COLD_CASE}; python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --old /tmp/oldkf --naive-bytecode /tmp/kf_naive_bytecode --out "$OUT/cold_eval_vs_old.json" ${c:+--case $c} 2>&1 | tee "$OUT/cold_eval_vs_old.log" ;;
     cold-timeline) # issue 33 (t38): one cold eval's timeline (each process's start, imports, CUDA, survey, stages); --probe: the reference's start step by step
-      python3 -P bench/cold_timeline.py --repeat ${TIMELINE_REPEAT:-1} ${TIMELINE_ARGS:---probe} --out "$OUT/cold_timeline.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_timeline.log" ;;
+      c=${TIMELINE_CASE:-$COLD_CASE}; python3 -P bench/cold_timeline.py --repeat ${TIMELINE_REPEAT:-1} ${TIMELINE_ARGS:---probe} --out "$OUT/cold_timeline.json" ${c:+--case $c} 2>&1 | tee "$OUT/cold_timeline.log" ;;
     cold-timeline-old) # the same timeline of the landed kernelfix (old-install first)
       PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/cold_timeline.py --repeat 1 --out "$OUT/cold_timeline_old.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_timeline_old.log" ;;
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
