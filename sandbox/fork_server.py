@@ -90,7 +90,7 @@ def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None
     is read-only, or whose user said PYTHONDONTWRITEBYTECODE (as images often do: this workplace's machines
     do), compiled torch, numpy and sympy from source in every fork server of every judge process: 3.4-4.6 s
     of torch's import on the H100's host (bench/cold_timeline.py). The folder is the judge's: no worker
-    writes it (every sandbox makes the cache root read-only outside a worker's own caches), nothing beside
+    writes it (the sandbox's mount layer makes the cache root read-only outside a worker's own caches), nothing beside
     the sources is written, and Python checks each entry against its source's size and mtime as beside it."""
     import importlib.util
 

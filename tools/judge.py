@@ -30,10 +30,10 @@ import dataclasses
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,26 +65,6 @@ if TYPE_CHECKING:
     from kernelfix.tools.gpu.specs import GpuSpec
 
 __all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
-
-
-class _Background(threading.Thread):
-    """``fn()`` in a thread; ``join`` raises what it raised."""
-
-    def __init__(self, fn: Callable[[], None]):
-        super().__init__(name="kernelfix-close", daemon=True)
-        self.fn, self.error = fn, None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.fn()
-        except BaseException as e:
-            self.error = e
-
-    def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
-        if self.error is not None:
-            raise self.error
 
 
 def resolve_device(requested: str | None) -> tuple[str, str | None]:
@@ -135,9 +115,10 @@ class Judge:
     def close(self) -> None:
         self._share.close()
         # The candidates' workers' exits beside the reference's (each a CUDA context's teardown: 0.1-0.3 s on the H100).
-        ending = _Background(self._runs.close)
-        self.ref.close()  # in the caller's thread: a caller holding the reference's lock still closes it
-        ending.join()
+        with ThreadPoolExecutor(1, thread_name_prefix="kernelfix-close") as pool:
+            ending = pool.submit(self._runs.close)
+            self.ref.close()  # in the caller's thread: a caller holding the reference's lock still closes it
+            ending.result()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
