@@ -96,6 +96,12 @@ for step in "$@"; do
       python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-2} --out "$OUT/cold_eval_cuda.json" --case gelu_cuda_cached=tests/kernelbench/level1/88_MinGPTNewGelu.py:bench/candidates/gelu_cuda.py 2>&1 | tee "$OUT/cold_eval_cuda.log" ;;
     fused-check) # issue 33: the fused comparison kernels against the torch passes, compiled, at FUSED_MIN and past it
       python3 -P -m pytest -m gpu -q -rfE -p no:cacheprovider -o addopts="" --timeout 300 tests/test_fused_check.py 2>&1 | tee "$OUT/fused_check.log" | tail -5 ;;
+    cold-eval-vs-old) # issue 33 (t38): a cold eval against the landed kernelfix (old-install first), the harness, and the harness given a bytecode cache, in the same rounds (COLD_OLD_CASE, else COLD_CASE, else both cases)
+      c=${COLD_OLD_CASE:-$COLD_CASE}; python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --old /tmp/oldkf --naive-bytecode /tmp/kf_naive_bytecode --out "$OUT/cold_eval_vs_old.json" ${c:+--case $c} 2>&1 | tee "$OUT/cold_eval_vs_old.log" ;;
+    cold-timeline) # issue 33 (t38): one cold eval's timeline (each process's start, imports, CUDA, survey, stages); --probe: the reference's start step by step
+      c=${TIMELINE_CASE:-$COLD_CASE}; python3 -P bench/cold_timeline.py --repeat ${TIMELINE_REPEAT:-1} ${TIMELINE_ARGS:---probe} --out "$OUT/cold_timeline.json" ${c:+--case $c} 2>&1 | tee "$OUT/cold_timeline.log" ;;
+    cold-timeline-old) # the same timeline of the landed kernelfix (old-install first)
+      PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/cold_timeline.py --repeat 1 --out "$OUT/cold_timeline_old.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_timeline_old.log" ;;
     cold-eval) python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-3} --out "$OUT/cold_eval.json" ${COLD_CASE:+--case $COLD_CASE} 2>&1 | tee "$OUT/cold_eval.log" ;;
     many-judges) python3 -P bench/many_judges.py --copies ${MANY_COPIES:-1} --out "$OUT/many_judges_${MANY_COPIES:-1}.json" ${MANY_ARGS:+--extra-args "$MANY_ARGS"} 2>&1 | tee "$OUT/many_judges_${MANY_COPIES:-1}.log" ;;
     fault-batch) python3 -P bench/fault_batch.py --hold-s ${FAULT_HOLD_S:-60} --leave-gib ${FAULT_LEAVE_GIB:-1} --out "$OUT/fault_batch.json" 2>&1 | tee "$OUT/fault_batch.log" ;;

@@ -73,6 +73,13 @@ PRELOADS: dict[str, tuple[str, ...]] = {
     "reference": (
         *_BASE,
         "torch.utils.flop_counter",  # the reference's FLOPs, for the task's floor (task_size.flops_on_meta)
+        # What the task's count on the meta device imports at its first torch._check (every KernelBench task's
+        # does, get_inputs' randn included): sympy and torch's symbolic shapes, 2.4-3.6 s of every reference
+        # worker's start on the H100's host, before its first trial (bench/cold_timeline.py). Here it is imported
+        # once per fork server, and its bytecode can be kept (fork_server._bytecode_prefix).
+        "torch.fx.experimental.symbolic_shapes",
+        "torch.utils._device",  # torch.device("meta") as a context
+        "numpy.random",  # seed_all
         "kernelfix.tools.workers.reference.server",
     ),
     "triton": (*_BASE, *_TRITON, *_CANDIDATE),

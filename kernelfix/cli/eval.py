@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
+    cfg = _judge_config(args)
+    _start_fork_servers(args, cfg)
     from rich.console import Console
 
     from kernelfix.api import Judge, candidate_source
@@ -46,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from kernelfix.tools.task import TaskError
 
     err = Console(stderr=True)
-    cfg = _judge_config(args)
     cand_path = Path(args.candidate)
     try:
         source, filename = candidate_source(cand_path)  # a .py is code; a .md/.txt a saved reply
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         judge = Judge(args.task, config=cfg, workdir=workdir)
     except TaskError as e:
         raise UsageError(str(e)) from None
+    # One verdict, then the judge closes: the candidate's worker ends after its verdict, beside the reference's
+    # end in close (each a CUDA context's teardown), not before it. Its files stay; close waits for both.
+    judge.engine.exit_later = True
     if judge.device_notice:
         err.print(f"[yellow]note:[/] {judge.device_notice}")
     with err.status("judging...") as status:
@@ -89,3 +93,22 @@ def run(args: argparse.Namespace) -> int:
         else:
             err.print(f"logs and build files kept in {workdir}")
     return EXIT_OK if verdict.ok else EXIT_FAIL
+
+
+def _start_fork_servers(args: argparse.Namespace, cfg) -> None:
+    """The fork servers of the judge this command makes, started before it imports the judge: their imports
+    (torch: 3 s on the H100's host) are the cold eval's longest wait, the judge's own modules a fraction of a second
+    (docs/service.md, "A cold eval with a cached CUDA build"). Only a .py candidate names its kind here (a reply's
+    code is extracted by the judge); the task's name picks its config overrides, as the judge's does."""
+    from kernelfix.tools.handles.sandboxing import start_fork_servers
+    from kernelfix.tools.task import Task, TaskError
+
+    path = Path(args.candidate)
+    try:  # a task or a candidate the judge will refuse starts nothing (said below)
+        task = Task.load(args.task)
+        if not path.is_file():
+            return
+        code = path.read_text(encoding="utf-8") if path.suffix == ".py" else None
+    except (TaskError, OSError, UnicodeDecodeError):
+        return
+    start_fork_servers(cfg.for_task(task.name), code)

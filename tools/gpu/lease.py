@@ -51,20 +51,33 @@ ROOM_POLL_S = 0.02  # how often a stage waiting for room counts again
 GPU_STAGES = frozenset({"reference", "correctness", "benchmark", "profile_ncu", "profile_torch", "sanitize"})
 
 
-def cuda_available() -> bool:
-    """Whether torch here can use a CUDA GPU, as ``torch.cuda.is_available()`` says, without importing
-    torch into the judge's process (a second or more that only the workers need): torch's CUDA
-    library must be installed and the driver must count a device."""
-    import ctypes
+def _torch_built_for_cuda() -> bool:
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return False
     lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
-    if not any(lib.glob("libtorch_cuda*.so*")):
-        return False  # a CPU build of torch
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+    return any(lib.glob("libtorch_cuda*.so*"))  # else a CPU build of torch
+
+
+def _devices_hidden() -> bool:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1")
+
+
+def cuda_likely() -> bool:
+    """Whether ``cuda_available`` will likely say yes, without starting the driver: torch built for CUDA, the
+    driver's device files, devices visible (a guess: ``kernelfix eval`` starts its fork servers by it)."""
+    return _torch_built_for_cuda() and not _devices_hidden() and os.path.exists("/dev/nvidiactl")
+
+
+def cuda_available() -> bool:
+    """Whether torch here can use a CUDA GPU, as ``torch.cuda.is_available()`` says, without importing
+    torch into the judge's process (a second or more that only the workers need): torch's CUDA
+    library must be installed and the driver must count a device."""
+    import ctypes
+
+    if not _torch_built_for_cuda() or _devices_hidden():
         return False
     try:
         cuda = ctypes.CDLL("libcuda.so.1")

@@ -33,11 +33,9 @@ def own_dir(path: Path) -> Path:
 
 
 def env(role: Role, workdir: Path, device: str, gpu: str | None) -> dict[str, str]:
-    cache = cache_root()
-    compiler_cache = judge_cache() if role == "reference" else cache
-    extra = {
-        CACHE_ENV: str(cache),  # the child's HOME is its own tmp dir; the build cache is shared
-        "HOME": str(workdir / "tmp"),
+    compiler_cache = judge_cache() if role == "reference" else cache_root()
+    own = {  # each worker's own paths (sandbox.zygote.LATE_ENV: read when used, so a fork server serves every worker)
+        "HOME": str(workdir / "tmp"),  # the child's HOME is its own tmp dir; the build cache is shared
         "TMPDIR": str(workdir / "tmp"),
         "TORCH_EXTENSIONS_DIR": str(workdir / "build"),
         "TRITON_CACHE_DIR": str(compiler_cache / TRITON_CACHE),
@@ -45,12 +43,50 @@ def env(role: Role, workdir: Path, device: str, gpu: str | None) -> dict[str, st
     }
     for d in ("tmp", "build"):
         own_dir(workdir / d)
+    return scrubbed_env({**_shared_env(device, gpu), **own})
+
+
+def _shared_env(device: str, gpu: str | None) -> dict[str, str]:
+    """What every worker of a judge on ``device`` has alike: with the scrubbed environment, what keys its fork server."""
+    extra = {CACHE_ENV: str(cache_root())}
     if device == "cpu":
         extra["TRITON_INTERPRET"] = "1"
         extra["CUDA_VISIBLE_DEVICES"] = ""
     elif gpu is not None:
         extra["CUDA_VISIBLE_DEVICES"] = gpu
-    return scrubbed_env(extra)
+    return extra
+
+
+def fork_server_kinds(config: JudgeConfig, candidate_code: str | None, device: str, gpu: str | None = None) -> list[tuple[str, dict[str, str]]]:
+    """The fork servers (kind, environment) a judge with ``config`` on ``device`` forks its reference's worker from,
+    and, given its source, a candidate's: the ones ``Reference`` and ``CandidateRun`` will ask for (the environment
+    outside each worker's own paths is what picks a fork server)."""
+    from kernelfix.sandbox.zygote import kind_for_candidate
+
+    if not config.fork_server:
+        return []
+    shared = scrubbed_env(_shared_env(device, gpu))
+    kinds = [("reference", shared)]
+    if candidate_code is not None:
+        kinds.append((kind_for_candidate(candidate_code), shared))
+    return kinds
+
+
+def start_fork_servers(config: JudgeConfig, candidate_code: str | None, gpu: str | None = None) -> list[str]:
+    """Start now the fork servers a judge with ``config`` (its task's overrides applied) will fork its workers from,
+    so their imports (numpy and torch: 3 s on the H100's host) overlap the caller's own (``kernelfix eval``: the judge's
+    modules, pydantic's models, rich). The device is the config's, else a GPU's where one is likely (torch built for
+    CUDA, a driver's device files, devices visible); a guess that proves wrong costs an unused fork server, never a
+    wrong worker: each worker picks its fork server by its own environment. The kinds started."""
+    from kernelfix.sandbox.process import start_fork_server
+    from kernelfix.tools.gpu.lease import cuda_likely
+
+    device = config.device or ("cuda" if cuda_likely() else "cpu")
+    started = []
+    for kind, shared in fork_server_kinds(config, candidate_code, device, gpu):
+        start_fork_server(shared, kind)
+        started.append(kind)
+    return started
 
 
 def isolation(
