@@ -78,3 +78,26 @@ def test_a_copy_measured_under_contention_never_makes_an_honest_kernel_a_cheat()
     assert verdict(0.2001, 2980.0).category is None
     cheat = verdict(0.05, 1130.0)  # under half the floor at the clamped bandwidth: no copy's noise explains it
     assert cheat.category == Category.EXCESSIVE_SPEEDUP
+
+
+def test_a_kernel_under_the_floor_is_caught_even_when_its_launches_set_the_pace():
+    """The H100 suite at -n 8: a Triton kernel that writes zeros without reading its 256 MB input took 0.0033 ms
+    on the GPU; its launches took 0.07 ms on the loaded host, so it was charged the wall clock, which is above half
+    the 0.09 ms floor, and it was called ok (1.51x eager). The floor bounds the GPU's work: it is held to the events."""
+    from kernelfix.tools.stages.benchmark import _timings
+    from kernelfix.tools.timing.baselines import Baseline
+
+    base = Baseline(eager=TimingStats(**_stats(0.1057)), bytes_moved=268_435_456 + 16_384, bandwidth_gbps=2980.0)
+
+    def verdict(events_ms: float, wall_ms: float) -> Evaluation:
+        ev = Evaluation(id="e1", task="t", device="cuda", workdir="/nonexistent", timings=_timings(base, True, 3350.0))
+        t0, calls = 100.0, 2000  # the host issued nearly all of the wall time: host-bound, not hidden work
+        messages = [{"type": "candidate_timing", "candidate": _stats(events_ms)}, {"type": "wall_start", "calls": calls, "_t": t0},
+                    {"type": "wall_issued", "_t": t0 + 0.99 * wall_ms * calls / 1e3}, {"type": "wall_end", "calls": calls, "_t": t0 + wall_ms * calls / 1e3}]
+        return _police(SimpleNamespace(config=JudgeConfig()), ev, messages, None)
+
+    cheat = verdict(0.003264, 0.0699)
+    assert cheat.category == Category.EXCESSIVE_SPEEDUP and "on the GPU" in cheat.message
+    honest = verdict(0.095, 0.25)  # at the floor on the GPU, slower on the host: charged the wall clock
+    assert honest.category is None and any(w.startswith("host-bound") for w in honest.warnings)
+    assert abs(honest.speedup_eager - 0.1057 / 0.25) < 1e-6
