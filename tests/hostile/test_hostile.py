@@ -31,6 +31,7 @@ import pytest
 from conftest import CORPUS, Case, load_cases
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
+from kernelfix.sandbox.fork_server import BYTECODE_DIR
 from kernelfix.tools.cache_dir import COMPILER_CACHES, lock_root
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
@@ -161,6 +162,7 @@ class World:
         own = [self.cache / name for name in COMPILER_CACHES] + [*locks.glob("gpu-*.log"), *locks.glob("gpu-*.memory"), *locks.glob("gpu-*.wants")]
         own += [lock for lock in locks.glob("gpu-*.lock") if lock.name != "gpu-canary.lock"]
         own.append(self.cache / "judge")
+        own.append(self.cache / BYTECODE_DIR)  # the fork servers' bytecode (checked apart: _bytecode_is_the_judges)
         snap.update(_tree(self.cache, [*skip, *own]))
         return snap
 
@@ -225,6 +227,20 @@ def _baselines_are_the_judges(store: Path) -> None:
         assert b.eager is not None and b.eager.median_ms > 1e-3, f"{f.name}: {b}"
 
 
+def _bytecode_is_the_judges(folder: Path, before: dict[str, tuple]) -> None:
+    """The fork servers' bytecode folder (sandbox/fork_server.py) only grows, and only by the bytecode of sources
+    that exist: what was there is unchanged, and every entry is ``<source's dir>/<module>.<tag>.pyc`` under it."""
+    after = _tree(folder, [])
+    assert not [p for p, v in before.items() if after.get(p) != v], "the fork servers' bytecode changed under a candidate"
+    for p, v in after.items():
+        if v[0] != "file":
+            assert v[0] == "dir", f"{p}: {v}"
+            continue
+        rel = Path(p).relative_to(folder)
+        source = Path("/") / rel.parent / (rel.name.split(".")[0] + ".py")
+        assert rel.suffix == ".pyc" and source.is_file(), f"{p} is not the bytecode of a source: {source}"
+
+
 def _stage_limit(judge: Judge, stage: str) -> float:
     c = judge.config
     return {"compile": c.compile_timeout_s, "benchmark": c.bench_timeout_s}.get(stage, c.run_timeout_s)
@@ -245,6 +261,7 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
         _judge_good(judge)
     (judge.root / "evals").mkdir(exist_ok=True)  # made by the first evaluation: not the candidate's doing
     before = world.snapshot(judge, skip=[judge.root / "reference"] if case.fresh_judge else [])
+    bytecode_before = _tree(world.cache / BYTECODE_DIR, [])
     task_copy = (judge.root / "reference" / "task.py").read_text()
 
     verdict: Verdict = judge.evaluate(world.source(case), filename=case.path.name)
@@ -272,6 +289,7 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     changed = sorted(set(before.items()) ^ set(after.items()))
     assert not changed, f"changed outside the candidate's dirs: {changed[:10]}"
     _baselines_are_the_judges(world.cache / "judge" / "baselines")
+    _bytecode_is_the_judges(world.cache / BYTECODE_DIR, bytecode_before)
     assert (judge.root / "reference" / "task.py").read_text() == task_copy
     assert not (world.outside / "planted.txt").exists()
 
