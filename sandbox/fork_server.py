@@ -78,8 +78,6 @@ def _fork_poisoned() -> bool:
     return os.waitstatus_to_exitcode(status) != 0
 
 
-CACHE_ENV = "KERNELFIX_CACHE"  # the judge's cache root, which it passes every child (kernelfix.tools.cache_dir)
-BYTECODE_DIR = "bytecode"  # the fork servers' bytecode, in that cache root
 NO_BYTECODE_CACHE_ENV = "KERNELFIX_NO_BYTECODE_CACHE"  # set (to anything): no folder of the judge's for it
 
 
@@ -94,6 +92,8 @@ def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None
     the sources is written, and Python checks each entry against its source's size and mtime as beside it."""
     import importlib.util
 
+    from kernelfix.tools.cache_dir import BYTECODE_CACHE, CACHE_ENV  # the judge's cache root, as it passes it every child
+
     cache = os.environ.get(CACHE_ENV)
     if not cache or os.environ.get(NO_BYTECODE_CACHE_ENV):
         return None
@@ -102,7 +102,7 @@ def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None
         return None
     if write_bytecode and os.access(os.path.dirname(origin), os.W_OK):
         return None
-    return os.path.join(cache, BYTECODE_DIR)
+    return os.path.join(cache, BYTECODE_CACHE)
 
 
 def _origin(names: Sequence[str]) -> str | None:

@@ -14,6 +14,7 @@ import pytest
 from kernelfix.cli import eval as eval_command
 from kernelfix.sandbox import fork_server, scrubbed_env, zygote
 from kernelfix.sandbox.process import _import_path, _spawn
+from kernelfix.tools.cache_dir import CACHE_ENV
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.handles import sandboxing
 
@@ -68,7 +69,7 @@ def test_the_fork_servers_bytecode_goes_to_the_judges_cache_where_the_install_ta
     read-only, a fork server compiles its preloads once into $KERNELFIX_CACHE/bytecode and reads them from
     there after; elsewhere Python's own place, as before."""
     cache = tmp_path / "cache"
-    monkeypatch.setenv(fork_server.CACHE_ENV, str(cache))
+    monkeypatch.setenv(CACHE_ENV, str(cache))
     monkeypatch.delenv(fork_server.NO_BYTECODE_CACHE_ENV, raising=False)
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -91,7 +92,7 @@ def test_the_fork_servers_bytecode_goes_to_the_judges_cache_where_the_install_ta
     # A fork server of one small module (no torch: it says so and exits), started as a judge whose user said
     # PYTHONDONTWRITEBYTECODE: the module's bytecode lands in the cache, nothing beside its source.
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    env = {**scrubbed_env(), fork_server.CACHE_ENV: str(cache)}
+    env = {**scrubbed_env(), CACHE_ENV: str(cache)}
     z = zygote.Zygote(sys.executable, env, [str(lib), *map(str, _import_path())], str(tmp_path), _spawn, ("kf_bytecode_probe",))
     assert z.ready.wait(60)  # it exits by itself: no torch
     assert "kf_bytecode_probe" in z.info.get("imports", {})

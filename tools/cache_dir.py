@@ -32,7 +32,7 @@ def lock_root() -> Path:
 BUILD_CACHE, TRITON_CACHE, INDUCTOR_CACHE = "build", "triton", "inductor"
 COMPILER_CACHES = (BUILD_CACHE, TRITON_CACHE, INDUCTOR_CACHE)
 JUDGE_CACHE = "judge"  # the judge's own caches (baselines, the reference's compiler caches): never a candidate's
-# Also here, read-only to every child: bytecode/, the fork servers' imports' bytecode (sandbox/fork_server.py).
+BYTECODE_CACHE = "bytecode"  # the fork servers' imports' bytecode (sandbox/fork_server.py): read-only to every child
 
 
 def compiler_caches() -> list[Path]:

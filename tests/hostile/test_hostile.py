@@ -31,8 +31,7 @@ import pytest
 from conftest import CORPUS, Case, load_cases
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
-from kernelfix.sandbox.fork_server import BYTECODE_DIR
-from kernelfix.tools.cache_dir import COMPILER_CACHES, lock_root
+from kernelfix.tools.cache_dir import BYTECODE_CACHE, COMPILER_CACHES, lock_root
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.legality import static_checks
@@ -162,7 +161,7 @@ class World:
         own = [self.cache / name for name in COMPILER_CACHES] + [*locks.glob("gpu-*.log"), *locks.glob("gpu-*.memory"), *locks.glob("gpu-*.wants")]
         own += [lock for lock in locks.glob("gpu-*.lock") if lock.name != "gpu-canary.lock"]
         own.append(self.cache / "judge")
-        own.append(self.cache / BYTECODE_DIR)  # the fork servers' bytecode (checked apart: _bytecode_is_the_judges)
+        own.append(self.cache / BYTECODE_CACHE)  # the fork servers' bytecode (checked apart: _bytecode_is_the_judges)
         snap.update(_tree(self.cache, [*skip, *own]))
         return snap
 
@@ -261,7 +260,7 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
         _judge_good(judge)
     (judge.root / "evals").mkdir(exist_ok=True)  # made by the first evaluation: not the candidate's doing
     before = world.snapshot(judge, skip=[judge.root / "reference"] if case.fresh_judge else [])
-    bytecode_before = _tree(world.cache / BYTECODE_DIR, [])
+    bytecode_before = _tree(world.cache / BYTECODE_CACHE, [])
     task_copy = (judge.root / "reference" / "task.py").read_text()
 
     verdict: Verdict = judge.evaluate(world.source(case), filename=case.path.name)
@@ -289,7 +288,7 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     changed = sorted(set(before.items()) ^ set(after.items()))
     assert not changed, f"changed outside the candidate's dirs: {changed[:10]}"
     _baselines_are_the_judges(world.cache / "judge" / "baselines")
-    _bytecode_is_the_judges(world.cache / BYTECODE_DIR, bytecode_before)
+    _bytecode_is_the_judges(world.cache / BYTECODE_CACHE, bytecode_before)
     assert (judge.root / "reference" / "task.py").read_text() == task_copy
     assert not (world.outside / "planted.txt").exists()
 
