@@ -115,9 +115,13 @@ for step in "$@"; do
     serve-latency-old) # t38: the same bench on the landed code (old-install first: .oldkf), its JSON for serve-latency's --against
       PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/serve_latency.py --label landed --seed 3838 --out /tmp/kfout/serve_latency_old.json ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency_old.log" | grep -v '^{' ;;
     serve-latency-vs-old) # t38: serve-latency, its verdicts and paced median against serve-latency-old's (run before it in the call)
-      python3 -P bench/serve_latency.py --label t38 --seed 3838 --against /tmp/kfout/serve_latency_old.json --out "$OUT/serve_latency.json" ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency.log" | grep -v '^{' ;;
+      python3 -P bench/serve_latency.py --label ${SERVE_LABEL:-new} --seed 3838 --against /tmp/kfout/serve_latency_old.json --out "$OUT/serve_latency.json" ${SERVE_LATENCY_ARGS:-} 2>&1 | tee "$OUT/serve_latency.log" | grep -v '^{' ;;
     first-call) # issue 33: a fresh candidate worker's first call of a cached Triton kernel, and what doing things ahead takes off
       python3 -P bench/triton_first_call.py --out "$OUT/first_call.json" ${FIRST_CALL_ARGS:-} 2>&1 | tee "$OUT/first_call.log" ;;
+    baseline-compile) # issue 33: a cold baseline's torch.compile: bytecode or not, inductor's compile pool or 1 thread (fresh interpreters, empty caches)
+      python3 -P bench/baseline_compile_cold.py --out "$OUT/baseline_compile.json" 2>&1 | tee "$OUT/baseline_compile.log" ;;
+    arena-cost) # issue 33: a 6 GiB arena made, filled, opened by another mapping, given back; torch's allocator beside
+      python3 -P bench/arena_cost.py 2>&1 | tee "$OUT/arena_cost.log" ;;
     judge-passes) # issue 33: the reference worker's passes over one published-size trial, each beside its bandwidth floor
       python3 -P bench/judge_passes.py --out "$OUT/judge_passes.json" ${JUDGE_PASSES_ARGS:-} 2>&1 | tee "$OUT/judge_passes.log" ;;
     *) echo "unknown step $step" ;;

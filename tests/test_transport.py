@@ -92,3 +92,22 @@ def test_a_gpu_arena_released_under_a_queued_kernel_does_not_fault_it():
     torch.cuda.synchronize()  # raised "illegal memory access" before close waited for queued work
     x = torch.ones(1 << 20, device="cuda")
     assert float(x.sum()) == float(1 << 20)
+
+
+@pytest.mark.gpu
+def test_a_gpu_arena_exported_again_maps_the_same_memory():
+    # A spare arena (the reference's next trial of the same evaluation) is sent with a new fd: the other side maps
+    # the same bytes, at an address of its own.
+    torch.cuda.init()
+    a = Arena.create(8 << 20, "cuda", 0)
+    a.forget_fd()  # as after the first trial's handoff
+    a.bytes.fill_(3)
+    a.export()
+    other = Arena.open(a.spec, a.fd)
+    a.fd = None  # open closed it
+    assert int(other.bytes.sum()) == 3 * a.spec.size
+    other.bytes.fill_(5)
+    torch.cuda.synchronize()
+    assert int(a.bytes[:16].sum()) == 5 * 16
+    other.release()
+    a.release()

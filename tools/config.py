@@ -103,7 +103,13 @@ class JudgeConfig(BaseModel):
     allow_streams: bool = Field(False, description="allow creating CUDA streams or threads in the candidate")
     runtime_legality: bool = True
 
-    timing_runs: int = Field(100, ge=1)
+    timing_runs: int = Field(100, ge=1, description="timed calls per callable, at most (fewer once the median settles: timing_settle_s)")
+    timing_settle_s: float = Field(
+        0.1, ge=0, description="timed calls may stop early once they hold this much GPU time and the median is pinned (timing_precision); 0: always timing_runs"
+    )
+    timing_precision: float = Field(
+        0.01, ge=0, description="...pinned: its 95% confidence interval within this fraction of it (tools/timing/clock.py, settled)"
+    )
     warmup_ms: float = 25.0
     timing_budget_s: float = Field(60.0, description="cap on timed runs per callable for slow kernels")
     time_torch_compile: bool = True
@@ -151,6 +157,9 @@ class JudgeConfig(BaseModel):
     bench_timeout_s: float = 900.0
     reference_compile_timeout_s: float = Field(
         600.0, gt=0, description="torch.compile's first call on the reference; past it the worker is ended and eager alone is timed, with a note"
+    )
+    reference_compile_threads: int | None = Field(
+        1, ge=1, description="inductor's compile threads for the reference's torch.compile; None: inductor's pool, a process per core"
     )
     memory_limit_gb: float | None = Field(None, description="host memory cap per child; None: 3/4 of RAM, at most 64")
     max_processes: int = Field(4096, ge=16, description="processes and threads alive at once per child (pids cgroup)")

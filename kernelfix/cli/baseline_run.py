@@ -103,7 +103,7 @@ def _order(p: Path) -> tuple[int, str]:
 
 
 def settings(config: JudgeConfig) -> dict:
-    return {"timing_runs": config.timing_runs, "warmup_ms": config.warmup_ms, "flush_l2": config.flush_l2,
+    return {"timing_runs": config.timing_runs, "timing_settle_s": config.timing_settle_s, "timing_precision": config.timing_precision, "warmup_ms": config.warmup_ms, "flush_l2": config.flush_l2,
             "time_torch_compile": config.time_torch_compile, "inputs_on_device": config.inputs_on_device, "seed": config.seed} | (
                 {"backward": True} if config.backward else {})
 

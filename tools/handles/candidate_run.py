@@ -194,10 +194,12 @@ class CandidateRun:
         self.handle.request("time", "timed", Deadline("timing", self.config.bench_timeout_s, idle_s=max(idle, 30.0)), slot=slot, timing=timing)
         return self.handle.since(mark)
 
-    def release(self, slots: list[int], outs: list[int]) -> None:
+    def release(self, slots: list[int], outs: list[int], *, final: bool = True) -> None:
+        """The worker drops its mappings of these arenas; ``final`` (the stage is over): and gives its allocator's
+        free blocks back, which between trials its next forward takes again."""
         if self.handle.alive:
             try:
-                self.handle.request("release", "released", Deadline("release", 30.0), slots=slots, outs=outs)
+                self.handle.request("release", "released", Deadline("release", 30.0), slots=slots, outs=outs, final=final)
             except WorkerGone:
                 pass
 

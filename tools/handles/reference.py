@@ -60,6 +60,7 @@ class Reference(ReferenceBaselines):
         self._gpu_dirty = False  # a request ran on the GPU since its memory was last given back
         self.last_trim: dict[str, Any] | None = None
         self._owned: dict[str, tuple[set[int], set[int]]] = {}  # arenas prepared per evaluation, not yet released
+        self._spared: set[str] = set()  # evaluations whose arenas the worker keeps as spares (``release(keep=True)``)
         self._worker: WorkerHandle | None = None
         self._task_error: TaskError | None = None
         # Lock order, everywhere: the GPU lease first, then this lock (a stage holds the lease while it asks
@@ -220,6 +221,7 @@ class Reference(ReferenceBaselines):
         self._worker = None
         self.ready = None
         self._owned.clear()  # its arenas went with it
+        self._spared.clear()
 
     @property
     def holds_gpu_memory(self) -> bool:
@@ -304,7 +306,7 @@ class Reference(ReferenceBaselines):
         with self._lock:
             if into is not None and not self._current(into):
                 raise ReferenceUnavailable(Category.WORKER, f"the reference worker restarted while trial {trial.index}'s inputs were in use; it is judged again")
-            msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into, inputs_only=inputs_only)
+            msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into, inputs_only=inputs_only, owner=owner)
             p = Prepared.model_validate(msg)
             fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
             if owner is not None and p.skipped is None:
@@ -324,9 +326,10 @@ class Reference(ReferenceBaselines):
             return  # lock, which the reference's start or another evaluation's request may hold for seconds
         with self._lock:
             slots, outs = self._owned.pop(owner, (set(), set()))
-        if slots or outs:
+            spares = owner in self._spared
+        if slots or outs or spares:  # its spares too (the worker's Handoff), where a stage failed midway
             try:
-                self.release(sorted(slots), sorted(outs))
+                self.release(sorted(slots), sorted(outs), owner=owner)
             except Exception:
                 pass
 
@@ -343,17 +346,21 @@ class Reference(ReferenceBaselines):
         """Whether an arena id is the running worker's (not a predecessor's)."""
         return arena_id // ID_SPAN == self._generation
 
-    def release(self, slots: list[int] = (), outs: list[int] = ()) -> None:  # type: ignore[assignment]
+    def release(self, slots: list[int] = (), outs: list[int] = (), *, owner: str | None = None, keep: bool = False) -> None:  # type: ignore[assignment]
+        """Arenas given back. ``owner`` (an evaluation's id) with ``keep``: the worker keeps them as that evaluation's
+        spares, for its next trial; ``owner`` without ``keep``: its stage is over, and its spares go too."""
         with self._lock:
             slots, outs = [s for s in slots if self._current(s)], [o for o in outs if self._current(o)]
-            if not slots and not outs:
-                return  # a predecessor's: they went with it
+            if not slots and not outs and (keep or owner not in self._spared):
+                return  # a predecessor's (they went with it), or nothing of the owner's is left
             for owned_slots, owned_outs in self._owned.values():
                 owned_slots.difference_update(slots)
                 owned_outs.difference_update(outs)
             if self._worker is None or not self._worker.alive:
                 return  # a restarted worker holds none of them
-            self._request("release", "released", 60.0, slots=list(slots), outs=list(outs))
+            self._request("release", "released", 60.0, slots=list(slots), outs=list(outs), owner=owner, keep=keep)
+            if owner is not None:
+                (self._spared.add if keep else self._spared.discard)(owner)
 
     def determinism(self, trial: TrialPlan, lease: Callable[..., Any]) -> dict[str, Any]:
         need = gpu_room.stage_need(self.size, self.config, 0)  # two trials' references at once, nothing cached beside

@@ -51,7 +51,8 @@ class ReferenceBaselines:
                 timing = timing | {"time_torch_compile": False}
         with self.ctx.room("baseline"), lease("baseline"), self._lock:
             if input_set not in self._baselines:
-                msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing)
+                msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing,
+                                    compile_threads=self.config.reference_compile_threads)
                 msg["compile_note"] = compile_note or msg.get("compile_note")
                 self._baselines[input_set] = baselines.Baseline.model_validate(msg)
                 baselines.save(key, self._baselines[input_set])
@@ -71,7 +72,8 @@ class ReferenceBaselines:
         limit = self.config.reference_compile_timeout_s
         deadline = Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit)
         try:
-            self._send("baseline", "baseline_warm", deadline, trial=trial.model_dump(), timing=timing, warm_only=True)
+            self._send("baseline", "baseline_warm", deadline, trial=trial.model_dump(), timing=timing, warm_only=True,
+                       compile_threads=self.config.reference_compile_threads)
             return None
         except WorkerGone as e:
             phase = (e.outcome.last("phase") or {}).get("phase")

@@ -29,7 +29,7 @@ from kernelfix.tools import input_sets
 from kernelfix.tools.evaluation import Evaluation, EventSink
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.handles.worker_handle import WorkerGone
-from kernelfix.tools.stages.correctness import add_seconds, fail_from, ref_shapes, shared_hold
+from kernelfix.tools.stages.correctness import add_seconds, fail_from, ref_shapes, release, shared_hold
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.verdict import Category, PassTimings, TimingStats, Timings
@@ -115,10 +115,8 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
         return ev.fail("benchmark", e.category, e.message)
     finally:
         ev.breakdown["benchmark.candidate"] = round(ev.breakdown.get("benchmark.candidate", 0.0) + time.monotonic() - t1, 3)
-        if run.handle.alive:
-            run.release(slots, outs)
         try:
-            ref.release(slots, outs)
+            release(ctx, run, ev.id, slots, outs, final=True)
         except ReferenceUnavailable:
             pass
     return _police(ctx, ev, messages, stale)

@@ -47,6 +47,8 @@ class Baseline(BaseModel):
 def timing_settings(config: JudgeConfig) -> dict[str, Any]:
     return {
         "timing_runs": config.timing_runs,
+        "timing_settle_s": config.timing_settle_s,
+        "timing_precision": config.timing_precision,
         "warmup_ms": config.warmup_ms,
         "timing_budget_s": config.timing_budget_s,
         "time_torch_compile": config.time_torch_compile,

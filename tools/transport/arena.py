@@ -63,6 +63,12 @@ class Arena:
             raise
         return cls(ArenaSpec(kind="host", size=size), _host_tensor(mm), mm, fd)
 
+    @staticmethod
+    def allocated_size(size: int, kind: ArenaKind, device: int = 0) -> int:
+        """The bytes ``create(size, kind, device)`` allocates (its ``spec.size``)."""
+        size = max(ALIGN, aligned(size))
+        return cuda_vmm.round_up(size, device) if kind == "cuda" else size
+
     @classmethod
     def open(cls, spec: ArenaSpec, fd: int) -> "Arena":
         """Map what the owner exported; the fd is closed here (the mapping keeps the memory)."""
@@ -82,6 +88,12 @@ class Arena:
         if offset < 0 or offset + nbytes > self.spec.size:
             raise ValueError(f"bytes {offset}..{offset + nbytes} are outside the {self.spec.size}-byte arena")
         return self.bytes[offset : offset + nbytes]
+
+    def export(self) -> None:
+        """The owner's side, once its last fd went: a new fd for the same memory (a GPU arena used again)."""
+        if self.spec.kind != "cuda" or self.fd is not None:
+            raise ValueError("only a GPU arena whose fd was sent can be exported again")
+        self.fd = self._keep.export()
 
     def forget_fd(self) -> None:
         if self.fd is not None:

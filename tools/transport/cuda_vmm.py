@@ -154,6 +154,14 @@ class Mapping:
             raise
         return cls(ptr, size, handle.value, device=device, keep_reservation=False), fd.value
 
+    def export(self) -> int:
+        """A new fd exporting this allocation (the exporter's side only): an arena used again for another trial."""
+        if self._handle is None or self._closed:
+            raise ValueError("only a live allocation this process created can be exported")
+        fd = ctypes.c_int(-1)
+        _call("cuMemExportToShareableHandle", ctypes.byref(fd), ctypes.c_ulonglong(self._handle), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, ctypes.c_ulonglong(0))
+        return fd.value
+
     @classmethod
     def open(cls, fd: int, size: int, device: int) -> "Mapping":
         """Map an allocation another process exported as ``fd`` (the fd stays the caller's)."""

@@ -296,11 +296,11 @@ class CandidateRunner:
         forward = None
         if t.get("backward"):  # forward (grad enabled), then forward+backward: what ranks, and what the wall check calls
             fwd, call = _passes(model, inputs)
-            forward = time_cuda(fwd, t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+            forward = time_cuda(fwd, t, flush, progress)
         else:
             def call() -> None:
                 model(*inputs)
-        cand = time_cuda(call, t["timing_runs"], t["warmup_ms"], t["timing_budget_s"], flush, progress)
+        cand = time_cuda(call, t, flush, progress)
         del flush
         self.w.chan.send("candidate_timing", candidate=cand, **({"forward": forward} if forward is not None else {}))
 
@@ -328,8 +328,9 @@ class CandidateRunner:
             self.slots.pop(sid, None)
         for oid in req.get("outs") or []:
             self.outs.pop(oid, None)
-        if self.device.startswith("cuda"):
+        if self.device.startswith("cuda") and req.get("final", True):
             # The stage is over and the lease goes back: what the allocator holds free is another judge's to use.
+            # Between trials it keeps them: the next forward takes the same blocks (within the stage's room).
             Cuda.sync()
             Cuda.empty_cache()
         self.w.chan.send("released", id=req.get("id"))

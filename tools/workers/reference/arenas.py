@@ -27,14 +27,25 @@ class Out:
     specs: list[TensorSpec] = field(default_factory=list)
 
 
+SPARES_PER_OWNER = 4  # a trial's input and output arenas, and the in-place check's pair
+
+
 class Handoff:
     """The part of :class:`ReferenceServer` that hands trials over through arenas: ``prepare``, ``survey``,
-    ``release``, ``trim``."""
+    ``release``, ``trim``.
+
+    A trial's GPU arenas, given back with ``keep``, wait as the evaluation's spares (``spares``, by owner) and its
+    next trial of the same size takes them again, exported anew: on the H100 a 6 GiB arena took 1.6 ms to make and
+    5.6 ms to give back (bench/arena_cost.py), two of them each trial of a 6 GiB ReLU's nine. Only the evaluation
+    that released them reuses them: another candidate's process may still map memory it was given (a tensor it kept),
+    and must never see a later evaluation's trial there. They go when the stage ends (a release without ``keep``),
+    when another judge wants the memory (``trim``) and when an arena cannot be made."""
 
     def prepare(self, req: dict[str, Any], fds: list[int]) -> None:
         plan = TrialPlan.model_validate(req["trial"])
         self.plans[plan.index] = plan
         self.seconds = {}
+        owner = req.get("owner")
         cached = plan.index in self.cache
         data = self._get(plan, inputs_only=bool(req.get("inputs_only")))
         reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note, seconds=self.seconds)
@@ -57,7 +68,7 @@ class Handoff:
                     write(slot.arena, s, t)
                 slot.trial, sid, specs = plan.index, into, slot.specs
             else:
-                arena = self._arena(layout(specs))
+                arena = self._arena(layout(specs), owner)
                 for s, t in zip(specs, tensors):
                     write(arena, s, t)
                 sid = self._id()
@@ -66,7 +77,7 @@ class Handoff:
                 created.append(arena)
             exp_skel, exp = flatten(data.expected)
             exp_specs = [contiguous_spec(t) for t in exp]
-            out = self._arena(layout(exp_specs))
+            out = self._arena(layout(exp_specs), owner)
             oid = self._id()
             self.outs[oid] = Out(out, exp_specs)
             created.append(out)
@@ -105,22 +116,60 @@ class Handoff:
             input_bytes=nbytes(data.inputs), output_bytes=nbytes(data.out),
         ).model_dump()
 
-    def _arena(self, size: int) -> Arena:
-        """An arena of ``size`` bytes. Its memory comes from the driver, not torch's allocator: blocks the
-        allocator holds free (a float64 reference's temporaries: 32 GiB for 45_Average_Pooling_2D) are
-        given back first when the driver has too little (on the H100 that OOM came with 13.7 GiB free)."""
+    def _arena(self, size: int, owner: str | None = None) -> Arena:
+        """An arena of ``size`` bytes: the owner's spare of that size, exported anew, or a new one. Its memory comes
+        from the driver, not torch's allocator: blocks the allocator holds free (a float64 reference's temporaries:
+        32 GiB for 45_Average_Pooling_2D) and every spare are given back first when the driver has too little (on
+        the H100 that OOM came with 13.7 GiB free)."""
+        device = _device_index(self.device)
+        spares = self.spares.get(owner or "", [])
+        if spares and self.arena_kind == "cuda":
+            want = Arena.allocated_size(size, "cuda", device)
+            for i, a in enumerate(spares):
+                if a.spec.size == want:
+                    del spares[i]
+                    a.export()
+                    return a
         try:
-            return Arena.create(size, self.arena_kind, _device_index(self.device))
+            return Arena.create(size, self.arena_kind, device)
         except Exception as e:
             if not (self.cuda and oom(e)):
                 raise
+            self._drop_spares()
             free(self.cuda)
-            return Arena.create(size, self.arena_kind, _device_index(self.device))
+            return Arena.create(size, self.arena_kind, device)
+
+    def _give_back(self, arena: Arena, owner: str | None, keep: bool) -> None:
+        """An arena this trial is done with: kept as the owner's spare (``keep``, a GPU arena, room left), else released."""
+        spares = self.spares.setdefault(owner, []) if keep and owner and arena.spec.kind == "cuda" else None
+        if spares is not None and len(spares) < SPARES_PER_OWNER:
+            spares.append(arena)
+        else:
+            arena.release()
+
+    def _drop_one_spare(self) -> bool:
+        """Release the largest spare of any owner (its next trial makes one again); whether there was one."""
+        kept = [(a.spec.size, o, i) for o, spares in self.spares.items() for i, a in enumerate(spares)]
+        if not kept:
+            return False
+        _, o, i = max(kept)
+        self.spares[o].pop(i).release()
+        return True
+
+    def _drop_spares(self, owner: str | None = None) -> int:
+        """Release the spares (one owner's, or all); the bytes they held."""
+        owners = list(self.spares) if owner is None else [owner]
+        freed = 0
+        for o in owners:
+            for a in self.spares.pop(o, []):
+                freed += a.spec.size
+                a.release()
+        return freed
 
     def trim(self, req: dict[str, Any], fds: list[int]) -> None:
         """Another judge's stage wants this GPU's memory: drop the cached trials (each is computed again
         from its seed when asked) and return the allocator's free blocks. Arenas in use stay."""
-        freed = self.cache_used + (self.recent[1].size if self.recent is not None else 0)
+        freed = self.cache_used + (self.recent[1].size if self.recent is not None else 0) + self._drop_spares()
         self.cache.clear()
         self.cache_used = 0
         self.recent = None
@@ -131,14 +180,19 @@ class Handoff:
         self.w.chan.send("trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs))
 
     def release(self, req: dict[str, Any], fds: list[int]) -> None:
+        """Arenas a trial is done with: the owner's spares with ``keep`` (its next trial comes), else released, and
+        then the owner's spares too (its stage is over)."""
+        owner, keep = req.get("owner"), bool(req.get("keep"))
         for sid in req.get("slots") or []:
             s = self.slots.pop(sid, None)
             if s is not None:
-                s.arena.release()
+                self._give_back(s.arena, owner, keep)
         for oid in req.get("outs") or []:
             o = self.outs.pop(oid, None)
             if o is not None:
-                o.arena.release()
+                self._give_back(o.arena, owner, keep)
+        if not keep and owner:
+            self._drop_spares(owner)
         self.w.chan.send("released", id=req.get("id"))  # arenas are not the allocator's: nothing to empty
 
 

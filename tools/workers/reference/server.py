@@ -29,6 +29,7 @@ from typing import Any
 from kernelfix.tools import input_sets, task_size
 from kernelfix.tools.correctness.chunked import leaves
 from kernelfix.tools.timing.clock import Cuda
+from kernelfix.tools.transport import Arena
 from kernelfix.tools.transport.protocol import ReferenceReady, ReferenceSpec, TrialPlan
 from kernelfix.tools.workers.child import TaskProblem, TooLarge, Worker, build_model, load_task, seed_all, short
 from kernelfix.tools.workers.reference.arenas import Handoff, Out, Slot
@@ -52,6 +53,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         self.plans: dict[int, TrialPlan] = {}
         self.slots: dict[int, Slot] = {}
         self.outs: dict[int, Out] = {}
+        self.spares: dict[str, list[Arena]] = {}  # arenas an evaluation gave back for its next trial (Handoff)
         self._ids = spec.id_base
         self.on_device = spec.inputs_on_device and self.cuda
         self.draw_note: str | None = None
