@@ -54,6 +54,13 @@ class Server(Handoff):
         arena.fd = None
         self.slots[sid] = Slot(arena, [], 0)
 
+    def spare(self, sid: int, size: int, owner: str):
+        """An arena made for ``owner``'s trial, handed over and given back with ``keep``: now its spare."""
+        a = self._arena(size, owner)
+        self.hand(sid, a)
+        self.release({"slots": [sid], "owner": owner, "keep": True}, [])
+        return a
+
 
 @pytest.fixture
 def server(monkeypatch):
@@ -74,26 +81,18 @@ def test_the_next_trial_of_the_same_evaluation_takes_its_arena_again(server):
 
 
 def test_another_evaluation_never_gets_it(server):
-    a = server._arena(1 << 30, "ev1")
-    server.hand(1, a)
-    server.release({"slots": [1], "owner": "ev1", "keep": True}, [])
+    a = server.spare(1, 1 << 30, "ev1")
     b = server._arena(1 << 30, "ev2")  # its candidate's process may still map ev1's arenas
     assert b is not a and server.spares["ev1"] == [a]
 
 
 def test_a_spare_of_another_size_is_not_taken(server):
-    a = server._arena(1 << 30, "ev1")
-    server.hand(1, a)
-    server.release({"slots": [1], "owner": "ev1", "keep": True}, [])
+    a = server.spare(1, 1 << 30, "ev1")
     assert server._arena(2 << 30, "ev1") is not a and server.spares["ev1"] == [a]
 
 
 def test_the_stage_end_gives_the_owners_spares_back_and_no_one_elses(server):
-    mine, theirs = server._arena(1 << 30, "ev1"), server._arena(1 << 30, "ev2")
-    server.hand(1, mine)
-    server.hand(2, theirs)
-    server.release({"slots": [1], "owner": "ev1", "keep": True}, [])
-    server.release({"slots": [2], "owner": "ev2", "keep": True}, [])
+    mine, theirs = server.spare(1, 1 << 30, "ev1"), server.spare(2, 1 << 30, "ev2")
     server.release({"slots": [], "owner": "ev1"}, [])  # ev1's stage is over
     assert mine.released and not theirs.released and list(server.spares) == ["ev2"]
 
@@ -114,15 +113,9 @@ def test_an_owner_keeps_at_most_a_few(server):
 
 
 def test_trim_and_an_out_of_memory_retry_give_every_spare_back(server, monkeypatch):
-    a, b = server._arena(1 << 30, "ev1"), server._arena(1 << 30, "ev2")
-    server.hand(1, a)
-    server.hand(2, b)
-    server.release({"slots": [1], "owner": "ev1", "keep": True}, [])
-    server.release({"slots": [2], "owner": "ev2", "keep": True}, [])
+    a, b = server.spare(1, 1 << 30, "ev1"), server.spare(2, 1 << 30, "ev2")
     assert server._drop_spares() == 2 << 30 and a.released and b.released and not server.spares
-    c = server._arena(1 << 30, "ev1")
-    server.hand(3, c)
-    server.release({"slots": [3], "owner": "ev1", "keep": True}, [])
+    c = server.spare(3, 1 << 30, "ev1")
     calls = []
 
     def create(size, kind, device=0):
@@ -137,11 +130,7 @@ def test_trim_and_an_out_of_memory_retry_give_every_spare_back(server, monkeypat
 
 
 def test_a_float64_truth_short_of_memory_takes_spares_one_at_a_time(server):
-    big, small = server._arena(2 << 30, "ev1"), server._arena(1 << 30, "ev2")
-    server.hand(1, big)
-    server.hand(2, small)
-    server.release({"slots": [1], "owner": "ev1", "keep": True}, [])
-    server.release({"slots": [2], "owner": "ev2", "keep": True}, [])
+    big, small = server.spare(1, 2 << 30, "ev1"), server.spare(2, 1 << 30, "ev2")
     assert server._drop_one_spare() and big.released and not small.released  # the largest first
     assert server._drop_one_spare() and small.released
     assert not server._drop_one_spare()
