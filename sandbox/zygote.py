@@ -64,7 +64,9 @@ LATE_ENV = frozenset(
 # is imported by the worker that needs it. The modules a command runs are imported for their
 # imports, then dropped from sys.modules, so ``python -m`` semantics (a fresh ``__main__``) hold.
 _BASE = ("numpy", "torch")
-_TRITON = ("triton", "triton.language", "triton.compiler")
+# triton.experimental.gluon: Triton 3.6 imports it inside a kernel's first call (its argument specialization): 40 ms of
+# a cached 19_ReLU kernel's 50 ms first call on the H100, in a worker that found the rest ahead (bench/triton_first_call.py).
+_TRITON = ("triton", "triton.language", "triton.compiler", "triton.experimental.gluon")
 _CPP = ("torch.utils.cpp_extension",)
 _CANDIDATE = ("kernelfix.tools.workers.candidate.server",)
 PRELOADS: dict[str, tuple[str, ...]] = {

@@ -218,7 +218,7 @@ def release(ctx: StageContext, run: CandidateRun, owner: str, slots: list, outs:
     candidate = threading.Thread(target=run.release, args=(slots, outs), kwargs={"final": final or empty}, name="release-candidate", daemon=True)
     candidate.start()  # run.release never raises: a worker that is gone holds nothing
     try:
-        ctx.ref.release(slots, outs, owner=owner, keep=not final)
+        ctx.ref.release(slots, outs, owner=owner, keep=not (final or empty))
     finally:
         candidate.join()
 
