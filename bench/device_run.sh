@@ -49,6 +49,10 @@ for step in "$@"; do
       python3 -P bench/judge_throughput.py --sanitize off --rounds ${THROUGHPUT_ROUNDS:-1} --label reward --out "$OUT/throughput_reward.json" 2>&1 | tee "$OUT/throughput_reward.log" ;;
     throughput-old) # issue 33: the landed code (old-install) on the same bench, for the ratio
       PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/judge_throughput.py --label landed --out "$OUT/throughput_old.json" 2>&1 | tee "$OUT/throughput_old.log" ;;
+    throughput-reward-old) # the landed code (old-install first: .oldkf) on the bench as a reward loop judges, one round: the cold round's ratio
+      PYTHONPATH=/tmp/oldkf:/tmp/site python3 -P bench/judge_throughput.py --sanitize off --label landed-reward --out "$OUT/throughput_reward_old.json" 2>&1 | tee "$OUT/throughput_reward_old.log" ;;
+    throughput-reward-again) # throughput-reward's cold round once more, after another step (the machine's state)
+      python3 -P bench/judge_throughput.py --sanitize off --label reward-again --out "$OUT/throughput_reward_again.json" 2>&1 | tee "$OUT/throughput_reward_again.log" ;;
     load-noise) python3 -P bench/load_noise.py --out "$OUT/load_noise.json" ${NOISE_ARGS:-} 2>&1 | tee "$OUT/load_noise.log" ;;
     gpu-lease) python3 -P -m pytest -m gpu -q -rfE -p no:cacheprovider -o addopts="" --timeout 300 tests/test_gpu_lease.py 2>&1 | tee "$OUT/gpu_lease.log" | tail -5 ;;
     baseline:*) [ -f .kb/baseline.json ] && cp .kb/baseline.json "$OUT/baseline.json"  # an earlier call's rows, carried back in: resume

@@ -105,6 +105,51 @@ def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None
     return os.path.join(cache, BYTECODE_CACHE)
 
 
+def _warm_late(late: Sequence[str], prefix: str | None, sock_fd: int) -> int | None:
+    """Write the bytecode of what this kind's workers import later (zygote.LATE_IMPORTS) into the judge's folder, from
+    a child of this fork server, once: where the folder is in use and some of it is missing there. The child only
+    imports (the judge's own code and the install's, before any candidate), at a low priority, and exits; its pid, for
+    the loop to reap. Its imports are its own: nothing forked later inherits them, only reads their bytecode."""
+    if prefix is None or not late or all(_has_bytecode(name) for name in late):
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        return None  # the workers import from source, as before
+    if pid != 0:
+        return pid
+    try:
+        from kernelfix.sandbox import linux
+
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.close(sock_fd)  # the judge's side sees EOF when this fork server ends, not when this child does
+        os.nice(10)
+        sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+        for name in late:
+            try:
+                __import__(name)
+            except Exception:
+                pass
+    finally:
+        os._exit(0)
+
+
+def _has_bytecode(name: str) -> bool:
+    """Whether ``name``'s bytecode is where this process reads it (``sys.pycache_prefix``), found without importing it."""
+    import importlib.util
+
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level package: found, not run
+    except (ImportError, ValueError):
+        return True  # not installed: nothing to write
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return True
+    base = os.path.join(os.path.dirname(spec.origin), *rest)
+    source = base + ".py" if os.path.exists(base + ".py") else os.path.join(base, "__init__.py")
+    return not os.path.exists(source) or os.path.exists(importlib.util.cache_from_source(source))
+
+
 def _origin(names: Sequence[str]) -> str | None:
     import importlib.util
 
@@ -120,7 +165,7 @@ def _origin(names: Sequence[str]) -> str | None:
 
 def serve(
     fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str] = (), skip: Sequence[str] = (),
-    write_bytecode: bool = True,
+    write_bytecode: bool = True, late: Sequence[str] = (),
 ) -> None:
     """The zygote's main loop: import, say so, then fork on request until the judge goes away.
 
@@ -161,8 +206,10 @@ def serve(
         seconds[name] = round(time.monotonic() - t1, 3)
         if name != "torch" and _fork_poisoned():
             sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode)])
-    sys.dont_write_bytecode, sys.pycache_prefix = no_bytecode, own_prefix  # a worker imports as it always has
+            os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode, late)])
+    # A worker writes no bytecode, as it never has; where this fork server keeps its bytecode in the judge's folder, a
+    # worker reads what it imports later from there too (the reference's dynamo and inductor: ``_warm_late``).
+    sys.dont_write_bytecode, sys.pycache_prefix = no_bytecode, (prefix if prefix is not None else own_prefix)
     if _fork_poisoned():  # torch itself: nothing forked from here could use CUDA
         failed["torch"] = "importing torch made forked children refuse CUDA"
         sys.modules.pop("torch", None)
@@ -180,6 +227,7 @@ def serve(
                "failed": failed, "skipped": list(skip), "imports": seconds, "threads": len(os.listdir("/proc/self/task"))})
     if not ok:
         os._exit(0)
+    warming = _warm_late(late, prefix, sock.sock.fileno())
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)  # see _spawn's note on threads
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -216,6 +264,12 @@ def serve(
             except BlockingIOError:
                 pass
         report_exits()
+        if warming is not None:
+            try:
+                if os.waitpid(warming, os.WNOHANG)[0]:
+                    warming = None  # reaped: it was never a worker the judge knows of
+            except ChildProcessError:
+                warming = None
         if sock.sock not in readable:
             continue
         got = sock.recv()

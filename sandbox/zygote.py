@@ -89,6 +89,18 @@ PRELOADS: dict[str, tuple[str, ...]] = {
     "torch": (*_BASE, *_CANDIDATE),  # a candidate in plain torch (the judge will say which ops it may not use)
     "candidate": (*_BASE, *_CPP, *_TRITON, *_CANDIDATE),  # one not seen yet (started ahead) or using both
 }
+# What a kind's workers may import later, whose bytecode a fork server writes ahead where it keeps bytecode in the judge's
+# cache (fork_server._bytecode_prefix), from a child of its own, after it is ready: the reference's torch.compile
+# baseline imports dynamo and inductor, 8-10 s from source on the H100's install and 2.2-3.1 s from bytecode
+# (bench/baseline_compile_cold.py), once per task. Not preloaded: a cached baseline (most evaluations) never needs them.
+LATE_IMPORTS: dict[str, tuple[str, ...]] = {
+    "reference": (
+        "torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "torch._inductor.graph",
+        "torch._inductor.lowering", "torch._inductor.scheduler", "torch._inductor.select_algorithm",
+        "torch._inductor.codegen.simd", "torch._inductor.codegen.triton", "torch._inductor.runtime.triton_heuristics",
+        "triton", "triton.language", "triton.compiler",
+    ),
+}
 PRELOAD = tuple(dict.fromkeys(m for kind in PRELOADS.values() for m in kind))  # "all": any other command
 PRELOADS["all"] = PRELOAD
 RUN_MODULES = ("kernelfix.tools.workers.candidate.server", "kernelfix.tools.workers.reference.server")
@@ -138,7 +150,10 @@ class ForkedProcess:
 class Zygote:
     """One fork server, for one interpreter and one environment (outside ``LATE_ENV``)."""
 
-    def __init__(self, python: str, env: dict[str, str], import_path: Sequence[str], cwd: str, spawn, preload: Sequence[str] = PRELOAD) -> None:
+    def __init__(
+        self, python: str, env: dict[str, str], import_path: Sequence[str], cwd: str, spawn, preload: Sequence[str] = PRELOAD,
+        late: Sequence[str] = (),
+    ) -> None:
         self.python = python
         self.error: str | None = None
         self.ready = threading.Event()
@@ -151,7 +166,7 @@ class Zygote:
         self.t0 = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.set_inheritable(True)
-        boot = _boot(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=())
+        boot = _boot(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
         try:
             self.proc = spawn(
                 [python, "-c", boot], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -336,7 +351,7 @@ def for_env(python: str, env: dict[str, str], import_path: Sequence[str], spawn,
             base = {n: v for n, v in env.items() if n not in LATE_ENV}
             home = _zygote_home()
             base.update({"HOME": home, "TMPDIR": home})
-            z = _zygotes[k] = Zygote(python, base, import_path, home, spawn, PRELOADS.get(kind, PRELOAD))
+            z = _zygotes[k] = Zygote(python, base, import_path, home, spawn, PRELOADS.get(kind, PRELOAD), LATE_IMPORTS.get(kind, ()))
         return z
 
 
@@ -368,13 +383,13 @@ def shutdown() -> None:
 
 def _boot(
     fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str], skip: Sequence[str],
-    write_bytecode: bool | None = None,
+    write_bytecode: bool | None = None, late: Sequence[str] = (),
 ) -> str:
     """The ``python -c`` program of a zygote. ``write_bytecode``: as the judge's own process would
-    (its user's PYTHONDONTWRITEBYTECODE holds; the workers' environment always sets it)."""
+    (its user's PYTHONDONTWRITEBYTECODE holds; the workers' environment always sets it). ``late``: LATE_IMPORTS."""
     if write_bytecode is None:
         write_bytecode = not sys.dont_write_bytecode
     return (
         f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.fork_server import serve; "
-        f"serve({fd}, {parent_pid}, {list(preload)!r}, {list(run_modules)!r}, {list(import_path)!r}, {list(skip)!r}, {write_bytecode!r})"
+        f"serve({fd}, {parent_pid}, {list(preload)!r}, {list(run_modules)!r}, {list(import_path)!r}, {list(skip)!r}, {write_bytecode!r}, {list(late)!r})"
     )

@@ -6,6 +6,7 @@ library is loaded. Pure functions and one in-process call: no worker starts here
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -98,3 +99,32 @@ def test_the_fork_servers_bytecode_goes_to_the_judges_cache_where_the_install_ta
     assert "kf_bytecode_probe" in z.info.get("imports", {})
     assert list((cache / "bytecode").rglob("kf_bytecode_probe.*.pyc")), sorted(map(str, cache.rglob("*")))
     assert not (lib / "__pycache__").exists()
+
+
+def test_what_a_kinds_workers_import_later_is_compiled_ahead_once(tmp_path, monkeypatch):
+    """A fork server that keeps its bytecode in the judge's folder writes there, from a child of its own, the bytecode of
+    what its workers import later (zygote.LATE_IMPORTS: the reference's dynamo and inductor, 8-10 s from source on the
+    H100's install), and its workers read it; once written, no child is started again."""
+    import socket
+
+    prefix = tmp_path / "bytecode"
+    lib = tmp_path / "lib"
+    (lib / "kf_late_pkg").mkdir(parents=True)
+    (lib / "kf_late_pkg" / "__init__.py").write_text("")
+    (lib / "kf_late_pkg" / "heavy.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))  # as the fork server leaves it for its workers
+    late = ["kf_late_pkg.heavy", "kf_not_installed_anywhere"]
+    assert not fork_server._has_bytecode("kf_late_pkg.heavy") and fork_server._has_bytecode("kf_not_installed_anywhere")
+    assert fork_server._warm_late(late, None, -1) is None  # no folder of the judge's: nothing to do
+    a, b = socket.socketpair()
+    with a, b:
+        pid = fork_server._warm_late(late, str(prefix), b.fileno())
+        assert pid is not None
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert list(prefix.rglob("heavy.*.pyc")) and list(prefix.rglob("__init__.*.pyc"))
+    assert not (lib / "kf_late_pkg" / "__pycache__").exists()  # nothing beside the sources
+    assert fork_server._has_bytecode("kf_late_pkg.heavy")
+    assert fork_server._warm_late(late, str(prefix), -1) is None  # all there: no child
+    assert "kf_late_pkg.heavy" not in sys.modules  # the child's imports were its own
