@@ -237,7 +237,8 @@ class SessionDir:
         for lock in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock"), *git_dir.glob(f"{_BRANCH_INDEX}*")]:
             log.info("removing %s, left by a kernelfix process that was killed mid-commit", lock)
             lock.unlink(missing_ok=True)
-        for d in [self.path, *self.path.glob("turns/*")]:
+        work = self.path / "work"  # the judge's own files (a worker's spec written as the kill landed)
+        for d in [self.path, *self.path.glob("turns/*"), *(p for p in work.rglob("*") if p.is_dir() and not p.is_symlink())]:
             atomic.remove_stale_temps(d, older_than_s=0)
 
     def unlock(self) -> None:

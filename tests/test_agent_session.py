@@ -208,3 +208,20 @@ def test_controls_are_thread_safe_and_rearm_for_a_new_run():
     assert c.stop_requested and c.accept_requested
     c.rearm()
     assert not c.stop_requested and not c.accept_requested
+
+
+def test_opening_a_session_clears_what_a_killed_judge_left_in_its_work_tree(tmp_path, cpu_judge):
+    """A kill that lands while the judge writes a worker's spec (work/reference/) leaves a hidden temp file there; the
+    crash test met one after a resume (the session root and turns/ were cleared, not work/). Taking the lock clears it;
+    what is not a temp file stays."""
+    s = replay_session(tmp_path, [NO_CODE], cpu_judge, max_turns=1)
+    ref = s.store.path / "work" / "reference"
+    ref.mkdir(parents=True, exist_ok=True)
+    stale = ref / ".reference.spec.json.626cb012.kftmp"
+    stale.write_text("{")
+    kept = ref / "reference.spec.json"
+    kept.write_text("{}")
+    other = SessionDir.open(s.store.path)
+    other.lock()
+    other.unlock()
+    assert not stale.exists() and kept.exists()
