@@ -157,5 +157,5 @@ def test_the_references_torch_compile_runs_in_one_thread_unless_configured(monke
     assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and inductor_config.compile_threads == 1
     monkeypatch.setattr(inductor_config, "compile_threads", 16)
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS")
-    runs._compile_threads(JudgeConfig(reference_compile_threads=None).reference_compile_threads)  # inductor's own choice
+    runs._compile_threads(JudgeConfig(reference_compile_threads=0).reference_compile_threads)  # inductor's own choice
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ and inductor_config.compile_threads == 16

@@ -158,8 +158,8 @@ class JudgeConfig(BaseModel):
     reference_compile_timeout_s: float = Field(
         600.0, gt=0, description="torch.compile's first call on the reference; past it the worker is ended and eager alone is timed, with a note"
     )
-    reference_compile_threads: int | None = Field(
-        1, ge=1, description="inductor's compile threads for the reference's torch.compile; None: inductor's pool, a process per core"
+    reference_compile_threads: int = Field(
+        1, ge=0, description="inductor's compile threads for the reference's torch.compile; 0: inductor's own choice (a process per core)"
     )
     memory_limit_gb: float | None = Field(None, description="host memory cap per child; None: 3/4 of RAM, at most 64")
     max_processes: int = Field(4096, ge=16, description="processes and threads alive at once per child (pids cgroup)")

@@ -160,7 +160,7 @@ def _compile_threads(n: int | None) -> None:
     Its default, a pool of one subprocess per core (16 on the H100's host), starts interpreters that each import
     torch before compiling anything: on the H100 a cold GELU baseline's process took 27.2 s to 18.6 s in one thread,
     its first compiled call no slower (bench/baseline_compile_cold.py), and in a batch every task's pool competed
-    with the other judges for the cores. None: inductor's own choice."""
+    with the other judges for the cores. 0 or None: inductor's own choice."""
     if not n:
         return
     import os
