@@ -98,7 +98,7 @@ LATE_IMPORTS: dict[str, tuple[str, ...]] = {
         "torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "torch._inductor.graph",
         "torch._inductor.lowering", "torch._inductor.scheduler", "torch._inductor.select_algorithm",
         "torch._inductor.codegen.simd", "torch._inductor.codegen.triton", "torch._inductor.runtime.triton_heuristics",
-        "triton", "triton.language", "triton.compiler",
+        *_TRITON,  # the compiled baseline's kernels are Triton's (its first call imports gluon too)
     ),
 }
 PRELOAD = tuple(dict.fromkeys(m for kind in PRELOADS.values() for m in kind))  # "all": any other command

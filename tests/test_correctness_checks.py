@@ -197,3 +197,15 @@ def test_fp16_inside_fp32_fails_when_configured(judges):
     bad = [t for t in v.correctness.trials if not t.ok]
     assert bad and bad[0].category == Category.PRECISION
     assert f"trial {bad[0].trial}" in v.feedback and "float64" in v.feedback
+
+
+def test_each_trial_run_knows_the_one_after_it_whatever_runs_are_skipped():
+    """Before a trial whose float64 truth is computed, the run before it empties the candidate's allocator: the next
+    run is looked up by (trial, in-place rerun), so a rerun that does not happen shifts nothing after it."""
+    from kernelfix.tools.stages.correctness import _after
+    from kernelfix.tools.transport.protocol import TrialPlan
+
+    own = [TrialPlan(index=i, seed=i, purpose="correctness", float64=i == 0) for i in range(4)]
+    varied = [TrialPlan(index=5 + k, seed=9, purpose="varied", variant=v, variant_of=k, float64=True) for k, v in enumerate(["scaled", "shifted"])]
+    after = {k: t.index for k, t in _after([*own, TrialPlan(index=4, seed=4, purpose="fresh"), *varied]).items()}
+    assert after == {(0, False): 1, (1, False): 1, (1, True): 2, (2, False): 3, (3, False): 5, (5, False): 6}

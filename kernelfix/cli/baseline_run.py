@@ -31,6 +31,7 @@ from kernelfix import atomic
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.task import Task, TaskError
+from kernelfix.tools.timing.baselines import timing_settings
 from kernelfix.tools.verdict import Category, TimingStats
 
 Status = Literal["ok", "task_error", "infra", "no_backward"]  # no_backward: --backward on a task with nothing to differentiate
@@ -103,9 +104,9 @@ def _order(p: Path) -> tuple[int, str]:
 
 
 def settings(config: JudgeConfig) -> dict:
-    return {"timing_runs": config.timing_runs, "timing_settle_s": config.timing_settle_s, "timing_precision": config.timing_precision, "warmup_ms": config.warmup_ms, "flush_l2": config.flush_l2,
-            "time_torch_compile": config.time_torch_compile, "inputs_on_device": config.inputs_on_device, "seed": config.seed} | (
-                {"backward": True} if config.backward else {})
+    """What a report's rows were measured under: the judge's timing settings (as its baselines' cache key has them)
+    and how the inputs are drawn."""
+    return timing_settings(config) | {"inputs_on_device": config.inputs_on_device, "seed": config.seed}
 
 
 class _MemoryGate:

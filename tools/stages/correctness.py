@@ -87,13 +87,9 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
     stale: str | None = None
     held: list[int] = []
     done = 0
-    order = _order(ref.trials)  # the trials one() is called with, in turn: what comes after each
-    calls = 0
+    after = _after(ref.trials)  # each run's next trial, by (trial, in-place rerun)
 
     def one(t: TrialPlan, into: int | None = None) -> TrialReport | None:
-        nonlocal calls
-        calls += 1
-        after = order[calls] if calls < len(order) else None
         # Each trial holds the GPU shared, beside other judges' trials; a timed run waits at most one trial.
         with shared_hold(ctx, ev, "correctness"):
             with _clock(ev, "correctness.prepare"):
@@ -115,7 +111,8 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
             with _clock(ev, "correctness.release"):  # both workers give the trial's arenas back (side by side)
                 # Before a trial whose float64 truth is computed, the candidate's allocator empties: that memory
                 # decides whether the check fits (float64.py), as it did when every trial emptied it.
-                release(ctx, run, ev.id, [] if keep or into is not None else [p.slot], [p.out], empty=after is not None and after.float64)
+                nxt = after.get((t.index, into is not None))
+                release(ctx, run, ev.id, [] if keep or into is not None else [p.slot], [p.out], empty=nxt is not None and nxt.float64)
         if checked.mutated:
             report.input_mutated = True
             report.mutated_inputs = sorted(set(report.mutated_inputs) | set(checked.mutated))
@@ -195,14 +192,16 @@ def _clock(ev: Evaluation, key: str) -> Iterator[None]:
         ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + time.monotonic() - t0, 3)
 
 
-def _order(trials: list[TrialPlan]) -> list[TrialPlan]:
-    """The trials ``_trials`` runs, in its order: each set's own trials (the second one twice: its in-place rerun
-    follows it), then the varied."""
-    out: list[TrialPlan] = []
+def _after(trials: list[TrialPlan]) -> dict[tuple[int, bool], TrialPlan]:
+    """The trial ``_trials`` runs after each run, keyed by (trial index, whether the run is the in-place rerun): each
+    set's own trials, the second one's in-place rerun right after it, then the varied. Keyed, not counted: a run
+    that does not happen (no in-place rerun without a first slot) shifts nothing after it."""
+    runs: list[tuple[int, bool, TrialPlan]] = []
     for s in input_sets.sets_of(trials):
         own = [t for t in trials if t.purpose == "correctness" and t.input_set == s]
-        out += own[:2] + own[1:2] + own[2:]
-    return out + [t for t in trials if t.purpose == "varied"]
+        runs += [(t.index, False, t) for t in own[:2]] + [(t.index, True, t) for t in own[1:2]] + [(t.index, False, t) for t in own[2:]]
+    runs += [(t.index, False, t) for t in trials if t.purpose == "varied"]
+    return {(i, inplace): nxt for (i, inplace, _), (_, _, nxt) in zip(runs, runs[1:])}
 
 
 def release(ctx: StageContext, run: CandidateRun, owner: str, slots: list, outs: list, *, final: bool = False, empty: bool = False) -> None:
