@@ -99,7 +99,7 @@ def row_detail(r) -> str:
     if r.peak_bytes:
         bits.append(f"memory peak {r.peak_bytes / 2**30:.3g} GiB" + (f" ({r.trial_peak_bytes / 2**30:.3g} GiB for one trial)" if r.trial_peak_bytes else ""))
     if r.draw:
-        bits.append(f"inputs drawn {r.draw}")
+        bits.append(f"inputs {r.draw}")
     bits.append("timings from the baseline cache" if r.baseline_cached else "timed now")
     return "; ".join(bits)
 

@@ -105,11 +105,12 @@ def cmd_capture(args: argparse.Namespace) -> int:
     elif args.verbosity < 0:
         print(next((f for f in result.files if f.name == result.manifest.task), result.manifest.task))
     else:
-        print(capture_text(result.manifest, result.files))
-        if args.verbosity > 0:
+        lines = capture_text(result.manifest, result.files).splitlines()
+        if args.verbosity > 0:  # where it came from, before the last line (what to run next)
             m = result.manifest
-            print(f"  from    python {' '.join([m.script, *m.script_args])} (torch {m.torch_version}, grad {'on' if m.grad_enabled else 'off'})")
-            print(f"  weights {m.weights} sha256 {m.weights_sha256}")
+            lines[-1:-1] = [f"  from    python {' '.join([m.script, *m.script_args])} (torch {m.torch_version}, grad {'on' if m.grad_enabled else 'off'})",
+                            f"  weights {m.weights} sha256 {m.weights_sha256}"]
+        print("\n".join(lines))
     return EXIT_OK
 
 

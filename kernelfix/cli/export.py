@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
         from kernelfix.settings_errors import problems
 
         flags = {"min_speedup_gain": "--min-speedup-gain", "per_task": "--per-task", "leakage_threshold": "--leakage-threshold"}
+        zero = {"--min-speedup-gain": " (or 0: off)", "--per-task": " (or 0: every session)"}  # 0 turns these filters off
         lines = problems(e, ExportOptions, lambda loc: flags.get(str(loc[-1]), ".".join(map(str, loc))), assign=" ")
-        raise UsageError("; ".join(lines)) from None
+        raise UsageError("; ".join(x + zero.get(x.split(" ")[0], "") for x in lines)) from None
     try:
         a = export(args.sessions, out, opts)
     except (ExportError, OSError) as e:
