@@ -1,7 +1,9 @@
 """Headless reporting: one line per finished turn, then a summary (rich).
 
-On a terminal a status line on stderr shows the turn and stage in progress;
-piped output gets only the turn lines and the summary.
+On a terminal a status line on stderr shows the turn and stage in progress, and lines wrap between
+words at the terminal's width; piped output gets only the turn lines and the summary, each line whole
+(kernelfix.terminal). ``verbosity`` -1 (-q): the summary alone; 1 (-v): under each turn line, the
+verdict's message whole and the judge's stage times.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from kernelfix.agent.events import (
     TurnStarted,
 )
 from kernelfix.agent.state import RoundRecord, Turn
+from kernelfix.terminal import clip
+from kernelfix.terminal import console as _console
+
+MESSAGE_CHARS = 100  # of a failed turn's message on its line (cut between words; -v prints it whole)
 
 
 def _num(x: float | int | None, fmt: str) -> str:
@@ -51,7 +57,7 @@ def turn_line(turn: Turn, *, best_turn: int | None, tree: bool = False) -> Text:
     elif ok:
         line.append(" not timed", style="dim")
     elif v.message:
-        line.append(" " + v.message.splitlines()[0][:90])
+        line.append(" " + clip(v.message, MESSAGE_CHARS))
     u = turn.usage
     stats = f"  [judge {_num(turn.judge_s, '.1f')}s"
     if turn.source == "model":
@@ -62,6 +68,15 @@ def turn_line(turn: Turn, *, best_turn: int | None, tree: bool = False) -> Text:
     if best_turn == turn.index:
         line.append("  best", style="bold green")
     return line
+
+
+def turn_detail(turn: Turn) -> Text:
+    """-v: under a turn's line, its verdict's message whole and where the judge's time went."""
+    v = turn.verdict
+    lines = [Text(f"    {v.message}")] if v.message else []
+    if v.stage_seconds:
+        lines.append(Text("    stages: " + ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()), style="dim"))
+    return Text("\n").join(lines)
 
 
 def round_line(r: RoundRecord) -> Text:
@@ -101,9 +116,11 @@ def summary(ended: SessionEnded, turns_seen: list[Turn]) -> Table:
 class HeadlessReporter:
     """An event sink that prints turn lines and the summary."""
 
-    def __init__(self, console: Console | None = None, status_console: Console | None = None):
-        self.out = console or Console(highlight=False)
-        self.err = status_console or Console(stderr=True, highlight=False)
+    def __init__(self, console: Console | None = None, status_console: Console | None = None, *, verbosity: int = 0):
+        self.verbosity = verbosity
+        self.out = console or _console(highlight=False, quiet=verbosity < 0)
+        self.err = status_console or _console(stderr=True, highlight=False, quiet=verbosity < 0)
+        self.summary_out = console or _console(highlight=False)
         self.turns: list[Turn] = []
         self._status = None
         self._turn: int | None = None
@@ -128,7 +145,7 @@ class HeadlessReporter:
             what = f"resumed with {e.turns_done} judged turns" if e.resumed else "new session"
             self._tree = e.width > 1
             width = f", width {e.width}" if self._tree else ""
-            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}{width}: {what} in {e.session_dir}"), soft_wrap=True)
+            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}{width}: {what} in {e.session_dir}"))
         elif isinstance(e, RoundStarted):
             self._tree = True
             parents = sorted({s.parent for s in e.slots if s.parent is not None})
@@ -136,10 +153,10 @@ class HeadlessReporter:
             self._set_status(f"round {e.round}: drawing {len(e.slots)} candidates {start} ...")
         elif isinstance(e, RoundJudged):
             self._clear_status()
-            self.out.print(round_line(e.record), soft_wrap=True)
+            self.out.print(round_line(e.record))
         elif isinstance(e, Notice):
             self._clear_status()
-            self.out.print(Text.assemble(("note: ", "yellow"), e.text), soft_wrap=True)
+            self.out.print(Text.assemble(("note: ", "yellow"), e.text))
         elif isinstance(e, TurnStarted):
             self._turn = e.turn
             self._set_status(f"turn {e.turn}: {'waiting for the model' if e.source == 'model' else 'judging the ' + e.source + ' candidate'} ...")
@@ -150,11 +167,14 @@ class HeadlessReporter:
             self._set_status(f"{where}: {e.event.stage} {e.event.status} {e.event.detail}".rstrip() + " ...")
         elif isinstance(e, ModelRetry):
             self._clear_status()
-            self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"), soft_wrap=True)
+            self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"))
         elif isinstance(e, TurnJudged):
             self._clear_status()
             self.turns.append(e.turn)
-            self.out.print(turn_line(e.turn, best_turn=e.best_turn, tree=self._tree), soft_wrap=True)
+            self.out.print(turn_line(e.turn, best_turn=e.best_turn, tree=self._tree))
+            detail = turn_detail(e.turn) if self.verbosity > 0 else None
+            if detail:
+                self.out.print(detail)
         elif isinstance(e, SessionEnded):
             self._clear_status()
-            self.out.print(summary(e, self.turns))
+            self.summary_out.print(summary(e, self.turns))

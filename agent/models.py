@@ -137,7 +137,12 @@ class ReplayModel(ChatModel):
             try:
                 self.lines.append(ReplayLine.model_validate(json.loads(raw)))
             except (ValueError, ValidationError) as e:
-                first = str(e).splitlines()[0]
+                if isinstance(e, ValidationError):
+                    from kernelfix.settings_errors import problems
+
+                    first = problems(e, ReplayLine, lambda loc: f'"{loc[0]}"' if loc else "the line", assign=": ")[0]
+                else:
+                    first = str(e).splitlines()[0]
                 raise ValueError(
                     f'{self.path} line {n}: expected a JSON object {{"content": "...", "reasoning_content": "..."}}: {first}'
                 ) from None

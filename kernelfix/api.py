@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -34,58 +32,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelfix.tools import candidate as candidate_mod
+from kernelfix.sources import (
+    FILENAME, CandidateKind, candidate_source, looks_like_path, path_hint, task_from_text, task_name, task_source, text_kind,
+    text_task_words,
+)
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.evaluation import EventSink
 from kernelfix.tools.judge import Judge as Engine
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import Verdict
 
-__all__ = ["CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source", "judge_config", "task_from_text", "task_source", "text_kind"]
+__all__ = [
+    "CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source", "judge_config", "looks_like_path", "task_from_text", "task_name",
+    "task_source", "text_kind",
+]
 
-CandidateKind = Literal["auto", "code", "reply"]
 log = logging.getLogger(__name__)
 STANDBY_WAIT_S = 0.25  # how long a call waits for a standby worker still being started
-# What a file's or a text's name tells the extractor: a .py is code, anything else a model's reply.
-_FILENAME = {"code": "candidate.py", "reply": "reply.md"}
-_PATH_SUFFIXES = (".py", ".md", ".txt")
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-
-
-def candidate_source(candidate: str | os.PathLike[str], kind: CandidateKind = "auto") -> tuple[str, str]:
-    """(text, filename) of a candidate given as a path or as text; the filename tells the extractor
-    whether it is code (``.py``) or a model's reply (``.md``: its last complete ```python block).
-
-    A ``Path`` is read. A ``str`` is text, except with ``kind="auto"`` a single line naming an
-    existing file, which is read (a single line ending in .py/.md/.txt that names no file is an
-    error, not a candidate). ``kind="auto"`` text is a reply when it holds a complete fenced
-    block, else code. Raises OSError / UnicodeDecodeError for an unreadable file."""
-    if isinstance(candidate, os.PathLike) or (kind == "auto" and _names_file(candidate)):
-        path = Path(candidate)
-        return path.read_text(encoding="utf-8"), _FILENAME.get(kind, path.name)
-    if not isinstance(candidate, str):
-        raise TypeError(f"a candidate is source text or a path, not {type(candidate).__name__}")
-    if kind == "auto":
-        if "\n" not in candidate and candidate.strip().endswith(_PATH_SUFFIXES):
-            raise FileNotFoundError(f"candidate file not found: {candidate} (pass an existing path, or the source text itself)")
-        kind = text_kind(candidate)
-    return candidate, _FILENAME[kind]
-
-
-def text_kind(text: str) -> Literal["code", "reply"]:
-    """What candidate text is: a model's reply when it holds a complete fenced block, else code."""
-    return "reply" if candidate_mod.code_blocks(text) else "code"
-
-
-def _names_file(text: object) -> bool:
-    return isinstance(text, str) and "\n" not in text and len(text) < 4096 and os.path.isfile(text)
-
-
-def task_source(task: str | os.PathLike[str]) -> str:
-    """A task's source text: a path is read, text (a ``str`` with a line break) is itself."""
-    if isinstance(task, str) and "\n" in task:
-        return task
-    return Task.load(task).source  # TaskError when missing, unreadable or not a task
 
 
 def judge_config(config: JudgeConfig | Mapping[str, Any] | None = None, **overrides: Any) -> JudgeConfig:
@@ -133,6 +96,8 @@ class Judge:
         self.keep_files = keep_files
         self._own_root = workdir is None
         root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="kernelfix-judge-"))
+        # A task given as text: its errors are said of the text, not of the file it was written to here.
+        self._text_name: str | None = (name or "") if isinstance(task, str) and "\n" in task else None
         try:
             self.engine = Engine(_as_task(task, name, root), cfg, workdir=root, gpu=gpu)
         except BaseException:
@@ -182,7 +147,7 @@ class Judge:
     def warm(self) -> None:
         """Start the task's reference now and wait until it is ready (the first ``evaluate`` does this
         itself, overlapped with the candidate's build). Raises ``TaskError`` when the task does not run."""
-        with self._use():
+        with self._use(), self._task_words():
             self.engine.reference()
             self._start_ahead()
 
@@ -208,7 +173,21 @@ class Judge:
         ``on_retry(tries, pause_s, verdict)`` each retry, both in the calling thread.
         Raises ``TaskError`` when the task does not import or run (never the candidate's fault)."""
         source, filename = candidate_source(candidate, kind)
-        with self._use():
+        return self._judge(source, filename, profile=profile, sanitize=sanitize, retries=retries, on_event=on_event, on_retry=on_retry)
+
+    def evaluate_text(self, text: str, *, kind: CandidateKind = "auto", **options: Any) -> Verdict:
+        """``evaluate`` for text that is never read as a path, whatever it looks like: what a server or a reward
+        passes (a model's output naming a file on this machine is judged as the text it is; a verdict on text that
+        looks like a path says so). ``kind``: "code", "reply", or "auto" (a reply when it holds a complete fenced block)."""
+        if not isinstance(text, str):
+            raise TypeError(f"evaluate_text takes source text, not {type(text).__name__}")
+        return self._judge(text, FILENAME[text_kind(text) if kind == "auto" else kind], **options)
+
+    def _judge(
+        self, source: str, filename: str, *, profile: bool | None = None, sanitize: bool | None = None, retries: bool = True,
+        on_event: EventSink | None = None, on_retry: Callable[[int, float, Verdict], None] | None = None,
+    ) -> Verdict:
+        with self._use(), self._task_words():
             with self._lock:
                 # The worker started after the last verdict is usually registered within milliseconds; a fork server
                 # still importing takes seconds, and a worker of the call's own is then sooner.
@@ -230,7 +209,7 @@ class Judge:
             self._start_ahead_later()  # counted in flight: close() waits for it, so no worker starts after close
         if not self.keep_files:
             v.logs_dir = None  # removed once its worker has ended (``_drop_workdir``)
-        return v
+        return path_hint(v, source)
 
     async def aevaluate(self, candidate: str | os.PathLike[str], **options: Any) -> Verdict:
         """``evaluate`` in a worker thread: the event loop goes on meanwhile. Cancelling the awaiting
@@ -303,6 +282,16 @@ class Judge:
     # ------------------------------------------------------------------ lifetime
 
     @contextlib.contextmanager
+    def _task_words(self):
+        """A TaskError about a task given as text, said of the text (``text_task_words``)."""
+        try:
+            yield
+        except TaskError as e:
+            if self._text_name is None:
+                raise
+            raise TaskError(text_task_words(str(e), self.task.path, self._text_name or None)) from None
+
+    @contextlib.contextmanager
     def _use(self):
         """One call under way: ``close`` waits for it; a closed judge refuses it."""
         with self._lock:
@@ -357,20 +346,3 @@ def _as_task(task: Task | str | os.PathLike[str], name: str | None, root: Path) 
             raise ValueError("name= is for a task given as source text; a task file is named by its file")
         return Task.load(task)
     raise TypeError(f"a task is a path, a Task or source text, not {type(task).__name__}")
-
-
-def task_name(text: str, name: str | None = None) -> str:
-    """The name a task given as text goes by: ``name``, checked, or ``task_<sha1 prefix>``."""
-    name = name or f"task_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
-    if not _NAME.fullmatch(name):
-        raise ValueError(f"task name {name!r}: letters, digits, _ . - only, at most 64, not starting with . or -")
-    return name
-
-
-def task_from_text(text: str, name: str | None, directory: Path) -> Task:
-    """A Task from source text, always text (a server never reads a path a client sent): written to
-    ``directory/<name>.py``, then checked as a task file is (TaskError)."""
-    path = directory / f"{task_name(text, name)}.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return Task.load(path)

@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelfix.agent.agent_config import AgentConfig
+from kernelfix.settings_errors import problems, toml_name
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tune.tune_config import TuneConfig
 
@@ -76,4 +77,6 @@ def load_config(path: str | Path | None = None) -> KernelfixConfig:
     try:
         return KernelfixConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(f"invalid config in {source}:\n{e}") from None
+        prefix = ("tool", "kernelfix") if source.name == "pyproject.toml" else ()
+        lines = problems(e, KernelfixConfig, lambda loc: toml_name((*prefix, *loc)))
+        raise ConfigError(f"invalid config in {source}: " + (lines[0] if len(lines) == 1 else "".join(f"\n  {x}" for x in lines))) from None

@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.api import CandidateKind, Judge, task_from_text, task_name, text_kind
+from kernelfix.api import CandidateKind, Judge, task_from_text, task_name
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.verdict import Verdict
@@ -236,11 +236,12 @@ class JudgePool:
         try:
             judge = self._judge_for(entry, req, slot)
             # Always text: a request's candidate is never a path on this machine.
-            kind = req.kind if req.kind != "auto" else text_kind(req.candidate)
-            verdict = judge.evaluate(req.candidate, kind=kind, profile=req.profile, sanitize=req.sanitize)
+            verdict = judge.evaluate_text(req.candidate, kind=req.kind, profile=req.profile, sanitize=req.sanitize)
             return Outcome(verdict=verdict, gpu=slot.gpu, seconds=round(time.monotonic() - t0, 3))
-        except TaskError as e:  # the task's own fault, said without this machine's temporary paths
-            message = re.sub(re.escape(str(self.root)) + r"/\S*/", "", str(e))
+        except TaskError as e:  # the task's own fault, said of the text the client sent, without this machine's paths
+            written = re.escape(str(self.root)) + r"/\S*?/" + re.escape(task_name(req.task, req.task_name)) + r"\.py"
+            message = re.sub(written, repr(req.task_name) if req.task_name else "(sent as text)", str(e))
+            message = re.sub(re.escape(str(self.root)) + r"/\S*/", "", message)
             return Outcome(error=Failure(code="task_error", status=422, message=message), gpu=slot.gpu, seconds=round(time.monotonic() - t0, 3))
         except Exception as e:  # the judge's own bug or a broken machine: this request fails, the pool goes on
             log.exception("judging a request failed")

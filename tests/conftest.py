@@ -26,6 +26,7 @@ HAS_CUDA = torch.cuda.is_available()
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.
 GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
                  "test_api.py", "test_serve.py", "test_rewards.py",
+                 "test_terminal.py",  # its real evaluations run side by side once, in a module fixture
                  "test_fused_check.py")  # its cases run once, in one child process (Triton's interpreter)
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
 SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
@@ -48,6 +49,7 @@ LONGEST = {
     "test_profile_stage.py": 15,
     "relu_cpu_judge": 16,  # test_api.py and test_rewards.py
     "test_serve.py": 14,
+    "test_terminal.py": 14,
     "test_build.py::test_any_change_that_matters_misses_the_cache": 12,
 }
 

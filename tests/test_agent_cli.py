@@ -75,7 +75,7 @@ def test_headless_output_and_exit_code_when_nothing_is_found(tmp_path, capsys):
         (["optimize", str(TASK)], "no model"),
         (["optimize", str(TASK), "--model", "nosuchprovider/m"], "cannot route model"),
         (["optimize", str(TASK), "--model", "openai/gpt-4o-mini", "--api-key-env", "KERNELFIX_TEST_UNSET_KEY"], "KERNELFIX_TEST_UNSET_KEY"),
-        (["optimize", str(TASK), "--model", "replay:x.jsonl", "--max-turns", "0"], "max_turns"),
+        (["optimize", str(TASK), "--model", "replay:x.jsonl", "--max-turns", "0"], "--max-turns 0: must be at least 1"),
         (["optimize", str(TASK), "--model", "replay:x.jsonl", "--candidate", "/no/such/candidate.py"], "cannot read candidate"),
         (["resume", "."], "not a kernelfix session"),
     ],

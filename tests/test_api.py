@@ -58,10 +58,19 @@ def test_what_a_text_is_and_a_mistyped_path(judge):
     assert candidate_source(str(OK)) == (OK.read_text(), "triton_relu_ok.py")  # a str naming a file is read
     assert candidate_source("x = 1\n") == ("x = 1\n", "candidate.py")
     assert candidate_source("text\n```python\nx = 1\n```\n")[1] == "reply.md"
-    assert candidate_source("/etc/hostname", kind="code") == ("/etc/hostname", "candidate.py")  # told: text, never read
+    # A str naming an existing file is read whatever the kind says (the kind then says what the file holds).
+    assert candidate_source(str(OK), kind="code") == (OK.read_text(), "candidate.py")
+    assert candidate_source(str(OK), kind="reply") == (OK.read_text(), "reply.md")
     with pytest.raises(FileNotFoundError, match="candidate file not found"):
         judge.evaluate("no_such_candidate.py")
     assert judge.evaluate("a reply with no code at all", kind="reply").category.value == "format_error:no_code"
+    assert judge.evaluate(str(OK), kind="code").ok  # a str naming a file is read, kind or not
+    # Text that is never read (a server's, a reward's): judged as the text it is, and the verdict says it looks like a path.
+    v = judge.evaluate_text("examples/candidates/relu_triton.py", kind="code")
+    assert v.category.value == "format_error:no_model_new" and "'examples/candidates/relu_triton.py', which looks like a file path" in v.message
+    with pytest.raises(TaskError) as e:  # a task given as text is said of that text, not of a file the user never had
+        Judge("import torch\nx = 1\n", device="cpu")
+    assert str(e.value).startswith("task (sent as text) lacks Model") and ".py" not in str(e.value)
 
 
 def test_aevaluate_leaves_the_event_loop_free(judge):

@@ -1,6 +1,7 @@
 """`kernelfix eval` as a user runs it: exit codes, JSON, clear errors."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,8 +41,8 @@ def test_failing_verdict_exits_one_and_keeps_logs():
     out = kernelfix("eval", str(TASK), str(CANDS / "triton_wrong_values.py"), "--device", "cpu")
     assert out.returncode == 1
     assert "correctness_error:numerical" in out.stdout and "max abs error" in out.stdout
-    kept = [line for line in out.stderr.splitlines() if "kept in" in line]
-    assert kept and Path(kept[0].split("kept in ")[1].strip()).is_dir()
+    kept = re.search(r"files\s+(\S+) \(logs and build files\)", out.stdout)  # kept: the verdict is not ok
+    assert kept and Path(kept.group(1)).is_dir()
 
 
 def test_reply_file_is_accepted():

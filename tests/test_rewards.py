@@ -92,8 +92,8 @@ class Lent:
     def __init__(self, judge):
         self.judge, self.gpu = judge, judge.gpu
 
-    def evaluate(self, candidate, **options):
-        return self.judge.evaluate(candidate, **options)
+    def evaluate_text(self, candidate, **options):
+        return self.judge.evaluate_text(candidate, **options)
 
     def close(self) -> None:
         pass

@@ -34,7 +34,8 @@ uvicorn = pytest.importorskip("uvicorn")
 TASK = (CORPUS / "tasks" / "relu.py").read_text()
 BROKEN_TASK = (CORPUS / "tasks" / "broken_import.py").read_text()
 CANDS = CORPUS / "candidates"
-OK = (CANDS / "triton_relu_ok.py").read_text()
+OK_PATH = CANDS / "triton_relu_ok.py"
+OK = OK_PATH.read_text()
 TOKEN = "test-token-" + "x" * 24
 
 
@@ -103,15 +104,20 @@ def test_it_listens_on_loopback_unless_told_and_then_warns(served):
 
 
 def test_a_verdict_per_request_and_one_warm_judge_per_task(served):
-    from kernelfix.serve.client import JudgeClient
+    from kernelfix.serve.client import JudgeClient, ServeError
 
     r = served.http.post("/v1/evaluate", json=body(OK, task_name="relu"))
     assert r.status_code == 200, r.text
     v = Verdict.model_validate(r.json())
     assert v.ok and v.task == "relu" and v.logs_dir is None  # the server's files are not the client's
-    with JudgeClient(served.url, token=TOKEN) as client:  # paths read on the client's side, sent as text
-        again = client.evaluate(CORPUS / "tasks" / "relu.py", CANDS / "triton_wrong_values.py", task_name="relu")
-    assert again.category.value == "correctness_error:numerical"
+    with JudgeClient(served.url, token=TOKEN) as client:  # paths read on the client's side, sent as text, named by the file
+        again = client.evaluate(CORPUS / "tasks" / "relu.py", str(CANDS / "triton_wrong_values.py"), kind="code")
+        assert again.category.value == "correctness_error:numerical" and again.task == "relu"
+        # One request: no verdict is the call's error. A batch: each item its Outcome, a verdict or its own error.
+        with pytest.raises(ServeError, match="422 task_error: task 'broken_import': ModuleNotFoundError"):
+            client.evaluate(CORPUS / "tasks" / "broken_import.py", OK_PATH)
+        good, bad = client.evaluate_many([(CORPUS / "tasks" / "relu.py", OK_PATH), (CORPUS / "tasks" / "broken_import.py", OK_PATH)])
+        assert good.verdict.ok and good.error is None and bad.verdict is None and bad.error.code == "task_error"
     slot = served.http.get("/v1/health").json()["slots"][0]
     assert slot["judges"].count("relu") == 1  # the second request found the first's judge warm
 
@@ -123,6 +129,7 @@ def test_a_batch_answers_each_item_in_order(served):
     ok, syntax, broken = r.json()["results"]
     assert ok["verdict"]["category"] == "ok" and syntax["verdict"]["category"] == "compile_error:syntax"
     assert broken["error"]["code"] == "task_error" and broken["error"]["status"] == 422 and "this_module_does_not_exist" in broken["error"]["message"]
+    assert broken["error"]["message"].startswith("task (sent as text): ")  # no file the client never had
     too_many = served.http.post("/v1/batch", json={"items": [body("x")] * 9})
     assert too_many.status_code == 422 and too_many.json()["error"] == "batch_too_large"
 
@@ -151,7 +158,7 @@ def test_bad_input_is_a_clear_4xx_and_the_server_stays_up(served):
 
 def test_a_path_sent_as_a_task_or_candidate_is_text_never_read(served):
     r = served.http.post("/v1/evaluate", json=body("/etc/hostname"))
-    assert r.status_code == 200 and r.json()["category"] == "compile_error:syntax"
+    assert r.status_code == 200 and r.json()["category"] == "compile_error:syntax" and "which looks like a file path" in r.json()["message"]
     r = served.http.post("/v1/evaluate", json=body(OK, task="/etc/hostname"))
     assert r.status_code == 422 and "not valid Python" in r.json()["message"]
 
@@ -193,7 +200,7 @@ class HeldJudge:
         self.gpu, self.gate, self.closed = gpu, gate, False
         made.append(self)
 
-    def evaluate(self, candidate, **kw) -> Verdict:
+    def evaluate_text(self, candidate, **kw) -> Verdict:
         assert self.gate.wait(120)
         return Verdict(category="ok", task="held", device="cpu")
 
@@ -275,7 +282,7 @@ class RecordingJudge:
     def __init__(self, calls: list):
         self.gpu, self.calls = None, calls
 
-    def evaluate(self, candidate, **kw) -> Verdict:
+    def evaluate_text(self, candidate, **kw) -> Verdict:
         self.calls.append(kw)
         return Verdict(category="ok", task="recorded", device="cpu")
 

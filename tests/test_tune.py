@@ -219,11 +219,14 @@ def test_the_keep_rule_on_given_samples():
     slow = compare("compiled", before, [1.3 * b for b in before], 10, cfg)
     assert slow.speedup < 1 and not slow.faster
     kept, why = explain(fast, compare("compiled", before, [0.95 * b for b in before], 10, cfg), cfg)
-    assert kept and why.startswith("faster beyond the noise: 1.11x eager (p10 1.11x), 1.05x compiled")
+    assert kept and why == ("faster beyond the noise (p10 above 1x, median at least 1.01x): eager round-by-round speedup: median 1.111x, "
+                            "p10 1.111x; compiled round-by-round speedup: median 1.053x, p10 1.053x")
     kept, why = explain(fast, noisy.model_copy(update={"mode": "compiled"}), cfg)
-    assert not kept and why.startswith("not faster beyond the noise compiled (needs p10 above 1x and a median of at least 1.01x)")
+    assert not kept and why.startswith("not faster beyond the noise compiled (needs the round-by-round speedup's p10 above 1x and its "
+                                       "median at least 1.01x): ")
     kept, why = explain(fast, slow, cfg)
-    assert not kept and why.startswith("slower compiled")
+    assert not kept and why.startswith("slower compiled in most paired rounds (round-by-round speedup's median below 1x)")
+    assert "median 0.7692x" in why  # the statistic that decided, with the digits that show which side of 1x it is on
     from kernelfix.capture.schema import OutputCheck
 
     broken = fast.model_copy(update={"output": OutputCheck(ok=False, problem="the outputs differ in structure")})

@@ -116,9 +116,13 @@ def _manifest(path: Path, problems: list[str]) -> list[ManifestLine]:
             continue
         try:
             line = ManifestLine.model_validate(json.loads(raw))
-        except (ValueError, ValidationError) as e:
-            first = " ".join(str(e).split())[:300]
-            problems.append(f'{path} line {n}: expected {{"task": ..., "candidate"?, "target"?, "model"?, "replay"?, "width"?, "keep"?}}: {first}')
+        except ValidationError as e:  # in the user's words: the key, the value, what is allowed
+            from kernelfix.settings_errors import problems as said
+
+            problems += [f"{path} line {n}: {x}" for x in said(e, ManifestLine, lambda loc: f'"{loc[0]}"' if loc else "the line", assign=": ")]
+            continue
+        except ValueError as e:
+            problems.append(f'{path} line {n}: not a JSON object {{"task": ..., "candidate"?, "target"?, "model"?, "replay"?, "width"?, "keep"?}}: {e}')
             continue
         if line.model and line.replay:
             problems.append(f"{path} line {n}: give model or replay, not both")

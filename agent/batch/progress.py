@@ -47,8 +47,10 @@ def outcome_line(row: TaskOutcome) -> Text:
 
 
 class BatchProgress:
-    def __init__(self, total: int, console: Console | None = None):
+    def __init__(self, total: int, console: Console | None = None, *, verbose: bool = False):
+        """``verbose``: under each finished task's line, its session folder and its time."""
         self.console = console or Console(stderr=True, highlight=False)
+        self.verbose = verbose
         self.total = total
         self.done = self.correct = self.ran = 0
         self.running: list[str] = []
@@ -95,6 +97,9 @@ class BatchProgress:
         self.ran += result.run != "skipped"
         head = Text(f"[{self.done}/{self.total}] ", style="bold")
         self.console.print(head + outcome_line(row), soft_wrap=True)
+        if self.verbose:
+            gpu = f" on GPU {result.gpu}" if result.gpu is not None else ""
+            self.console.print(f"  session {result.session_dir}; {result.wall_s:.0f} s{gpu} in this run", style="dim", soft_wrap=True)
         if self._bar is None:
             self.console.print(
                 f"  {self.done}/{self.total} done, {self.correct} correct so far, elapsed {_clock(time.monotonic() - self.t0)}, ETA {_clock(self.eta())}",

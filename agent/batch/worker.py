@@ -209,13 +209,12 @@ def _terminate(signum, frame):
 
 def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResult:
     """``run_task`` with the session's turn lines appended to ``log_path``; an interruption becomes its result."""
-    from rich.console import Console
-
     from kernelfix.agent.headless import HeadlessReporter
+    from kernelfix.terminal import console as make_console
 
     # Line-buffered: what the session printed is in the log even if the worker is killed outright.
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:
-        console = Console(file=log, highlight=False, width=160, force_terminal=False)
+        console = make_console(file=log, highlight=False, force_terminal=False)  # a file: each line whole
         try:
             res = run_task(job, gpu=gpu, on_event=HeadlessReporter(console=console, status_console=console))
         except TaskInterrupted as e:

@@ -19,7 +19,7 @@ import sys
 
 from kernelfix.cli import baseline, batch, capture, export, optimize, serve, sessions, tune
 from kernelfix.cli import eval as eval_command  # (the name `eval` stays the builtin here)
-from kernelfix.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError
+from kernelfix.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError, logging_for
 
 __all__ = ["EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_MACHINE", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main"]
 
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if script_args is not None:
         args.script_args = script_args
     try:
-        return args.func(args)
+        with logging_for(args.verbosity):
+            return args.func(args)
     except UsageError as e:
         print(f"kernelfix: error: {e}", file=sys.stderr)
         return EXIT_USAGE

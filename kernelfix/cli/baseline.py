@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -33,14 +33,19 @@ def add_parser(sub) -> None:
         "--kernelbench-times", metavar="JSON",
         help="KernelBench's published reference times (results/timing/<gpu>/baseline_time_torch.json): show them beside eager",
     )
+    verbosity_args(
+        p, quiet="no progress and no line per task: the table alone",
+        verbose="each task's line also gives one reference forward's time, the memory peak, how inputs were drawn and "
+        "whether the timings came from the baseline cache",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kernelfix.cli import baseline_run as baseline
+    from kernelfix.terminal import clip, console
 
     cfg = _judge_config(args)
     # One trial and its fresh twin are all a baseline needs: no varied inputs, no float64, nothing cached for later candidates.
@@ -64,26 +69,39 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers or (4 if device == "cuda" else 1)
     if workers < 1:
         raise UsageError("--workers must be at least 1")
-    err = Console(stderr=True, highlight=False)
+    err = console(stderr=True, highlight=False, quiet=args.verbosity < 0)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False) as progress:
         bar = progress.add_task("baseline", total=len(paths))
 
         def landed(row: baseline.BaselineRow, resumed: bool) -> None:
             progress.advance(bar)
             what = "resumed" if resumed else f"{row.seconds:.0f} s"
-            progress.console.print(f"{row.task}: {row.status}{f' ({row.error[:160]})' if row.error else ''} [{what}]", markup=False)
+            progress.console.print(f"{row.task}: {row.status}{f' ({clip(row.error, 160)})' if row.error else ''} [{what}]", markup=False)
+            if args.verbosity > 0:
+                progress.console.print("  " + row_detail(row), markup=False, style="dim")
 
         report = baseline.run(paths, cfg, out=Path(args.out) if args.out else None, workers=workers, fresh=args.fresh, on_row=landed)
     if args.json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
-        out = Console()
+        out = console()
         out.print(table(report, kb))
         for r in report.rows:
             if r.status not in ("ok", "no_backward"):
                 out.print(f"{r.task}: {r.error}", markup=False, highlight=False)
     # A task without a backward is an answer (integer outputs, argmax), not a failure.
     return EXIT_OK if all(r.status in ("ok", "no_backward") for r in report.rows) else EXIT_FAIL
+
+
+def row_detail(r) -> str:
+    """-v: what else a task's baseline measured."""
+    bits = [f"one reference forward {r.ref_ms:.3g} ms" if r.ref_ms is not None else "no reference forward timed"]
+    if r.peak_bytes:
+        bits.append(f"memory peak {r.peak_bytes / 2**30:.3g} GiB" + (f" ({r.trial_peak_bytes / 2**30:.3g} GiB for one trial)" if r.trial_peak_bytes else ""))
+    if r.draw:
+        bits.append(f"inputs {r.draw}")
+    bits.append("timings from the baseline cache" if r.baseline_cached else "timed now")
+    return "; ".join(bits)
 
 
 def _gib(n: int) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kernelfix.cli.common import (
     EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _common_judge_args, _judge_config, _limit_args,
-    _load_config, _search_args,
+    _load_config, _search_args, verbosity_args,
 )
 
 
@@ -38,16 +38,19 @@ def add_parser(sub) -> None:
     _search_args(p)  # a manifest's width/keep win
     p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
     _common_judge_args(p)
+    verbosity_args(
+        p, quiet="no progress and no line per task: the summary alone",
+        verbose="under each finished task's line, its session folder and the time it took",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from kernelfix.agent.batch import plots, report
     from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
     from kernelfix.agent.batch.progress import BatchProgress
     from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
+    from kernelfix.terminal import console
     from kernelfix.tools.judge import resolve_device
 
     cfg = _load_config(args)
@@ -76,18 +79,18 @@ def run(args: argparse.Namespace) -> int:
         out.lock()
     except BatchBusy as e:
         raise UsageError(str(e)) from None
-    err = Console(stderr=True, highlight=False)
+    err = console(stderr=True, highlight=False, quiet=args.verbosity < 0)
     if notice:
         err.print(f"[yellow]note:[/] {notice}")
     gpus = visible_gpus() if device == "cuda" else []
     workers = args.workers or default_workers(len(jobs), os.cpu_count() or 2, len(gpus))
     where = f"Ray cluster {args.ray}" if args.ray else f"{workers} workers" + (f", GPUs {','.join(gpus)}" if gpus else f" on {device}")
-    err.print(f"kernelfix batch: {len(jobs)} tasks, {where}; sessions in {out.path / 'sessions'}", soft_wrap=True)
+    err.print(f"kernelfix batch: {len(jobs)} tasks, {where}; sessions in {out.path / 'sessions'}")
     out.write_plan(jobs)
     started = time.time()
     interrupted = False
     try:
-        with BatchProgress(len(jobs), err) as progress:
+        with BatchProgress(len(jobs), err, verbose=args.verbosity > 0) as progress:
             if args.ray:
                 from kernelfix.agent.batch.ray_backend import RayRunner
 
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write((out.path / "summary.json").read_text())
     else:
-        Console(highlight=False).print(_batch_digest(summary, out.path), soft_wrap=True)
+        console(highlight=False).print(_batch_digest(summary, out.path).splitlines()[0] if args.verbosity < 0 else _batch_digest(summary, out.path))
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if summary.finished == summary.tasks else EXIT_FAIL

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, _judge_config, check_device, verbosity_args
 
 
 def add_parser(sub) -> None:
     """`capture` and `swap`."""
     p = sub.add_parser(
         "capture",
-        usage="kernelfix capture SCRIPT --module PATH [--out TASK.py] [--call N | --calls LIST|all [--max-calls N]] [--no-keep-call] [--force] [--json] [--config FILE] [-- SCRIPT_ARGS ...]",
+        usage="kernelfix capture SCRIPT --module PATH [--out TASK.py] [--call N | --calls LIST|all [--max-calls N]] [--no-keep-call] [--force] [--json] [--config FILE] [-v|-q] [-- SCRIPT_ARGS ...]",
         help="turn a submodule of your own model into a task (runs your script, captures one call)",
         description=(
             "Run SCRIPT (python SCRIPT ARGS: it builds your model and runs a forward, as your own code does) and capture "
@@ -46,6 +46,10 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an earlier capture at --out")
     p.add_argument("--json", action="store_true", help="print the capture report (kernelfix.capture.schema.CaptureReport) as JSON")
     p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read the judge's tolerance from")
+    verbosity_args(
+        p, quiet="the task file's path alone", verbose="also where the task came from: the script and its arguments, torch's "
+        "version, the weights file's checksum",
+    )
     p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
 
     p = sub.add_parser(
@@ -63,6 +67,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", metavar="DEVICE", help="where to run the check (default: where the module was captured, else cpu)")
     p.add_argument("--no-check", action="store_true", help="only load the kernel and print the snippet")
     p.add_argument("--json", action="store_true", help="print the report (kernelfix.capture.schema.SwapReport) as JSON")
+    verbosity_args(p, quiet="one line: loaded and checked, or why not", verbose="also the session's task file and folder")
     p.set_defaults(func=run)
 
 
@@ -97,12 +102,20 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if args.json:
         report = CaptureReport(ok=True, exit_code=EXIT_OK, files=[str(f) for f in result.files], manifest=result.manifest)
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    elif args.verbosity < 0:
+        print(next((f for f in result.files if f.name == result.manifest.task), result.manifest.task))
     else:
-        print(capture_text(result.manifest, result.files))
+        lines = capture_text(result.manifest, result.files).splitlines()
+        if args.verbosity > 0:  # where it came from, before the last line (what to run next)
+            m = result.manifest
+            lines[-1:-1] = [f"  from    python {' '.join([m.script, *m.script_args])} (torch {m.torch_version}, grad {'on' if m.grad_enabled else 'off'})",
+                            f"  weights {m.weights} sha256 {m.weights_sha256}"]
+        print("\n".join(lines))
     return EXIT_OK
 
 
 def cmd_swap(args: argparse.Namespace) -> int:
+    check_device(args.device, f"--device {args.device}")
     from kernelfix.capture.errors import SwapCheckFailed, SwapError
     from kernelfix.capture.schema import SwapReport
     from kernelfix.capture.summary import swap_text
@@ -126,6 +139,10 @@ def cmd_swap(args: argparse.Namespace) -> int:
         report.error = str(e)
     if args.json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    elif args.verbosity < 0:
+        print(f"{report.session}: loaded and checked" if report.ok else f"kernelfix swap: {report.error}", file=sys.stdout if report.ok else sys.stderr)
     else:
         print(swap_text(report), file=sys.stdout if report.ok else sys.stderr)
+        if args.verbosity > 0:
+            print(f"  task    {report.task}\n  session {report.session}")
     return EXIT_OK if report.ok else EXIT_FAIL

@@ -7,6 +7,7 @@ the agent's settings are imported where a command reads them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -76,9 +77,33 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
     if (profile_by_default or sol) and "profile" not in updates and "profile" not in cfg.model_fields_set:
         updates["profile"] = True
     try:  # validated like the config file: --trials 0 is as wrong as trials = 0
-        return type(cfg).model_validate({**cfg.model_dump(), **updates})
+        judge = type(cfg).model_validate({**cfg.model_dump(), **updates})
     except ValidationError as e:
-        raise UsageError(str(e)) from None
+        raise settings_error(e, type(cfg), {k: "--" + k for k in updates}, "judge", args) from None
+    if judge.device == "cuda":
+        check_device("cuda", "--device cuda" if getattr(args, "device", None) else 'device = "cuda" in [judge] of the config file')
+    return judge
+
+
+def settings_error(e, model, flags: dict[str, str], section: str, args: argparse.Namespace) -> UsageError:
+    """A pydantic error on settings the flags (``flags``: field -> flag) laid over the config file's ``section``, as a
+    usage error in the user's words: the flag or key, the value, what is allowed (kernelfix.settings_errors)."""
+    from kernelfix.settings_errors import flag_name, problems
+
+    lines = problems(e, model, flag_name(flags, section, getattr(args, "config", None) or "the config file"), assign=" ")
+    return UsageError(lines[0] if len(lines) == 1 else "invalid settings:" + "".join(f"\n  {x}" for x in lines))
+
+
+def check_device(device: str | None, given: str = "--device cuda") -> None:
+    """Refuse a CUDA device torch here cannot use, before anything runs: one sentence saying what torch sees
+    and what to do (exit 2). ``given``: how the user asked for it. Every command that takes --device calls it."""
+    if device is None or not device.startswith("cuda"):
+        return
+    from kernelfix.tools.gpu.lease import cuda_problem
+
+    problem = cuda_problem()
+    if problem is not None:
+        raise UsageError(f"{given}: {problem}; use --device cpu, or run where torch.cuda.is_available() is True")
 
 
 # CLI flag -> AgentConfig field
@@ -109,7 +134,9 @@ def _agent_config(base, args: argparse.Namespace):
     try:
         return AgentConfig.model_validate({**base.model_dump(), **updates})
     except ValidationError as e:
-        raise UsageError(f"invalid agent setting: {e}") from None
+        flags = {field: "--" + flag.replace("_", "-") for flag, field in _AGENT_FLAGS.items() if field in updates}
+        flags.update({"shape_block": "--no-shape-block"} if "shape_block" in updates else {})
+        raise settings_error(e, AgentConfig, flags, "agent", args) from None
 
 
 def _model(cfg):
@@ -126,6 +153,35 @@ def _model(cfg):
         return make_model(cfg.model, cfg, api_key=api_key)
     except (ValueError, ModelError) as e:
         raise UsageError(str(e)) from None
+
+
+def verbosity_args(p: argparse.ArgumentParser, *, quiet: str, verbose: str) -> None:
+    """-v/-q, which every command takes (``args.verbosity``: -1, 0 or 1); ``quiet`` and ``verbose`` say what
+    they change for this command. -v also shows kernelfix's log messages (INFO) on stderr, -q only errors."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help=f"more detail: {verbose}")
+    g.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, help=f"less: {quiet}")
+
+
+@contextlib.contextmanager
+def logging_for(verbosity: int):
+    """kernelfix's loggers on stderr while a command runs: INFO with -v, WARNING by default, ERROR with -q;
+    as they were afterwards (``main`` may run in a process that goes on: a test, a notebook)."""
+    import logging
+
+    logger = logging.getLogger("kernelfix")
+    level, propagate = logger.level, logger.propagate
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("kernelfix: %(levelname)s: %(message)s"))
+    logger.setLevel({1: logging.INFO, -1: logging.ERROR}.get(verbosity, logging.WARNING))
+    logger.addHandler(handler)
+    logger.propagate = False  # said once, here, not again by a root handler
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _on_terminal() -> bool:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
     _common_judge_args(p)
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--workdir", metavar="DIR", help="keep the evaluation's files (logs, builds) here")
+    verbosity_args(
+        p, quiet="print the verdict's category alone (ok, correctness_error:numerical, ...), no notes",
+        verbose="every check, the stage times and the timers inside them, and the feedback the model reads",
+    )
     p.set_defaults(func=run)
 
 
@@ -40,14 +44,15 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = _judge_config(args)
     _start_fork_servers(args, cfg)
-    from rich.console import Console
-
     from kernelfix.api import Judge, candidate_source
     from kernelfix.tools.judge import StageEvent
-    from kernelfix.cli.verdict_view import verdict_view
+    from kernelfix.cli.verdict_view import person_view, verdict_view
     from kernelfix.tools.task import TaskError
 
-    err = Console(stderr=True)
+    from kernelfix.terminal import console
+
+    quiet, verbose = args.verbosity < 0, args.verbosity > 0
+    err = console(stderr=True, quiet=quiet)
     cand_path = Path(args.candidate)
     try:
         source, filename = candidate_source(cand_path)  # a .py is code; a .md/.txt a saved reply
@@ -83,15 +88,18 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         finally:
             judge.close()  # the reference worker; the evaluation's files stay in the workdir
+    kept = bool(args.workdir) or not verdict.ok
+    if not kept:
+        shutil.rmtree(workdir, ignore_errors=True)  # an ok verdict without --workdir: nothing to look at
+    files = f"{workdir} (logs and build files)" if kept else None
     if args.json:
         sys.stdout.write(verdict.model_dump_json(indent=2) + "\n")
+        if files:
+            err.print(f"files: {files}")
+    elif quiet:
+        sys.stdout.write(verdict.category.value + "\n")
     else:
-        Console().print(verdict_view(verdict))
-    if not args.workdir:
-        if verdict.ok:
-            shutil.rmtree(workdir, ignore_errors=True)  # nothing to look at
-        else:
-            err.print(f"logs and build files kept in {workdir}")
+        console().print(verdict_view(verdict, files=files) if verbose else person_view(verdict, files=files))
     return EXIT_OK if verdict.ok else EXIT_FAIL
 
 

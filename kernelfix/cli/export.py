@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -37,12 +37,14 @@ def add_parser(sub) -> None:
     p.add_argument("--leakage-threshold", type=float, default=0.8, metavar="J", help="flag word-Jaccard(prompt, completion) >= J (default 0.8)")
     p.add_argument("--drop-leakage", action="store_true", help="drop flagged records instead of only flagging them")
     p.add_argument("--json", action="store_true", help="print ANALYSIS.json on stdout")
+    verbosity_args(p, quiet="the one line that says what was written", verbose="also each unusable session with why")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
-    from rich.console import Console
+
+    from kernelfix.terminal import console
 
     from kernelfix.agent.export.exporter import ExportError, ExportOptions, export
     from kernelfix.agent.export.filters import FilterConfig
@@ -64,25 +66,33 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     except ValidationError as e:
-        raise UsageError(f"invalid export setting: {e}") from None
+        from kernelfix.settings_errors import problems
+
+        flags = {"min_speedup_gain": "--min-speedup-gain", "per_task": "--per-task", "leakage_threshold": "--leakage-threshold"}
+        zero = {"--min-speedup-gain": " (or 0: off)", "--per-task": " (or 0: every session)"}  # 0 turns these filters off
+        lines = problems(e, ExportOptions, lambda loc: flags.get(str(loc[-1]), ".".join(map(str, loc))), assign=" ")
+        raise UsageError("; ".join(x + zero.get(x.split(" ")[0], "") for x in lines)) from None
     try:
         a = export(args.sessions, out, opts)
     except (ExportError, OSError) as e:
         raise UsageError(str(e)) from None
     if args.json:
         sys.stdout.write(a.model_dump_json(indent=2) + "\n")
-    elif fmt == "rl-jsonl":
+        return EXIT_OK if a.records_out else EXIT_FAIL
+    con = console(highlight=False)
+    if fmt == "rl-jsonl":
         rewards = ", ".join(f"{k}: {n}" for k, n in a.rewards.items()) or "none"
-        Console(highlight=False).print(
-            f"{a.records_out} judged candidates ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} (rl-jsonl); rewards {rewards}; analysis in {out.parent / 'ANALYSIS.md'}",
-            soft_wrap=True,
-        )
+        con.print(f"{a.records_out} judged candidates ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} (rl-jsonl); rewards {rewards}; analysis in {out.parent / 'ANALYSIS.md'}")
     else:
-        con = Console(highlight=False)
-        con.print(f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}", soft_wrap=True)
-        for f in a.filters:
-            extra = f", flagged {f.flagged}" if f.flagged else ""
-            con.print(f"  {f.name:<13} {'on ' if f.enabled else 'off'} in {f.seen:>4}  kept {f.kept:>4}  dropped {f.dropped:>4}{extra}", soft_wrap=True)
-        if a.unusable:
-            con.print(f"  {len(a.unusable)} sessions unusable (see ANALYSIS.md)", soft_wrap=True)
+        con.print(f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}")
+        if args.verbosity >= 0:
+            for f in a.filters:
+                extra = f", flagged {f.flagged}" if f.flagged else ""
+                con.print(f"  {f.name:<13} {'on ' if f.enabled else 'off'} in {f.seen:>4}  kept {f.kept:>4}  dropped {f.dropped:>4}{extra}")
+    if a.unusable and args.verbosity > 0:
+        con.print(f"  {len(a.unusable)} sessions unusable:")
+        for u in a.unusable:
+            con.print(f"    {u.path}: {u.why}", markup=False)
+    elif a.unusable and args.verbosity == 0:
+        con.print(f"  {len(a.unusable)} sessions unusable (-v lists them; ANALYSIS.md too)")
     return EXIT_OK if a.records_out else EXIT_FAIL

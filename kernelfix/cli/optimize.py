@@ -11,8 +11,11 @@ from pathlib import Path
 
 from kernelfix.cli.common import (
     EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError, _agent_config, _common_judge_args, _judge_config,
-    _load_config, _model, _on_terminal, _session_args,
+    _load_config, _model, _on_terminal, _session_args, check_device, verbosity_args,
 )
+
+QUIET = "no line per judged turn and no notes: the session's summary alone (the terminal UI is unchanged)"
+VERBOSE = "under each turn's line, its verdict's message whole and the judge's stage times (headless)"
 
 
 def add_parser(sub) -> None:
@@ -37,6 +40,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
     _session_args(p)
     _common_judge_args(p)
+    verbosity_args(p, quiet=QUIET, verbose=VERBOSE)
     p.set_defaults(func=run)
 
     p = sub.add_parser(
@@ -51,6 +55,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("session_dir", metavar="SESSION_DIR")
     _session_args(p)
+    verbosity_args(p, quiet=QUIET, verbose=VERBOSE)
     p.set_defaults(func=run)
 
 
@@ -58,21 +63,22 @@ def run(args: argparse.Namespace) -> int:
     return cmd_resume(args) if args.command == "resume" else cmd_optimize(args)
 
 
-def _use_tui(headless: bool) -> bool:
+def _use_tui(headless: bool, verbosity: int = 0) -> bool:
     """The terminal UI, unless --headless or not on a terminal (a pipe, CI, a batch child)."""
     if headless:
         return False
     if _on_terminal():
         return True
-    print("kernelfix: not a terminal; running headless", file=sys.stderr)
+    if verbosity >= 0:
+        print("kernelfix: not a terminal; running headless", file=sys.stderr)
     return False
 
 
-def _event_sink(tui: bool):
+def _event_sink(tui: bool, verbosity: int = 0):
     from kernelfix.agent.headless import HeadlessReporter
 
     if not tui:
-        return HeadlessReporter()
+        return HeadlessReporter(verbosity=verbosity)
     from kernelfix.tui.relay import EventRelay
 
     return EventRelay()
@@ -168,7 +174,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read candidate {args.candidate}: {e}") from None
     model = _model(agent_cfg)
     session_dir = args.session_dir or Path("sessions") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sink = _event_sink(_use_tui(args.headless))
+    sink = _event_sink(_use_tui(args.headless, args.verbosity), args.verbosity)
     try:
         session = Session.create(
             session_dir,
@@ -197,6 +203,7 @@ def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
     except SessionError as e:
         raise UsageError(str(e)) from None
     try:
+        check_device(store.settings.judge.device, f"the session in {session_dir} judges on cuda (its session.json)")
         agent_cfg = _agent_config(store.settings.agent, args)
         store.change_agent_settings(agent_cfg)
         model = _model(agent_cfg.model_copy(update={"model": store.settings.model}))
@@ -207,5 +214,5 @@ def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    sink = _event_sink(_use_tui(args.headless))
+    sink = _event_sink(_use_tui(args.headless, args.verbosity), args.verbosity)
     return _run_session(_open_for_resume(args.session_dir, args, sink), sink)

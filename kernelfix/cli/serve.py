@@ -7,7 +7,7 @@ import ipaddress
 import socket
 import sys
 
-from kernelfix.cli.common import EXIT_OK, UsageError, _common_judge_args, _judge_config
+from kernelfix.cli.common import EXIT_OK, UsageError, _common_judge_args, _judge_config, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -51,6 +51,7 @@ def add_parser(sub) -> None:
     p.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (with --ssl-keyfile): the token then never travels in clear")
     p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key")
     _common_judge_args(p)
+    verbosity_args(p, quiet="warnings and errors only: no line per request", verbose="the HTTP server's debug log too")
     p.set_defaults(func=run)
 
 
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     tls = bool(args.ssl_certfile)
 
     err = sys.stderr
-    if notice:
+    if notice and args.verbosity >= 0:
         print(f"kernelfix serve: note: {notice}", file=err)
     warning = bind_warning(args.host, tls)
     if warning:
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     pool = JudgePool(cfg, gpus=slots, per_gpu=args.per_gpu, queue=args.queue, judges_per_gpu=args.judges_per_gpu, standby=args.standby)
     app = create_app(pool, token=token, max_body_bytes=int(args.max_body_mb * 2**20), max_batch=args.max_batch)
     config = uvicorn.Config(
-        app, log_level="info", server_header=False, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
+        app, log_level={-1: "warning", 1: "debug"}.get(args.verbosity, "info"), server_header=False, ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
         # Connections beyond what the queue could ever hold get uvicorn's own 503; health checks keep some room.
         limit_concurrency=2 * (pool.capacity + args.queue) + 32,
     )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _limit_args, _on_terminal
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _limit_args, _on_terminal, verbosity_args
 from kernelfix.cli.optimize import _left_mid_turn, _open_for_resume
 
 
@@ -25,19 +25,18 @@ def add_parser(sub) -> None:
     p.add_argument("--list", action="store_true", help="print a table, even on a terminal")
     p.add_argument("--json", action="store_true", help="print the list as JSON (implies --list)")
     _limit_args(p)
+    verbosity_args(p, quiet="with --list, the session folders alone, one per line", verbose="with --list, also each session's model and why it stopped")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    from kernelfix.terminal import console, print_rows
     from kernelfix.tui.session_list import find_sessions
 
     root = Path(args.root)
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder of sessions")
-    if not (args.list or args.json) and _on_terminal():
+    if not (args.list or args.json or args.verbosity < 0) and _on_terminal():
         from kernelfix.tui.app import KernelfixApp
 
         app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
@@ -51,10 +50,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write("[" + ",\n".join(s.model_dump_json() for s in found) + "]\n")
         return EXIT_OK
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("session", "task", "turns", "status", "result", "best", "updated (UTC)"):
-        t.add_column(col, no_wrap=col != "session", overflow="fold")  # the path folds; the short columns stay whole
-    for s in found:
-        t.add_row(s.path, s.task, str(s.turns), s.status, s.result, s.best, s.updated)
-    Console(highlight=False).print(t if found else f"no sessions under {root}", soft_wrap=True)
+    if args.verbosity < 0:
+        sys.stdout.write("".join(f"{s.path}\n" for s in found))
+        return EXIT_OK
+    verbose = args.verbosity > 0
+    columns = ["session", "task", "turns", "status", "result", "best", "updated (UTC)", *(("model", "stopped because") if verbose else ())]
+    rows = [[s.path, s.task, str(s.turns), s.status, s.result, s.best, s.updated, *((s.model, s.stop_reason or "-") if verbose else ())]
+            for s in found]
+    out = console(highlight=False)
+    if rows:
+        print_rows(out, columns, rows)
+    else:
+        out.print(f"no sessions under {root}", markup=False)
     return EXIT_OK

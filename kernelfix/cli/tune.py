@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 from kernelfix.cli.common import (
-    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _judge_config, _limit_args, _load_config,
+    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _judge_config, _limit_args, _load_config, check_device, settings_error, verbosity_args,
 )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "tune",
-        usage="kernelfix tune SCRIPT --model MODEL [--top K] [--out DIR] [--device D] [--headless] [--backward] [--rank-only] [--json] [-- SCRIPT_ARGS ...]",
+        usage="kernelfix tune SCRIPT --model MODEL [--top K] [--out DIR] [--device D] [--headless] [--backward] [--rank-only] [--json] [-v|-q] [-- SCRIPT_ARGS ...]",
         help="a faster model: rank its modules by time, optimize the top ones, keep the kernels that make it faster",
         description=(
             "Run SCRIPT (it builds your model and calls it, as your own code does) and profile the model's forward "
@@ -50,10 +50,14 @@ def add_parser(sub) -> None:
     p.add_argument("--workers", type=int, metavar="N", help="sessions at a time with --headless (default: as kernelfix batch)")
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
     _limit_args(p)  # each per session
+    verbosity_args(
+        p, quiet="no progress lines: the summary alone", verbose="after the ranking's few, every module not worth a kernel with why",
+    )
     p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
 
 
 def run(args: argparse.Namespace) -> int:
+    check_device(args.device)
     from rich.console import Console
 
     from kernelfix.tune.flow import Tune, TuneInputError, TuneOptions
@@ -67,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             tune_cfg = type(tune_cfg).model_validate({**tune_cfg.model_dump(), **updates})
         except ValidationError as e:
-            raise UsageError(str(e)) from None
+            raise settings_error(e, type(tune_cfg), {k: "--" + k.replace("_", "-") for k in updates}, "tune", args) from None
     judge_cfg = _judge_config(argparse.Namespace(**{**vars(args), "backward": None}))
     agent_cfg = _agent_config(cfg.agent, args)
     if args.rank_only:
@@ -81,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.rank_only:
         _check_model(agent_cfg)
     text = Console(file=sys.stderr if args.json else sys.stdout, highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, quiet=args.verbosity < 0)
     out = Path(args.out)
 
     def say(line: str) -> None:
-        text.print(line, markup=False)
+        if args.verbosity >= 0:
+            text.print(line, markup=False)
 
     def run_sessions(jobs):
         if _use_tui(args.headless):
@@ -110,10 +115,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         sys.stdout.write((out / "report.json").read_text(encoding="utf-8"))
+    if args.verbosity > 0:
+        text.print("every module not worth a kernel, with why:")
+        for m in (m for m in report.modules if not m.candidate and m.module != report.model_name):
+            text.print(f"  {m.module} ({100 * m.share:.1f}%): {m.reason}", markup=False)
     if args.rank_only:
-        say(f"report: {out / 'report.json'}")
+        text.print(f"report: {out / 'report.json'}", markup=False)
         return EXIT_OK if any(m.candidate for m in report.modules) else EXIT_FAIL
-    say(summary_text(report, str(out), tune_cfg))
+    text.print(summary_text(report, str(out), tune_cfg), markup=False)
     return EXIT_OK if report.kept else EXIT_FAIL
 
 

@@ -1,4 +1,9 @@
-"""A verdict as a rich table, for the terminal (``kernelfix eval``)."""
+"""A verdict for a person, on the terminal (``kernelfix eval``).
+
+By default ``person_view``: the category, what went wrong in one line, the speedups, the first finding and
+where the files are (only when they are kept). With -v ``verdict_view``: every check, the judge's stage
+times and the timers inside them, and the feedback the model would read. With -q the category alone.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelfix.prompts.feedback import input_set_lines
-from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Verdict
+from kernelfix.tools.verdict import SANDBOX_NOTE, CorrectnessReport, Family, Verdict
+
+VERBOSE_HINT = "-v: every check, the stage times and the feedback the model reads"
 
 
 def _flag(value: bool | None) -> Text:
@@ -41,13 +48,105 @@ def _scale_rows(t: Table, rep: CorrectnessReport) -> None:
         t.add_row("tolerance", Text(f"vacuous: {rep.vacuous_tolerance}", style="yellow"))
 
 
-def verdict_view(v: Verdict) -> Group:
-    status = "OK" if v.category == Category.OK else "FAIL"
-    title = Text.assemble((f"{status} ", "bold green" if status == "OK" else "bold red"), (v.category.value, "bold"))
+def _title(v: Verdict) -> Text:
+    return Text(v.category.value, style="bold green" if v.ok else "bold red")
+
+
+def _grid() -> Table:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold cyan", no_wrap=True)
-    t.add_column()
+    t.add_column(overflow="fold")  # wraps between words; only a token wider than the terminal is folded
+    return t
+
+
+def person_view(v: Verdict, *, files: str | None = None) -> Group:
+    """The verdict for a person: category (the title), result in one line, speedups, the first finding,
+    sandbox gaps, and ``files`` (the evaluation's folder) only when it is kept."""
+    t = _grid()
+    t.add_row("task", f"{v.task} on {v.device} ({v.backend})")
+    result = result_line(v)
+    t.add_row("result", result)
+    speed = speed_line(v)
+    if speed:
+        t.add_row("speedup", speed)
+    finding = first_finding(v)
+    if finding and finding not in result:
+        t.add_row("first finding", finding)
+    gaps = [w.removeprefix(SANDBOX_NOTE) for w in v.warnings if w.startswith(SANDBOX_NOTE)]
+    if gaps:
+        t.add_row("sandbox", Text("\n".join(gaps), style="yellow"))
+    if files:
+        t.add_row("files", files)
+    return Group(Panel(t, title=_title(v), title_align="left", expand=False), Text(VERBOSE_HINT, style="dim"))
+
+
+def result_line(v: Verdict) -> str:
+    """What happened, in one line: the judge's message, or for a kernel that passed, what it passed."""
+    if not v.ok:
+        return v.message or v.category.value
+    rep = v.correctness
+    trials = f" on {rep.passed}/{len(rep.trials)} trials" if rep and rep.trials else ""
+    return f"correct{trials} and legal" + ("" if v.speedup_eager is not None or v.device != "cpu" else "; not timed (timing needs a CUDA GPU)")
+
+
+def speed_line(v: Verdict) -> str | None:
+    tm = v.timings
+    if v.speedup_eager is None:
+        return None
+    cand = f" ({tm.candidate.median_ms:.4g} ms against {tm.eager.median_ms:.4g} ms)" if tm and tm.candidate and tm.eager else ""
+    line = ("geometric mean " if v.input_sets else "") + f"{v.speedup_eager:.2f}x vs eager{cand}"
+    if v.speedup_compile is not None:
+        line += f", {v.speedup_compile:.2f}x vs torch.compile"
+    elif tm and tm.compile_note:
+        line += f"; torch.compile not timed: {tm.compile_note}"
+    return line
+
+
+def first_finding(v: Verdict) -> str | None:
+    """The one thing to look at first: the sanitizer's cause, the compiler's first error, the first wrong trial,
+    the forbidden ops, or for a correct kernel the profile's costliest finding or a precision warning."""
+    from kernelfix.tools.sanitizer.hazards import describe
+
+    causes = v.sanitizer.causes if v.sanitizer else []
+    if causes:
+        h = causes[0]
+        return describe(h) + (f"; fix: {h.fix}" if h.fix else "")
+    fam = v.family
+    if fam == Family.COMPILE and v.compile and v.compile.errors:
+        return "\n".join(v.compile.errors[:3])
+    if fam == Family.CORRECTNESS and v.correctness:
+        bad = next((r for r in v.correctness.trials if not r.ok), None)
+        if bad is not None:
+            bits = [] if not bad.problem or bad.problem in (v.message or "") else [bad.problem]  # the result line says it already
+            if bad.max_abs_error is not None:
+                bits.append(f"max abs error {bad.max_abs_error:.3g}")
+            if bad.worst_index is not None and bad.expected is not None and bad.actual is not None:
+                bits.append(f"worst at {tuple(bad.worst_index)}: expected {bad.expected:.6g}, got {bad.actual:.6g}")
+            if bits:
+                return f"trial {bad.trial}" + (f" ({bad.variant} inputs)" if bad.variant else "") + ": " + "; ".join(bits)
+    if fam == Family.CHEATING and v.legality:
+        ops = v.legality.forbidden_ops or v.legality.forbidden_backward_ops
+        if ops:
+            return "torch ops doing the work: " + ", ".join(f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:6])
+        errs = [f for f in v.legality.static_findings if f.severity == "error"]
+        if errs:
+            return (f"line {errs[0].line}: " if errs[0].line else "") + errs[0].message
+    if v.ok:
+        if v.profile and v.profile.findings:
+            f = v.profile.findings[0]
+            line = f" (line {f.where.candidate_line})" if f.where and f.where.candidate_line else ""
+            return f"{f.what} in {f.kernel}{line}; fix: {f.fix}"
+        if v.correctness and v.correctness.precision_warning:
+            return v.correctness.precision_warning
+    return None
+
+
+def verdict_view(v: Verdict, *, files: str | None = None) -> Group:
+    """Everything (-v): each check, the timings, the judge's stage times and the timers inside them, then the
+    feedback the model reads."""
+    t = _grid()
     t.add_row("task", v.task)
+    t.add_row("result", result_line(v))
     t.add_row("device / backend", f"{v.device} / {v.backend}")
     t.add_row("compiled", _flag(v.compiled))
     t.add_row("correct", _flag(v.correct))
@@ -92,12 +191,15 @@ def verdict_view(v: Verdict) -> Group:
         t.add_row("stage time", ", ".join(f"{k} {s:.1f}s" for k, s in v.stage_seconds.items()))
     if v.breakdown:
         t.add_row("inside stages", ", ".join(f"{k} {s:.1f}s" for k, s in v.breakdown.items()))
-    if v.logs_dir:
-        t.add_row("logs", v.logs_dir)
     gaps = [w.removeprefix(SANDBOX_NOTE) for w in v.warnings if w.startswith(SANDBOX_NOTE)]
     if gaps:
         t.add_row("sandbox", Text("\n".join(gaps), style="yellow"))
-    return Group(Panel(t, title=title, title_align="left"), Panel(Text(v.feedback), title="feedback", title_align="left"))
+    if files:
+        t.add_row("files", files)
+    return Group(
+        Panel(t, title=_title(v), title_align="left", expand=False),
+        Panel(Text(v.feedback), title="feedback (what the model reads next)", title_align="left", expand=False),
+    )
 
 
 def _tol(rep) -> str:

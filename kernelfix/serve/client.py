@@ -4,7 +4,7 @@
 
     client = JudgeClient("http://127.0.0.1:8000")          # the token: the server's token file, or token=/token_file=
     verdict = client.evaluate("task.py", "candidate.py")   # paths are read here; text is sent as it is
-    results = client.evaluate_many([("task.py", reply) for reply in replies])
+    results = client.evaluate_many([("task.py", reply) for reply in replies])   # Outcomes: each a verdict or an error
 
 A full server (503) is asked again after the Retry-After it gives, for up to ``busy_wait_s``;
 a request the server refuses (4xx) raises ``ServeError`` with its message. A batch larger
@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from kernelfix.api import CandidateKind, candidate_source, task_source
+from kernelfix.sources import file_task_name
 from kernelfix.judge_pool import JudgeRequest, Outcome
 from kernelfix.serve.auth import client_token
 from kernelfix.tools.verdict import Verdict
@@ -43,11 +44,12 @@ def request(
     task: str | os.PathLike[str], candidate: str | os.PathLike[str], *, kind: CandidateKind = "auto", backward: bool | None = None,
     profile: bool | None = None, task_name: str | None = None, sanitize: bool | None = None,
 ) -> JudgeRequest:
-    """A request body from paths or text, read on this side (the server takes source text only)."""
+    """A request body from paths or text, read on this side (the server takes source text only). A task file's
+    stem is sent as its ``task_name`` (unless one is given), so the verdict names the task as the file does."""
     text, filename = candidate_source(candidate, kind)
     return JudgeRequest(
         task=task_source(task), candidate=text, kind="reply" if not filename.endswith(".py") else "code",
-        backward=backward, profile=profile, task_name=task_name, sanitize=sanitize,
+        backward=backward, profile=profile, task_name=task_name or file_task_name(task), sanitize=sanitize,
     )
 
 
@@ -77,7 +79,8 @@ class JudgeClient:
         return self._json(self._send("GET", "/v1/health"))
 
     def evaluate(self, task: str | os.PathLike[str], candidate: str | os.PathLike[str], **options: Any) -> Verdict:
-        """The verdict on ``candidate`` for ``task`` (each a path or text; options as ``request``)."""
+        """The verdict on ``candidate`` for ``task`` (each a path or text; options as ``request``). One request:
+        when it gets no verdict (a task that does not import, a bad field), the call fails with ``ServeError``."""
         body = request(task, candidate, **options)
         return Verdict.model_validate(self._json(self._send("POST", "/v1/evaluate", _body(body))))
 
@@ -90,6 +93,9 @@ class JudgeClient:
             return [o for part in ex.map(self._batch, chunks) for o in part]
 
     def evaluate_many(self, pairs: Sequence[tuple[str | os.PathLike[str], str | os.PathLike[str]]], **options: Any) -> list[Outcome]:
+        """An ``Outcome`` per (task, candidate), in order, not a ``Verdict``: a batch's items fail one by one (one
+        item's broken task must not cost the others their verdicts), so each holds its ``verdict`` or its ``error``
+        (code, status, message), with the GPU that judged it and its seconds."""
         return self.evaluate_requests([request(t, c, **options) for t, c in pairs])
 
     def _batch(self, items: list[JudgeRequest]) -> list[Outcome]:

@@ -65,12 +65,13 @@ def no_candidates_text(r: TuneReport, cfg: TuneConfig) -> str:
 
 
 def comparison_line(c: Comparison | None, cfg: TuneConfig) -> str:
+    """A mode's times (the rounds' medians, with their p10-p90) and the statistic the keep test reads (``verdict``)."""
     if c is None:
         return "not measured"
     if c.error or c.before is None or c.after is None:
         return verdict(c, cfg)
-    return (f"{c.mode:8} {_ms(c.before.median_ms)} -> {_ms(c.after.median_ms)} "
-            f"(p10-p90 {_ms(c.before.p10_ms)}-{_ms(c.before.p90_ms)} -> {_ms(c.after.p10_ms)}-{_ms(c.after.p90_ms)}): {verdict(c, cfg)}")
+    return (f"{c.mode:8} forward {_ms(c.before.median_ms)} -> {_ms(c.after.median_ms)} median of {c.before.rounds} rounds "
+            f"(p10-p90 {_ms(c.before.p10_ms)}-{_ms(c.before.p90_ms)} -> {_ms(c.after.p10_ms)}-{_ms(c.after.p90_ms)}); {verdict(c, cfg)}")
 
 
 def trial_text(t: SwapTrial, cfg: TuneConfig) -> str:

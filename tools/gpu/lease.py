@@ -75,16 +75,37 @@ def cuda_available() -> bool:
     """Whether torch here can use a CUDA GPU, as ``torch.cuda.is_available()`` says, without importing
     torch into the judge's process (a second or more that only the workers need): torch's CUDA
     library must be installed and the driver must count a device."""
+    return cuda_problem() is None
+
+
+def cuda_problem() -> str | None:
+    """Why torch here cannot use a CUDA GPU, in words (what torch sees), or None when it can."""
     import ctypes
 
-    if not _torch_built_for_cuda() or _devices_hidden():
-        return False
+    if not _torch_built_for_cuda():
+        return f"torch {_torch_version()} here is a CPU-only build and sees no GPU"
+    if _devices_hidden():
+        return f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} hides every GPU from torch"
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
-        count = ctypes.c_int(0)
-        return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
     except OSError:
-        return False
+        return f"torch {_torch_version()} is built for CUDA, but no NVIDIA driver is installed here (libcuda.so.1 is missing)"
+    count = ctypes.c_int(0)
+    status = cuda.cuInit(0)
+    if status != 0:
+        return f"the NVIDIA driver does not start (cuInit error {status}): no usable GPU, or a driver older than torch's CUDA"
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return "the NVIDIA driver counts no GPU"
+    return None
+
+
+def _torch_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "(version unknown)"
 
 
 def visible_gpu() -> str:
