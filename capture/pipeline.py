@@ -155,8 +155,10 @@ def capture(
 
 
 def trains(c: CapturedCall) -> bool:
-    """The call was part of training: grad enabled, and a trainable parameter or an input that requires grad."""
-    if not c.grad_enabled:
+    """The call was part of training: the module in training mode, grad enabled, and a trainable parameter or an
+    input that requires grad. (A script that runs its model in eval mode without torch.no_grad is inference: gradients
+    enabled are not a training step. `kernelfix tune` decides by whether the script calls backward().)"""
+    if not c.grad_enabled or not c.module.training:
         return False
     params = any(p.requires_grad for p in c.module.parameters())
     inputs = any(isinstance(x, torch.Tensor) and x.requires_grad for x in pytree.tree_leaves((tuple(c.args), dict(c.kwargs))))

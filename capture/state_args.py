@@ -81,9 +81,13 @@ class Held:
     ident: int = 0
     version: int = 0
 
+    copy: torch.Tensor | None = None  # an inference tensor has no version counter: its values, to compare
+
     @classmethod
     def of(cls, v: Any) -> Held:
         if isinstance(v, torch.Tensor):
+            if v.is_inference():  # torch.inference_mode(): no version counter to read
+                return cls(v, True, id(v), -1, v.detach().clone())
             return cls(v, True, id(v), v._version)
         return cls(v, False)
 
@@ -91,7 +95,11 @@ class Held:
         if self.tensor != other.tensor:
             return False
         if self.tensor:
-            return self.ident == other.ident and self.version == other.version
+            if self.ident != other.ident:
+                return False
+            if self.copy is not None:  # written in place? compare the values themselves
+                return self.copy.shape == other.value.shape and bool(torch.equal(self.copy, other.value))
+            return self.version == other.version
         return type(self.value) is type(other.value) and self.value == other.value
 
 

@@ -109,6 +109,12 @@ def _classify(text: str, code: str) -> tuple[str, str]:
         if reads:
             return (f"a read of a tensor's value into Python ({', '.join(reads)}: data-dependent)",
                     "keep the value in a tensor (masks, torch.where), or pass it to the module as a plain int")
+        if re.match(r"\s*for\b.*\bin\b", code):
+            return ("a Python loop over a tensor's values (how many times it runs depends on the data: a loop over the experts "
+                    "that received tokens, say)",
+                    "loop over a fixed range (every expert, with a mask for its tokens), or use a grouped operation such as "
+                    "torch._grouped_mm; for a transformers mixture of experts, set config._experts_implementation = "
+                    "\"grouped_mm\"")
         return ("a Python decision on a tensor's values (data-dependent control flow)",
                 "compute both branches and pick with torch.where, or use torch.cond")
     for keys, what, how in _KNOWN:
