@@ -252,4 +252,11 @@ def _draw(t: TensorSpec) -> str:
 
 
 def input_summary(inputs: list[InputLeaf]) -> list[str]:
-    return [f"{i.name}: {i.tensor.describe()}" if i.tensor else f"{i.path} = {i.constant} (fixed)" for i in inputs]
+    def one(i: InputLeaf) -> str:
+        if i.tensor:
+            return f"{i.name}: {i.tensor.describe()}"
+        if (i.constant or "").startswith("'kernelfix-state:"):
+            return f"{i.path}: a {i.constant.strip(chr(39)).split(':', 1)[1]} (its state: below)"
+        return f"{i.path} = {i.constant} (fixed)"
+
+    return [one(i) for i in inputs]
