@@ -186,15 +186,17 @@ def run_and_capture_calls(
             return
         if wanted is None or seen in wanted:
             # Before the call: a module that updates its buffers (running stats, counters) must be captured as it was.
-            pending["args"] = detach_tree(args)  # (keyword arguments reach only the post-hook: copied after the call)
+            pending["args"] = detach_tree(args)
             if not state:  # the first captured call's: the task's weights
                 state.update({n: clone_like(t) for n, t in _named_state(module)})
             pending["state"] = state
             pending["call"] = seen
             pending["grad"] = torch.is_grad_enabled()
             pending["autocast"] = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+            kw = call_kwargs(module)
+            pending["kwargs"] = detach_tree(kw)  # before the call too: a call may write into a tensor passed by keyword
             # An argument that holds state (a transformers cache) is changed by the call: what it held before, now.
-            pending["state_args"] = record_before(args, call_kwargs(module))
+            pending["state_args"] = record_before(args, kw)
             pending["random"] = RandomDraws.start(module)
 
     def post_hook(module: nn.Module, args: tuple, *rest: Any) -> None:
@@ -214,7 +216,8 @@ def run_and_capture_calls(
             kinds.add(kind)
             captured.append(
                 CapturedCall(
-                    module=module, module_path=module_path, call=p["call"], args=p["args"], kwargs=detach_tree(kwargs),
+                    module=module, module_path=module_path, call=p["call"], args=p["args"],
+                    kwargs=p["kwargs"] if p["kwargs"] or not kwargs else detach_tree(kwargs),
                     output=detach_tree(output), state=p["state"], grad_enabled=p["grad"],
                     autocast=p["autocast"], state_args=p["state_args"], random=p["random"].draws,
                 )
