@@ -14,7 +14,9 @@ from torch.compiler import is_compiling
 
 from kernelfix.capture.calls import CallPlans, compiled_call_tensors, compiled_signature, leaves_shape, output_layout, rebuild
 from kernelfix.capture.errors import CallMismatch
+from kernelfix.capture.randomness import RANDOM_KEY, draw_masks
 from kernelfix.capture.schema import CaptureManifest, CompilePath, SwapCheck
+from kernelfix.capture.state_args import STATE_KEY, StateBinding
 
 
 class CapturedKernel(nn.Module):
@@ -40,6 +42,10 @@ class CapturedKernel(nn.Module):
             f"{manifest.module_path}: torch.compile traced a call unlike every captured one, and there is no original module "
             f"to hand it to (kernelfix.load_best(session, original)); the kernel was judged on calls like {leaves_shape(self._sets[0])}"
         )
+        # A call that passes a state object (a transformers cache) or draws dropout masks is rewritten as the task
+        # takes it (capture/task_call.py): the state's tensors read, fresh masks drawn, the state written back after.
+        self.state = StateBinding(manifest.state, instance=original) if manifest.state else None
+        self._random = [(r.name, r.p, _mask_shape(self._sets[0], r.name)) for r in manifest.random]
         self._op = self._out_layout = None
         self.op_name: str | None = None
         self.extensions = None  # capture/cpp_ops.py's record of the kernel's load_inline extensions (load_best sets it)
@@ -71,6 +77,44 @@ class CapturedKernel(nn.Module):
         return tensors
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if (self.state is not None or self._random) and not self._is_task_call(args, kwargs):
+            return self._rewritten(args, kwargs)
+        return self._run(args, kwargs)
+
+    def _is_task_call(self, args: tuple, kwargs: dict) -> bool:
+        """The call already in the task's form (load_best's check calls with the captured, rewritten call)."""
+        if RANDOM_KEY in kwargs or STATE_KEY in kwargs:
+            return True
+        return self.state is not None and self.state.is_rewritten(args, kwargs)
+
+    def _rewritten(self, args: tuple, kwargs: dict) -> Any:
+        """The user's call with a state object or dropout: run as the task's call, the state written back after."""
+        if self._random and not self.training:  # the kernel drops what the captured training call dropped
+            return self._fall_back("the kernel was captured in training, with dropout; in eval mode dropout keeps everything", args, kwargs)
+        got = self.state.flat(args, kwargs) if self.state is not None else (args, dict(kwargs), [])
+        if isinstance(got, str):  # the state is not as captured (a cache that already holds keys): the module's own call
+            return self._fall_back(got, args, kwargs)
+        fargs, fkwargs, targets = got
+        if self._random:
+            device = next((t.device for t in pytree.tree_leaves((fargs, fkwargs)) if isinstance(t, torch.Tensor)), torch.device("cpu"))
+            fkwargs[RANDOM_KEY] = draw_masks(self._random, device)
+        out = self._run(fargs, fkwargs, real=(args, kwargs))
+        if out is _FELL_BACK:
+            return self._fallback_result
+        return self.state.write_back(out, targets) if self.state is not None else out
+
+    def _fall_back(self, why: str, args: tuple, kwargs: dict) -> Any:
+        if self.original is None:
+            raise CallMismatch(f"{self.manifest.module_path}: {why}")
+        if not is_compiling():
+            self.fallbacks += 1
+            if self.fallbacks == 1:
+                warnings.warn(f"{self.manifest.module_path}: {why}; such calls run the original module", stacklevel=3)
+        return self.original(*args, **kwargs)
+
+    def _run(self, args: tuple, kwargs: dict, real: tuple[tuple, dict] | None = None) -> Any:
+        """The kernel on a call in the task's form; a call unlike every captured one runs the original module on
+        ``real`` (the user's own call, when this one was rewritten from it) and gives _FELL_BACK then."""
         if is_compiling():
             # The call as Dynamo traces it, written to add as few guards to a compiled call as can be (each is
             # checked before every call; docs/capture.md, "What a swap costs"): the match is comparisons Dynamo
@@ -82,6 +126,9 @@ class CapturedKernel(nn.Module):
             if tensors is None:
                 if self.original is None:
                     raise CallMismatch(self._refusal)
+                if real is not None:
+                    self._fallback_result = self.original(*real[0], **real[1])
+                    return _FELL_BACK
                 return self.original(*args, **kwargs)  # not counted: Python state would cost a recompile per call
             if self._op is None:
                 return self.kernel(*tensors)
@@ -89,12 +136,10 @@ class CapturedKernel(nn.Module):
         plan, tensors = self.calls.plan(args, kwargs)
         if plan.mismatch is None:
             return self.kernel(*tensors)
-        if self.original is None:
-            raise CallMismatch(f"{self.manifest.module_path}: {plan.mismatch}")
-        self.fallbacks += 1
-        if self.fallbacks == 1:
-            warnings.warn(f"{self.manifest.module_path}: {plan.mismatch}; such calls run the original module", stacklevel=2)
-        return self.original(*args, **kwargs)
+        if real is not None:
+            self._fallback_result = self._fall_back(plan.mismatch, *real)
+            return _FELL_BACK
+        return self._fall_back(plan.mismatch, args, kwargs)
 
     def _operator_call(self, tensors: list[torch.Tensor]) -> Any:
         """The kernel as the custom operator, under torch.compile (capture/custom_op.py)."""
@@ -104,6 +149,17 @@ class CapturedKernel(nn.Module):
 
     def extra_repr(self) -> str:
         return f"captured={self.manifest.module_path!r}, compiled={self.compile_path.kind}, fallbacks={self.fallbacks}"
+
+
+_FELL_BACK = object()  # _run's answer when the original module ran the user's call instead
+
+
+def _mask_shape(leaves: list, name: str) -> tuple[int, ...]:
+    """The shape of the dropout mask ``name`` among a captured call's inputs."""
+    for leaf in leaves:
+        if leaf.path == f"kwargs['{RANDOM_KEY}']['{name}']" and leaf.tensor is not None:
+            return tuple(leaf.tensor.shape)
+    raise ValueError(f"the capture lists the dropout mask {name} but no input holds it")
 
 
 @dataclass

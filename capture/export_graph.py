@@ -96,14 +96,23 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
         else:
             raise CaptureFailed(f"{call.module_path} takes a {spec.kind.name.lower()} input ({spec.target}): capture supports tensors, parameters and buffers")
     output_node = None
+    notes: list[str] = []
     for node in src.nodes:
         if node.op == "placeholder":
             continue
         if node.op == "output":
             output_node = node
             break
-        _check_supported(node, call.module_path)
-        env[node] = g.node_copy(node, lambda n: env[n])
+        reference = _library_reference(node)
+        if reference is not None:  # a library's custom operator, written as the torch operator that computes it
+            op, mapper = reference
+            args, kwargs = mapper(*pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, (node.args, dict(node.kwargs))))
+            env[node] = g.call_function(op, args, kwargs)
+            env[node].meta = dict(node.meta)
+            notes.append(f"{_qualname(node.target)} is written as {_op_name(op)} (the same computation)")
+        else:
+            _check_supported(node, call.module_path)
+            env[node] = g.node_copy(node, lambda n: env[n])
         env[node].meta["stack_trace"] = _to_user_frame(node.meta.get("stack_trace"))
     assert output_node is not None
     user_values = _write_back(g, output_node, sig, env, attr_nodes, input_nodes, call.module_path)
@@ -112,11 +121,23 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
     if out_spec.num_leaves != len(user_values):
         raise CaptureFailed(f"torch.export returned {len(user_values)} outputs where {call.module_path} returns {out_spec.num_leaves}")
     g.output(pytree.tree_unflatten(user_values, out_spec))
-    notes = _device_literals(g)
+    notes = list(dict.fromkeys(notes)) + _device_literals(g)
     out_leaves, _ = leaves_with_paths(call.output)
     outputs = [OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v)) for p, v in out_leaves]
     ops = Counter(_op_name(n.target) for n in g.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
     return TaskGraph(graph=g, attrs=attrs, inputs=inputs, outputs=outputs, ops=ops, notes=notes)
+
+
+def _source_line(node: fx.Node) -> str:
+    """`` at file.py:123 (code)`` for the innermost user frame export recorded for ``node``, or ""."""
+    trace = _to_user_frame(node.meta.get("stack_trace")) or ""
+    found = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
+    if not found:
+        return ""
+    f, line, code = found[-1]
+    from kernelfix.capture.script import shown_path
+
+    return f" at {shown_path(f)}:{line} ({code.strip()})"
 
 
 def _to_user_frame(trace: str | None) -> str | None:
@@ -151,6 +172,19 @@ def _op_name(target: Any) -> str:
     return str(target.overloadpacket).replace("::", ".")
 
 
+def _qualname(op: Any) -> str:
+    return f"{op.namespace}::{op._schema.name.split('::')[-1]}"
+
+
+def _library_reference(node: fx.Node) -> Any:
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload) or t.namespace in _OP_NAMESPACES:
+        return None
+    from kernelfix.capture.library_ops import reference_for
+
+    return reference_for(_qualname(t))
+
+
 def _check_supported(node: fx.Node, module_path: str) -> None:
     if node.op == "get_attr":
         raise CaptureFailed(f"{module_path}'s graph holds a subgraph ({node.target}): control flow (torch.cond, a no_grad or autocast region) is not captured yet")
@@ -160,8 +194,11 @@ def _check_supported(node: fx.Node, module_path: str) -> None:
     if isinstance(t, torch._ops.HigherOrderOperator):
         raise CaptureFailed(f"{module_path}'s graph uses {t.name()} (control flow, or a no_grad/autocast region inside forward): not captured yet")
     if isinstance(t, torch._ops.OpOverload) and t.namespace not in _OP_NAMESPACES:
+        where = _source_line(node)
         raise CaptureFailed(
-            f"{module_path} calls the custom operator {t.namespace}::{t._schema.name.split('::')[-1]}: a task holds only torch's own operators"
+            f"cannot capture {module_path}: it calls the custom operator {_qualname(t)}{where}, and a task holds only torch's "
+            "own operators (its reference must run anywhere the judge does). Capture a submodule that does not call it, or "
+            "have the module compute it with torch operators while captured (a plain-PyTorch implementation of that step)."
         )
 
 

@@ -20,6 +20,7 @@ from kernelfix.capture.files import CaptureFiles
 from kernelfix.capture.reproduce import reproduce
 from kernelfix.capture.schema import CaptureManifest, InputLeaf, OutputLeaf
 from kernelfix.capture.script import CapturedCall, run_and_capture_calls
+from kernelfix.capture.task_call import random_specs, state_specs, task_call
 from kernelfix.capture.task_source import render_task
 from kernelfix.capture.tensors import clone_like
 from kernelfix.capture.trace import export_call, random_ops
@@ -67,7 +68,9 @@ def capture(
     if existing and not force:
         raise CaptureInputError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; pass --force to replace")
     wanted = None if calls == "all" else list(calls) if calls is not None else [call]
-    cs = run_and_capture_calls(script, module_path, calls=wanted, limit=max_calls, script_args=script_args, with_grad=with_grad and wanted is None)
+    recorded = run_and_capture_calls(script, module_path, calls=wanted, limit=max_calls, script_args=script_args, with_grad=with_grad and wanted is None)
+    # A cache argument's tensors and what the call wrote there, dropout's masks: plain inputs and outputs of the task.
+    cs = [task_call(x) for x in recorded]
     c, others = cs[0], cs[1:]
     skipped = []
     for x in others:
@@ -80,14 +83,18 @@ def capture(
         bad = {int(w.split()[1]) for w in skipped}
         others = [x for x in others if x.call not in bad]
         cs = [c, *others]
-    ep = export_call(c, others)
+    export_notes: list[str] = []
+    ep = export_call(c, others, notes=export_notes)
     rnd = random_ops(ep)
     if rnd:
         raise CaptureFailed(
-            f"{module_path} draws random numbers in its forward ({', '.join(rnd[:3])}): no task can reproduce its output. "
-            "Put the model in eval mode (model.eval()) before the call, or capture a submodule without them"
+            f"cannot capture {module_path}: its forward draws random numbers ({', '.join(rnd[:3])}) other than dropout's "
+            "masks, which capture takes as the task's inputs; a task must give the same output for the same inputs. Draw "
+            "them outside the module and pass them in as an argument, or capture a submodule that does not draw them."
         )
     tg = task_graph(ep, c)
+    tg.notes[:0] = export_notes
+    _mask_rates(tg.inputs, c)
     try:
         files.task.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -103,7 +110,7 @@ def capture(
         source = render_task(
             tg, module_path=module_path, module_class=type(c.module).__qualname__, script=str(script),
             weights_name=final.weights.name, weights_abs=str(final.weights), weights_sha256=sha,
-            input_sets=sets, calls=[x.call for x in cs], backward=trains(c),
+            input_sets=sets, calls=[x.call for x in cs], backward=trains(c), state=state_specs(c), random=random_specs(c),
         )
         atomic.write_text(staged.task, source)
         checks = [reproduce(staged.task, x, config) for x in cs]  # every captured call, as the one call is checked
@@ -129,7 +136,7 @@ def capture(
             module_class=f"{type(c.module).__module__}.{type(c.module).__qualname__}", call=call, device=str(c.device),
             training=c.module.training, grad_enabled=c.grad_enabled, backward=trains(c), task=final.task.name, weights=final.weights.name,
             weights_sha256=sha, call_file=final.call.name if call_kept else None, in_spec=in_spec, inputs=tg.inputs,
-            outputs=tg.outputs, graph_ops=dict(tg.ops.most_common()), check=check, notes=notes,
+            outputs=tg.outputs, graph_ops=dict(tg.ops.most_common()), check=check, notes=notes, state=state_specs(c), random=random_specs(c),
             calls=[x.call for x in cs] if others else [], input_sets=sets,
             set_outputs=[_outputs(x) for x in cs] if others else [], set_checks=checks if others else [],
         )
@@ -148,8 +155,10 @@ def capture(
 
 
 def trains(c: CapturedCall) -> bool:
-    """The call was part of training: grad enabled, and a trainable parameter or an input that requires grad."""
-    if not c.grad_enabled:
+    """The call was part of training: the module in training mode, grad enabled, and a trainable parameter or an
+    input that requires grad. (A script that runs its model in eval mode without torch.no_grad is inference: gradients
+    enabled are not a training step. `kernelfix tune` decides by whether the script calls backward().)"""
+    if not c.grad_enabled or not c.module.training:
         return False
     params = any(p.requires_grad for p in c.module.parameters())
     inputs = any(isinstance(x, torch.Tensor) and x.requires_grad for x in pytree.tree_leaves((tuple(c.args), dict(c.kwargs))))
@@ -180,6 +189,11 @@ def _save_call(c: CapturedCall, path: Path, others: list[CapturedCall] = ()) -> 
 
 def _fixed_values_differ(c: CapturedCall, x: CapturedCall) -> str | None:
     """The task fixes every non-tensor argument to the first call's value: why call ``x`` does not agree, if it does not."""
+    if state_specs(c) != state_specs(x):
+        return (f"call {x.call} of {c.module_path} finds its state argument unlike call {c.call} did (a cache that already "
+                "holds keys, say): capture such calls separately (--call N)")
+    if [(d.name, d.p) for d in c.random] != [(d.name, d.p) for d in x.random]:
+        return f"call {x.call} of {c.module_path} draws other dropout masks than call {c.call}: capture it separately (--call N)"
     first, first_spec = pytree.tree_flatten((tuple(c.args), dict(c.kwargs)))
     flat, spec = pytree.tree_flatten((tuple(x.args), dict(x.kwargs)))
     if spec != first_spec:
@@ -205,3 +219,12 @@ def _outputs(x: CapturedCall) -> list[OutputLeaf]:
 
     out, _ = leaves_with_paths(x.output)
     return [OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v)) for p, v in out]
+
+
+def _mask_rates(inputs: list[InputLeaf], c: CapturedCall) -> None:
+    """get_inputs() draws each dropout mask with the drop rate the module asked for, not the share one draw happened to keep."""
+    rates = {d.name: d.p for d in c.random}
+    for leaf in inputs:
+        name = next((n for n in rates if leaf.path == f"kwargs['kf_random']['{n}']"), None)
+        if name is not None and leaf.tensor is not None:
+            leaf.tensor.p_true = 1.0 - rates[name]

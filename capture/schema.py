@@ -110,6 +110,50 @@ class ReproductionCheck(BaseModel):
     problem: str | None = None
 
 
+class StateValue(BaseModel):
+    """A non-tensor value a state object holds (a flag, a count), or where its tensors are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["value", "device", "dtype", "absent"] = "value"  # device: the call's own device, on any machine
+    value: bool | int | float | str | None = None
+
+
+class StateUnit(BaseModel):
+    """One object inside a state argument that the call read and wrote (``layers[0]`` of a transformers cache)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="below the state argument: layers[0]")
+    index_attr: str | None = Field(None, description="the module's attribute naming the index in path (layer_idx): "
+                                   "another instance of the module reads and writes its own unit")
+    inputs: list[str] = Field(default_factory=list, description="tensor attributes the task takes as they were before the call")
+    outputs: list[str] = Field(default_factory=list, description="tensor attributes the call wrote, which the task returns")
+    before: dict[str, StateValue] = Field(default_factory=dict, description="other attributes before the call: a call "
+                                          "whose unit differs is not the captured kind (a cache that already holds keys)")
+    after: dict[str, StateValue] = Field(default_factory=dict, description="what the call set them to")
+
+
+class StateArg(BaseModel):
+    """An argument that carries state from call to call (a transformers Cache), and what the call did to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    leaf: str = Field(description="where in the call: kwargs['cache']")
+    type: str = Field(description="its class: transformers.cache_utils.DynamicCache")
+    units: list[StateUnit]
+
+
+class RandomInput(BaseModel):
+    """A dropout's mask among the task's inputs (True: kept), drawn with the captured drop rate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="its key in kf_random: dropout_0, attention_dropout_1")
+    p: float = Field(description="the drop rate")
+    op: str
+
+
 class CaptureManifest(BaseModel):
     """``TASK.capture.json``: where the task came from and how to call a kernel as the module was called."""
 
@@ -144,6 +188,10 @@ class CaptureManifest(BaseModel):
     graph_ops: dict[str, int] = Field(default_factory=dict, description="ATen operator -> count in the task's forward")
     check: ReproductionCheck
     notes: list[str] = Field(default_factory=list)
+    state: list[StateArg] = Field(default_factory=list, description="arguments the call read and wrote (a cache): the "
+                                  "task takes their tensors in kf_state and returns what the call wrote under kf_state")
+    random: list[RandomInput] = Field(default_factory=list, description="dropout masks the captured call drew, which "
+                                      "the task takes in kf_random: a swapped kernel gets fresh ones at every call")
 
 
 class CaptureReport(BaseModel):

@@ -25,6 +25,8 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 from kernelfix.capture.errors import CaptureInputError
+from kernelfix.capture.randomness import RandomDraws
+from kernelfix.capture.state_args import record_after, record_before
 from kernelfix.capture.tensors import clone_like, detach_tree
 import kernelfix.version
 
@@ -60,6 +62,8 @@ class CapturedCall:
     state: dict[str, torch.Tensor]  # parameters and buffers by every name they have, as they were before the call
     grad_enabled: bool
     autocast: list[str] = field(default_factory=list)  # device types with autocast on during the call
+    state_args: list = field(default_factory=list)  # capture/state_args.Recorded: arguments that hold state (a cache)
+    random: list = field(default_factory=list)  # capture/randomness.Draw: what the call drew at random, in order
 
     @property
     def device(self) -> torch.device:
@@ -182,13 +186,18 @@ def run_and_capture_calls(
             return
         if wanted is None or seen in wanted:
             # Before the call: a module that updates its buffers (running stats, counters) must be captured as it was.
-            pending["args"] = detach_tree(args)  # (keyword arguments reach only the post-hook: copied after the call)
+            pending["args"] = detach_tree(args)
             if not state:  # the first captured call's: the task's weights
                 state.update({n: clone_like(t) for n, t in _named_state(module)})
             pending["state"] = state
             pending["call"] = seen
             pending["grad"] = torch.is_grad_enabled()
             pending["autocast"] = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+            kw = call_kwargs(module)
+            pending["kwargs"] = detach_tree(kw)  # before the call too: a call may write into a tensor passed by keyword
+            # An argument that holds state (a transformers cache) is changed by the call: what it held before, now.
+            pending["state_args"] = record_before(args, kw)
+            pending["random"] = RandomDraws.start(module)
 
     def post_hook(module: nn.Module, args: tuple, *rest: Any) -> None:
         nonlocal depth
@@ -199,15 +208,18 @@ def run_and_capture_calls(
         if module is resolver.target and pending:
             p = dict(pending)
             pending.clear()
+            p["random"].stop()
+            record_after(p["state_args"], module)
             kind = signature(p["args"], kwargs)
             if wanted is None and kind in kinds:
                 return  # a kind already captured: `--calls all` keeps the first of each
             kinds.add(kind)
             captured.append(
                 CapturedCall(
-                    module=module, module_path=module_path, call=p["call"], args=p["args"], kwargs=detach_tree(kwargs),
+                    module=module, module_path=module_path, call=p["call"], args=p["args"],
+                    kwargs=p["kwargs"] if p["kwargs"] or not kwargs else detach_tree(kwargs),
                     output=detach_tree(output), state=p["state"], grad_enabled=p["grad"],
-                    autocast=p["autocast"],
+                    autocast=p["autocast"], state_args=p["state_args"], random=p["random"].draws,
                 )
             )
             if done():
@@ -233,6 +245,20 @@ def run_and_capture_calls(
     raise CaptureInputError(
         f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}" if seen else f"{script} ran to its end without calling {what}"
     )
+
+
+def call_kwargs(module: nn.Module) -> dict:
+    """The keyword arguments of the module call now starting: a global forward pre-hook is handed only the positional
+    ones, and the call's frame (nn.Module's call machinery, which runs the hook) holds the rest."""
+    frame = sys._getframe(1)
+    for _ in range(4):
+        if frame is None:
+            break
+        loc = frame.f_locals
+        if "forward_call" in loc and isinstance(loc.get("kwargs"), dict) and (loc.get("self") is module or "self" not in loc):
+            return loc["kwargs"]
+        frame = frame.f_back
+    return {}
 
 
 def run_script(script: Path, script_args: list[str] | tuple[str, ...], pre_hook, post_hook, *, waiting_for: str) -> None:

@@ -19,6 +19,7 @@ def capture_text(m: CaptureManifest, files: list[Path]) -> str:
         + (" in training mode" if m.training else ""),
         *(f"  input   {s}" for s in input_summary(m.inputs)),
         *(f"  output  {o.path}: {o.description}" for o in m.outputs),
+        *_state_lines(m),
         f"  graph   {sum(m.graph_ops.values())} ATen ops: {ops}",
         f"  check   reproduces the captured call: {m.check.captured.summary() if m.check.captured else '-'}; {m.check.fresh_inputs}",
         *(f"  note    {n}" for n in m.notes),
@@ -36,6 +37,7 @@ def _sets_text(m: CaptureManifest, files: list[Path], ops: str, task: Path) -> s
         lines += [f"    output  {o.path}: {o.description}" for o in outputs]
         lines.append(f"    check   reproduces call {call}: {check.captured.summary() if check.captured else '-'}")
     lines += [
+        *_state_lines(m),
         f"  graph   {sum(m.graph_ops.values())} ATen ops: {ops}",
         f"  inputs  get_input_sets() draws the {len(m.calls)} sets; get_inputs() the first; {m.check.fresh_inputs}",
         *(f"  note    {n}" for n in m.notes),
@@ -43,6 +45,20 @@ def _sets_text(m: CaptureManifest, files: list[Path], ops: str, task: Path) -> s
         f"next: kernelfix optimize {_rel(task)} --model M",
     ]
     return "\n".join(lines)
+
+
+def _state_lines(m: CaptureManifest) -> list[str]:
+    """What the call read and wrote in a state argument (a cache), and the dropout masks taken as inputs."""
+    lines = []
+    for st in m.state:
+        kind = st.type.rsplit(".", 1)[-1]
+        read = ", ".join(f"{u.path}.{a}" for u in st.units for a in u.inputs) or "nothing (it was empty)"
+        wrote = ", ".join(f"{u.path}.{a}" for u in st.units for a in u.outputs) or "no tensor"
+        lines.append(f"  state   {st.leaf} ({kind}): read {read}; wrote {wrote} (the task's kf_state inputs and output)")
+    if m.random:
+        masks = ", ".join(f"{r.name} (p={r.p:g})" for r in m.random)
+        lines.append(f"  dropout masks the call drew are inputs (kf_random): {masks}; a swapped kernel gets fresh ones each call")
+    return lines
 
 
 def swap_text(r: SwapReport) -> str:

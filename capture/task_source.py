@@ -12,7 +12,7 @@ import torch
 
 from kernelfix.capture.errors import CaptureFailed
 from kernelfix.capture.export_graph import TaskGraph
-from kernelfix.capture.schema import InputLeaf, TensorSpec
+from kernelfix.capture.schema import InputLeaf, RandomInput, StateArg, TensorSpec
 
 _FREES = re.compile(r";\s+(?:\w+ = )+None$")  # fx frees each value after its last use: noise in a task
 _TRACE = re.compile(r"# File: (.+?):(\d+) in (\S+), code: (.*)$")
@@ -60,6 +60,8 @@ def render_task(
     input_sets: list[list[InputLeaf]] = (),
     calls: list[int] = (),
     backward: bool = False,
+    state: list[StateArg] = (),
+    random: list[RandomInput] = (),
 ) -> str:
     """``backward``: the call ran with grad enabled on trainable tensors (training): the task says BACKWARD = True,
     so the judge checks and times its gradients too (docs/backward.md)."""
@@ -78,6 +80,7 @@ def render_task(
         "the same path and loads the same tensors: torch.load(weights, weights_only=True) is a dict of tensors.",
         "get_inputs() draws fresh tensors of the captured shapes, dtypes, strides and value ranges.",
     ]
+    doc += state_doc(state) + random_doc(random)
     if input_sets:
         doc += [
             "",
@@ -141,6 +144,35 @@ def render_task(
         "",
     ]
     return "\n".join(parts)
+
+
+def state_doc(state: list[StateArg]) -> list[str]:
+    """What the task's docstring says of a state argument (a cache) the call read and wrote."""
+    lines = []
+    for s in state:
+        kind = s.type.rsplit(".", 1)[-1]
+        wrote = ", ".join(f"{u.path}.{a}" for u in s.units for a in u.outputs) or "no tensor"
+        read = [f"{u.path}.{a}" for u in s.units for a in u.inputs]
+        lines += [
+            "",
+            f"The call passed a {kind} ({s.leaf}) and wrote into it: {wrote}. forward() takes what it held before the call",
+            f"({', '.join(read) + ' as the kf_state_* inputs' if read else 'nothing: it was empty'}) and returns what the call",
+            "wrote under ['kf_state'] beside the module's own output; a kernel returns both (the swap writes them back into",
+            f"the user's {kind}).",
+        ]
+    return lines
+
+
+def random_doc(random: list[RandomInput]) -> list[str]:
+    if not random:
+        return []
+    rates = ", ".join(sorted({f"{r.p:g}" for r in random}))
+    return [
+        "",
+        f"Dropout: the masks the captured call drew are inputs (kf_random_*, True keeps an element; drop rate {rates}), so",
+        "the output is a function of the inputs; forward() scales the kept elements by 1 / (1 - p). A swapped kernel is",
+        "handed fresh masks at every call.",
+    ]
 
 
 def _sets_source(input_sets: list[list[InputLeaf]]) -> list[str]:
@@ -220,4 +252,11 @@ def _draw(t: TensorSpec) -> str:
 
 
 def input_summary(inputs: list[InputLeaf]) -> list[str]:
-    return [f"{i.name}: {i.tensor.describe()}" if i.tensor else f"{i.path} = {i.constant} (fixed)" for i in inputs]
+    def one(i: InputLeaf) -> str:
+        if i.tensor:
+            return f"{i.name}: {i.tensor.describe()}"
+        if (i.constant or "").startswith("'kernelfix-state:"):
+            return f"{i.path}: a {i.constant.strip(chr(39)).split(':', 1)[1]} (its state: below)"
+        return f"{i.path} = {i.constant} (fixed)"
+
+    return [one(i) for i in inputs]

@@ -7,6 +7,7 @@ import io
 import linecache
 import logging
 import os
+import re
 import traceback
 
 import torch
@@ -24,7 +25,7 @@ _KNOWN = (
 )
 
 
-def export_call(call: CapturedCall, others: list[CapturedCall] = ()) -> torch.export.ExportedProgram:
+def export_call(call: CapturedCall, others: list[CapturedCall] = (), notes: list[str] | None = None) -> torch.export.ExportedProgram:
     """The call traced by torch.export (non-strict: the module's own Python runs, on fake tensors). With
     ``others`` (calls of other shapes), each dimension that differs between the calls is exported dynamic,
     so the one graph computes every captured shape."""
@@ -33,8 +34,10 @@ def export_call(call: CapturedCall, others: list[CapturedCall] = ()) -> torch.ex
             f"{call.module_path} ran under torch.autocast ({', '.join(call.autocast)}): the task would compute in full precision "
             "and not reproduce it; capture it without autocast (or make the dtype casts explicit in the module)"
         )
+    from kernelfix.capture.library_ops import traceable_experts
+
     try:
-        with _quiet(), torch.set_grad_enabled(call.grad_enabled):
+        with _quiet(), torch.set_grad_enabled(call.grad_enabled), traceable_experts(call.module, notes if notes is not None else []):
             return torch.export.export(call.module, call.args, call.kwargs, strict=False, dynamic_shapes=dynamic_shapes(call, others))
     except Exception as e:
         raise untraceable(e, call.module_path) from e
@@ -91,7 +94,7 @@ def untraceable(e: Exception, module_path: str) -> Untraceable:
         location = f"{shown_path(frame.filename)}:{frame.lineno} in {frame.name}"
         code = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip() or None
     construct, advice = _classify(text, code or "")
-    where = f" at {location}" + (f":\n    {code}\n" if code else "\n") if location else "\n"
+    where = f" at {location}" + (f":\n    {code}\n" if code else ".\n") if location else ".\n"
     message = (
         f"cannot capture {module_path}: torch.export cannot trace {construct}{where}"
         f"To capture it: {advice}; or capture a submodule beside or below it."
@@ -106,16 +109,33 @@ def _classify(text: str, code: str) -> tuple[str, str]:
         if reads:
             return (f"a read of a tensor's value into Python ({', '.join(reads)}: data-dependent)",
                     "keep the value in a tensor (masks, torch.where), or pass it to the module as a plain int")
+        if re.match(r"\s*for\b.*\bin\b", code):
+            return ("a Python loop over a tensor's values (how many times it runs depends on the data: a loop over the experts "
+                    "that received tokens, say)",
+                    "loop over a fixed range (every expert, with a mask for its tokens), or use a grouped operation such as "
+                    "torch._grouped_mm; for a transformers mixture of experts, set config._experts_implementation = "
+                    "\"grouped_mm\"")
         return ("a Python decision on a tensor's values (data-dependent control flow)",
                 "compute both branches and pick with torch.where, or use torch.cond")
     for keys, what, how in _KNOWN:
         if any(k in text for k in keys):
             return what, how
-    return f"something in it ({_first_line(text)})", "rewrite that line"
+    if "Unsupported input type" in text:
+        kind = re.search(r"<class '([^']+)'>", text)
+        name = kind[1] if kind else "an object"
+        return (f"an argument of type {name} (an object torch.export takes no input of: not a tensor, a number or a "
+                "list, tuple or dict of them)", f"pass the module tensors (or lists, tuples and dicts of them) in place of the {name.rsplit('.', 1)[-1]}")
+    return f"something in it: {_first_sentence(text)}", "rewrite that line"
 
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:300]
+def _first_sentence(text: str, limit: int = 300) -> str:
+    """The error's first sentence, cut at a word (never mid-word) when it is long."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    end = line.find(". ")
+    line = line[: end + 1] if 0 < end < limit else line
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _user_frame(e: BaseException) -> traceback.FrameSummary | None:
@@ -149,6 +169,8 @@ def _draws(node) -> bool:
         return False
     if "dropout_p" in names and arg("dropout_p") in (0, 0.0, None):
         return False
+    if "p" in names and node.target.overloadpacket in (torch.ops.aten.dropout, torch.ops.aten.native_dropout) and arg("p") in (0, 0.0):
+        return False  # dropout with p = 0 keeps every element: nothing random
     return True
 
 

@@ -230,13 +230,34 @@ def test_a_value_read_into_python_is_named(tmp_path):
     assert e.value.code == "n = int(x.max().item())"
 
 
-def test_random_module_is_refused(tmp_path):
+def test_dropout_in_training_takes_its_masks_as_inputs(tmp_path):
     script = _script(tmp_path, """
-        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))   # left in training mode
+        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Dropout(0.0))   # left in training mode
+        model(torch.randn(64, 4))
+    """)
+    m = capture(script, "model", tmp_path / "drop.py").manifest
+    assert [(r.name, r.p) for r in m.random] == [("dropout_0", 0.5)]  # p = 0 draws nothing
+    assert m.check.ok
+    mask = next(i for i in m.inputs if i.path == "kwargs['kf_random']['dropout_0']")
+    assert mask.tensor.dtype == "bool" and mask.tensor.shape == [64, 4] and mask.tensor.p_true == 0.5
+    task = import_file(tmp_path / "drop.py", "drop_task")
+    x, keep = torch.randn(64, 4), torch.rand(64, 4) < 0.5
+    out = task.Model(*task.get_init_inputs())(x, keep)
+    lin = task.Model(*task.get_init_inputs()).p_0_weight
+    assert torch.allclose(out, torch.nn.functional.linear(x, lin, task.Model(*task.get_init_inputs()).p_0_bias) * keep * 2.0)
+
+
+def test_other_random_draws_are_refused(tmp_path):
+    script = _script(tmp_path, """
+        class Noisy(nn.Module):
+            def forward(self, x):
+                return x + torch.randn_like(x)
+
+        model = nn.Sequential(Noisy())
         model(torch.randn(2, 4))
     """)
-    with pytest.raises(CaptureFailed, match=r"draws random numbers .*aten\.dropout.*model\.eval\(\)"):
-        capture(script, "model", tmp_path / "drop.py")
+    with pytest.raises(CaptureFailed, match=r"draws random numbers \(aten\.randn_like \(user_model\.py:\d+\)\) other than dropout's masks"):
+        capture(script, "model.0", tmp_path / "noisy.py")
 
 
 def test_device_literals_follow_the_inputs(tmp_path):
