@@ -105,6 +105,9 @@ def test_a_real_capture_through_a_replaying_ncu_becomes_the_report(judged, tmp_p
     assert done.warnings == ev.warnings
     log = (Path(ev.workdir) / "logs" / "profile_ncu.log").read_text()
     assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.workers.profile_target" in log
+    # Only the sections the findings read, and where the stage's seconds went.
+    assert "--section InstructionStats" not in log and "--section SchedulerStats" not in log and "--section SourceCounters" in log
+    assert {"profile.ncu_run", "profile.pages", "profile.findings"} <= set(done.breakdown), done.breakdown
 
 
 def test_a_refused_metric_is_retried_without_the_extra_metrics(judged, tmp_path, monkeypatch):
@@ -149,3 +152,20 @@ def test_find_prefers_an_explicit_path_and_reports_a_missing_one(tmp_path):
     assert ncu.find(path) == (path, None)
     found, problem = ncu.find(str(tmp_path / "nope"))
     assert found is None and problem.kind == "missing"
+
+
+def test_the_profiled_runs_phases_go_into_the_breakdown(tmp_path):
+    from kernelfix.sandbox import ChildOutcome
+    from kernelfix.tools.evaluation import Evaluation
+
+    ev = Evaluation(id="x", task="relu", device="cuda", workdir=str(tmp_path))
+    started = 1000.0
+    marks = {"loaded": 1001.5, "torch_imported": 1003.0, "warmup": 1006.0, "profiled_forward": 1006.5, "done": 1009.0}
+    outcome = ChildOutcome(argv=["ncu"], returncode=0, wall_s=10.0, messages=[{"type": "result", "phase_times": marks}])
+    profile_stage._phases(ev, started, outcome, tmp_path / "none.json")
+    b = ev.breakdown
+    assert b["profile.ncu.loaded"] == 1.5 and b["profile.ncu.profiled_forward"] == 6.5 and b["profile.ncu.done"] == 9.0
+    assert b["profile.ncu_run"] == 10.0 and b["profile.ncu.after_target"] == 1.0  # ncu's exit: rules, the report written
+    bad = ChildOutcome(argv=["ncu"], returncode=0, wall_s=2.0, messages=[{"type": "result", "phase_times": {"x": 1001.0, "done": "later", "warmup": 9e9}}])
+    profile_stage._phases(ev, started, bad, tmp_path / "none.json")  # forged readings: no key of their own, no failure
+    assert ev.breakdown["profile.ncu_run"] == 12.0 and "profile.ncu.x" not in ev.breakdown and ev.breakdown["profile.ncu.warmup"] == 6.0
