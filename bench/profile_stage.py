@@ -42,15 +42,17 @@ def timed(argv: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
     return round(time.monotonic() - t0, 2), p
 
 
-def judge(name: str, task: Path, cand: Path) -> dict:
-    wall, p = timed([sys.executable, "-P", "-m", "kernelfix", "eval", str(task), str(cand), "--profile", "--json"],
+def judge(name: str, task: Path, cand: Path, profile: bool = True) -> dict:
+    wall, p = timed([sys.executable, "-P", "-m", "kernelfix", "eval", str(task), str(cand), *(["--profile"] if profile else []), "--json"],
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         v = json.loads(p.stdout)
     except ValueError:
         return {"case": name, "wall": wall, "error": p.stderr[-1500:]}
     prof = v.get("profile") or {}
-    return {"case": name, "wall": wall, "category": v["category"], "stage_seconds": v.get("stage_seconds"),
+    candidate = ((v.get("timings") or {}).get("candidate") or {})
+    return {"case": name, "profiled": profile, "wall": wall, "category": v["category"], "stage_seconds": v.get("stage_seconds"),
+            "candidate_ms": candidate.get("median_ms"), "candidate_p10_p90_ms": [candidate.get("p10_ms"), candidate.get("p90_ms")],
             "profile_s": (v.get("stage_seconds") or {}).get("profile"),
             "breakdown": {k: x for k, x in (v.get("breakdown") or {}).items() if k.startswith("profile.")},
             "findings": [f.get("kind") for f in prof.get("findings") or []], "profile_note": prof.get("note"),
@@ -110,6 +112,9 @@ def main() -> int:
     ap.add_argument("--case", action="append", default=[], metavar="NAME=TASK:CANDIDATE")
     ap.add_argument("--skip-warm", action="store_true", help="the caches are warm already")
     ap.add_argument("--warm-only", action="store_true", help="fill the caches and stop (beside another step's work)")
+    ap.add_argument("--control", action="store_true",
+                    help="each case also judged once without --profile: its timing beside the profiled runs' (the profiled run starts "
+                         "while the candidate is timed, and must not slow it)")
     args = ap.parse_args()
     cases = {c.split("=", 1)[0]: tuple(Path(x) for x in c.split("=", 1)[1].split(":")) for c in args.case} or CASES
     result: dict = {"runs": [], "variants": []}
@@ -122,16 +127,20 @@ def main() -> int:
         result["warm"] = warm
     if args.warm_only:
         return 0
-    for _ in range(args.repeat):
-        for name, (task, cand) in cases.items():
+    for name, (task, cand) in cases.items():  # one case's runs together: a step's time bound cuts the last case's, not every case's
+        if args.control:
+            row = judge(name, task, cand, profile=False)
+            result["runs"].append(row)
+            print(f"{name} (no profile): candidate {row.get('candidate_ms')} ms {row.get('candidate_p10_p90_ms')}, wall {row['wall']} s", flush=True)
+        for _ in range(args.repeat):
             row = judge(name, task, cand)
             result["runs"].append(row)
-            print(f"{name}: profile {row.get('profile_s')} s, wall {row['wall']} s, {row.get('category')}, findings {row.get('findings')}, "
+            print(f"{name}: profile {row.get('profile_s')} s, wall {row['wall']} s, candidate {row.get('candidate_ms')} ms, {row.get('category')}, findings {row.get('findings')}, "
                   f"stages {row.get('stage_seconds')}\n   {row.get('breakdown')}" + (f"\n   {row.get('error')}" if row.get("error") else ""), flush=True)
             if args.out:
                 args.out.write_text(json.dumps(result, indent=1))
     for name in cases:
-        xs = [r["profile_s"] for r in result["runs"] if r["case"] == name and r.get("profile_s") is not None]
+        xs = [r["profile_s"] for r in result["runs"] if r["case"] == name and r.get("profiled") and r.get("profile_s") is not None]
         if xs:
             print(f"{name}: profile stage median {statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})", flush=True)
     if args.variants:

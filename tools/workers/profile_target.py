@@ -5,9 +5,13 @@ forward inside the NVTX range ncu filters on) or alone (``profile_torch``:
 torch.profiler's kernel list, for when ncu cannot run). The profile judges
 nothing, so its inputs are the task's own distribution drawn here under a seed
 of this process's: no trial's inputs are needed. The reference's matmul/conv
-FLOPs are counted on the meta device before any candidate code is imported.
-The result also goes to a file: a profiler in front of this process may not
-pass the message pipe on.
+FLOPs are counted on the meta device before any candidate code is imported
+(or come from the judge, which has the reference's). The result also goes to a
+file: a profiler in front of this process may not pass the message pipe on.
+
+Started ahead of its stage (``go_file`` in the spec), it imports torch and the
+task, and a Triton candidate's Triton, then waits for the judge's go before it
+starts CUDA: the stage holds the GPU from the go on.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelfix.tools.sanitizer import handoff
 from kernelfix.tools.timing.clock import Cuda
 from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, tensors_in, to_device
 
@@ -64,10 +69,18 @@ def body(w: Worker) -> None:
     if device != "cuda":
         raise RuntimeError("profiling needs a CUDA device")
     _phase(w, "torch_imported")
-    Cuda.bind()
-    nvtx_push, nvtx_pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     task = load_task(w, spec["task_path"])
     known = spec.get("known")  # the reference's count, when the judge has it: not counted again under the profiler
+    if spec.get("go_file"):  # started ahead of the stage (tools/stages/profile.py: prestart): nothing of CUDA's until the go
+        _ahead(spec)
+        _phase(w, "ready")
+        go = handoff.wait(Path(spec["go_file"]), float(spec.get("wait_s", 600.0)))
+        if not go or not go.get("go"):
+            return _done(spec, w, {"cancelled": True})
+        MARKS["go"] = time.time()
+        known = go.get("known") or known
+    Cuda.bind()
+    nvtx_push, nvtx_pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     if known is None:
         _phase(w, "count_flops")
     result: dict[str, Any] = {"flops": known["flops"] if known is not None else _task_flops(task)}
@@ -107,6 +120,23 @@ def body(w: Worker) -> None:
             Cuda.sync()
         result["kernels"] = _kernel_list(prof)
     _done(spec, w, result)
+
+
+def _ahead(spec: dict[str, Any]) -> None:
+    """While the run waits for its go: a Triton candidate's Triton imported and its key computed (a hash of libtriton.so,
+    tools/workers/candidate/ahead.py), which its first kernel call would do inside the stage. Reads files, starts nothing
+    of CUDA's."""
+    from kernelfix.sandbox.zygote import kind_for_candidate
+
+    try:
+        if kind_for_candidate(Path(spec["candidate_path"]).read_text()) in ("triton", "candidate"):
+            import triton  # noqa: F401
+
+            from kernelfix.tools.workers.candidate.ahead import triton_key_ahead
+
+            triton_key_ahead()
+    except Exception:  # the first kernel call does it, as before
+        pass
 
 
 def _host_syncs(forward: Any, candidate_path: str) -> dict[str, Any]:
