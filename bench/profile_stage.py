@@ -113,25 +113,23 @@ def main() -> int:
     ap.add_argument("--skip-warm", action="store_true", help="the caches are warm already")
     ap.add_argument("--warm-only", action="store_true", help="fill the caches and stop (beside another step's work)")
     ap.add_argument("--control", action="store_true",
-                    help="each case also judged once without --profile: its timing beside the profiled runs' (the profiled run starts "
-                         "while the candidate is timed, and must not slow it)")
+                    help="the warm-up runs without --profile: the candidate's timing beside the profiled runs' (whose profiled run "
+                         "starts while the candidate is timed, and must not slow it)")
     args = ap.parse_args()
     cases = {c.split("=", 1)[0]: tuple(Path(x) for x in c.split("=", 1)[1].split(":")) for c in args.case} or CASES
     result: dict = {"runs": [], "variants": []}
     if not args.skip_warm:
         t0 = time.monotonic()
         with ThreadPoolExecutor(len(cases)) as pool:
-            warm = list(pool.map(lambda kv: judge(kv[0], *kv[1]), cases.items()))
+            warm = list(pool.map(lambda kv: judge(kv[0], *kv[1], profile=not args.control), cases.items()))
         print(f"warm-up (builds, baselines), all at once: {time.monotonic() - t0:.1f} s: "
               + "; ".join(f"{w['case']} {w.get('category')} {w.get('stage_seconds')}" for w in warm), flush=True)
         result["warm"] = warm
+        for w in warm if args.control else []:
+            print(f"{w['case']} (no profile): candidate {w.get('candidate_ms')} ms {w.get('candidate_p10_p90_ms')}", flush=True)
     if args.warm_only:
         return 0
     for name, (task, cand) in cases.items():  # one case's runs together: a step's time bound cuts the last case's, not every case's
-        if args.control:
-            row = judge(name, task, cand, profile=False)
-            result["runs"].append(row)
-            print(f"{name} (no profile): candidate {row.get('candidate_ms')} ms {row.get('candidate_p10_p90_ms')}, wall {row['wall']} s", flush=True)
         for _ in range(args.repeat):
             row = judge(name, task, cand)
             result["runs"].append(row)
