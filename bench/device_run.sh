@@ -128,6 +128,12 @@ for step in "$@"; do
       python3 -P bench/arena_cost.py 2>&1 | tee "$OUT/arena_cost.log" ;;
     judge-passes) # issue 33: the reference worker's passes over one published-size trial, each beside its bandwidth floor
       python3 -P bench/judge_passes.py --out "$OUT/judge_passes.json" ${JUDGE_PASSES_ARGS:-} 2>&1 | tee "$OUT/judge_passes.log" ;;
+    kernel-source-gpu) # races on global memory and atomics' uses read from the source, judged (verdicts in the tarball); KS_FILES: more GPU test files in the same run; KS_WARM=1: the profile-stage bench's builds and baselines beside it
+      [ -n "$KS_WARM" ] && { python3 -P bench/profile_stage.py --warm-only > "$OUT/profile_stage_warm.log" 2>&1 & }
+      KERNEL_SOURCE_ARTIFACTS=/tmp/kfout/kernel_source python3 -P -m pytest -m gpu -q -s -rfE -n ${KS_N:-6} -p no:cacheprovider -o addopts="" --timeout 300 tests/test_kernel_source_gpu.py ${KS_FILES:-} > "$OUT/kernel_source_gpu.log" 2>&1
+      grep -E "^\[cuda\]|reproduced|^(FAILED|ERROR)|passed|failed" "$OUT/kernel_source_gpu.log" | tail -60; wait ;;
+    profile-stage) # the profile stage's seconds on one-kernel candidates (3 repeats each, cached builds) and where they go; STAGE_ARGS: --variants, --skip-warm
+      python3 -P bench/profile_stage.py --repeat ${STAGE_REPEAT:-3} ${STAGE_ARGS:-} --out "$OUT/profile_stage.json" 2>&1 | tee "$OUT/profile_stage.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -70,6 +70,7 @@ def _sanitizer(v: Verdict) -> list[str]:
     """What compute-sanitizer found (tools/sanitizer/): each of the candidate's hazards with its line, then its
     fix (once per kind). Where it ran and found none, one line that narrows the search; a note (no GPU, no
     sanitizer) stays out of the model's text."""
+    from kernelfix.tools.kernel_source.races import LOOKED_FOR
     from kernelfix.tools.sanitizer.hazards import describe
 
     r = v.sanitizer
@@ -79,13 +80,24 @@ def _sanitizer(v: Verdict) -> list[str]:
     on = f" on {r.inputs}" if r.inputs else ""
     causes = r.causes
     if not causes:
+        races = _global_races(r.global_races)
         if r.nondeterministic:
-            return [f"compute-sanitizer ({ran}{on}) found no hazard, but two calls on the same inputs gave different outputs "
+            head = (f"compute-sanitizer ({ran}{on}) found no hazard, but two calls on the same inputs gave different outputs "
                     f"({r.nondeterministic}): a race on global memory (racecheck sees shared memory only), or atomics whose "
-                    "order changes the result."]
+                    "order changes the result.")
+            if races:
+                return [head, "Cause: your source reads, adds to and writes back global memory that several threads or programs reach, "
+                              "without an atomic:", *races]
+            if r.global_races is not None:
+                return [head, f"Your source shows no {LOOKED_FOR}: look at atomics on floats (their order changes the sum's "
+                              "rounding), and at kernels that read what another block or launch writes."]
+            return [head]
         if not all(t.problem is None and t.finished for t in r.tools):
             return []  # a partial run proves nothing either way
         clean = f"compute-sanitizer ({ran}{on}) found no out-of-bounds or misaligned access, shared-memory race, barrier error or uninitialized read"
+        if races:  # a lost update can be the same on every call: the wrong output is its only sign
+            return [clean + "; racecheck sees shared memory only, and your source reads, adds to and writes back global memory "
+                            "that several threads or programs reach, without an atomic:", *races]
         return [clean + ("." if v.category == Category.OK else ": look at the arithmetic and the index math.")]
     tools = ", ".join(dict.fromkeys(h.tool for h in causes[:MAX_HAZARDS]))
     head = "Correct on every trial, but" if v.category == Category.OK else "Cause:"
@@ -100,6 +112,18 @@ def _sanitizer(v: Verdict) -> list[str]:
         lines.append(f"  ({len(causes) - MAX_HAZARDS} more in the verdict's sanitizer report.)")
     if r.nondeterministic:
         lines.append(f"  Two calls on the same inputs also gave different outputs ({r.nondeterministic}).")
+    return lines
+
+
+def _global_races(found) -> list[str]:
+    """The races on global memory the source shows (tools/kernel_source/races.py), each with its line and fix (once per fix)."""
+    lines: list[str] = []
+    fixed: set[str] = set()
+    for g in (found or [])[:MAX_HAZARDS]:
+        lines.append(f"  - line {g.line} of your source, in {g.kernel}: `{g.code}`: {g.why}.")
+        if g.fix not in fixed:
+            fixed.add(g.fix)
+            lines.append(f"    Fix: {g.fix[0].upper()}{g.fix[1:]}.")
     return lines
 
 
@@ -209,7 +233,7 @@ def _correctness(v: Verdict) -> list[str]:
         return [
             f"Not accurate enough: {v.message}.",
             'Compute in float32 as the task does: no fp16/bf16 casts; in Triton, tl.dot(a, b, input_precision="tf32x3") (three TF32 '
-            'products: float32-accurate, and on an H100 faster than "ieee" FMAs) or "ieee", never the default TF32.',
+            'products: float32-accurate, and faster than "ieee" FMAs where the judge measured it, on an H100) or "ieee", never the default TF32.',
         ]
     elif v.category == Category.NO_GRADIENT:
         return [

@@ -132,7 +132,15 @@ def for_profile(profile: "ProfileReport | None", exclude: Collection[str] = ()) 
     if profile is None or not profile.findings:
         return []
     ops = task_ops(profile.task_flops, profile.min_bytes)
-    return pick([f.kind for f in profile.findings], ops=ops, k=NOTES_PER_TURN, exclude=exclude)
+    return pick([_selector(f) for f in profile.findings], ops=ops, k=NOTES_PER_TURN, exclude=exclude)
+
+
+def _selector(finding) -> str:
+    """The name notes select a finding by: its kind, and for contended atomics the use too ("contended_atomics:counter"),
+    so a counter handing out work does not get the histogram's privatization note (the finding's own fix says what to do)."""
+    if finding.kind == "contended_atomics" and finding.use not in (None, "data"):
+        return f"{finding.kind}:{finding.use}"
+    return finding.kind
 
 
 def task_ops(task_flops: float | None, min_bytes: float | None) -> list[str]:

@@ -1,6 +1,6 @@
 """The sanitizer's defect kernels (tests/sanitizer/candidates), each with what its header says:
 ``# task:`` (a file of tests/sanitizer/tasks or tests/feedback/tasks), ``# defect:`` (the hazard kind
-the sanitizer must name), ``# expect:`` (the verdict's category, which the sanitizer never changes),
+the sanitizer must name; ``global_race``: a race on global memory no tool sees, which the stage reads from the source), ``# expect:`` (the verdict's category, which the sanitizer never changes),
 ``# line:`` (the hazard's line in the candidate, alternatives split by `` | ``)."""
 
 from __future__ import annotations

@@ -5,13 +5,15 @@ that matches it; the healthy controls get no defect; no advice contradicts the f
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import re
 from pathlib import Path
 
 import pytest
 
-from kernelfix.tools.profile import bottleneck, findings, kernel_counters, memory_findings, ncu_csv, ncu_source
+from kernelfix.tools.profile import bottleneck, findings, kernel_counters, memory_findings, ncu, ncu_csv, ncu_source
 from kernelfix.tools.verdict import TimingStats, Timings
 
 FIX = Path(__file__).parent / "fixtures" / "ncu" / "feedback"
@@ -244,3 +246,70 @@ def test_sync_calls_keep_the_candidates_innermost_frame(tmp_path):
     ]
     got = sync_calls(events, str(cand))
     assert [(s.kind, s.line, s.count, s.code) for s in got] == [("device", 12, 1, "line 12"), ("stream", 38, 2, "line 38")]
+
+
+# --- the profile stage collects only what the findings read ----------------------------------------------------
+
+# The sections the judge collected before (ncu.SECTIONS was these nine): InstructionStats and SchedulerStats are gone.
+_BEFORE = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis",
+           "SourceCounters", "InstructionStats", "SchedulerStats")
+_TITLES = {**ncu.SECTION_TITLES, "InstructionStats": "Instruction Statistics", "SchedulerStats": "Scheduler Statistics"}
+
+
+def _as_collected(text: str, sections: tuple[str, ...]) -> list:
+    """A full-set capture's details page cut to what a judge collecting ``sections`` (plus its named counters) prints:
+    each metric by its section's title, each rule by its section's identifier; InstructionStats' "Executed
+    Instructions" becomes the counter the judge now names, smsp__inst_executed.sum, where that section is gone."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = list(csv.reader(lines[start:]))
+    head, keep = rows[0], [rows[0]]
+    sec, name, rule = head.index("Section Name"), head.index("Metric Name"), head.index("Rule Name")
+    titles = {_TITLES[s] for s in sections} | {"Command line profiler metrics"}
+    for row in rows[1:]:
+        if row[rule]:
+            if row[sec] in sections:
+                keep.append(row)
+        elif row[sec] in titles:
+            keep.append(row)
+        elif row[name] == "Executed Instructions" and "InstructionStats" not in sections:
+            keep.append([*row[:sec], "Command line profiler metrics", "smsp__inst_executed.sum", *row[sec + 2:]])
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(keep)
+    return ncu_csv.parse(out.getvalue()).kernels
+
+
+@pytest.mark.parametrize("case", DEFECTS + CONTROLS)
+def test_the_fewer_sections_give_the_same_findings(case):
+    text = (FIX / f"{case}.details.csv").read_text()
+    before, after = (bottleneck.from_ncu(_as_collected(text, s), **_inputs(case)) for s in (_BEFORE, ncu.SECTIONS))
+    assert [(f.kind, f.what, f.fix, f.where) for f in after.findings] == [(f.kind, f.what, f.fix, f.where) for f in before.findings]
+    assert after.bottleneck == before.bottleneck and after.highlights == before.highlights
+
+
+def _inputs(case: str) -> dict:
+    h = header(case)
+    flops, nbytes, dtypes = TASKS[h["task"]]
+    ms = MEASURED_MS.get(case)
+    timings = Timings(candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100), bytes_moved=nbytes) if ms else Timings(bytes_moved=nbytes)
+    ctx = findings.Context(task_flops=flops, min_bytes=nbytes, dtypes=dtypes, candidate_source=(CANDIDATES / f"{case}.py").read_text())
+    return dict(timings=timings, task_flops=flops, max_launches=3 if "many_launches" in case else None,
+                sources=ncu_source.parse((FIX / f"{case}.source.csv").read_text()), context=ctx)
+
+
+def test_the_gpu_at_hand_is_named():
+    from kernelfix.tools.gpu import specs
+
+    case = "pow_fp64_cuda"
+    args = _inputs(case)
+    kernels = ncu_csv.parse((FIX / f"{case}.details.csv").read_text()).kernels
+    for name, says in (("NVIDIA H200", "The NVIDIA H200 runs FP64 at half the FP32 rate"), ("NVIDIA L4", "The NVIDIA L4 runs FP64 at 1/64 of")):
+        args["context"] = args["context"].model_copy(update={"gpu": specs.measured({"name": name})})
+        fix = bottleneck.from_ncu(kernels, **args).findings[0].fix
+        assert says in fix and "H100" not in fix, fix
+    args["context"] = args["context"].model_copy(update={"gpu": None})
+    assert "H100" not in bottleneck.from_ncu(kernels, **args).findings[0].fix.split("(A100, H100, H200)")[1]
+    wmma = _inputs("matmul_wmma_cuda")
+    wmma["context"] = wmma["context"].model_copy(update={"gpu": specs.measured({"name": "NVIDIA H200"})})
+    f = bottleneck.from_ncu(ncu_csv.parse((FIX / "matmul_wmma_cuda.details.csv").read_text()).kernels, **wmma).findings[0]
+    assert "on the NVIDIA H200 (sm_90) only wgmma" in f.what

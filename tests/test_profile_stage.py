@@ -105,6 +105,9 @@ def test_a_real_capture_through_a_replaying_ncu_becomes_the_report(judged, tmp_p
     assert done.warnings == ev.warnings
     log = (Path(ev.workdir) / "logs" / "profile_ncu.log").read_text()
     assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.workers.profile_target" in log
+    # Only the sections the findings read, and where the stage's seconds went.
+    assert "--section InstructionStats" not in log and "--section SchedulerStats" not in log and "--section SourceCounters" in log
+    assert {"profile.ncu_run", "profile.pages", "profile.findings"} <= set(done.breakdown), done.breakdown
 
 
 def test_a_refused_metric_is_retried_without_the_extra_metrics(judged, tmp_path, monkeypatch):
@@ -149,3 +152,66 @@ def test_find_prefers_an_explicit_path_and_reports_a_missing_one(tmp_path):
     assert ncu.find(path) == (path, None)
     found, problem = ncu.find(str(tmp_path / "nope"))
     assert found is None and problem.kind == "missing"
+
+
+def test_the_profiled_runs_phases_go_into_the_breakdown(tmp_path):
+    from kernelfix.sandbox import ChildOutcome
+    from kernelfix.tools.evaluation import Evaluation
+
+    ev = Evaluation(id="x", task="relu", device="cuda", workdir=str(tmp_path))
+    started = 1000.0
+    marks = {"loaded": 1001.5, "torch_imported": 1003.0, "warmup": 1006.0, "profiled_forward": 1006.5, "done": 1009.0}
+    outcome = ChildOutcome(argv=["ncu"], returncode=0, wall_s=10.0, messages=[{"type": "result", "phase_times": marks}])
+    profile_stage._phases(ev, started, outcome, tmp_path / "none.json", outcome.wall_s)
+    b = ev.breakdown
+    assert b["profile.ncu.loaded"] == 1.5 and b["profile.ncu.profiled_forward"] == 6.5 and b["profile.ncu.done"] == 9.0
+    assert b["profile.ncu_run"] == 10.0 and b["profile.ncu.after_target"] == 1.0  # ncu's exit: rules, the report written
+    bad = ChildOutcome(argv=["ncu"], returncode=0, wall_s=2.0, messages=[{"type": "result", "phase_times": {"x": 1001.0, "done": "later", "warmup": 9e9}}])
+    profile_stage._phases(ev, started, bad, tmp_path / "none.json", bad.wall_s)  # forged readings: no key of their own, no failure
+    assert ev.breakdown["profile.ncu_run"] == 12.0 and "profile.ncu.x" not in ev.breakdown and ev.breakdown["profile.ncu.warmup"] == 6.0
+
+
+def test_a_run_started_ahead_waits_for_its_go_and_a_cancel_ends_it(judged, tmp_path, monkeypatch):
+    """The profiled run the judge starts as an evaluation begins (tools/stages/profile_prestart.py): it waits, ready,
+    for the stage's go; the stage hands it the go under the GPU's lock and reads its report; an evaluation that never
+    reaches the stage cancels it, and it ends without running anything."""
+    import contextlib
+    import dataclasses
+
+    from kernelfix.tools.stages import profile_prestart
+
+    judge, ev = judged
+    path = fake_ncu(tmp_path, REPLAY.format(fixture=FIXTURES / "ncu_relu_details.csv"))
+    monkeypatch.setattr(judge, "config", judge.config.model_copy(update={"ncu_path": path}))
+    # On this CPU there is no GPU to take room or a lock on, and the target stops at once (its spec says device cpu, which
+    # it cannot profile): the report is the fake ncu's. The target's own wait for its go runs in every profile on the GPU.
+    free = lambda *a, **k: contextlib.nullcontext()  # noqa: E731
+    ctx = dataclasses.replace(judge.stage_context(), device="cuda", room=free, lease=free)
+    spec, run = profile_prestart.spec, profile_prestart.one_shot.run
+    monkeypatch.setattr(profile_prestart, "spec", lambda *a: spec(*a) | {"device": "cpu"})
+    page = profile_stage._page  # the processes in a CPU's sandbox: a GPU's, asked for on a machine without one, is slow to refuse
+    monkeypatch.setattr(profile_prestart.one_shot, "run", lambda c, *a, **k: run(dataclasses.replace(c, device="cpu"), *a, **k))
+    monkeypatch.setattr(profile_stage, "_page", lambda c, *a: page(dataclasses.replace(c, device="cpu"), *a))
+    mine = ev.model_copy(deep=True)
+    profile_prestart.start(ctx, mine)
+    started = profile_prestart._started[mine.id]
+    done = profile_stage.profile(ctx, mine, None)
+    assert done.profile is not None and done.profile.source == "ncu" and done.profile.kernels[0].name == "relu_kernel"
+    assert {"profile.started_ahead", "profile.ncu_run", "profile.pages"} <= set(done.breakdown), done.breakdown
+    assert profile_prestart.take(mine) is None and started.future.done()
+    # Never handed its go: a cancel ends it (here a stand-in for the process, which reads the go file as the target does).
+    from kernelfix.sandbox import ChildOutcome
+    from kernelfix.tools.sanitizer import handoff
+
+    def stand_in(ctx, ev, stage, module, spec, timeout_s, **kw):
+        go = handoff.wait(Path(spec["go_file"]), spec["wait_s"])
+        return ChildOutcome(argv=[module], returncode=0, wall_s=0.0, messages=[{"type": "result", "cancelled": not (go or {}).get("go")}])
+
+    monkeypatch.setattr(profile_prestart.one_shot, "run", stand_in)
+    other = ev.model_copy(deep=True, update={"id": "other", "workdir": str(tmp_path / "other")})
+    Path(other.workdir).mkdir()
+    profile_prestart.start(ctx, other)
+    run = profile_prestart._started[other.id]
+    assert not run.future.done()
+    judge.release(other)  # what a failed stage and the verdict's finish do
+    assert run.future.result(timeout=30).last("result")["cancelled"] and profile_prestart.take(other) is None

@@ -44,7 +44,7 @@ from kernelfix.tools.legality import static_checks
 from kernelfix.tools.legality.allowlist import make_allowed
 from kernelfix.tools.stages import (
     benchmark as timing_stage, compile as compile_stage, correctness as correctness_stage, legality as legality_stage,
-    profile as profile_stage, sanitize as sanitizer_stage,
+    profile as profile_stage, profile_prestart, sanitize as sanitizer_stage,
 )
 from kernelfix.tools.cache_dir import lock_root
 from kernelfix.tools.classify import disk_full
@@ -200,6 +200,7 @@ class Judge:
     def release(self, ev: Evaluation) -> None:
         """End the evaluation's worker (finish does this; a failed stage too: its context may be poisoned),
         and a standby one its workdir never used (a reply with no code)."""
+        profile_prestart.cancel(ev)  # a profiled run started ahead that no stage handed its go
         out = self._runs.release(ev)
         if out is not None:
             ev.warnings += [SANDBOX_NOTE + n for n in out.sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
@@ -377,6 +378,10 @@ class Judge:
         (None: the config's; ``sanitize`` as ``sanitize_failures``, see ``sanitize``)."""
         ev = self.start(source, filename=filename, workdir=workdir)
         choice = {"profile": profile, "sanitize": sanitize}
+        if (profile if profile is not None else self.config.profile) and not ev.failed:
+            # the profiled run's start (a new Python and torch under Nsight Compute) goes beside the build, the trials and
+            # the timing; the profile stage hands it its go, a failure cancels it (tools/stages/profile_prestart.py)
+            profile_prestart.start(self.stage_context(), ev)
         try:
             for name in STAGES:
                 stage = getattr(self, name)

@@ -366,6 +366,9 @@ class Finding(_Model):
     where: CodeLine | None = None
     gain_pct: float | None = None  # ncu's estimated time saved by fixing it, where one of its rules matched
     ncu_rule: str | None = None  # that rule's own words, shortened
+    # What the source shows the defect's code is for, where that changes the fix: contended atomics' "counter",
+    # "data" (a histogram) or "one_address" (tools/kernel_source/atomics.py); the notes follow it
+    use: str | None = None
 
 
 class ProfileReport(_Model):
@@ -433,6 +436,19 @@ class Hazard(_Model):
     fix: str = ""
 
 
+class GlobalRace(_Model):
+    """A read-modify-write of global memory without an atomic that several threads (or Triton programs) can reach,
+    read from the candidate's source (tools/kernel_source/races.py): the race compute-sanitizer cannot see."""
+
+    kernel: str
+    line: int  # in the candidate's source
+    code: str  # that line
+    target: str  # the element written: "y[row]", "y_ptr + row"
+    reason: Literal["threads", "blocks", "programs", "data"]  # who shares the element: a block's threads, blocks, programs, equal data
+    why: str
+    fix: str
+
+
 class ToolRun(_Model):
     """One compute-sanitizer tool's run on the reduced input."""
 
@@ -455,6 +471,8 @@ class SanitizerReport(_Model):
     reduced: bool = False  # the input is smaller than the failing trial's
     reproduced: bool | None = None  # the reduced input also gave a wrong output or a fault (None: not known)
     nondeterministic: str | None = None  # two forwards on the same reduced input differed: how much
+    # Where no tool named a cause: the candidate's global read-modify-writes that several threads can reach (None: not read)
+    global_races: list[GlobalRace] | None = None
     seconds: float | None = None
     version: str | None = None  # compute-sanitizer's version line
     note: str | None = None  # one line when it could not run (no GPU, no compute-sanitizer) or ran only in part

@@ -216,6 +216,9 @@ def sanitizer_summary(r) -> str:
         return r.note or "not run"
     causes = r.causes
     found = ", ".join(f"{WORDS[h.kind]} in {h.kernel}" + (f" (line {h.where.candidate_line})" if h.where and h.where.candidate_line else "")
-                      for h in causes[:3]) or "no hazard"
+                      for h in causes[:3])
+    if not found and r.global_races:  # no tool's hazard: the source's races on global memory
+        found = ", ".join(f"global-memory race in {g.kernel} (line {g.line}, read from the source)" for g in r.global_races[:3])
+    found = found or "no hazard"
     ran = ", ".join(f"{t.tool} {t.seconds:.0f}s" + ("" if t.finished else " (cut off)") for t in r.tools)
     return f"{found}; {ran}; on {r.inputs}" + (f"; {r.note}" if r.note else "")

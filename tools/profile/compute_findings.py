@@ -118,6 +118,15 @@ def grid(x: KernelCounters, ctx: Context) -> Finding | None:
         gain_pct=gain if gain is not None else 100 * idle, ncu_rule=rule_text(rule) if rule else None,
     )
 
+def _fp64_rate(ctx: Context) -> str:
+    """What FP64 costs on the GPU at hand, from the specs table; without it, what the common GPUs do."""
+    rate = ctx.gpu.fp64_rate() if ctx.gpu is not None else None
+    if rate is None:
+        return "Data-center GPUs (A100, H100, H200) run FP64 at half the FP32 rate, consumer and L-series GPUs at 1/64 of it"
+    name = ctx.gpu_name("the GPU")
+    return f"{name[0].upper()}{name[1:]} runs FP64 at {rate} the FP32 rate"
+
+
 def pipe_cause(x: KernelCounters, ctx: Context) -> tuple[str, str, CodeLine | None, str] | None:
     """(cause, numbers, where, fix) for the busiest pipe of a compute-bound kernel, from its SASS (and
     the FP64 instruction counters): FP64 arithmetic, integer division, or special functions."""
@@ -137,8 +146,8 @@ def pipe_cause(x: KernelCounters, ctx: Context) -> tuple[str, str, CodeLine | No
         return ("FP64 arithmetic in float code", f"{counted} warp instructions{widened}",
                 code_line(hot, ctx) if hot is not None else None,
                 "keep float math in float: float literals (1.0f, 0.5f, 2.5f), the float functions (powf, expf, exp2f, logf, sqrtf, "
-                "fabsf, fmaxf) and float accumulators; no double temporaries. An H100 runs FP64 at half the FP32 rate (most other GPUs "
-                "at 1/32 to 1/64); in float the kernel is limited by memory instead")
+                f"fabsf, fmaxf) and float accumulators; no double temporaries. {_fp64_rate(ctx)}; in float the kernel is limited by "
+                "memory instead")
     div_rows = [r for r in x.rows if r.ops(*DIV_OPS) > 0]
     if div_rows:
         def written(r: SourceRow) -> bool:  # the division is in the line's own text (the compiler moves some elsewhere)
@@ -223,7 +232,8 @@ def mma_sync_on_hopper(x: KernelCounters, ctx: Context) -> Finding | None:
     return Finding(
         kind="mma_sync_on_hopper", kernel=x.k.name, share_pct=x.share,
         what=(f"mma.sync on Hopper: the tensor cores are fed Ampere's warp-synchronous mma.sync ({counted}){busy}{achieved}; "
-              "on an H100 (sm_90) only wgmma, asynchronous warpgroup MMA with operands from shared memory, reaches the tensor-core peak"),
+              f"on {ctx.gpu_name('a Hopper GPU')} (sm_90) only wgmma, asynchronous warpgroup MMA with operands from shared memory, "
+              "reaches the tensor-core peak"),
         fix=("use wgmma: in Triton, tl.dot with num_warps=4 or 8 (whole warpgroups) and BLOCK_M >= 64 compiles to wgmma on sm_90; load the "
              "tiles through tensor descriptors (TMA) and pipeline the K loop with num_stages=3-4; by hand, wgmma.mma_async needs sm_90a, "
              "TMA descriptors and mbarriers (CUTLASS 3 / CuTe): write the GEMM in Triton"),

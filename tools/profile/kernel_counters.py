@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from kernelfix.tools.gpu.specs import GpuSpec
 from kernelfix.tools.profile.host_sync import SyncReport
 from kernelfix.tools.profile.ncu_csv import NcuKernel, NcuRule
 from kernelfix.tools.profile.ncu_source import SourceRow
@@ -51,6 +52,11 @@ class Context(BaseModel):
     launch_reason: str | None = None  # set when the forward is launch-bound (bottleneck._launch_bound)
     launch_many: bool = False  # that reason is many short launches (not only a forward longer than its kernels)
     host_syncs: SyncReport | None = None  # what the profile target saw of host syncs in the forward
+    gpu: GpuSpec | None = None  # the GPU the kernel ran on (tools/gpu/specs.py): what a finding says of "the GPU"
+
+    def gpu_name(self, otherwise: str) -> str:
+        """The GPU at hand for a sentence ("the NVIDIA H200"), or ``otherwise`` where it is not known."""
+        return f"the {self.gpu.name}" if self.gpu is not None and self.gpu.name else otherwise
 
     @property
     def intensity(self) -> float | None:
@@ -102,11 +108,23 @@ def call_line(row: SourceRow, ctx: Context, calls: str) -> CodeLine:
     line = code_line(row, ctx)
     if not CUDA_HEADER.search(row.file) or not ctx.candidate_source:
         return line
+    prose = _docstring_lines(ctx.candidate_source)
     for i, text in enumerate(ctx.candidate_source.splitlines()):
         code = text.strip()
-        if code and not code.startswith(("//", "#", "*")) and re.search(calls, code):
+        if code and i + 1 not in prose and not code.startswith(("//", "#", "*")) and re.search(calls, code):
             return CodeLine(file=row.file, line=row.line, code=code[:200], candidate_line=i + 1)
     return line
+
+def _docstring_lines(source: str) -> set[int]:
+    """The lines of the candidate's docstrings (a header that names the call in prose is not the call)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str) for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
 
 def atomics_of(row: SourceRow) -> float:
     """Warp instructions of the line that are global (or generic) atomics and reductions: REDG/ATOMG, RED/ATOM;
@@ -160,7 +178,7 @@ class KernelCounters:
                 if m.group("a"):
                     self.issued[pipe] = v
         self.atomics = sum(k.matching(re.compile(r"smsp__inst_executed_op_global_(red|atom)\.sum")).values())
-        self.instructions = g("Executed Instructions")
+        self.instructions = g("Executed Instructions") or g("smsp__inst_executed.sum")
         limits = [v for v in self.limits.values() if v is not None]
         self.per_sm = min(limits) if limits else None  # blocks one SM holds at once
 

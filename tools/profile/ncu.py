@@ -26,14 +26,20 @@ from kernelfix.tools.profile.ncu_csv import NcuOutput
 
 NVTX_RANGE = "kernelfix_candidate"
 BACKWARD_RANGE = ncu_csv.BACKWARD_RANGE  # a start/end range: no "/" in its filter
-# SourceCounters gives the per-line counters (tools/profile/ncu_source.py) and the coalescing,
-# shared-memory and divergence rules; InstructionStats and SchedulerStats the issue rates.
-SECTIONS = (
-    "SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis",
-    "SourceCounters", "InstructionStats", "SchedulerStats",
-)
+# Only the sections the findings read (tools/profile/kernel_counters.py, bottleneck.py), each with its title in
+# the details page. SourceCounters gives the per-line counters (tools/profile/ncu_source.py) and the coalescing and
+# divergence rules; WarpStateStats the active threads per warp and the stall rules; ComputeWorkloadAnalysis the
+# busiest-pipe rule (the fallback where the pipe counters below are refused). InstructionStats and SchedulerStats
+# are not collected: the findings read one counter of theirs (executed instructions, asked for by name below) and
+# none of their rules, and they cost replay passes of their own (docs/feedback.md, "What the stage costs").
+SECTION_TITLES = {
+    "SpeedOfLight": "GPU Speed Of Light Throughput", "MemoryWorkloadAnalysis": "Memory Workload Analysis", "Occupancy": "Occupancy",
+    "LaunchStats": "Launch Statistics", "WarpStateStats": "Warp State Statistics", "ComputeWorkloadAnalysis": "Compute Workload Analysis",
+    "SourceCounters": "Source Counters",
+}
+SECTIONS = tuple(SECTION_TITLES)
 # Stall reasons, FP instruction counts, and the counters the findings need (L2-to-SM bytes, local
-# and global sectors, tensor-pipe activity), which those sections' CSV leaves out. As regular
+# and global sectors, tensor-pipe activity, executed instructions), which those sections' CSV leaves out. As regular
 # expressions, a name this ncu or GPU lacks matches nothing instead of failing the run.
 EXTRA_METRICS = (
     r"regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$",
@@ -42,6 +48,7 @@ EXTRA_METRICS = (
     r"regex:^l1tex__t_sectors_pipe_lsu_mem_(local|global)_op_(ld|st)\.sum$",
     r"regex:^sm__pipe_tensor(_op_hmma|_op_gmma)?_cycles_active\.avg\.pct_of_peak_sustained_active$",
     r"regex:^dram__bytes_(read|write)\.sum$",
+    r"regex:^smsp__inst_executed\.sum$",  # InstructionStats' "Executed Instructions", without its section
     # Each pipe's share of its peak (the busiest pipe of a compute-bound kernel: FP64, ALU, FMA, XU/MUFU, ...),
     # and the global atomics and reductions the L2 serializes (contended atomics).
     r"regex:^sm__(inst_executed_pipe_[a-z0-9_]+|pipe_[a-z0-9_]+_cycles_active)\.avg\.pct_of_peak_sustained_active$",

@@ -15,7 +15,8 @@ waits for room; with room, a probe in the candidate's sandbox picks the reduced 
 ``target.probe``) while the tools start CUDA and build the model; once they are ready, the stage takes
 the GPU's shared lock again (it held it for the probe) and hands them the input (``handoff``): one
 forward each, all at once. Their reports are parsed (``parse``) and placed on the
-candidate's lines with their fixes (``hazards``). The whole stage is bounded by
+candidate's lines with their fixes (``hazards``). Where they name no cause, the candidate's source is read for
+races on global memory, which racecheck does not see (``kernel_source.races``). The whole stage is bounded by
 ``judge.sanitizer_timeout_s``; a tool cut off at the bound still reports what it printed. Off the GPU,
 or without compute-sanitizer, the report is one line saying so.
 """
@@ -34,6 +35,7 @@ from typing import Any
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
 from kernelfix.tools.handles import candidate_run, one_shot, sandboxing
+from kernelfix.tools.kernel_source import races
 from kernelfix.tools.sanitizer import handoff, hazards, parse, tool
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.verdict import Category, Hazard, SanitizerReport, SanitizerTool, ToolRun
@@ -173,6 +175,8 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
         report.tools.append(run_)
         found += hazards.from_records(name, parsed.records, src)
     report.hazards = hazards.ordered(found)
+    if not report.causes:  # the tools see no race on global memory: the source may show one
+        report.global_races = races.find(ev.code)
     report.seconds = round(time.monotonic() - t0, 2)
     cut = [r.tool for r in report.tools if not r.finished]
     failed = [f"{r.tool}: {r.problem}" for r in report.tools if r.problem]

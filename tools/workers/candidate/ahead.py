@@ -1,4 +1,4 @@
-"""[candidate worker] What a Triton candidate's worker would compute at its first kernel call, done once in the fork
+"""[candidate worker, one-shot child] What a Triton candidate's worker would compute at its first kernel call, done once in the fork
 server it is forked from.
 
 Triton keys every compiled kernel by ``triton_key()``: a SHA-256 of its own sources and of libtriton.so (500 MB in
