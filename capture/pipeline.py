@@ -53,12 +53,16 @@ def capture(
     force: bool = False,
     config: JudgeConfig | None = None,
     with_grad: bool = False,
+    backward: bool | None = None,
 ) -> CaptureResult:
     """Capture the ``call``-th call of ``module_path`` in ``script`` as a task at ``out``; or, with ``calls``
     (call numbers, or "all": the first call of each distinct signature, at most ``max_calls``), several
     calls, each a set of the task's get_input_sets() (get_inputs() is the first), each checked.
 
     ``with_grad`` (with ``calls="all"``): only the calls made with gradients enabled (a training step's).
+    ``backward``: whether the run is a training step (`kernelfix tune` sees whether the script calls backward());
+    None decides from the call (the module in training mode with gradients enabled). The task judges gradients
+    (BACKWARD = True) only in a training step, and only where something in the module needs one.
     Raises CaptureInputError (bad input) or CaptureFailed (cannot be made faithful); writes nothing then.
     """
     files = CaptureFiles(Path(out) if out else default_out(module_path))
@@ -83,6 +87,7 @@ def capture(
         bad = {int(w.split()[1]) for w in skipped}
         others = [x for x in others if x.call not in bad]
         cs = [c, *others]
+    bw = trains(c) if backward is None else bool(backward) and needs_grad(c)
     export_notes: list[str] = []
     ep = export_call(c, others, notes=export_notes)
     rnd = random_ops(ep)
@@ -110,7 +115,7 @@ def capture(
         source = render_task(
             tg, module_path=module_path, module_class=type(c.module).__qualname__, script=str(script),
             weights_name=final.weights.name, weights_abs=str(final.weights), weights_sha256=sha,
-            input_sets=sets, calls=[x.call for x in cs], backward=trains(c), state=state_specs(c), random=random_specs(c),
+            input_sets=sets, calls=[x.call for x in cs], backward=bw, state=state_specs(c), random=random_specs(c),
         )
         atomic.write_text(staged.task, source)
         checks = [reproduce(staged.task, x, config) for x in cs]  # every captured call, as the one call is checked
@@ -134,7 +139,7 @@ def capture(
             kernelfix_version=__version__, torch_version=torch.__version__, created_at=time.time(),
             script=str(Path(script).resolve()), script_args=list(script_args), module_path=module_path,
             module_class=f"{type(c.module).__module__}.{type(c.module).__qualname__}", call=call, device=str(c.device),
-            training=c.module.training, grad_enabled=c.grad_enabled, backward=trains(c), task=final.task.name, weights=final.weights.name,
+            training=c.module.training, grad_enabled=c.grad_enabled, backward=bw, task=final.task.name, weights=final.weights.name,
             weights_sha256=sha, call_file=final.call.name if call_kept else None, in_spec=in_spec, inputs=tg.inputs,
             outputs=tg.outputs, graph_ops=dict(tg.ops.most_common()), check=check, notes=notes, state=state_specs(c), random=random_specs(c),
             calls=[x.call for x in cs] if others else [], input_sets=sets,
@@ -159,6 +164,13 @@ def trains(c: CapturedCall) -> bool:
     input that requires grad. (A script that runs its model in eval mode without torch.no_grad is inference: gradients
     enabled are not a training step. `kernelfix tune` decides by whether the script calls backward().)"""
     if not c.grad_enabled or not c.module.training:
+        return False
+    return needs_grad(c)
+
+
+def needs_grad(c: CapturedCall) -> bool:
+    """With gradients enabled, something in the call needs one: a trainable parameter, or an input that requires grad."""
+    if not c.grad_enabled:
         return False
     params = any(p.requires_grad for p in c.module.parameters())
     inputs = any(isinstance(x, torch.Tensor) and x.requires_grad for x in pytree.tree_leaves((tuple(c.args), dict(c.kwargs))))

@@ -220,7 +220,10 @@ def _index_attr(module: nn.Module, owner: Path) -> str | None:
     if len(ints) != 1:
         return None
     names = [k for k, v in vars(module).items() if type(v) is int and v == ints[0] and not k.startswith("_")]
-    names.sort(key=lambda k: (0 if "layer" in k else 1 if "idx" in k or "index" in k else 2, k))
+    if not names:  # a decoder layer's attention holds it: self_attn.layer_idx
+        names = [f"{sub}.{k}" for sub, m in module.named_modules() if sub and sub.count(".") < 2
+                 for k, v in vars(m).items() if type(v) is int and v == ints[0] and "idx" in k or (k == "layer_id" and v == ints[0])]
+    names.sort(key=lambda k: (k.count("."), 0 if "layer" in k else 1 if "idx" in k or "index" in k else 2, k))
     return names[0] if names else None
 
 
@@ -229,7 +232,9 @@ def unit_path(unit: StateUnit, module: nn.Module | None) -> Path:
     path = parse(unit.path)
     if unit.index_attr is None or module is None:
         return path
-    own = getattr(module, unit.index_attr, None)
+    own: Any = module
+    for part in unit.index_attr.split("."):
+        own = getattr(own, part, None)
     if type(own) is not int:
         return path
     return tuple(own if isinstance(p, int) else p for p in path)
@@ -259,6 +264,7 @@ class Recorded:
     before: Snapshot
     before_values: dict[Path, Any]  # the tensors (cloned) and primitives before the call
     spec: StateArg | None = None  # filled after the call (None: it changed nothing)
+    written: dict[Path, torch.Tensor] = field(default_factory=dict)  # what the call wrote, copied at once (the script goes on)
 
 
 def record_before(args: tuple, kwargs: dict) -> list[Recorded]:
@@ -276,8 +282,14 @@ def record_before(args: tuple, kwargs: dict) -> list[Recorded]:
 
 
 def record_after(recorded: list[Recorded], module: nn.Module) -> None:
+    from kernelfix.capture.tensors import clone_like
+
     for r in recorded:
         r.spec = units_of(r.before, Snapshot.take(r.obj), module, r.leaf, f"{type(r.obj).__module__}.{type(r.obj).__qualname__}")
+        for unit in r.spec.units if r.spec is not None else []:
+            owner = parse(unit.path)
+            for a in unit.outputs:
+                r.written[(*owner, a)] = clone_like(resolve(r.obj, (*owner, a)))
 
 
 def _call_path(keystr: str) -> str:
@@ -303,7 +315,7 @@ def flat_call(args: tuple, kwargs: dict, output: Any, recorded: list[Recorded]) 
             for a in unit.inputs:
                 state_in[key(r.leaf, unit, a)] = r.before_values[(*owner, a)]
             for a in unit.outputs:
-                state_out[key(r.leaf, unit, a)] = clone_like(resolve(r.obj, (*owner, a)))
+                state_out[key(r.leaf, unit, a)] = r.written[(*owner, a)]
     fkwargs = dict(fkwargs)
     if state_in:
         fkwargs[STATE_KEY] = state_in

@@ -106,16 +106,21 @@ def load_best(
     task = import_file(sk.store.task_path, "kernelfix_task")
     from kernelfix.capture import cpp_ops
 
+    init = list(task.get_init_inputs())
+    own = instance_weights(sk, original, init[0]) if original is not None and init and isinstance(init[0], str) else None
     try:
         with cpp_ops.registering() as extensions:  # its load_inline functions also as C++ operators, for torch.compile
             best = import_file(sk.best, "kernelfix_best")
-        kernel = best.ModelNew(*task.get_init_inputs()).to(dev)
+        kernel = best.ModelNew(*([own.name, *init[1:]] if own is not None else init)).to(dev)
     except Exception as e:
         raise SwapError(f"cannot build the best kernel of {sk.store.path}: {type(e).__name__}: {e}") from e
     module = CapturedKernel(kernel, sk.manifest, original)
     module.extensions = extensions
     try:
-        calls = check_calls(module, sk, task, dev) if check or custom_op else []
+        if own is not None:  # another instance of the captured module: the task's Model with its weights is the reference
+            calls = instance_calls(module, sk, task, dev, [own.name, *init[1:]]) if check or custom_op else []
+        else:
+            calls = check_calls(module, sk, task, dev) if check or custom_op else []
     except SwapError:
         if check:
             raise
@@ -160,6 +165,53 @@ def _triton_interpreter() -> None:
 def _usable(device: str) -> torch.device:
     dev = torch.device(device)
     return dev if dev.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
+
+
+class _Weights:
+    """A weights file of one instance, removed when it is no longer needed."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __del__(self) -> None:
+        try:
+            os.unlink(self.name)
+        except OSError:
+            pass
+
+
+def instance_weights(sk: SessionKernel, original: nn.Module, captured: str) -> _Weights | None:
+    """``original``'s own weights under the captured file's names, when they differ from the captured ones (another
+    layer of the same kind: one kernel serves every instance, each built from its own weights); None for the captured
+    module itself."""
+    import tempfile
+
+    saved = torch.load(captured, map_location="cpu", weights_only=True)
+    state = dict(original.named_parameters(remove_duplicate=False)) | dict(original.named_buffers(remove_duplicate=False))
+    mine = {k: (state[k].detach().cpu() if k in state else v) for k, v in saved.items()}
+    if all(torch.equal(mine[k], v) for k, v in saved.items() if k in state):
+        return None
+    bad = [k for k, v in saved.items() if k in state and (state[k].shape != v.shape or state[k].dtype != v.dtype)]
+    if bad:
+        raise SwapError(f"{bad[0]} of this module is {state[bad[0]].dtype} {list(state[bad[0]].shape)}, the captured module's "
+                        f"{saved[bad[0]].dtype} {list(saved[bad[0]].shape)}: not an instance of the same kind")
+    fd, name = tempfile.mkstemp(prefix="kernelfix-instance-", suffix=".pt")
+    os.close(fd)
+    torch.save(mine, name)
+    return _Weights(name)
+
+
+def instance_calls(module: CapturedKernel, sk: SessionKernel, task, dev: torch.device, init: list) -> list[CheckCall]:
+    """The captured calls' inputs, each with the output of the task's Model built from this instance's weights."""
+    captured = check_calls(module, sk, task, dev)
+    model = task.Model(*init).to(dev)
+    out = []
+    with torch.no_grad():
+        for c in captured:
+            want = model(*module.kernel_inputs(c.args, c.kwargs))
+            out.append(CheckCall(c.args, c.kwargs, want, "task_model", c.input_set,
+                                 "another instance of the captured module: against the task's Model with its weights"))
+    return out
 
 
 def check_calls(module: CapturedKernel, sk: SessionKernel, task, dev: torch.device) -> list[CheckCall]:

@@ -33,7 +33,7 @@ from kernelfix.tune.decide import promising
 from kernelfix.tune.jobs import plan_job, task_stem
 from kernelfix.tune.model_call import ModelCall
 from kernelfix.tune.tune_config import TuneConfig
-from kernelfix.tune.tune_report import KeptSwap, ModuleRow, SwapTrial, TuneReport
+from kernelfix.tune.tune_report import KeptSwap, ModuleRow, SwapTrial, TuneReport, instances, label
 from kernelfix.version import __version__
 
 REPORT = "report.json"
@@ -77,8 +77,10 @@ def _sha256(path: Path) -> str:
 
 class Tune:
     def __init__(self, opts: TuneOptions, *, say: Callable[[str], None], run_sessions: RunSessions):
+        from kernelfix.tune.text import fit_lines
+
         self.o = opts
-        self.say = say
+        self.say = lambda text: say(fit_lines(text))  # every line within the terminal's 120 columns, broken between words
         self.run_sessions = run_sessions
         self.path = opts.out / REPORT
         self._call: ModelCall | None = None
@@ -94,11 +96,15 @@ class Tune:
             self.rank(r)
         else:
             self.say(f"ranking from {self.path} (a rerun: finished steps are not redone)")
+        self.release()  # capture runs the script again; the sessions' judges get the GPU's memory
+        self.capture(r)  # capture's checks on the targets, in rank order, before any session
         self.say(ranking_text(r))
-        self.release()  # the sessions' judges get the GPU's memory; the keep step runs the script again
+        if not r.selected:
+            from kernelfix.tune.text import no_candidates_text
+
+            self.say(no_candidates_text(r, self.o.cfg))
         if self.o.rank_only:
             return r
-        self.capture(r)
         if not r.selected:
             r.done = True
             self.save(r)
@@ -134,11 +140,8 @@ class Tune:
             kernelfix_version=__version__, created_at=now, updated_at=now, script=str(o.script.resolve()), script_args=list(o.script_args),
             script_sha256=sha, model_name=call.name, model_class=f"{type(call.module).__module__}.{type(call.module).__qualname__}",
             inputs=call.signature(), device=str(call.device), judge_device=o.judge_device or call.device.type,
-            backward=bool(o.backward) or call.trains, llm=o.llm, top=o.top,
+            backward=call.trains, why=call.why, llm=o.llm, top=o.top,
         )
-        if o.backward is None and call.trains:
-            r.notes.append("the script trains (its model's call had gradients enabled and trainable parameters): ranked by forward+backward, "
-                           "the sessions judge the backward too")
         o.out.mkdir(parents=True, exist_ok=True)
         self.save(r)
         return r
@@ -148,12 +151,38 @@ class Tune:
 
         if self._call is None:
             try:
-                self._call = run_to_model_call(self.o.script, self.o.script_args, need_grad=bool(self.o.backward))
+                self._call = run_to_model_call(self.o.script, self.o.script_args, backward=self.o.backward)
             except CaptureInputError as e:
                 raise TuneInputError(str(e)) from None
+            if self.o.judge_device:
+                self._move(self._call, self.o.judge_device)
             if self._call.device.type == "cpu":
                 os.environ.setdefault("TRITON_INTERPRET", "1")  # swapped Triton kernels run here, in the interpreter
         return self._call
+
+    def _move(self, call: ModelCall, device: str) -> None:
+        """--device D: the model and its recorded call on D, and one step there to show that the model runs there."""
+        import torch
+
+        from kernelfix.capture.script import is_user_file, shown_path
+        from kernelfix.tune.model_profile import step_fn
+
+        dev = torch.device(device)
+        if call.device.type == dev.type:
+            return
+        call.to(dev)
+        try:
+            step_fn(call.module, call, backward=False)()
+        except Exception as e:
+            import traceback
+
+            frames = [f for f in traceback.extract_tb(e.__traceback__) if is_user_file(f.filename)]
+            where = f" at {shown_path(frames[-1].filename)}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})" if frames else ""
+            raise TuneInputError(
+                f"the model does not run on {device} once moved there{where}: {type(e).__name__}: {str(e).splitlines()[0][:300]}. "
+                f"A forward that makes tensors on a fixed device cannot be moved: build the model on {device} in the script "
+                "(its own --device argument, if it has one) and leave out tune's --device"
+            ) from None
 
     def release(self) -> None:
         """Drop this process's hold on the model (and the captures' copies of it) and their GPU memory."""
@@ -172,62 +201,88 @@ class Tune:
         from kernelfix.tune.rank import ranking, rows
 
         call = self.model_call()
-        self.say(f"profiling {r.model_name} ({type(call.module).__name__}) on {call.device}: {self.o.cfg.profile_steps} "
-                 + ("forward+backward steps" if r.backward else "forwards"))
+        what, _, why = r.why.partition(": ")
+        from kernelfix.tune.text import wrapped
+
+        self.say(wrapped(f"profiling {r.model_name} ({type(call.module).__name__}) on {call.device}, {what} ({why}): "
+                         f"{self.o.cfg.profile_steps} " + ("forward+backward steps" if r.backward else "forwards")))
         prof = profile_model(call, backward=r.backward, steps=self.o.cfg.profile_steps)
+        self._profile = prof
         r.ranking = ranking(prof, str(call.device), backward=r.backward)
-        r.modules = rows(prof, r.model_name, r.model_class.rsplit(".", 1)[-1], min_share=self.o.cfg.min_share, measure=r.ranking.measure)
+        self._rerank(r)
+
+    def _rerank(self, r: TuneReport) -> None:
+        """The targets from the profile, less those capture cannot take (their parts take their place); what was
+        already decided of each target (captured, selected) is kept."""
+        from kernelfix.tune.rank import rows
+
+        before = {m.kind: m for m in r.modules if m.kind}
+        r.modules = rows(self._profile, r.model_name, r.model_class.rsplit(".", 1)[-1], min_share=self.o.cfg.min_share,
+                         measure=r.ranking.measure, excluded=r.uncapturable)
+        for m in r.modules:
+            old = before.get(m.kind)
+            if old is not None and m.candidate:
+                m.capture, m.selected, m.task = old.capture, old.selected, old.task
         self.save(r)
 
     def capture(self, r: TuneReport) -> None:
+        """Capture each target (its first instance) in rank order until ``top`` are captured: a target capture cannot
+        take is marked with why, and the ranking is made again without it (what it holds can take its place)."""
         from kernelfix.capture.pipeline import capture
+        from kernelfix.tune.tune_report import label
 
         tasks = self.o.out / "tasks"
-        for row in [m for m in r.modules if m.candidate]:
-            if len(r.selected) >= r.top:
-                break
-            if row.selected or row.skipped:
-                continue
-            files = CaptureFiles(tasks / f"{task_stem(row.module)}.py")
-            if files.task.is_file() and files.manifest.is_file():
-                manifest = files.read_manifest()
-                note = "captured earlier"
-            else:
-                self.say(f"capturing {row.module} (#{row.rank}, {100 * row.share:.1f}%): every signature it is called with")
-                try:
-                    manifest = capture(
-                        self.o.script, row.module, files.task, calls="all", max_calls=self.o.cfg.max_calls, script_args=self.o.script_args,
-                        force=True, config=self.o.judge, with_grad=r.backward,
-                    ).manifest
-                except (CaptureFailed, CaptureInputError) as e:
-                    self.release()
-                    row.skipped = f"capture cannot take it: {e}"
-                    self.say(f"  {row.module}: skipped: {row.skipped}")
-                    self.save(r)
+        while True:
+            failed = False
+            for row in [m for m in r.modules if m.candidate]:
+                if len(r.selected) >= r.top:
+                    break
+                if row.selected or row.capture not in (None, "ok"):
                     continue
-                self.release()
-                note = f"{sum(manifest.graph_ops.values())} ATen ops, {max(1, len(manifest.calls))} signature(s), reproduces its calls"
-            if r.backward and not manifest.backward:
-                row.skipped = ("its task has no backward: in the training step it computes nothing that needs a gradient "
-                               "(no trainable parameter, no input that requires grad)")
-                self.say(f"  {row.module}: skipped: {row.skipped}")
-            else:
+                files = CaptureFiles(tasks / f"{task_stem(row.module)}.py")
+                if files.task.is_file() and files.manifest.is_file():
+                    manifest = files.read_manifest()
+                    note = "captured earlier"
+                else:
+                    self.say(f"capturing {label(row)} (#{row.rank}, {100 * row.share:.1f}%) from {row.module}: every signature it is called with")
+                    try:
+                        manifest = capture(
+                            self.o.script, row.module, files.task, calls="all", max_calls=self.o.cfg.max_calls, script_args=self.o.script_args,
+                            force=True, config=self.o.judge, with_grad=r.backward, backward=r.backward,
+                        ).manifest
+                    except (CaptureFailed, CaptureInputError) as e:
+                        self.release()
+                        row.capture = str(e)
+                        self.say(f"  {label(row)}: capture cannot take it: {e}")
+                        if row.kind and getattr(self, "_profile", None) is not None:
+                            r.uncapturable[row.kind] = f"capture cannot take it: {e}"
+                            self._rerank(r)
+                            failed = True
+                            break
+                        self.save(r)
+                        continue
+                    self.release()
+                    note = f"{sum(manifest.graph_ops.values())} ATen ops, {max(1, len(manifest.calls))} signature(s), reproduces its calls"
+                row.capture = "ok"
                 row.selected, row.task = True, str(files.task.resolve())
-                self.say(f"  {row.module}: {files.task} ({note})")
-            self.save(r)
-        if not r.selected:
-            from kernelfix.tune.text import no_candidates_text
-
-            self.say(no_candidates_text(r, self.o.cfg))
+                if r.backward and not manifest.backward:
+                    note += "; nothing in it needs a gradient in the training step: its forward is tuned"
+                self.say(f"  {label(row)}: {files.task} ({note})")
+                self.save(r)
+            if not failed:
+                return
 
     def optimize(self, r: TuneReport) -> None:
-        settings = BatchSettings(out=str(self.o.out.resolve()), agent=self.o.agent, judge=self.o.judge.model_copy(update={
-            "device": r.judge_device, "backward": True if r.backward else self.o.judge.backward,
-        }))
+        allowed = [*self.o.judge.extra_allowed_ops, *[op for op in self.o.cfg.library_ops if op not in self.o.judge.extra_allowed_ops]]
         jobs: dict[str, Job] = {}
         for row in r.selected:
             if row.skipped:
                 continue
+            # A target whose task has no backward (nothing in it needs a gradient) is judged on its forward.
+            backward = r.backward and CaptureFiles(Path(row.task)).read_manifest().backward
+            settings = BatchSettings(out=str(self.o.out.resolve()), agent=self.o.agent, judge=self.o.judge.model_copy(update={
+                "device": r.judge_device, "backward": True if backward else self.o.judge.backward, "extra_allowed_ops": allowed,
+            }))
             try:
                 job = plan_job(row, settings, r.llm)
             except PlanError as e:
@@ -268,7 +323,7 @@ class Tune:
             self.say(f"trying {len(todo)} swap{'s' if len(todo) > 1 else ''} in {r.model_name}: its output, and its "
                      + ("forward+backward" if r.backward else "forward") + f" timed in {self.o.cfg.rounds} paired rounds, eager and compiled")
         for m in todo:
-            m.swap = self.trials(r).trial([(m.module, m.session)], [m.best_turn])
+            m.swap = self.trials(r).trial([(i, m.session) for i in instances(m)], [m.best_turn], targets=[label(m)])
             self.say(trial_text(m.swap, self.o.cfg))
             self.save(r)
         kept = [m for m in ready if m.swap is not None and m.swap.kept]
@@ -278,7 +333,7 @@ class Tune:
         group = kept + hopeful if len(kept) + len(hopeful) > 1 else kept
         r.combined = self._combined(r, group)
         if r.combined is not None and r.combined.kept:
-            r.kept = [KeptSwap(module=mod, session=s) for mod, s in zip(r.combined.modules, r.combined.sessions)]
+            r.kept = [_kept(m) for m in group]
             return self._done(r)
         if hopeful and len(kept) > 1:  # the group failed: the swaps kept alone, together
             note = f"the swaps {', '.join(m.module for m in group)} together: {r.combined.reason}"
@@ -286,11 +341,11 @@ class Tune:
                 r.notes.append(note)
             r.combined = self._combined(r, kept)
             if r.combined is not None and r.combined.kept:
-                r.kept = [KeptSwap(module=mod, session=s) for mod, s in zip(r.combined.modules, r.combined.sessions)]
+                r.kept = [_kept(m) for m in kept]
                 return self._done(r)
         if kept:  # together they are not faster: the best one alone, which was
             best = max(kept, key=lambda m: m.swap.eager.speedup or 0.0)
-            r.kept = [KeptSwap(module=best.module, session=best.session)]
+            r.kept = [_kept(best)]
             if r.combined is not None and r.combined.modules != [best.module]:
                 note = f"the swaps {', '.join(r.combined.modules)} together: {r.combined.reason}; kept the best alone, {best.module}"
                 if note not in r.notes:
@@ -312,12 +367,12 @@ class Tune:
             return None
         if len(kept) == 1:
             return kept[0].swap
-        modules = [m.module for m in kept]
+        modules = [i for m in kept for i in instances(m)]
         turns = [m.best_turn for m in kept]
         if r.combined is not None and r.combined.modules == modules and r.combined.best_turns == turns:
             return r.combined
         self.say(f"trying the {len(kept)} kept swaps together")
-        t = self.trials(r).trial([(m.module, m.session) for m in kept], turns)
+        t = self.trials(r).trial([(i, m.session) for m in kept for i in instances(m)], turns, targets=[label(m) for m in kept])
         self.say(trial_text(t, self.o.cfg))
         return t
 
@@ -331,3 +386,7 @@ class Tune:
     def save(self, r: TuneReport) -> None:
         r.updated_at = time.time()
         atomic.write_json(self.path, r)
+
+
+def _kept(m: ModuleRow) -> KeptSwap:
+    return KeptSwap(module=m.module, session=m.session, instances=[i.module for i in m.instances])

@@ -39,20 +39,24 @@ def load_tuned(tune_dir: str | Path, model: nn.Module, *, device: str | torch.de
     want = report.model_class.rsplit(".", 1)[-1]
     if type(model).__name__ != want:
         raise SwapError(f"{tune_dir} tuned a {want}, not a {type(model).__name__}")
+    places = []  # every module to replace, found before any is replaced: a model lacking one is left as it was
     for kept in report.kept:
-        rel = relative(kept.module, report.model_name)
-        if rel == "":
-            raise SwapError(f"{kept.module} is the whole model: load it with kernelfix.load_best({kept.session!r}, model)")
-        parent_path, _, attr = rel.rpartition(".")
-        try:
-            parent = model.get_submodule(parent_path) if parent_path else model
-            original = getattr(parent, attr)
-        except AttributeError:
-            raise SwapError(f"the model has no module {kept.module} (the tune in {tune_dir} swapped it)") from None
-        if not isinstance(original, nn.Module):
-            raise SwapError(f"{kept.module} is not a module of this model")
-        cls = next((m.module_class for m in report.modules if m.module == kept.module), type(original).__name__)
-        if type(original).__name__ != cls:
-            raise SwapError(f"{kept.module} is a {type(original).__name__}, the tune swapped a {cls} (is the tune already loaded?)")
-        setattr(parent, attr, load_best(kept.session, original, device=device, check=check))
+        cls = next((m.module_class for m in report.modules if m.module == kept.module), None)
+        for path in kept.instances or [kept.module]:
+            rel = relative(path, report.model_name)
+            if rel == "":
+                raise SwapError(f"{path} is the whole model: load it with kernelfix.load_best({kept.session!r}, model)")
+            parent_path, _, attr = rel.rpartition(".")
+            try:
+                parent = model.get_submodule(parent_path) if parent_path else model
+                original = getattr(parent, attr)
+            except AttributeError:
+                raise SwapError(f"the model has no module {path} (the tune in {tune_dir} swapped it)") from None
+            if not isinstance(original, nn.Module):
+                raise SwapError(f"{path} is not a module of this model")
+            if type(original).__name__ != (cls or type(original).__name__):
+                raise SwapError(f"{path} is a {type(original).__name__}, the tune swapped a {cls} (is the tune already loaded?)")
+            places.append((parent, attr, original, kept.session))
+    for parent, attr, original, session in places:  # each instance with its own weights (load_best builds the kernel from them)
+        setattr(parent, attr, load_best(session, original, device=device, check=check))
     return model

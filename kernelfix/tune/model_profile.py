@@ -56,6 +56,8 @@ class Profile(BaseModel):
     shapes: dict[str, list[str]]  # module path -> distinct signatures, first seen first
     classes: dict[str, str]  # module path -> class name
     step_ms: float  # one step without the profiler (median)
+    kinds: dict[str, str] = {}  # module path -> its kind (class, forward code, weights' layout, call signature): one target each
+    stacks: list[str] = []  # module paths that hold a list of several modules of one kind (a model's layers): not one kernel
 
 
 def step_fn(model: nn.Module, call: ModelCall, *, backward: bool) -> Callable[[], object]:
@@ -112,6 +114,7 @@ def profile_model(call: ModelCall, *, backward: bool, steps: int) -> Profile:
     shapes: dict[str, list[str]] = defaultdict(list)
     ranges: list = []
     counting = [False]
+    kinds: dict[str, str] = {}
 
     def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
         path = paths[module]
@@ -120,6 +123,8 @@ def profile_model(call: ModelCall, *, backward: bool, steps: int) -> Profile:
             sig = ", ".join(describe_call(args, kwargs))
             if sig not in shapes[path]:
                 shapes[path].append(sig)
+            if path not in kinds:
+                kinds[path] = module_kind(module, args, kwargs)
         r = record_function(MODULE_MARK + path)
         r.__enter__()
         ranges.append(r)
@@ -139,13 +144,19 @@ def profile_model(call: ModelCall, *, backward: bool, steps: int) -> Profile:
             handles.append(m.register_forward_hook(post, always_call=True))
         step()  # the hooks' own first call
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with profile(activities=activities) as prof:
+        prof = profile(activities=activities)
+        with _stderr_off():  # the profiler's own start and stop lines (USDT: ... profiler_start) are not the user's
+            prof.__enter__()
+        try:
             counting[0] = True
             for _ in range(steps):
                 with record_function(STEP_MARK):
                     step()
                 sync(device)
             counting[0] = False
+        finally:
+            with _stderr_off():
+                prof.__exit__(None, None, None)
     finally:
         for h in handles:
             h.remove()
@@ -153,7 +164,41 @@ def profile_model(call: ModelCall, *, backward: bool, steps: int) -> Profile:
         events=flatten(prof.events(), cuda=device.type == "cuda"), steps=steps,
         measure="cuda_kernels" if device.type == "cuda" else "cpu_time",
         calls=dict(calls), shapes=dict(shapes), classes={p: type(m).__name__ for m, p in paths.items()}, step_ms=plain_ms,
+        kinds=kinds, stacks=[p for m, p in paths.items() if _is_stack(m)],
     )
+
+
+def module_kind(module: nn.Module, args: tuple, kwargs: dict) -> str:
+    """What makes two modules one target: the same class and forward code, parameters and buffers of the same shapes
+    and dtypes, called the same way (tensors' shapes and dtypes, the other values; an object such as a cache by its
+    type: what it holds per layer is the capture's business). Copies of one layer differ only in their weights."""
+    import hashlib
+
+    cls = type(module)
+    code = getattr(cls.forward, "__code__", None)
+    weights = [(n, tuple(t.shape), str(t.dtype)) for n, t in [*module.named_parameters(), *module.named_buffers()]]
+
+    def leaf(x: object) -> str:
+        if isinstance(x, torch.Tensor):
+            return f"{x.dtype}{tuple(x.shape)}"
+        if isinstance(x, (bool, int, float, str, type(None), torch.dtype, torch.device)):
+            return repr(x)
+        return type(x).__qualname__
+
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    text = repr((cls.__module__, cls.__qualname__, code.co_filename if code else "", code.co_firstlineno if code else 0,
+                 weights, str(spec), [leaf(x) for x in flat]))
+    return f"{cls.__qualname__}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def _is_stack(module: nn.Module) -> bool:
+    """A module that holds a list of several modules of one class (a model's layers, a network's stages)."""
+    for child in module.children():
+        if isinstance(child, (nn.ModuleList, nn.Sequential)):
+            classes = [type(m) for m in child.children()]
+            if len(classes) >= 2 and len(set(classes)) == 1:
+                return True
+    return False
 
 
 def flatten(events, *, cuda: bool) -> list[ProfEvent]:
@@ -181,3 +226,21 @@ def _kernel_us(e) -> float:
     if getattr(e, "is_user_annotation", False) or e.name.startswith((MODULE_MARK, STEP_MARK)):
         return 0.0
     return float(sum(k.duration for k in e.kernels))
+
+
+@contextlib.contextmanager
+def _stderr_off():
+    """File descriptor 2 to /dev/null for a moment: what C++ code prints there (kineto's lines) stays off the terminal."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)

@@ -126,55 +126,28 @@ def _sub(path: str, prefix: str) -> bool:
     return prefix == "" or path.startswith(prefix + ".")
 
 
-def rows(profile: Profile, model_name: str, model_class: str, *, min_share: float, measure: str | None = None) -> list[ModuleRow]:
-    """Every module the model called, largest share first by ``measure`` (default the profile's), each marked worth a
-    kernel or not (with why); on a GPU each row also carries its share of the kernel time and of the CPU time."""
+def rows(profile: Profile, model_name: str, model_class: str, *, min_share: float, measure: str | None = None,
+         excluded: dict[str, str] | None = None) -> list[ModuleRow]:
+    """One row per kind of module the model called, largest share first by ``measure`` (default the profile's), the
+    targets chosen and ranked, the others with why (kernelfix.tune.targets); on a GPU each row also carries its share
+    of the kernel time and of the CPU time. ``excluded``: kinds capture cannot take, with why."""
+    from kernelfix.tune.targets import Part, choose
+
     measure = measure or profile.measure
     a = attribute(profile.events, measure=measure)
     both = {m: attribute(profile.events, measure=m) for m in ("cuda_kernels", "cpu_time")} if profile.measure == "cuda_kernels" else {}
     steps = profile.steps
     total = a.total_us or 1.0
-    paths = sorted(set(profile.calls) | {""})
-    cand: dict[str, bool] = {}
-    made: dict[str, ModuleRow] = {}
-    for path in sorted(paths, key=lambda p: -1 if p == "" else p.count("."), reverse=True):  # leaves first, the model last
-        share = a.inclusive.get(path, 0.0) / total
-        ops = a.ops.get(path, Counter())
-        calls = profile.calls.get(path, steps) / steps
-        per_call = sum(ops.values()) / max(calls, 1e-9)
-        inside = [p for p in paths if p != path and _sub(p, path) and cand.get(p)]
-        name = model_name if path == "" else f"{model_name}.{path}"
-        reason = None
-        if path == "":
-            reason = "the whole model: tune optimizes its parts"
-        elif not ops:
-            reason = "views and copies only: no arithmetic for a kernel"
-        elif inside:
-            shown = ", ".join(p.rsplit(".", 1)[-1] if p.count(".") > path.count(".") + 1 else p[len(path) + 1:] for p in inside[:3])
-            reason = f"holds {len(inside)} module{'s' if len(inside) > 1 else ''} worth a kernel ({shown}{', ...' if len(inside) > 3 else ''}): tuned through them"
-        elif share < min_share:
-            reason = f"{100 * share:.2g}% of the forward: at most {1 / (1 - share):.3f}x however fast its kernel"
-        elif per_call < 1.5:
-            op = ops.most_common(1)[0][0].removeprefix("aten::")
-            reason = f"one op per call ({op}): a kernel for it alone competes with the library's"
-        cand[path] = reason is None
-        made[path] = ModuleRow(
-            module=name, module_class=profile.classes.get(path, model_class) if path else model_class,
-            calls=round(calls, 3), shapes=profile.shapes.get(path, [])[:8], share=round(share, 6),
-            self_share=round(a.own.get(path, 0.0) / total, 6), ms=round(a.inclusive.get(path, 0.0) / 1e3, 6),
-            amdahl=None if path == "" or share >= 1 else round(1 / (1 - share), 4),
-            ops={k.removeprefix("aten::"): round(v) for k, v in ops.most_common()},
-            candidate=reason is None, reason=reason,
+    parts = {}
+    for path in sorted(set(profile.calls) | {""}):
+        parts[path] = Part(
+            path=path, kind=profile.kinds.get(path, path) if path else "", share=a.inclusive.get(path, 0.0) / total,
+            self_share=a.own.get(path, 0.0) / total, ms=a.inclusive.get(path, 0.0) / 1e3,
+            calls=profile.calls.get(path, steps) / steps, ops=a.ops.get(path, Counter()), shapes=profile.shapes.get(path, []),
             kernel_share=_share(both.get("cuda_kernels"), path), cpu_share=_share(both.get("cpu_time"), path),
         )
-    out = sorted(made.values(), key=lambda r: (-r.share, r.module))
-    for k, r in enumerate([r for r in out if r.candidate], start=1):
-        r.rank = k
-    for path, r in made.items():  # what lies inside a module worth a kernel is covered by that module's kernel
-        above = next((made[p] for p in paths if p and p != path and _sub(path, p) and made[p].candidate), None)
-        if above is not None and r.reason:
-            r.reason += f"; inside {above.module} (#{above.rank}), whose kernel covers it"
-    return out
+    return choose(parts, classes=profile.classes, model_name=model_name, model_class=model_class, min_share=min_share,
+                  stacks=set(profile.stacks), excluded=excluded)
 
 
 def _share(a: Attribution | None, path: str) -> float | None:

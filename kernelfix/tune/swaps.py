@@ -92,9 +92,11 @@ class Trials:
 
     # ------------------------------------------------------------------ one trial
 
-    def trial(self, swaps: list[tuple[str, str]], best_turns: list[int | None] | None = None) -> SwapTrial:
-        """``swaps``: (module path, session dir) pairs, tried together."""
-        t = SwapTrial(modules=[m for m, _ in swaps], sessions=[s for _, s in swaps], best_turns=list(best_turns or []))
+    def trial(self, swaps: list[tuple[str, str]], best_turns: list[int | None] | None = None, targets: list[str] | None = None) -> SwapTrial:
+        """``swaps``: (module path, session dir) pairs, tried together (every instance of a target, each with its own
+        weights); ``targets``: what they are, as the table names them."""
+        t = SwapTrial(modules=[m for m, _ in swaps], sessions=list(dict.fromkeys(s for _, s in swaps)), best_turns=list(best_turns or []),
+                      targets=targets or [m for m, _ in swaps])
         kernels: dict[str, nn.Module] = {}
         for module_path, session in swaps:
             try:

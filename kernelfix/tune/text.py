@@ -13,39 +13,95 @@ def _ms(x: float) -> str:
     return f"{x:.3f} ms" if x >= 0.01 else f"{1e3 * x:.1f} us"
 
 
+WIDTH = 120  # the table and its lines fit this many columns
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut at a word to ``width`` columns (never mid-word), with an ellipsis when cut."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 4].rsplit(" ", 1)[0]
+    return cut + " ..."
+
+
+def _wrap(text: str, indent: str = "  ", width: int = WIDTH) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
+                         break_on_hyphens=False) or [indent]
+
+
+def wrapped(text: str) -> str:
+    """One message in lines of at most WIDTH columns, broken between words."""
+    return "\n".join(_wrap(text, indent=""))
+
+
+def fit_lines(text: str) -> str:
+    """Each line of ``text`` within WIDTH columns, a long one broken between words and indented under itself (a path
+    longer than the line stays whole)."""
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= WIDTH:
+            out.append(line)
+            continue
+        pad = line[: len(line) - len(line.lstrip())]
+        out += _wrap(line.strip(), indent=pad)
+    return "\n".join(out)
+
+
+_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64", "int32": "i32", "bool": "b8"}
+
+
+def short_call(sig: str) -> str:
+    """``kwargs['hidden_states']: float32[2, 16, 64], ...`` -> ``f32[2,16,64] +3``: the first tensor, and how many more."""
+    import re
+
+    tensors = re.findall(r"\b((?:b?float|u?int|complex)\d+|bool)\[([\d, ]*)\]", sig)
+    if not tensors:
+        return "-"
+    dtype, shape = tensors[0]
+    more = f" +{len(tensors) - 1}" if len(tensors) > 1 else ""
+    return f"{_SHORT.get(dtype, dtype)}[{shape.replace(' ', '')}]{more}"
+
+
 def ranking_text(r: TuneReport) -> str:
+    from kernelfix.tune.tune_report import label
+
     rk: Ranking = r.ranking
     what = "CUDA kernel time" if rk.measure == "cuda_kernels" else "CPU time (the profiler's own cost per op included)"
     step = "forward+backward step" if rk.backward else "forward"
-    head = [
-        f"{r.model_name} ({r.model_class}) on {rk.device}, called with {', '.join(r.inputs) or 'no arguments'}",
-        f"  {step}: {_ms(rk.step_ms)} end to end"
-        + (f", {_ms(rk.kernel_ms)} of CUDA kernels (the GPU busy {100 * rk.busy:.0f}%)" if rk.kernel_ms is not None and rk.busy is not None else "")
-        + f"; ranked by {what} over {rk.steps} {step}s, {_ms(rk.attributed_ms)} per {step}",
-    ]
+    head = _wrap(f"{r.model_name} ({r.model_class.rsplit('.', 1)[-1]}) on {rk.device}, called with {', '.join(short_call(x) for x in r.inputs[:1]) or 'no arguments'}"
+                 f"{' (' + str(len(r.inputs)) + ' arguments, all in report.json)' if len(r.inputs) > 1 else ''}", indent="")
+    head += _wrap(f"{step}: {_ms(rk.step_ms)} end to end"
+                  + (f", {_ms(rk.kernel_ms)} of CUDA kernels (the GPU busy {100 * rk.busy:.0f}%)" if rk.kernel_ms is not None and rk.busy is not None else "")
+                  + f"; ranked by {what} over {rk.steps} {step}s, {_ms(rk.attributed_ms)} per {step}")
     if rk.why:
-        head.append(f"  {rk.why}")
+        head += _wrap(rk.why)
     cands = [m for m in r.modules if m.candidate]
-    both = any(m.kernel_share is not None for m in cands)  # a GPU: the kernel and the CPU share beside the one ranked by
-    rows = [("#", "module", "class", "calls", "shapes", "share", "bound", *(("kernels", "cpu") if both else ()))]
+    rows = [("#", "target", "share", "bound", "calls", "input", "capture")]
     for m in cands[:TABLE_ROWS]:
-        shapes = m.shapes[0] if len(m.shapes) == 1 else f"{len(m.shapes)} signatures" if m.shapes else "-"
-        calls = f"{m.calls:g}"
-        extra = (f"{100 * (m.kernel_share or 0):.1f}%", f"{100 * (m.cpu_share or 0):.1f}%") if both else ()
-        rows.append((str(m.rank), m.module, m.module_class, calls, shapes, f"{100 * m.share:.1f}%", f"{m.amdahl:.3f}x" if m.amdahl else "-", *extra))
-    lines = head + ["", "modules worth a kernel, largest share first (share: of the " + step + ", its submodules included; bound: the "
-                    + "model's speedup if it took no time)"]
+        cap = "-" if m.capture is None else "ok" if m.capture == "ok" else "no"
+        rows.append((str(m.rank), _fit(label(m), 44), f"{100 * m.share:.1f}%", f"{m.amdahl:.3f}x" if m.amdahl else "-", f"{m.calls:g}",
+                     short_call(m.shapes[0]) if m.shapes else "-", cap))
+    lines = head + ["", _fit(f"targets, largest share first (share: of the {step}, every instance included; bound: the model's "
+                             "speedup if it took no time)", WIDTH)]
     if len(rows) > 1:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(w) if i in (1, 2, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+        lines += ["  " + "  ".join(c.ljust(w) if i in (1, 5, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
         if len(cands) > TABLE_ROWS:
             lines.append(f"  ... {len(cands) - TABLE_ROWS} more in report.json")
+        for m in cands[:TABLE_ROWS]:
+            if m.chosen_because and "over" in m.chosen_because:
+                lines += _wrap(f"#{m.rank} {label(m)}: {m.chosen_because}")
+            if m.capture not in (None, "ok"):
+                lines += _wrap(f"#{m.rank} {label(m)}: capture cannot take it: {m.capture}")
     else:
         lines.append("  none")
     others = [m for m in r.modules if not m.candidate and m.module != r.model_name][:6]
     if others:
-        lines += ["", "not worth a kernel (the largest; every module in report.json):"]
-        lines += [f"  {m.module} ({100 * m.share:.1f}%): {m.reason}" for m in others]
+        lines += ["", "passed over (the largest; every module in report.json):"]
+        for m in others:
+            lines += _wrap(f"{label(m)} ({100 * m.share:.1f}%): {m.reason}")
     return "\n".join(lines)
 
 
@@ -75,7 +131,7 @@ def comparison_line(c: Comparison | None, cfg: TuneConfig) -> str:
 
 
 def trial_text(t: SwapTrial, cfg: TuneConfig) -> str:
-    what = " + ".join(t.modules)
+    what = " + ".join(t.targets or t.modules)
     lines = [f"  {what}: {'KEPT' if t.kept else 'not kept'}: {t.reason}"]
     for c in (t.eager, t.compiled):
         if c is not None and c.before is not None:

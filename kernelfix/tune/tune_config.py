@@ -9,6 +9,7 @@
     min_gain = 0.01          # a kept swap makes the forward at least this much faster (median)
     noise_quantile = 0.1     # ... and faster in all but this share of the rounds
     compile_backend = "inductor"
+    library_ops = ["mm", "addmm", ...]   # ATen ops kernels may call: the vendor's GEMM and attention
 
 Light at import (pydantic only): kernelfix.config_file reads it for every command.
 """
@@ -16,6 +17,11 @@ Light at import (pydantic only): kernelfix.config_file reads it for every comman
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+
+LIBRARY_OPS = (
+    "mm", "addmm", "bmm", "linear", "matmul", "_grouped_mm", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+)
 
 
 class TuneConfig(BaseModel):
@@ -33,3 +39,8 @@ class TuneConfig(BaseModel):
         description="a kept swap is faster in the rounds' ratios down to this quantile: the lower end of its own spread is above 1",
     )
     compile_backend: str = Field("inductor", description="torch.compile backend of the compiled timing (fullgraph=True)")
+    library_ops: list[str] = Field(
+        default_factory=lambda: list(LIBRARY_OPS),
+        description="ATen ops a tune's kernels may call (the vendor's GEMM and attention): they fuse everything around them, "
+        "as Liger Kernel does; [] for kernels that do all the work themselves",
+    )

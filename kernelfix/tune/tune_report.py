@@ -49,6 +49,7 @@ class SwapTrial(_Model):
     """One or more modules swapped into the model together: checked and timed end to end."""
 
     modules: list[str]
+    targets: list[str] = Field(default_factory=list, description="what was swapped, as the table names it (LlamaAttention x16)")
     sessions: list[str]
     best_turns: list[int | None] = Field(default_factory=list, description="each session's best turn when tried (a new best: tried again)")
     eager: Comparison | None = None
@@ -61,11 +62,24 @@ class SwapTrial(_Model):
     reason: str = ""
 
 
-class ModuleRow(_Model):
-    """One module of the model: its share of the forward and what tune did with it."""
+class Instance(_Model):
+    """One module of a target of several (one layer's attention among the model's 16)."""
 
-    module: str = Field(description="the path as `kernelfix capture --module` takes it (model.blocks.0.attn)")
+    module: str
+    share: float
+
+
+class ModuleRow(_Model):
+    """One target: a module, or every module of one kind (the copies of one layer), its share of the step and what
+    tune did with it."""
+
+    module: str = Field(description="the path as `kernelfix capture --module` takes it (model.blocks.0.attn): the first instance")
     module_class: str
+    kind: str | None = Field(None, description="class and signature: the modules of one kind are one target")
+    instances: list[Instance] = Field(default_factory=list, description="every module of the target, with its own share "
+                                      "(empty for a target of one module); the kernel is swapped into each, with its own weights")
+    chosen_because: str | None = Field(None, description="why it was chosen over what it holds")
+    capture: str | None = Field(None, description="capture's verdict on it: 'ok', or why it cannot be captured")
     calls: float = Field(description="calls per forward")
     shapes: list[str] = Field(default_factory=list, description="its distinct input signatures")
     share: float = Field(description="of the forward's time, its children's included")
@@ -108,6 +122,7 @@ class Ranking(_Model):
 class KeptSwap(_Model):
     module: str
     session: str
+    instances: list[str] = Field(default_factory=list, description="every module the kernel replaces (the target's instances)")
 
 
 class TuneReport(_Model):
@@ -124,6 +139,7 @@ class TuneReport(_Model):
     device: str = Field(description="where the model runs (swaps are loaded and timed there)")
     judge_device: str
     backward: bool
+    why: str = Field("", description="whether the run is a training step or inference, and how that was seen")
     llm: str = Field(description="the language model (--model)")
     top: int
     ranking: Ranking | None = None
@@ -132,6 +148,7 @@ class TuneReport(_Model):
     kept: list[KeptSwap] = Field(default_factory=list, description="what kernelfix.load_tuned applies")
     done: bool = False
     notes: list[str] = Field(default_factory=list)
+    uncapturable: dict[str, str] = Field(default_factory=dict, description="kind -> why capture cannot take it")
 
     def row(self, module: str) -> ModuleRow:
         return next(r for r in self.modules if r.module == module)
@@ -139,3 +156,12 @@ class TuneReport(_Model):
     @property
     def selected(self) -> list[ModuleRow]:
         return sorted((r for r in self.modules if r.selected), key=lambda r: r.rank or 0)
+
+
+def label(m: ModuleRow) -> str:
+    """``LlamaAttention x16`` for a target of several modules, its path for one."""
+    return f"{m.module_class} x{len(m.instances)}" if m.instances else m.module
+
+
+def instances(m: ModuleRow) -> list[str]:
+    return [i.module for i in m.instances] or [m.module]
