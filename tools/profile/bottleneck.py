@@ -202,7 +202,7 @@ def _launch_bound(
         return f"{launches}{more} kernel launches in {call}, median {statistics.median(per_call_ms) * 1e3:.1f} us each"
     if capped and per_call_ms and candidate_ms and statistics.median(per_call_ms) < SHORT_MS:
         each = statistics.median(per_call_ms)
-        if candidate_ms > LAUNCH_MANY * launches * each:  # the forward takes far longer than the launches ncu saw
+        if each > 0 and candidate_ms > LAUNCH_MANY * launches * each:  # (no duration read: nothing to compare with)  # the forward takes far longer than the launches ncu saw
             return (
                 f"{launches} or more kernel launches (ncu stopped counting at {launches}) of about {each * 1e3:.1f} us each, "
                 f"in a forward that takes {candidate_ms:.4g} ms: on the order of {candidate_ms / each:,.0f} launches' worth"
