@@ -15,7 +15,7 @@ from kernelfix.cli.common import (
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "tune",
-        usage="kernelfix tune SCRIPT --model MODEL [--top K] [--out DIR] [--device D] [--headless] [--backward] [--rank-only] [--json] [-v|-q] [-- SCRIPT_ARGS ...]",
+        usage="kernelfix tune SCRIPT (--model MODEL | --rank-only) [--top K] [--out DIR] [--device D] [--headless] [--backward] [--rank-only] [--json] [-v|-q] [-- SCRIPT_ARGS ...]",
         help="a faster model: rank its modules by time, optimize the top ones, keep the kernels that make it faster",
         description=(
             "Run SCRIPT (it builds your model and calls it, as your own code does) and profile the model's forward "
@@ -39,7 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--model", metavar="MODEL", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<module path with _>.jsonl, else DIR/<ModuleClass>.jsonl)")
     p.add_argument("--top", type=int, metavar="K", help="modules to optimize, largest share first (default 3, [tune] top)")
     p.add_argument("--out", metavar="DIR", default="kernelfix-tune", help="where report.json, tasks/ and sessions/ go (default ./kernelfix-tune)")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="where the sessions judge (default: where the script's model runs)")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="where the model is profiled, timed and judged: tune moves the model and its "
+                   "recorded call there (default: where the script builds it)")
     p.add_argument("--headless", action="store_true", help="no terminal UI: the sessions run as a batch, with a progress line")
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=None,
                    help="rank and time forward+backward steps, and judge each kernel's backward (default: when the script trains)")
@@ -111,18 +112,20 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         err.print(f"kernelfix tune: interrupted; what is done is in {out / 'report.json'}: run the same command again to continue", style="yellow")
         return EXIT_INTERRUPTED
-    from kernelfix.tune.text import summary_text
+    from kernelfix.tune.text import fit_lines, summary_text
 
     if args.json:
         sys.stdout.write((out / "report.json").read_text(encoding="utf-8"))
     if args.verbosity > 0:
+        from kernelfix.tune.tune_report import label
+
         text.print("every module not worth a kernel, with why:")
         for m in (m for m in report.modules if not m.candidate and m.module != report.model_name):
-            text.print(f"  {m.module} ({100 * m.share:.1f}%): {m.reason}", markup=False)
+            text.print(fit_lines(f"  {label(m)} ({100 * m.share:.1f}%): {m.reason}"), markup=False)
     if args.rank_only:
         text.print(f"report: {out / 'report.json'}", markup=False)
         return EXIT_OK if any(m.candidate for m in report.modules) else EXIT_FAIL
-    text.print(summary_text(report, str(out), tune_cfg), markup=False)
+    text.print(fit_lines(summary_text(report, str(out), tune_cfg)), markup=False)
     return EXIT_OK if report.kept else EXIT_FAIL
 
 
