@@ -15,11 +15,11 @@ from kernelfix.cli.common import (
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "tune",
-        usage="kernelfix tune SCRIPT (--model MODEL | --rank-only) [--top K] [--out DIR] [--device D] [--headless] [--backward] [--rank-only] [--json] [-v|-q] [-- SCRIPT_ARGS ...]",
+        usage="kernelfix tune SCRIPT (--model MODEL | --rank-only) [--top K] [--out DIR] [--device D] [--headless] [--backward] [--json] [-v|-q] [-- SCRIPT_ARGS ...]",
         help="a faster model: rank its modules by time, optimize the top ones, keep the kernels that make it faster",
         description=(
             "Run SCRIPT (it builds your model and calls it, as your own code does) and profile the model's forward "
-            "(forward+backward with --backward, or when the script trains): each module's share of the time (CUDA kernel "
+            "(forward+backward with --backward, or when the script calls backward() on its result): each module's share of the time (CUDA kernel "
             "time on a GPU, CPU time on a CPU) and the Amdahl bound, the modules worth a kernel ranked. The top K are "
             "captured (`kernelfix capture --calls all`) and optimized, one session each (`kernelfix batch`'s sessions, in "
             "DIR/sessions). A module's best kernel is kept only if the model's own forward is faster with it beyond the "
