@@ -63,18 +63,20 @@ def type_name(r) -> str:
 
 def test_copies_of_a_layer_are_one_target_and_a_parent_beats_its_norms(tmp_path):
     r, text = rank(tmp_path, SCRIPT, ["--family", "qwen3", "--mode", "no-grad"])
-    layer = next(m for m in r.modules if m.module_class == "Qwen3DecoderLayer")
-    # The two decoder layers are one target, ranked by their summed share, each instance's share kept.
-    assert layer.candidate and label(layer) == "Qwen3DecoderLayer x2"
-    assert [i.module for i in layer.instances] == ["model.model.layers.0", "model.model.layers.1"]
-    assert layer.share == pytest.approx(sum(i.share for i in layer.instances), abs=1e-5)
-    assert "Qwen3DecoderLayer x2" in text and "model.model.layers.1 " not in text
-    # What the layer holds is covered by its kernel: the attention, and the q/k norms inside the attention.
     attn = next(m for m in r.modules if m.module_class == "Qwen3Attention")
+    # The two layers' attentions are one target, ranked by their summed share, each instance's share kept.
+    assert attn.candidate and label(attn) == "Qwen3Attention x2"
+    assert [i.module for i in attn.instances] == ["model.model.layers.0.self_attn", "model.model.layers.1.self_attn"]
+    assert attn.share == pytest.approx(sum(i.share for i in attn.instances), abs=1e-5)
+    assert "Qwen3Attention x2" in text and "model.model.layers.1.self_attn " not in text
+    # The attention is chosen over the q and k norms inside it: what it adds (projections, rotary embedding, the
+    # attention itself) is most of its time.
     norms = [m for m in r.modules if m.module.endswith(("q_norm", "k_norm"))]
-    assert not attn.candidate and attn.reason == "inside Qwen3DecoderLayer x2, whose kernel covers it"
     assert norms and all(not m.candidate for m in norms)
-    assert layer.chosen_because.startswith("chosen over ")
+    assert attn.chosen_because.startswith(("chosen over Qwen3RMSNorm inside it", "chosen: no smaller target"))  # (norms under 1% here)
+    # A decoder layer adds two residual adds to its parts: the time is in the parts, tuned through them.
+    layer = next(m for m in r.modules if m.module_class == "Qwen3DecoderLayer")
+    assert not layer.candidate and layer.reason.endswith("tuned through them") and len(layer.instances) == 2
     # The model itself, a stack of layers, is not a kernel.
     stack = next(m for m in r.modules if m.module == "model.model")
     assert not stack.candidate and stack.reason.startswith("a stack of layers")
@@ -129,7 +131,7 @@ def test_a_target_capture_refuses_is_marked_and_what_it_holds_takes_its_place(tm
     router = next(m for m in r.modules if m.module == "model.block.router")
     assert not block.candidate and block.reason.startswith("capture cannot take it: cannot capture model.block:")
     assert "torch.export cannot trace a read of a tensor's value into Python (.tolist()" in block.reason and "net.py:" in block.reason
-    assert r.uncapturable and next(iter(r.uncapturable.values())) == block.reason
+    assert block.reason in r.uncapturable.values()
     # The router holds the same loop: refused too, and no session was planned for either.
     assert not router.candidate and router.reason.startswith("capture cannot take it")
     assert "capture cannot take it" in text and not r.selected

@@ -50,6 +50,7 @@ class Attribution:
     own: dict[str, float] = field(default_factory=dict)
     ops: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # compute ops per step, the module's subtree
     outside_us: float = 0.0  # under no submodule
+    work: dict[str, float] = field(default_factory=dict)  # the ops' own time by module (not its Python, not the profiler's)
 
 
 def _is_compute_op(name: str) -> bool:
@@ -83,6 +84,7 @@ def attribute(events: list[ProfEvent], *, measure: str) -> Attribution:
     steps = max(steps, 1)
     inclusive: dict[str, list[float]] = defaultdict(lambda: [0.0] * steps)
     own: dict[str, list[float]] = defaultdict(lambda: [0.0] * steps)
+    work: dict[str, list[float]] = defaultdict(lambda: [0.0] * steps)  # the ops' time alone (not a module's own Python)
     total, outside = [0.0] * steps, [0.0] * steps
     loose = 0.0  # backward work no step can claim (gradient accumulation on the autograd thread): spread evenly
     a = Attribution()
@@ -104,6 +106,8 @@ def attribute(events: list[ProfEvent], *, measure: str) -> Attribution:
             outside[step] += us
         for path in chain:
             inclusive[path][step] += us
+            if not e.name.startswith((MODULE_MARK, STEP_MARK)):
+                work[path][step] += us
         if chain:
             own[chain[0]][step] += us
         if bw is None and chain and _is_compute_op(e.name):
@@ -118,6 +122,7 @@ def attribute(events: list[ProfEvent], *, measure: str) -> Attribution:
     a.outside_us = statistics.median(outside) + loose / steps
     a.inclusive = {path: statistics.median(xs) for path, xs in inclusive.items()}
     a.own = {path: statistics.median(xs) for path, xs in own.items()}
+    a.work = {path: statistics.median(xs) for path, xs in work.items()}
     a.inclusive[""] = a.total_us  # the model holds every counted op, its own code's and the backward's
     return a
 
@@ -142,7 +147,7 @@ def rows(profile: Profile, model_name: str, model_class: str, *, min_share: floa
     for path in sorted(set(profile.calls) | {""}):
         parts[path] = Part(
             path=path, kind=profile.kinds.get(path, path) if path else "", share=a.inclusive.get(path, 0.0) / total,
-            self_share=a.own.get(path, 0.0) / total, ms=a.inclusive.get(path, 0.0) / 1e3,
+            self_share=a.own.get(path, 0.0) / total, ms=a.inclusive.get(path, 0.0) / 1e3, work=a.work.get(path, 0.0) / total,
             calls=profile.calls.get(path, steps) / steps, ops=a.ops.get(path, Counter()), shapes=profile.shapes.get(path, []),
             kernel_share=_share(both.get("cuda_kernels"), path), cpu_share=_share(both.get("cpu_time"), path),
         )

@@ -10,9 +10,11 @@
   model's layers is a model, not a kernel).
 - **Cover the most time.** Decided from the smallest targets up: a target whose instances hold targets already chosen
   is chosen over them when what it adds beyond them (its share less theirs, with the ops that make that up) is itself
-  worth a kernel (at least ``min_share`` and two compute ops per call): a decoder layer's residual adds beside its
-  attention and MLP, an attention's projections and softmax beside its q_norm and k_norm. Otherwise they are kept and
-  it is tuned through them. Chosen targets never overlap, so each swap is measured alone and together.
+  worth a kernel (at least ``min_share`` and two compute ops per call) and more than the largest of them: then most of
+  its time is its own work, which one kernel fuses (an attention's projections, rotary embedding and softmax beside
+  its q_norm and k_norm; a CNN block beside its BatchNorm). Otherwise the time is in its parts and it is tuned through
+  them (a decoder layer adds two residual adds to its attention, MLP and norms). Chosen targets never overlap, so each
+  swap is measured alone and together.
 - ``excluded``: targets capture cannot take; their children are chosen in their place.
 """
 
@@ -39,6 +41,7 @@ class Part:
     shapes: list[str] = field(default_factory=list)
     kernel_share: float | None = None
     cpu_share: float | None = None
+    work: float = 0.0  # the share of its ops' own time (on a CPU, without the Python of its forward and the profiler's cost)
 
     @property
     def per_call(self) -> float:
@@ -101,11 +104,13 @@ def choose(parts: dict[str, Part], *, classes: dict[str, str], model_name: str, 
             continue
         first = members[k][0]
         below = [p for _, p in inner if _under(p, first)]
-        rest = share_of(members[k]) - sum(parts[p].share for _, p in inner)
+        # What it adds is measured by its ops' own time: on a CPU a module's share also holds its forward's Python.
+        rest = sum(parts[p].work for p in members[k]) - sum(parts[p].work for _, p in inner)
         rest_ops = parts[first].ops - sum((parts[p].ops for p in below), Counter())
         rest_per_call = sum(rest_ops.values()) / max(parts[first].calls, 1e-9)
         names = sorted({classes.get(p, p) for _, p in inner})
-        if rest >= min_share and rest_per_call >= 1.5:
+        largest = max(sum(parts[p].work for cc, p in inner if cc == c) for c in {c for c, _ in inner})
+        if rest >= min_share and rest_per_call >= 1.5 and rest > largest:
             chosen.append(k)
             why[k] = (f"chosen over {', '.join(names)} inside it: it adds {100 * rest:.1f}% of the step beyond them "
                       f"({', '.join(o.removeprefix('aten::') for o, _ in rest_ops.most_common(3))}), one kernel for all of it")
@@ -121,7 +126,8 @@ def choose(parts: dict[str, Part], *, classes: dict[str, str], model_name: str, 
                                  f"them; the other {len(members[c])} hold {100 * share_of(members[c]):.2g}% of the step")
         else:
             short = (f"under {100 * min_share:g}% of the step" if rest < min_share else
-                     "one op per call: alone it competes with the library's" if rest_ops else "no arithmetic of its own")
+                     "one op per call: alone it competes with the library's" if rest_per_call < 1.5 else
+                     f"less than the largest of them, {100 * largest:.2g}%: the time is in its parts")
             reason[k] = (f"holds {', '.join(names)}, chosen; what it adds beyond them ({100 * max(rest, 0):.2g}% of the step) is not "
                          f"worth a kernel of its own ({short}): tuned through them")
     rows = []
