@@ -26,7 +26,9 @@ HAS_CUDA = torch.cuda.is_available()
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.
 GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
                  "test_api.py", "test_serve.py", "test_rewards.py",
-                 "test_fused_check.py")  # its cases run once, in one child process (Triton's interpreter)
+                 "test_fused_check.py",  # its cases run once, in one child process (Triton's interpreter)
+                 "test_knowledge.py",  # every exemplar interpreted in one child, every CUDA one compiled by nvcc at once
+                 "test_swap_cost.py", "test_fairness.py", "test_input_sets.py")  # a captured swap, a judge
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
 SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
 # The longest tests (seconds on two busy cores, from `--durations`), handed out first so that no
@@ -46,6 +48,8 @@ LONGEST = {
     "test_tune.py::test_tune_on_the_cpu_then_again": 16,
     "test_export_loading.py": 15,
     "test_profile_stage.py": 15,
+    "test_knowledge.py": 20,
+    "test_swap_cost.py": 6,
     "relu_cpu_judge": 16,  # test_api.py and test_rewards.py
     "test_serve.py": 14,
     "test_build.py::test_any_change_that_matters_misses_the_cache": 12,
