@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import torch
+
+# One OpenMP thread per process (before torch loads libgomp, and inherited by every child, the judge's workers
+# included: the sandbox passes OMP_NUM_THREADS on). The suite runs two xdist workers, each starting judges of
+# several torch processes, on two cores: with a thread per core in each, idle OpenMP threads spin on cores
+# that other processes need, and the same tests took a third more CPU time. Set it to run them otherwise.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm must not fetch its price list
 
