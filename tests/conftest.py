@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import torch
+
+# One OpenMP thread per process (before torch loads libgomp, and inherited by every child, the judge's workers
+# included: the sandbox passes OMP_NUM_THREADS on). The suite runs two xdist workers, each starting judges of
+# several torch processes, on two cores: with a thread per core in each, idle OpenMP threads spin on cores
+# that other processes need, and the same tests took a third more CPU time. Set it to run them otherwise.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm must not fetch its price list
 
@@ -27,26 +34,30 @@ HAS_CUDA = torch.cuda.is_available()
 GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
                  "test_api.py", "test_serve.py", "test_rewards.py",
                  "test_terminal.py",  # its real evaluations run side by side once, in a module fixture
-                 "test_fused_check.py")  # its cases run once, in one child process (Triton's interpreter)
+                 "test_fused_check.py",  # its cases run once, in one child process (Triton's interpreter)
+                 "test_knowledge.py",  # every exemplar interpreted in one child, every CUDA one compiled by nvcc at once
+                 "test_swap_cost.py", "test_fairness.py", "test_input_sets.py")  # a captured swap, a judge
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
 SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
-# The longest tests (seconds on two busy cores, from `--durations`), handed out first so that no
+# The longest tests (seconds of wall time on two cores, from `--durations`), handed out first so that no
 # worker is left with a long one at the end while the other idles. Unlisted tests follow in file order.
 LONGEST = {
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 100,
-    "test_build.py::test_host_pch_gives_the_same_object": 75,
+    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 120,
+    "test_build.py::test_host_pch_gives_the_same_object": 105,  # the two torch-header builds start at once, one per worker
     "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 11,  # after the PCH test made its PCH
     "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 9,
-    "test_hostile.py": 95,  # groups: their whole time
-    "test_fused_check.py": 8,
-    "test_agent_crash.py": 85,
-    "test_batch_ray.py": 70,
-    "test_batch.py::test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished": 25,
-    "test_scale.py::test_side_by_side_evaluations_write_no_tensor_to_disk": 21,
-    "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 16,
-    "test_tune.py::test_tune_on_the_cpu_then_again": 16,
-    "test_export_loading.py": 15,
+    "test_hostile.py": 60,  # groups: their whole time
+    "test_fused_check.py": 9,
+    "test_agent_crash.py": 74,
+    "test_batch_ray.py": 50,
+    "test_batch.py::test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished": 23,
+    "test_scale.py::test_side_by_side_evaluations_write_no_tensor_to_disk": 7,
+    "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 20,
+    "test_tune.py::test_tune_on_the_cpu_then_again": 19,
+    "test_export_loading.py": 9,
     "test_profile_stage.py": 15,
+    "test_knowledge.py": 12,
+    "test_swap_cost.py": 6,
     "relu_cpu_judge": 16,  # test_api.py and test_rewards.py
     "test_serve.py": 14,
     "test_terminal.py": 14,

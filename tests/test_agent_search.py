@@ -67,7 +67,7 @@ def test_a_round_stops_drawing_once_a_candidate_meets_the_goal(tmp_path, cpu_jud
     slow = [NO_CODE + f"\n\n(slow reply {i})" for i in range(2)]
     with StubLLM([[OK, *slow]]) as llm:
         for text in slow:
-            llm.delay_s[text] = 5.0  # 12 chunks: 60 s, far longer than judging the correct kernel (cut off within 5 s of it)
+            llm.delay_s[text] = 2.0  # 12 chunks: 24 s, far longer than judging the correct kernel (cut off within 2 s of it)
         s = make_session(tmp_path, stub_model(llm), cpu_judge, width=3, max_turns=3)
         outcome = s.run()
         assert [d.complete for d in llm.deliveries].count(True) == 1, llm.deliveries  # the slow two were cut off

@@ -2,7 +2,7 @@
 # expect: cheating:tampering
 # expect-runtime: runtime_error:resource_limit
 # requires: pid
-# config: {"run_timeout_s": 15, "max_processes": 128, "output_limit_mb": 16}
+# config: {"run_timeout_s": 6, "max_processes": 128, "output_limit_mb": 16}
 from os import fork
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 # behaviour: infinite Python loop in forward
 # expect: runtime_error:timeout
-# config: {"run_timeout_s": 15, "max_processes": 128, "output_limit_mb": 16}
+# config: {"run_timeout_s": 6, "max_processes": 128, "output_limit_mb": 16}
 import torch
 import torch.nn as nn
 import triton

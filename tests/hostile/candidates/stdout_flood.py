@@ -1,6 +1,6 @@
 # behaviour: prints gigabytes to stdout
 # expect: runtime_error:resource_limit
-# config: {"run_timeout_s": 15, "max_processes": 128, "output_limit_mb": 16}
+# config: {"run_timeout_s": 6, "max_processes": 128, "output_limit_mb": 16}
 import sys
 import torch
 import torch.nn as nn
