@@ -246,9 +246,11 @@ def compiled_match(value: Any, sig: tuple, tensors: list[Tensor]) -> bool:
     return False
 
 
-def output_layout(out_spec: pytree.TreeSpec) -> Any:
-    """The output's structure with each leaf's index in its place, for :func:`rebuild` (no pytree under Dynamo)."""
-    return _layout(pytree.tree_unflatten(list(range(out_spec.num_leaves)), out_spec))
+def output_layout(out_spec: pytree.TreeSpec, returned: list[int] | None = None) -> Any:
+    """The output's structure with each leaf's index in its place, for :func:`rebuild` (no pytree under Dynamo).
+    ``returned``: the leaves a custom operator returns, in order (the others are None in every call's output)."""
+    where = {leaf: k for k, leaf in enumerate(range(out_spec.num_leaves) if returned is None else returned)}
+    return _layout(pytree.tree_unflatten([where.get(i) for i in range(out_spec.num_leaves)], out_spec))
 
 
 def _layout(node: Any) -> Any:

@@ -58,8 +58,8 @@ class CapturedKernel(nn.Module):
         from kernelfix.capture.custom_op import op_name, register
 
         sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in self.manifest.inputs if leaf.tensor]
-        self._op, out_spec = register(self.kernel, reference, self.manifest.module_path, sample, backward=self.manifest.backward)
-        self._out_layout = output_layout(out_spec)  # rebuilt without pytree, which Dynamo would guard on every call
+        self._op, out_spec, returned = register(self.kernel, reference, self.manifest.module_path, sample, backward=self.manifest.backward)
+        self._out_layout = output_layout(out_spec, returned)  # rebuilt without pytree, which Dynamo would guard on every call
         self.op_name = op_name(self._op)
         self.compile_path = CompilePath(kind="custom_op", op=self.op_name, note=note or "asked for")
 

@@ -36,8 +36,29 @@ def _shape_of(obj: Any) -> str:
     return str(pytree.tree_map(one, obj)).replace("'", "")
 
 
+def _state_leaf(path: str, got: Any, want: Any, config: JudgeConfig | None) -> LeafCheck:
+    """A state object in the output (a model's transformers cache): the same attributes, its tensors within tolerance."""
+    from kernelfix.capture.state_args import Snapshot, show
+
+    a, b = Snapshot.take(got).held, Snapshot.take(want).held
+    if a.keys() != b.keys():
+        missing, extra = sorted(map(show, b.keys() - a.keys())), sorted(map(show, a.keys() - b.keys()))
+        return LeafCheck(path=path, ok=False, problem=f"{type(want).__name__} lacks {missing or '-'}, has besides {extra or '-'}")
+    worst = 0.0
+    for p in sorted(b, key=repr):
+        c = _leaf(f"{path}.{show(p)}", a[p].value, b[p].value, config)
+        if not c.ok:
+            return c
+        worst = max(worst, c.max_abs_error or 0.0)
+    return LeafCheck(path=path, ok=True, max_abs_error=worst)
+
+
 def _leaf(path: str, got: Any, want: Any, config: JudgeConfig | None) -> LeafCheck:
     if not isinstance(want, torch.Tensor):
+        from kernelfix.capture.state_args import is_state_object
+
+        if type(got) is type(want) and is_state_object(want):
+            return _state_leaf(path, got, want, config)
         ok = got == want if not isinstance(got, torch.Tensor) else False
         return LeafCheck(path=path, ok=bool(ok), problem=None if ok else f"{got!r} where {want!r} was expected")
     if not isinstance(got, torch.Tensor):

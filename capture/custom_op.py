@@ -65,8 +65,10 @@ def meta_reference(model: nn.Module) -> nn.Module:
 
 def register(
     kernel: nn.Module, reference: nn.Module, module_path: str, sample: list[torch.Tensor], *, backward: bool = False
-) -> tuple[Any, pytree.TreeSpec]:
-    """The custom operator running ``kernel``, and the output structure to rebuild from its leaves.
+) -> tuple[Any, pytree.TreeSpec, list[int]]:
+    """The custom operator running ``kernel``, the output structure to rebuild from its leaves, and which of the
+    structure's leaves the operator returns (its tensors: a None in the output, as a transformers attention's unused
+    weights, is no tensor an operator can return, and stays None in the rebuilt output).
 
     ``reference``: the task's Model on the meta device (the fake implementation); ``sample``: one
     captured call's tensors (meta is enough), to learn the output's structure. ``backward``: the
@@ -74,10 +76,16 @@ def register(
     """
     name = f"kernelfix::swap_{re.sub(r'[^0-9A-Za-z]', '_', module_path)[:60]}_{next(_COUNTER)}"
     with torch.no_grad():
-        _, out_spec = pytree.tree_flatten(reference(*[torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in sample]))
+        ref_leaves, out_spec = pytree.tree_flatten(
+            reference(*[torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in sample]))
+    tensor_at = [i for i, leaf in enumerate(ref_leaves) if isinstance(leaf, torch.Tensor)]
+
+    def tensors(out: Any) -> list:
+        leaves = pytree.tree_leaves(out)
+        return [leaves[i] for i in tensor_at]
 
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        out = pytree.tree_leaves(kernel(*inputs))
+        out = tensors(kernel(*inputs))
         bases = {x.untyped_storage().data_ptr() for x in inputs}
         for k, t in enumerate(out):
             t = t.contiguous()
@@ -90,7 +98,7 @@ def register(
         weights = {n: torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
                    for n, p in [*reference.named_parameters(), *reference.named_buffers()]}
         out = torch.func.functional_call(reference, weights, tuple(inputs))
-        return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in pytree.tree_leaves(out)]
+        return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors(out)]
 
     # torch.library.Library rather than torch.library.custom_op: the same operator, but the dispatcher calls
     # ``run`` directly (custom_op adds a Python autograd layer and argument handling on every call: 6 us more).
@@ -101,7 +109,7 @@ def register(
         lib.define(f"{short}(Tensor[] inputs) -> Tensor[]")
         lib.impl(short, run, "CompositeExplicitAutograd")
         torch.library.register_fake(name, fake, lib=lib)
-        return getattr(torch.ops.kernelfix, short).default, out_spec
+        return getattr(torch.ops.kernelfix, short).default, out_spec, tensor_at
 
     # The parameters are passed only so that autograd and the compiled graph see them; the kernel uses its own.
     def run_trained(inputs: list[torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -120,7 +128,7 @@ def register(
         again, with grad enabled, and its own backward."""
         with _autograd_inside_op(), torch.enable_grad():
             ins = [t.detach().requires_grad_(True) if t.is_floating_point() else t for t in inputs]
-            outs = pytree.tree_leaves(kernel(*ins))
+            outs = tensors(kernel(*ins))
             # The kernel's own parameters, which its forward used: what the op was handed for them may be
             # another tensor of the same values (a compiled graph's saved input), outside this graph.
             own = [p for p in kernel.parameters() if p.requires_grad]
@@ -154,7 +162,7 @@ def register(
         return ([g if t.is_floating_point() else None for g, t in zip(got[: ctx.n_in], ins)], list(got[ctx.n_in :]))
 
     torch.library.register_autograd(name, backward, setup_context=setup_context, lib=lib)
-    return op, out_spec
+    return op, out_spec, tensor_at
 
 
 def op_name(op: Any) -> str:

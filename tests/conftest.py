@@ -36,7 +36,8 @@ GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_st
                  "test_terminal.py",  # its real evaluations run side by side once, in a module fixture
                  "test_fused_check.py",  # its cases run once, in one child process (Triton's interpreter)
                  "test_knowledge.py",  # every exemplar interpreted in one child, every CUDA one compiled by nvcc at once
-                 "test_swap_cost.py", "test_fairness.py", "test_input_sets.py")  # a captured swap, a judge
+                 "test_swap_cost.py", "test_fairness.py", "test_input_sets.py",  # a captured swap, a judge
+                 "test_hf_kernels.py")  # its captured tasks
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
 SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
 # The longest tests (seconds of wall time on two cores, from `--durations`), handed out first so that no
@@ -55,6 +56,7 @@ LONGEST = {
     "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 20,
     "test_tune.py::test_tune_on_the_cpu_then_again": 19,
     "test_export_loading.py": 9,
+    "test_hf_kernels.py": 20,
     "test_profile_stage.py": 15,
     "test_knowledge.py": 12,
     "test_swap_cost.py": 6,

@@ -192,3 +192,57 @@ def test_capture_optimize_swap_on_cpu(tmp_path):
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["checks"] == [True, True] and result["fallbacks"] == 0 and result["kernel"] == "ModelNew"
     assert result["max_diff"] < 1e-5
+
+
+PAIR = """
+import torch
+import torch.nn as nn
+
+class Attn(nn.Module):  # returns (output, None), as a transformers attention without its weights does
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.linspace(0.5, 2.0, 4))
+    def forward(self, x):
+        return x * self.w, None
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = Attn()
+    def forward(self, x):
+        y, none = self.attn(x)
+        return y + 1 if none is None else y
+
+torch.manual_seed(0)
+model = Net()
+model(torch.randn(3, 4))
+"""
+
+PAIR_KERNEL = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, weights):
+        super().__init__()
+        self.w = nn.Parameter(torch.load(weights, weights_only=True)["w"])
+    def forward(self, x):
+        return x * self.w, None
+"""
+
+
+def test_a_none_in_the_output_stays_none_under_the_custom_operator(tmp_path):
+    """An operator returns tensors only: the None beside them (an attention's weights) is rebuilt, eager and compiled."""
+    script = tmp_path / "pair_model.py"
+    script.write_text(PAIR)
+    task = tmp_path / "attn.py"
+    capture(script, "model.attn", task)
+    model = _user_model(script)
+    swapped = kernelfix.load_best(_session(tmp_path, task, PAIR_KERNEL), model.attn, trace=False)
+    assert swapped.compile_path.kind == "custom_op"
+    model.attn = swapped
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        want = x * torch.linspace(0.5, 2.0, 4) + 1
+        assert torch.allclose(model(x), want)
+        assert torch.allclose(torch.compile(model, fullgraph=True, backend="aot_eager")(x), want)

@@ -5,7 +5,16 @@ The second list holds what those ops decompose into or are spelled as at the
 dispatcher (``torch.zeros`` runs ``aten::zero_``, ``.to()`` runs
 ``aten::_to_copy``): moving, viewing, allocating or filling memory, never
 computing the task's function. Tasks may extend the list in config (a fused
-epilogue task may allow ``mm``).
+epilogue task may allow ``mm``; ``kernelfix tune`` allows the vendor's GEMMs and
+attention, as Liger Kernel leaves them to cuBLAS and cuDNN).
+
+An allowed op brings what it runs as at the dispatcher, where the op recorder
+sees it: a composite call (``linear``, ``matmul``, ``scaled_dot_product_attention``)
+is never dispatched itself but as the ops it decomposes into (``LIBRARY_PARTS``),
+and an op's own derivative, where torch has one (``X_backward``: the attention
+backends' gradients), is that library's backward. Nothing else comes with it:
+the sums autograd adds around it (a bias's gradient, a tensor used twice) stay
+the candidate's to compute.
 """
 
 from __future__ import annotations
@@ -48,8 +57,33 @@ def is_aten(op: str) -> bool:
     return op.startswith("aten::") or op.startswith("aten.")
 
 
+# The vendor's GEMMs and attention, as `kernelfix tune` allows them to its sessions (Liger Kernel's split: cuBLAS and
+# cuDNN do the GEMMs and attention, the kernel fuses what lies between them).
+LIBRARY_GEMM_ATTENTION: tuple[str, ...] = (
+    "mm", "addmm", "bmm", "linear", "matmul", "_grouped_mm", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+)
+
+# Composite library calls -> the dispatcher ops they run as (the recorder sees these, never the composite itself).
+LIBRARY_PARTS: dict[str, tuple[str, ...]] = {
+    "linear": ("mm", "addmm"),
+    "matmul": ("mm", "bmm", "mv", "dot"),
+    "scaled_dot_product_attention": (
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    ),
+}
+
+
+def library_ops(extra: Iterable[str]) -> frozenset[str]:
+    """The ops a list of allowed extras stands for: each op, its parts (``LIBRARY_PARTS``) and their backward ops."""
+    names = {base_name(o) for o in extra}
+    names |= {p for n in list(names) for p in LIBRARY_PARTS.get(n, ())}
+    return frozenset(names | {f"{n}_backward" for n in names})
+
+
 def make_allowed(extra: Iterable[str] = (), remove: Iterable[str] = ()) -> frozenset[str]:
-    return (DEFAULT_ALLOWED | {base_name(o) for o in extra}) - {base_name(o) for o in remove}
+    return (DEFAULT_ALLOWED | library_ops(extra)) - {base_name(o) for o in remove}
 
 
 def is_allowed(op: str, allowed: frozenset[str] = DEFAULT_ALLOWED) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 
 from kernelfix.tools import pysource
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED
+from kernelfix.tools.legality.allowlist import make_allowed
 from kernelfix.tools.verdict import Category, StaticFinding
 
 # Modules whose import alone means the candidate reaches for the judge, the interpreter or the OS.
@@ -190,7 +190,8 @@ def _calls_torch_compute(nodes: Iterable[ast.AST], aliases: _Aliases, allowed: f
     for root in nodes:
         for node in ast.walk(root):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-                hits.append((node.lineno, "the @ operator (torch.matmul)"))
+                if "matmul" not in allowed:
+                    hits.append((node.lineno, "the @ operator (torch.matmul)"))
             elif isinstance(node, ast.Call):
                 t = _torch_compute_call(node, aliases, allowed)
                 if t:
@@ -199,8 +200,9 @@ def _calls_torch_compute(nodes: Iterable[ast.AST], aliases: _Aliases, allowed: f
                 f = node.func
                 if isinstance(f, ast.Attribute):
                     if isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in nn_mods:
-                        hits.append((node.lineno, f"self.{f.attr} ({nn_mods[f.attr]})"))
-                    elif f.attr in _COMPUTE_METHODS and not aliases.is_module_root(_dotted(f.value) or ""):
+                        if nn_mods[f.attr].rsplit(".", 1)[-1].lower() not in allowed:  # nn.Linear where linear is allowed
+                            hits.append((node.lineno, f"self.{f.attr} ({nn_mods[f.attr]})"))
+                    elif f.attr in _COMPUTE_METHODS and f.attr not in allowed and not aliases.is_module_root(_dotted(f.value) or ""):
                         hits.append((node.lineno, f".{f.attr}()"))
                 elif isinstance(f, ast.Name) and f.id == "super":
                     pass
@@ -237,7 +239,7 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
     config = config or JudgeConfig()
     tree = pysource.parse(code)
     aliases = _Aliases(tree)
-    allowed = DEFAULT_ALLOWED | set(config.extra_allowed_ops)
+    allowed = make_allowed(config.extra_allowed_ops, config.removed_allowed_ops)
     findings: list[StaticFinding] = []
 
     def error(rule: str, cat: Category, msg: str, line: int | None) -> None:
