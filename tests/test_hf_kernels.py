@@ -90,11 +90,11 @@ sys.path.insert(0, {models!r})
 import kernelfix, hf_decoder
 from kernelfix.capture.check import compare_outputs
 
-model = hf_decoder.build_model("llama", "tiny").eval()
-ids = hf_decoder.make_inputs("llama", "tiny", 2, 16, "cpu")
+model = hf_decoder.build_model("llama", "tiny", device={device!r}).eval()
+ids = hf_decoder.make_inputs("llama", "tiny", 2, 16, {device!r})
 with torch.no_grad():
     before = model.generate(ids, max_new_tokens=32, do_sample=False)
-    positions = torch.arange(ids.shape[1]).expand(ids.shape)  # per sequence, as generate's prefill passes them
+    positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)  # per sequence, as generate's prefill passes them
     ref = model(ids, position_ids=positions)  # logits and the cache it filled: the cache compared by the tensors it holds
     attn = model.model.layers[0].self_attn
     swapped = kernelfix.load_best({session!r}, attn)
@@ -109,21 +109,22 @@ print(json.dumps({{"same": torch.equal(before, after), "new": after.shape[1] - i
 """
 
 
-def test_attention_kernel_swapped_into_generate_keeps_the_tokens(tasks, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_attention_kernel_swapped_into_generate_keeps_the_tokens(tasks, tmp_path, device):
     """A Llama attention captured from generate() (its prefill), its replayed kernel judged in a session, loaded with
     load_best into layer 0: the model's output (logits and the cache it fills) as before; generate(32 greedy tokens) gives the same tokens, and the kernel ran on the prefill (the decode steps, one token
     against a filled cache, fall back to the original module by design)."""
     session = Session.create(
         tmp_path / "session", task_path=tasks["attn_generate"],
         model=make_model(f"replay:{REPLAYS / 'LlamaAttention.jsonl'}", AgentConfig()),
-        agent=AgentConfig(max_turns=1, shape_block=False), judge_config=JudgeConfig(**JUDGE),
+        agent=AgentConfig(max_turns=1, shape_block=False), judge_config=JudgeConfig(**{**JUDGE, "device": device}),
     )
     outcome = session.run()
     assert outcome.success and outcome.best_turn == 1
     script = tmp_path / "use_kernel.py"  # in its own process: Triton takes its interpreter only when chosen at import
-    script.write_text(textwrap.dedent(USE).format(models=str(HF.parent), session=str(tmp_path / "session")))
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
-                         timeout=300)
+    script.write_text(textwrap.dedent(USE).format(models=str(HF.parent), session=str(tmp_path / "session"), device=device))
+    env = {**os.environ, **({"TRITON_INTERPRET": "1"} if device == "cpu" else {})}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.splitlines()[-1])
     assert got["kernel"] == "ModelNew" and got["new"] == 32
