@@ -318,6 +318,12 @@ class Tune:
         for m in r.selected:
             if m.session and not m.correct and m.swap is None:
                 self.say(f"  {m.module}: no correct kernel ({m.session_status or 'not run'}): nothing to swap")
+        if self.o.cfg.trials == "together" and len(ready) > 1:  # every correct kernel at once first: one compile of the model
+            r.combined = self._combined(r, ready)
+            if r.combined is not None and r.combined.kept:
+                r.kept = [_kept(m) for m in ready]
+                return self._done(r)
+            self.say("  together they are not kept: each alone")
         todo = [m for m in ready if m.swap is None or m.swap.best_turns != [m.best_turn]]
         if todo:
             self.say(f"trying {len(todo)} swap{'s' if len(todo) > 1 else ''} in {r.model_name}: its output, and its "
@@ -371,7 +377,7 @@ class Tune:
         turns = [m.best_turn for m in kept]
         if r.combined is not None and r.combined.modules == modules and r.combined.best_turns == turns:
             return r.combined
-        self.say(f"trying the {len(kept)} kept swaps together")
+        self.say(f"trying the {len(kept)} swaps together")
         t = self.trials(r).trial([(i, m.session) for m in kept for i in instances(m)], turns, targets=[label(m) for m in kept])
         self.say(trial_text(t, self.o.cfg))
         return t

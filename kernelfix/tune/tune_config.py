@@ -9,12 +9,15 @@
     min_gain = 0.01          # a kept swap makes the forward at least this much faster (median)
     noise_quantile = 0.1     # ... and faster in all but this share of the rounds
     compile_backend = "inductor"
+    trials = "each"          # or "together": every correct swap at once first (one compile of a large model)
     library_ops = ["mm", "addmm", ...]   # ATen ops kernels may call: the vendor's GEMM and attention
 
 Light at import (pydantic only): kernelfix.config_file reads it for every command.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +42,12 @@ class TuneConfig(BaseModel):
         description="a kept swap is faster in the rounds' ratios down to this quantile: the lower end of its own spread is above 1",
     )
     compile_backend: str = Field("inductor", description="torch.compile backend of the compiled timing (fullgraph=True)")
+    trials: Literal["each", "together"] = Field(
+        "each",
+        description="each: every swap tried alone, then the kept and promising ones together; together: all correct swaps "
+        "at once first (one compile of the model: for a large model, where each compile takes a minute), each alone only "
+        "when together they are not kept",
+    )
     library_ops: list[str] = Field(
         default_factory=lambda: list(LIBRARY_OPS),
         description="ATen ops a tune's kernels may call (the vendor's GEMM and attention): they fuse everything around them, "
