@@ -69,16 +69,21 @@ for step in "$@"; do
       python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 tests/test_backward.py 2>&1 | tee "$OUT/backward_gpu.log" | grep -E "passed|failed|Error"
       python3 -P -m kernelfix eval examples/tasks/scale_train.py examples/candidates/scale_train_triton.py --profile --json > /tmp/kfout/backward_profile.json 2> "$OUT/backward_profile.err"
       python3 -c "import json; v=json.load(open('/tmp/kfout/backward_profile.json')); p=v.get('profile') or {}; print(v['category'], v['message'], p.get('source'), [(k.get('name'), k.get('part'), k.get('calls')) for k in p.get('kernels', [])]); print('\n'.join(p.get('highlights') or []))" 2>&1 | tee "$OUT/backward_profile.log" ;;
-    tune-hf-x4) # the H200 proof on a machine of four GPUs, one part per GPU side by side: the Llama's inference tune and
-      # its measurements, its training tune against Liger Kernel, the mixture of experts', and the GPU tests of the hf kernels and the judge
-      mkdir -p /tmp/kfout/hf
-      (CUDA_VISIBLE_DEVICES=0 timeout -k 10 ${HF_S:-560} python3 -P bench/tune_hf.py --family llama --parts tune prefill generate profile --tune-rounds 10 --out /tmp/kfout/hf/infer > "$OUT/llama_infer.log" 2>&1) &
-      (CUDA_VISIBLE_DEVICES=1 timeout -k 10 ${HF_S:-560} python3 -P bench/tune_hf.py --family llama --parts train-tune train --tune-rounds 10 --out /tmp/kfout/hf/train > "$OUT/llama_train.log" 2>&1) &
-      (CUDA_VISIBLE_DEVICES=2 timeout -k 10 ${HF_S:-560} python3 -P bench/tune_hf.py --family qwen3_moe --parts tune prefill generate --tune-rounds 10 --out /tmp/kfout/hf/moe > "$OUT/moe.log" 2>&1) &
-      (CUDA_VISIBLE_DEVICES=3 timeout -k 10 ${HF_S:-560} python3 -P -m pytest -m gpu -n 4 -v -rfE -p no:cacheprovider -o addopts="" --timeout 400 ${HF_TESTS:-tests/test_hf_kernels.py tests/test_profile_gpu.py tests/test_kernel_source_gpu.py tests/test_sanitizer_gpu.py} > "$OUT/gpu_tests.log" 2>&1) &
+    tune-hf:*) # the H200 proof's parts side by side, one per GPU (HF_S: each part's bound): tune-hf:llama-infer,llama-train,moe,gpu-tests
+      mkdir -p /tmp/kfout/hf; gpu=0
+      for part in $(echo "${step#tune-hf:}" | tr , ' '); do
+        case $part in
+          llama-infer) cmd="python3 -P bench/tune_hf.py --family llama --parts tune prefill generate profile --tune-rounds 10 --out /tmp/kfout/hf/$part" ;;
+          llama-train) cmd="python3 -P bench/tune_hf.py --family llama --parts train-tune train --tune-rounds 10 --out /tmp/kfout/hf/$part" ;;
+          moe) cmd="python3 -P bench/tune_hf.py --family qwen3_moe --parts tune prefill generate --tune-rounds 10 --out /tmp/kfout/hf/$part" ;;
+          gpu-tests) cmd="python3 -P -m pytest -m gpu -n 4 -v -rfE -p no:cacheprovider -o addopts= --timeout 400 ${HF_TESTS:-tests/test_hf_kernels.py tests/test_profile_gpu.py tests/test_kernel_source_gpu.py tests/test_sanitizer_gpu.py}" ;;
+        esac
+        (CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 ${HF_S:-560} $cmd > "$OUT/$part.log" 2>&1) &
+        gpu=$((gpu + 1))
+      done
       wait
-      for f in infer train moe; do find /tmp/kfout/hf/$f -name "*.json" -size -2M | tar czf "$OUT/hf_$f.tgz" -T - 2>/dev/null; done
-      tail -25 "$OUT/llama_infer.log" "$OUT/llama_train.log" "$OUT/moe.log"; grep -E "PASSED|FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -30 ;;
+      for d in /tmp/kfout/hf/*/; do find "$d" -name "*.json" -size -2M | tar czf "$OUT/hf_$(basename $d).tgz" -T - 2>/dev/null; done
+      for f in "$OUT"/*.log; do echo "##### $f"; tail -40 "$f" | cut -c1-400; done ;;
     tune) python3 -P bench/tune_transformer.py --out /tmp/kfout/tune --save-profiles "$OUT/profiles" ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune.log"
       cp /tmp/kfout/tune/report.json "$OUT/tune_report.json" 2>/dev/null ;;
     fast-layout) python3 -P bench/fast_layout_replay.py --out "$OUT" --workdir /tmp/kf_fast_layout 2>&1 | tee "$OUT/fast_layout_replay.log" ;;
