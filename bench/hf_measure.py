@@ -135,16 +135,19 @@ def generate(family, size, device, dtype, batch, seq, new_tokens, tuned_dir, swa
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     res: dict[str, list] = {"original": [], "tuned": []}
     toks = {}
+    torch.use_deterministic_algorithms(True, warn_only=True)  # (CUBLAS_WORKSPACE_CONFIG set by the bench before CUDA starts)
     with torch.no_grad():
         for name, m in (("original", original), ("tuned", tuned)):
             toks[name] = m.generate(ids, **kw)  # warm-up, and the tokens
+        again = original.generate(ids, **kw)  # the control: is the original's own generate() the same twice?
         calls.clear()
         for r in range(reps):
             for name, m in ((("original", original), ("tuned", tuned)) if r % 2 == 0 else (("tuned", tuned), ("original", original))):
                 res[name].append(call_ms(lambda m=m: m.generate(ids, **kw), dev))
     same = bool(torch.equal(toks["original"], toks["tuned"]))
     return {
-        "tokens_identical": same, "new_tokens": int(toks["tuned"].shape[1] - ids.shape[1]),
+        "tokens_identical": same, "original_repeats_itself": bool(torch.equal(toks["original"], again)),
+        "new_tokens": int(toks["tuned"].shape[1] - ids.shape[1]),
         "kernel_calls_per_generate": len(calls) / max(1, reps), "fallbacks": sum(k.fallbacks for k in swapped(tuned)),
         "first_difference": None if same else int((toks["original"] != toks["tuned"]).nonzero()[0, 1].item()),
         **comparison(res["original"], res["tuned"], 1),

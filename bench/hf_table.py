@@ -41,6 +41,8 @@ def _timings(model: str, r: dict, rows: list) -> None:
         _row(rows, model, "generate", "-", "-", "-", f"FAILED: {g['error'][:80]}")
     elif g.get("before"):
         ident = "tokens identical" if g.get("tokens_identical") else f"TOKENS DIFFER from token {g.get('first_difference')}"
+        if "original_repeats_itself" in g:
+            ident += "; the original repeats itself" if g["original_repeats_itself"] else "; the ORIGINAL ITSELF differs run to run"
         _row(rows, model, f"generate {g.get('new_tokens')} tokens", _ms(g["before"]), _ms(g["after"]), _x(g),
              f"{ident}; kernels ran {g.get('kernel_calls_per_generate')} calls/generate, {g.get('fallbacks')} fallbacks")
     t = r.get("train") or {}

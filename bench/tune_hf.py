@@ -119,7 +119,7 @@ def run_measure(part: str, family: str, a: argparse.Namespace, budget: float) ->
     cmd = [sys.executable, "-P", __file__, "--run-part", part, "--family", family, "--out", str(a.out), "--swaps", a.swaps,
            *(["--quick"] if a.quick else []),
            *([f"--rounds={a.rounds}"] if a.rounds else []), *([f"--new-tokens={a.new_tokens}"] if a.new_tokens else [])]
-    env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.quick else {})}
+    env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", **({"TRITON_INTERPRET": "1"} if a.quick else {})}
     t0 = time.monotonic()
     try:
         rc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=budget).returncode

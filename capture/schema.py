@@ -87,10 +87,13 @@ class OutputCheck(BaseModel):
     ok: bool
     leaves: list[LeafCheck] = Field(default_factory=list)
     problem: str | None = None  # structure: different kinds or numbers of outputs
+    note: str | None = None  # passed by the rule against a higher-precision result (capture/check.py truth_rule)
 
     def summary(self) -> str:
         if self.problem:
             return self.problem
+        if self.note:
+            return self.note
         bad = [leaf for leaf in self.leaves if not leaf.ok]
         if bad:
             return "; ".join(f"{leaf.path}: {leaf.problem}" for leaf in bad[:4])

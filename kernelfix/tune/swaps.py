@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from kernelfix.capture.check import compare_outputs
+from kernelfix.capture.check import HALF, compare_outputs, truth_rule
 from kernelfix.capture.errors import SwapCheckFailed, SwapError
 from kernelfix.capture.summary import compile_path_text
 from kernelfix.tools.config import JudgeConfig
@@ -132,6 +132,11 @@ class Trials:
         except Exception as e:
             return Comparison(mode=mode, error=f"the swapped model raised: {_first_line(e)}")
         check = compare_outputs(_detached(got), _detached(want), self.judge_cfg)
+        if not check.ok and _half(want):  # bfloat16's rounding through a deep model: judged against the model in float32
+            try:
+                check = truth_rule(_detached(got), _detached(want), self._truth(), self.judge_cfg, check)
+            except Exception as e:  # the model does not run in float32 (or the copy does not fit): the element-wise check stands
+                self.notes.append(f"no float32 run of the model to judge half-precision outputs against: {_first_line(e)}")
         if not check.ok:
             return Comparison(mode=mode, output=check)
         fns = [step_fn(before, self.call, backward=self.backward), step_fn(after, self.call, backward=self.backward)]
@@ -142,6 +147,17 @@ class Trials:
         c = compare(mode, b, a, calls, self.cfg)
         c.output = check
         return c
+
+    def _truth(self):
+        """The original model's output in float32 (a copy; made once): what the half-precision outputs are measured against."""
+        if getattr(self, "_truth_out", None) is None:
+            wide = copy.deepcopy(self.root).float()
+            with torch.no_grad():
+                self._truth_out = _detached(step_fn(wide, self.call, backward=False)())
+            del wide
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        return self._truth_out
 
     def _compiled_comparison(self, view: nn.Module) -> Comparison:
         original = self.compiled_original()
@@ -204,3 +220,9 @@ def _detached(obj):
     import torch.utils._pytree as pytree
 
     return pytree.tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, obj)
+
+
+def _half(out) -> bool:
+    import torch.utils._pytree as pytree
+
+    return any(isinstance(x, torch.Tensor) and x.dtype in HALF for x in pytree.tree_leaves(out))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 
+from kernelfix.tools import pysource
 from kernelfix.tools.kernel_source import deps as D
 from kernelfix.tools.kernel_source.cuda_text import Kernel, Site
 
@@ -35,7 +36,7 @@ def _call(node: ast.AST) -> str | None:
 
 def kernels(source: str) -> list[Kernel]:
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError:
         return []
     out = []

@@ -119,8 +119,10 @@ def _docstring_lines(source: str) -> set[int]:
     """The lines of the candidate's docstrings (a header that names the call in prose is not the call)."""
     import ast
 
+    from kernelfix.tools import pysource
+
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError:
         return set()
     return {n for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)

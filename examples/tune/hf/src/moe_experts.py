@@ -45,7 +45,9 @@ def swiglu_kernel(gu_ptr, h_ptr, N, stride_gu, stride_h, BLOCK: tl.constexpr):
     m = cols < N
     g = tl.load(gu_ptr + row * stride_gu + cols, mask=m, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * stride_gu + N + cols, mask=m, other=0.0).to(tl.float32)
-    tl.store(h_ptr + row * stride_h + cols, (g * tl.sigmoid(g) * u).to(h_ptr.dtype.element_ty), mask=m)
+    dt = h_ptr.dtype.element_ty  # silu(gate) rounded to the input's dtype before the product, as the module's ops round it
+    a = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+    tl.store(h_ptr + row * stride_h + cols, (a * u).to(dt), mask=m)
 
 
 @triton.jit

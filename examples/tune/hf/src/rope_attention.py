@@ -14,8 +14,11 @@ def _rope_tile(src, cos_ptr, sin_ptr, cofs, m, HALF: tl.constexpr):
     s2 = tl.load(sin_ptr + cofs + HALF, mask=m, other=0.0).to(tl.float32)
     x1 = tl.load(src, mask=m, other=0.0).to(tl.float32)
     x2 = tl.load(src + HALF, mask=m, other=0.0).to(tl.float32)
-    o1 = x1 * c1 - x2 * s1
-    o2 = x2 * c2 + x1 * s2
+    # Rounded after each product and the sum as the module's own ops round them (q * cos + rotate_half(q) * sin in
+    # the input's dtype): in bfloat16 the result is the module's, bit for bit; in float32 the rounding is a no-op.
+    dt = src.dtype.element_ty
+    o1 = ((x1 * c1).to(dt).to(tl.float32) + (-x2 * s1).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+    o2 = ((x2 * c2).to(dt).to(tl.float32) + (x1 * s2).to(dt).to(tl.float32)).to(dt).to(tl.float32)
     return o1, o2
 
 

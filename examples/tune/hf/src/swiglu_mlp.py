@@ -12,7 +12,10 @@ def swiglu_fwd_kernel(g_ptr, u_ptr, h_ptr, N, stride_g, stride_u, stride_h, BLOC
     m = cols < N
     g = tl.load(g_ptr + row * stride_g + cols, mask=m, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + row * stride_u + cols, mask=m, other=0.0).to(tl.float32)
-    tl.store(h_ptr + row * stride_h + cols, (g * tl.sigmoid(g) * u).to(h_ptr.dtype.element_ty), mask=m)
+    # silu(g) rounded to the input's dtype before the product, as the module's two ops round it
+    dt = h_ptr.dtype.element_ty
+    a = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
+    tl.store(h_ptr + row * stride_h + cols, (a * u).to(dt), mask=m)
 
 
 @triton.jit
