@@ -69,11 +69,11 @@ for step in "$@"; do
       python3 -P -m pytest -m gpu -q -s -p no:cacheprovider -o addopts="" --timeout 300 tests/test_backward.py 2>&1 | tee "$OUT/backward_gpu.log" | grep -E "passed|failed|Error"
       python3 -P -m kernelfix eval examples/tasks/scale_train.py examples/candidates/scale_train_triton.py --profile --json > /tmp/kfout/backward_profile.json 2> "$OUT/backward_profile.err"
       python3 -c "import json; v=json.load(open('/tmp/kfout/backward_profile.json')); p=v.get('profile') or {}; print(v['category'], v['message'], p.get('source'), [(k.get('name'), k.get('part'), k.get('calls')) for k in p.get('kernels', [])]); print('\n'.join(p.get('highlights') or []))" 2>&1 | tee "$OUT/backward_profile.log" ;;
-    tune-hf:*) # the H200 proof's parts side by side, one per GPU (HF_S: each part's bound): tune-hf:llama-infer,llama-train,moe,gpu-tests
+    tune-hf:*) # the H200 proof's parts side by side, one per GPU (HF_S: each part's bound; TUNE_HF_BUDGETS, HF_INFER_PARTS, HF_TUNE_ROUNDS, HF_ARGS: a shorter call): tune-hf:llama-infer,llama-train,moe,gpu-tests
       mkdir -p /tmp/kfout/hf; gpu=0
       for part in $(echo "${step#tune-hf:}" | tr , ' '); do
         case $part in
-          llama-infer) cmd="python3 -P bench/tune_hf.py --family llama --parts tune prefill generate profile --tune-rounds 10 --out /tmp/kfout/hf/$part" ;;
+          llama-infer) cmd="python3 -P bench/tune_hf.py --family llama --parts ${HF_INFER_PARTS:-tune prefill generate profile} --tune-rounds ${HF_TUNE_ROUNDS:-10} ${HF_ARGS:-} --out /tmp/kfout/hf/$part" ;;
           llama-train) cmd="python3 -P bench/tune_hf.py --family llama --parts train-tune train --tune-rounds 10 --out /tmp/kfout/hf/$part" ;;
           moe) cmd="python3 -P bench/tune_hf.py --family qwen3_moe --parts tune prefill generate --tune-rounds 10 --out /tmp/kfout/hf/$part" ;;
           gpu-tests) cmd="python3 -P -m pytest -m gpu -n 4 -v -rfE -p no:cacheprovider -o addopts= --timeout 400 ${HF_TESTS:-tests/test_hf_kernels.py tests/test_profile_gpu.py tests/test_kernel_source_gpu.py tests/test_sanitizer_gpu.py}" ;;

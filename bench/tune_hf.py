@@ -167,6 +167,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, help="paired rounds of this bench's timings (default 20; 3 with --quick)")
     ap.add_argument("--new-tokens", type=int, help="generate()'s new tokens (default 64; 8 with --quick)")
     ap.add_argument("--budget", type=float, help="seconds each part may take (default per part: tune 570, prefill 420, ...)")
+    ap.add_argument("--budgets", default=os.environ.get("TUNE_HF_BUDGETS", ""),
+                    help="per-part seconds, e.g. tune=250,prefill=70 (env TUNE_HF_BUDGETS): fits the parts into a shorter device call")
     ap.add_argument("--swaps", choices=["kept", "correct"], default="kept",
                     help="the tuned model: kept, as kernelfix.load_tuned applies the tune (default); correct: every session's correct kernel, kept or not")
     ap.add_argument("--quick", action="store_true", help="CPU, tiny models, float32, Triton's interpreter: the whole script end to end")
@@ -192,7 +194,8 @@ def main() -> int:
         for part in a.parts:
             if family != "llama" and part in TRAIN_PARTS:
                 continue
-            budget = a.budget or (QUICK_BUDGET_S if a.quick else BUDGET_S)[part]
+            budgets = dict((k, float(v)) for k, v in (x.split("=") for x in a.budgets.split(",") if x))
+            budget = budgets.get(part) or a.budget or (QUICK_BUDGET_S if a.quick else BUDGET_S)[part]
             print(f"=== {family} {part} (at most {budget:.0f} s)", flush=True)
             try:
                 if part in ("tune", "train-tune"):
