@@ -129,12 +129,23 @@ def compare(
     return TrialReport(trial=trial, seed=seed, ok=True, passed_by="tolerance", **stats)
 
 
+TRUTH_CAP_CEILING = 0.5  # a constant output scores 1 by construction: never raised near it
+
+
+def relative_cap(rel_error_tol: float, reference_error_norm: float) -> float:
+    """The relative error norm a candidate may have against float64: ``rel_error_tol``, raised to three times the
+    reference's own as ``compare`` raises it (a bf16 attention on x10 inputs: the reference itself is 0.12 off, and a
+    kernel 0.11 off is the better of the two), but never to half the signal, so zeros and constants still fail."""
+    return max(rel_error_tol, min(3 * reference_error_norm, TRUTH_CAP_CEILING))
+
+
 def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol: float | None, path: str = "output") -> TruthCheck:
     """The candidate's error against the float64 reference (``truth``) beside the float32
     reference's own, output by output: it passes where, for every floating output, its worst element
     and its error norm are each within ``factor`` times the reference's, its relative error norm
-    against the truth is within ``rel_error_tol`` (so zeros never pass where the reference's own error
-    is as large as the signal), and it is finite wherever the truth is. Non-floating outputs must
+    against the truth is within ``rel_error_tol`` raised to three times the reference's own (``relative_cap``:
+    never to half the signal, so zeros never pass where the reference's own error is as large as it),
+    and it is finite wherever the truth is. Non-floating outputs must
     equal the reference exactly (their mismatch failed already, so they fail here too)."""
     worst: TruthCheck | None = None
     for (path, r), (_, t), (_, o) in zip(leaves(ref, path), leaves(truth, path), leaves(out, path)):
@@ -175,8 +186,8 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
             why = f"{path}: max error against float64 {e_max:.3g}, over {factor:g}x the reference's {r_max:.3g}"
         elif check.error_norm > factor * check.reference_error_norm:
             why = f"{path}: error norm against float64 {check.error_norm:.3g}, over {factor:g}x the reference's {check.reference_error_norm:.3g}"
-        elif rel_error_tol is not None and check.error_norm > rel_error_tol:
-            why = f"{path}: relative error norm against float64 {check.error_norm:.3g}, above {rel_error_tol:.3g}"
+        elif rel_error_tol is not None and check.error_norm > (cap := relative_cap(rel_error_tol, check.reference_error_norm)):
+            why = f"{path}: relative error norm against float64 {check.error_norm:.3g}, above {cap:.3g}"
         if why is not None:
             check = check.model_copy(update={"passed": False, "why": why})
         if worst is None or not check.passed or (worst.passed and check.error_max / max(check.reference_error_max, 1e-300) > worst.error_max / max(worst.reference_error_max, 1e-300)):
