@@ -246,3 +246,29 @@ def test_a_none_in_the_output_stays_none_under_the_custom_operator(tmp_path):
         want = x * torch.linspace(0.5, 2.0, 4) + 1
         assert torch.allclose(model(x), want)
         assert torch.allclose(torch.compile(model, fullgraph=True, backend="aot_eager")(x), want)
+
+
+def test_a_none_in_the_output_stays_none_through_the_custom_operator():
+    """A transformers attention returns (output, None): the operator returns only the tensors, and the rebuilt output
+    puts None back where the module had it, in a tuple and in a dict, eager and under torch.compile."""
+    import torch.nn as nn
+
+    from kernelfix.capture.calls import output_layout, rebuild
+    from kernelfix.capture.custom_op import meta_reference, register
+
+    class Attention(nn.Module):
+        def forward(self, x):
+            return x * 2, None, {"weights": None, "cache": x + 1}
+
+    class Kernel(nn.Module):  # the swapped kernel: the same structure, its own arithmetic
+        def forward(self, x):
+            return x + x, None, {"weights": None, "cache": 1 + x}
+
+    op, spec, tensor_at = register(Kernel(), meta_reference(Attention()), "model.attn", [torch.empty(3, 4, device="meta")])
+    assert tensor_at == [0, 3]  # the leaves (out, None, None, cache): two tensors
+    layout = output_layout(spec, tensor_at)
+    x = torch.randn(3, 4)
+    for call in (lambda t: rebuild(layout, op([t])), torch.compile(lambda t: rebuild(layout, op([t])), backend="eager", fullgraph=True)):
+        out, weights, rest = call(x)
+        assert torch.equal(out, x * 2) and weights is None
+        assert rest["weights"] is None and torch.equal(rest["cache"], x + 1)
