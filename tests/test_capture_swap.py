@@ -114,6 +114,9 @@ def test_load_best_replaces_the_module_and_checks_it(tmp_path):
         out = swapped(x, scale=s, causal=False)  # not what the kernel was judged on: the original runs it
     assert torch.equal(out["y"], original(x, scale=s, causal=False)["y"]) and swapped.fallbacks == 1
     bare = kernelfix.load_best(session)
+    # torch.compile's path was checked (an aot_eager compile) at the first load; another instance of the kernel takes it
+    assert swapped.compile_path.kind == "traced" and swapped.compile_path.checks
+    assert bare.compile_path.kind == "traced" and bare.compile_path.note.startswith("as every instance of this kind: checked compiled")
     with pytest.raises(CallMismatch, match=r"args\[0\] is float32\[2, 4\]; the kernel was judged on float32\[4, 4\]"):
         bare(torch.randn(2, 4), scale=s, causal=True)
 
