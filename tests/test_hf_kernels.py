@@ -120,7 +120,8 @@ def test_attention_kernel_swapped_into_generate_keeps_the_tokens(tasks, tmp_path
         agent=AgentConfig(max_turns=1, shape_block=False), judge_config=JudgeConfig(**{**JUDGE, "device": device}),
     )
     outcome = session.run()
-    assert outcome.success and outcome.best_turn == 1
+    verdicts = sorted((tmp_path / "session").glob("turns/*/verdict.json"))
+    assert outcome.success and outcome.best_turn == 1, verdicts and json.loads(verdicts[-1].read_text())["message"]
     script = tmp_path / "use_kernel.py"  # in its own process: Triton takes its interpreter only when chosen at import
     script.write_text(textwrap.dedent(USE).format(models=str(HF.parent), session=str(tmp_path / "session"), device=device))
     env = {**os.environ, **({"TRITON_INTERPRET": "1"} if device == "cpu" else {})}
