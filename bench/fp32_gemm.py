@@ -119,7 +119,7 @@ def main() -> int:
                     best = (ms, run, (bm, bn, bk, warps, stages))
             if best is not None:
                 judged(f"triton_{precision}", best[1], list(best[2]))
-        del a, b, truth, ref
+        a = b = truth = ref = None  # freed before the next size (None, not del: the closures above name them)
         torch.cuda.empty_cache()
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

@@ -85,7 +85,7 @@ def main() -> None:
     fused.NUM_WARPS = now
     x2 = x.clone()
     timed("same_bytes", lambda: same_bytes(x, x2), 2 * f4)
-    del x2
+    x2 = None  # freed (None, not del: the lambda above names it)
     kernels = fused._kernels()
     if kernels is not None:
         pair = kernels[0]
@@ -107,7 +107,7 @@ def main() -> None:
                                    enable_fp_fusion=False, num_warps=w)
             launch_truth()
             timed(f"truth_kernel_{warps}_warps", launch_truth, 2 * f4 + 8 * n)
-    del out64
+    out64 = None  # freed (None, not del: the lambdas above name it)
     result = {"numel": n, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "fused": fused.failed or "ok", "rows": rows}
     Path(a.out).write_text(json.dumps(result, indent=1))
     print(f"one trial's passes, {n * 4 / 2**30:.1f} GiB float32, on {result['gpu']} (median of {a.repeat}; seconds)")

@@ -348,7 +348,7 @@ def rebuilt(r: Recorded, state_in: dict[str, torch.Tensor]) -> tuple[Any, list[t
     units = []
     for unit in r.spec.units:
         path = parse(unit.path)
-        parent, obj = None, root
+        obj = root
         for i, p in enumerate(path):
             child = obj[p] if isinstance(obj, (list, tuple, dict)) else getattr(obj, p)
             child = list(child) if isinstance(child, list) else dict(child) if isinstance(child, dict) else copy.copy(child)
@@ -356,7 +356,7 @@ def rebuilt(r: Recorded, state_in: dict[str, torch.Tensor]) -> tuple[Any, list[t
                 obj[p] = child
             else:
                 setattr(obj, p, child)
-            parent, obj = obj, child
+            obj = child
         for a in unit.inputs:
             setattr(obj, a, state_in[key(r.leaf, unit, a)])
         for a, v in unit.before.items():

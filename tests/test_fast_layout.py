@@ -51,8 +51,8 @@ def _defs(path: Path, names=("Model", "get_inputs", "get_init_inputs")) -> list[
 def _kernel_code(cuda_source: str) -> str:
     """The device code of an as-written candidate: from its first kernel-side line to the torch wrapper."""
     lines = cuda_source.splitlines()
-    start = next(i for i, l in enumerate(lines) if re.match(r"(template|__global__|__device__|constexpr)\b", l))
-    end = next(i for i, l in enumerate(lines) if l.startswith("torch::Tensor"))
+    start = next(i for i, line in enumerate(lines) if re.match(r"(template|__global__|__device__|constexpr)\b", line))
+    end = next(i for i, line in enumerate(lines) if line.startswith("torch::Tensor"))
     return "\n".join(lines[start:end]).strip()
 
 
