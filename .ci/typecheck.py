@@ -38,7 +38,18 @@ def main(argv: list[str]) -> int:
     cache = Path(os.environ.get("MYPY_CACHE_DIR", ROOT / ".mypy_cache"))
     with tempfile.TemporaryDirectory(prefix="kernelfix-types-") as tmp:
         where = layout(Path(tmp))
-        cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache), "-p", "kernelfix", *argv]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(cache),
+            "-p",
+            "kernelfix",
+            *argv,
+        ]
         return subprocess.run(cmd, cwd=where).returncode
 
 

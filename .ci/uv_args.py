@@ -9,11 +9,18 @@ import subprocess
 import sys
 
 # pip setting -> uv option; settings that do not change what gets installed (cert, timeout) are left out
-OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint"}
+OPTIONS = {
+    "index-url": "--index-url",
+    "extra-index-url": "--extra-index-url",
+    "find-links": "--find-links",
+    "constraint": "--constraint",
+}
 
 
 def main() -> int:
-    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+    ).stdout
     found: dict[str, list[str]] = {}
     from_env: set[str] = set()
     for line in listing.splitlines():

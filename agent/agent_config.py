@@ -16,14 +16,18 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(None, description="litellm model string, or replay:PATH; the CLI's --model overrides")
-    api_base: str | None = Field(None, description="base URL of an OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
+    api_base: str | None = Field(
+        None, description="base URL of an OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)"
+    )
     api_key_env: str | None = Field(None, description="name of the environment variable holding the API key")
     temperature: float | None = Field(None, ge=0)
     max_output_tokens: int | None = Field(None, ge=1, description="cap on one reply's tokens")
     request_timeout_s: float = Field(600.0, gt=0)
     stream: bool = Field(True, description="stream replies (a UI shows tokens as they come)")
 
-    retry_attempts: int = Field(5, ge=1, description="tries per model call on rate limits, timeouts, connection errors and 5xx")
+    retry_attempts: int = Field(
+        5, ge=1, description="tries per model call on rate limits, timeouts, connection errors and 5xx"
+    )
     retry_min_wait_s: float = Field(2.0, ge=0)
     retry_max_wait_s: float = Field(60.0, ge=0)
 
@@ -36,16 +40,31 @@ class AgentConfig(BaseModel):
     max_cost_usd: float | None = Field(None, gt=0, description="session budget: model cost, where litellm knows it")
     max_wall_s: float | None = Field(None, gt=0, description="session budget: seconds spent in turns")
 
-    shape_block: bool = Field(True, description="add the inputs' and outputs' shapes, strides and contiguity to the first prompt")
+    shape_block: bool = Field(
+        True, description="add the inputs' and outputs' shapes, strides and contiguity to the first prompt"
+    )
 
     # Search wider than one chain (docs/search.md): width 1 is the single chain.
-    width: int = Field(1, ge=1, le=64, description="candidates per round: round one draws this many replies, later rounds this many over the kept branches")
-    keep: int | None = Field(None, ge=1, description="branches each later round continues from (the best of the last round); default: the width")
+    width: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="candidates per round: round one draws this many replies, later rounds this many over the kept branches",
+    )
+    keep: int | None = Field(
+        None,
+        ge=1,
+        description="branches each later round continues from (the best of the last round); default: the width",
+    )
     sampling: Literal["parallel", "n"] = Field(
-        "parallel", description="how a round's replies to one prompt are drawn: parallel calls, or one call with n= (providers that support it)"
+        "parallel",
+        description="how a round's replies to one prompt are drawn: parallel calls, or one call with n= (providers that support it)",
     )
     stop_at_sol: float | None = Field(
-        None, gt=0, le=1, description="stop once a correct kernel's DRAM or SM throughput reaches this fraction of peak (Nsight Compute profile)"
+        None,
+        gt=0,
+        le=1,
+        description="stop once a correct kernel's DRAM or SM throughput reaches this fraction of peak (Nsight Compute profile)",
     )
 
     @property

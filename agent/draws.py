@@ -23,7 +23,9 @@ from kernelfix.agent.state import ChatMessage, Slot, Turn
 
 
 def prompt_sha(messages: Sequence[ChatMessage]) -> str:
-    return hashlib.sha256(json.dumps([m.model_dump(mode="json") for m in messages], sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps([m.model_dump(mode="json") for m in messages], sort_keys=True).encode()
+    ).hexdigest()
 
 
 def take_reply(
@@ -71,8 +73,25 @@ class RoundControl:
     """What a round's slots share across their threads: the replies drawn so far (for the budgets), the best
     candidate so far, and the early stop (goal met, budget spent, user stop) after which no slot draws."""
 
-    def __init__(self, store: SessionDir, model: ChatModel, config: AgentConfig, controls: Controls, emit, *, timed: bool, slots: list[Slot]):
-        self.store, self.model, self.config, self.controls, self.emit, self.timed = store, model, config, controls, emit, timed
+    def __init__(
+        self,
+        store: SessionDir,
+        model: ChatModel,
+        config: AgentConfig,
+        controls: Controls,
+        emit,
+        *,
+        timed: bool,
+        slots: list[Slot],
+    ):
+        self.store, self.model, self.config, self.controls, self.emit, self.timed = (
+            store,
+            model,
+            config,
+            controls,
+            emit,
+            timed,
+        )
         self.slots = slots
         basis = slots[0].basis if slots else None
         self._started = basis.started_at if basis else time.time()
@@ -122,12 +141,24 @@ class RoundControl:
 
     def draw(self, slot: Slot) -> ModelReply:
         """The slot's reply; raises DrawCancelled when the round stopped needing it mid-stream."""
-        use_n = self.config.sampling == "n" and self.model.supports_n and sum(s.group == slot.group for s in self.slots) > 1
+        use_n = (
+            self.config.sampling == "n" and self.model.supports_n and sum(s.group == slot.group for s in self.slots) > 1
+        )
         sha = prompt_sha(slot.messages)
         # A journaled reply never joins a group call: take_reply below hands it over as it is.
-        reply = self._draw_shared(slot, sha) if use_n and self.store.journaled_reply(slot.call_index, sha) is None else None
+        reply = (
+            self._draw_shared(slot, sha) if use_n and self.store.journaled_reply(slot.call_index, sha) is None else None
+        )
         if reply is None:
-            reply = take_reply(self.store, self.model, turn=slot.turn, call_index=slot.call_index, messages=slot.messages, emit=self.emit, check=self._check_stream)
+            reply = take_reply(
+                self.store,
+                self.model,
+                turn=slot.turn,
+                call_index=slot.call_index,
+                messages=slot.messages,
+                emit=self.emit,
+                check=self._check_stream,
+            )
         self._spent(reply)
         return reply
 
@@ -150,7 +181,9 @@ class RoundControl:
                 raise group.error
             return group.replies.get(slot.turn)
         try:
-            members = [s for s in self.slots if s.group == slot.group and self.store.journaled_reply(s.call_index, sha) is None]
+            members = [
+                s for s in self.slots if s.group == slot.group and self.store.journaled_reply(s.call_index, sha) is None
+            ]
             sinks = {i: s.turn for i, s in enumerate(members)}
 
             def on_delta(choice, channel, text):
@@ -163,10 +196,16 @@ class RoundControl:
                     slot.messages,
                     call_indices=[s.call_index for s in members],
                     on_delta=on_delta,
-                    on_retry=lambda n, err, wait: self.emit(ModelRetry(turn=slot.turn, attempt=n, error=err, wait_s=wait)),
+                    on_retry=lambda n, err, wait: self.emit(
+                        ModelRetry(turn=slot.turn, attempt=n, error=err, wait_s=wait)
+                    ),
                 )
                 if len(replies) < len(members):
-                    self.emit(Notice(text=f"round {slot.round}: {len(replies)} of {len(members)} replies from one n= call; drawing the rest one by one"))
+                    self.emit(
+                        Notice(
+                            text=f"round {slot.round}: {len(replies)} of {len(members)} replies from one n= call; drawing the rest one by one"
+                        )
+                    )
                 for s, r in zip(members, replies):
                     self.store.journal_reply(s.call_index, sha, r)
                     group.replies[s.turn] = r
@@ -183,7 +222,12 @@ class RoundControl:
         """Note a judged candidate: the best so far (for the live view), and the early stop when it meets the goal."""
         with self._lock:
             v = turn.verdict
-            if turn.correct and (not self._best_correct or (v.speedup_eager is not None and (self._best_speedup is None or v.speedup_eager > self._best_speedup))):
+            if turn.correct and (
+                not self._best_correct
+                or (
+                    v.speedup_eager is not None and (self._best_speedup is None or v.speedup_eager > self._best_speedup)
+                )
+            ):
                 self.best_turn, self._best_speedup, self._best_correct = turn.index, v.speedup_eager, True
             best = self.best_turn
         if policy.goal_met(turn, self.config, timed=self.timed):

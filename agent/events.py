@@ -14,10 +14,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kernelfix.agent.state import Outcome, RoundRecord, Slot, Turn, TurnSource, Usage
 from kernelfix.tools.judge import StageEvent
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Event(BaseModel):
@@ -121,8 +120,19 @@ class SessionEnded(_Event):
 
 
 SessionEvent = Annotated[
-    SessionStarted | Notice | TurnStarted | RoundStarted | ModelDelta | ModelRetry | ModelReplied | StageUpdate | TurnJudged | RoundJudged
-    | SessionPaused | SessionUnpaused | SessionEnded,
+    SessionStarted
+    | Notice
+    | TurnStarted
+    | RoundStarted
+    | ModelDelta
+    | ModelRetry
+    | ModelReplied
+    | StageUpdate
+    | TurnJudged
+    | RoundJudged
+    | SessionPaused
+    | SessionUnpaused
+    | SessionEnded,
     Field(discriminator="kind"),
 ]
 EventSink = Callable[[SessionEvent], None]
@@ -255,5 +265,6 @@ class Controls:
         """Block while paused with nothing to do; True when the loop should look again."""
         with self._cond:
             return self._cond.wait_for(
-                lambda: not self._paused or self._stop or self._accept or self._abort or bool(self._candidates), timeout=timeout
+                lambda: not self._paused or self._stop or self._accept or self._abort or bool(self._candidates),
+                timeout=timeout,
             )

@@ -23,11 +23,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
-
 from kernelfix.agent import judging, policy, search
 from kernelfix.agent.draws import take_reply
-from kernelfix.agent.events import ModelReplied, Notice, SessionPaused, SessionUnpaused, StageUpdate, TurnJudged, TurnStarted
+from kernelfix.agent.events import (
+    ModelReplied,
+    Notice,
+    SessionPaused,
+    SessionUnpaused,
+    StageUpdate,
+    TurnJudged,
+    TurnStarted,
+)
 from kernelfix.agent.models import ReplayExhausted
 from kernelfix.agent.round_nodes import add_round_nodes
 from kernelfix.agent.runtime import Runtime
@@ -36,6 +42,7 @@ from kernelfix.agent.state import SessionState, Turn
 from kernelfix.prompts import messages as prompts
 from kernelfix.prompts.blocks import floor_text, gpu_block, input_sets_block
 from kernelfix.tools.judge import STAGES
+from langgraph.graph import END, START, StateGraph
 
 Update = dict[str, Any]
 
@@ -47,6 +54,7 @@ def _next_index(state: SessionState) -> int:
 def build_graph(rt: Runtime) -> StateGraph:
     g = StateGraph(SessionState)
     task = rt.judge.task
+
     def system(state: SessionState) -> str:
         # After prepare: the GPU block comes from the reference worker, kept in the state so a resumed
         # session sends the same system prompt.
@@ -72,7 +80,12 @@ def build_graph(rt: Runtime) -> StateGraph:
         # measures the baselines now, once per task (cached on disk), rather than at the first timing.
         floor = rt.judge.task_floor()
         spec = rt.judge.gpu_spec()
-        return {"prepared": True, "shape_block": block, "floor": floor, "gpu_block": gpu_block(spec) if spec is not None else None}
+        return {
+            "prepared": True,
+            "shape_block": block,
+            "floor": floor,
+            "gpu_block": gpu_block(spec) if spec is not None else None,
+        }
 
     def control(state: SessionState) -> Update:
         rt.check_abort()
@@ -83,10 +96,17 @@ def build_graph(rt: Runtime) -> StateGraph:
             stop = ("user_stop", "stopped by the user")
         elif c.accept_requested:
             best = state.best
-            stop = ("user_accept", "accepted by the user" + (f": best is turn {best.index}" if best else ": no correct candidate yet"))
-        elif met := next((t for t in _just_judged(state, rt.searching(state)) if policy.goal_met(t, cfg, timed=rt.timed)), None):
+            stop = (
+                "user_accept",
+                "accepted by the user" + (f": best is turn {best.index}" if best else ": no correct candidate yet"),
+            )
+        elif met := next(
+            (t for t in _just_judged(state, rt.searching(state)) if policy.goal_met(t, cfg, timed=rt.timed)), None
+        ):
             stop = ("goal", policy.describe_goal(met, cfg))
-        elif sol := next((r for t in _just_judged(state, rt.searching(state)) if (r := policy.sol_reached(t, cfg))), None):
+        elif sol := next(
+            (r for t in _just_judged(state, rt.searching(state)) if (r := policy.sol_reached(t, cfg))), None
+        ):
             stop = ("speed_of_light", sol)
         elif state.pending_candidate is not None or c.has_candidate:
             step = "submit"
@@ -112,7 +132,10 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def task_message(state: SessionState) -> str:
         return prompts.task_prompt(
-            task.name, task.source, shape_block=state.shape_block, goal=prompts.goal_text(rt.config, rt.judge.device),
+            task.name,
+            task.source,
+            shape_block=state.shape_block,
+            goal=prompts.goal_text(rt.config, rt.judge.device),
             floor=floor_text(state.floor) if state.floor is not None else None,
         )
 
@@ -125,7 +148,15 @@ def build_graph(rt: Runtime) -> StateGraph:
         started = time.time()
         rt.emit(TurnStarted(turn=index, source="model"))
         try:
-            reply = take_reply(rt.store, rt.model, turn=index, call_index=state.model_calls, messages=messages, emit=rt.emit, check=rt.check_abort)
+            reply = take_reply(
+                rt.store,
+                rt.model,
+                turn=index,
+                call_index=state.model_calls,
+                messages=messages,
+                emit=rt.emit,
+                check=rt.check_abort,
+            )
         except ReplayExhausted as e:
             return {"next_step": "end", "stop_kind": "replay_end", "stop_reason": str(e)}
         except BaseException:
@@ -138,16 +169,26 @@ def build_graph(rt: Runtime) -> StateGraph:
 
     def submit(state: SessionState) -> Update:
         if state.pending_candidate is not None:
-            turn = Turn(index=0, source="candidate", code=state.pending_candidate, submitted_as=state.pending_candidate_name, started_at=time.time())
+            turn = Turn(
+                index=0,
+                source="candidate",
+                code=state.pending_candidate,
+                submitted_as=state.pending_candidate_name,
+                started_at=time.time(),
+            )
         else:
             got = rt.controls.take_submission()
             if got is None:
                 return {"current": None}
             code, parent = got
-            turn = Turn(index=_next_index(state), source="user", code=code, submitted_as="candidate.py", started_at=time.time())
+            turn = Turn(
+                index=_next_index(state), source="user", code=code, submitted_as="candidate.py", started_at=time.time()
+            )
             if rt.searching(state):  # onto the chosen branch (default: the best kept one)
                 front = search.frontier(state)
-                turn.parent = parent if parent is not None and state.turn(parent) is not None else (front[0] if front else None)
+                turn.parent = (
+                    parent if parent is not None and state.turn(parent) is not None else (front[0] if front else None)
+                )
                 turn.branch = search.continues_branch(state, turn.parent) or search.new_branch(state)
         rt.emit(TurnStarted(turn=turn.index, source=turn.source, parent=turn.parent, branch=turn.branch))
         return {"current": turn, "evaluation": None, "pending_candidate": None}
@@ -190,8 +231,13 @@ def build_graph(rt: Runtime) -> StateGraph:
             notes = prompts.picked_notes(turn, prompts.shown_notes(state.path(turn.parent)))
             turn.notes = [n.slug for n in notes]
             turn.feedback = prompts.feedback_message(
-                turn, best=path_best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - state.rounds_done,
-                floor=state.floor, notes=notes,
+                turn,
+                best=path_best,
+                config=rt.config,
+                device=rt.judge.device,
+                turns_left=rt.config.max_turns - state.rounds_done,
+                floor=state.floor,
+                notes=notes,
             )
             turn.commit = rt.store.record_turn(turn, is_best=is_best, parent_commit=parent_commit)
             update["frontier"] = [turn.index, *(i for i in search.frontier(state) if i != turn.parent)]
@@ -201,12 +247,22 @@ def build_graph(rt: Runtime) -> StateGraph:
             notes = prompts.picked_notes(turn, prompts.shown_notes(state.turns))
             turn.notes = [n.slug for n in notes]
             turn.feedback = prompts.feedback_message(
-                turn, best=best, config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - model_turns,
-                floor=state.floor, notes=notes,
+                turn,
+                best=best,
+                config=rt.config,
+                device=rt.judge.device,
+                turns_left=rt.config.max_turns - model_turns,
+                floor=state.floor,
+                notes=notes,
             )
             turn.branch = rt.store.trunk()
             turn.commit = rt.store.record_turn(turn, is_best=is_best)
-        update |= {"turns": [*state.turns, turn], "current": None, "evaluation": None, "best_turn": best.index if best else None}
+        update |= {
+            "turns": [*state.turns, turn],
+            "current": None,
+            "evaluation": None,
+            "best_turn": best.index if best else None,
+        }
         rt.on_trajectory(state.model_copy(update=update), False)
         rt.emit(TurnJudged(turn=turn, best_turn=update["best_turn"]))
         return update
@@ -231,12 +287,16 @@ def build_graph(rt: Runtime) -> StateGraph:
     g.add_edge("prepare", "control")
     g.add_conditional_edges(
         "control",
-        lambda s: {"generate": "generate", "submit": "submit", "pause": "pause", "round": "plan_round"}.get(s.next_step or "", "finish"),
+        lambda s: {"generate": "generate", "submit": "submit", "pause": "pause", "round": "plan_round"}.get(
+            s.next_step or "", "finish"
+        ),
         ["generate", "submit", "pause", "plan_round", "finish"],
     )
     g.add_edge("pause", "control")
     g.add_conditional_edges("generate", lambda s: "finish" if s.stop_reason else "extract", ["extract", "finish"])
-    g.add_conditional_edges("submit", lambda s: "extract" if s.current is not None else "control", ["extract", "control"])
+    g.add_conditional_edges(
+        "submit", lambda s: "extract" if s.current is not None else "control", ["extract", "control"]
+    )
     chain = ["extract", *STAGES, "feedback"]
     for a, b in zip(chain, chain[1:]):
         g.add_edge(a, b)

@@ -8,13 +8,9 @@ verdict's message whole and the judge's stage times.
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from kernelfix.agent.events import (
-    ModelRetry,
     ModelReplied,
+    ModelRetry,
     Notice,
     RoundJudged,
     RoundStarted,
@@ -26,6 +22,10 @@ from kernelfix.agent.events import (
     TurnStarted,
 )
 from kernelfix.agent.state import RoundRecord, Turn
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from kernelfix.terminal import clip
 from kernelfix.terminal import console as _console
 
@@ -61,7 +61,9 @@ def turn_line(turn: Turn, *, best_turn: int | None, tree: bool = False) -> Text:
     u = turn.usage
     stats = f"  [judge {_num(turn.judge_s, '.1f')}s"
     if turn.source == "model":
-        stats += f", model {_num(u.latency_s, '.1f')}s, tokens {_num(u.prompt_tokens, 'd')}/{_num(u.completion_tokens, 'd')}"
+        stats += (
+            f", model {_num(u.latency_s, '.1f')}s, tokens {_num(u.prompt_tokens, 'd')}/{_num(u.completion_tokens, 'd')}"
+        )
         if u.cost_usd:
             stats += f", ${u.cost_usd:.4f}"
     line.append(stats + "]", style="dim")
@@ -88,7 +90,10 @@ def round_line(r: RoundRecord) -> Text:
     left_out = [s for s in r.slots if s.status != "judged"]
     if left_out:
         line.append(f" ({len(left_out)} {left_out[0].reason})", style="dim")
-    line.append(f"; {r.wall_s:.1f} s wall, {r.judge_s:.1f} s of judging; keeps turns {', '.join(map(str, r.kept)) or '-'}", style="dim")
+    line.append(
+        f"; {r.wall_s:.1f} s wall, {r.judge_s:.1f} s of judging; keeps turns {', '.join(map(str, r.kept)) or '-'}",
+        style="dim",
+    )
     return line
 
 
@@ -99,10 +104,19 @@ def summary(ended: SessionEnded, turns_seen: list[Turn]) -> Table:
     t.add_column()
     status = "finished" if o.finished else "interrupted"
     t.add_row("status", Text(f"{status}: {o.stop_reason or ''}", style="green" if o.success else "yellow"))
-    t.add_row("result", Text("a correct, legal kernel was found" if o.success else "no correct, legal kernel", style="bold green" if o.success else "bold red"))
+    t.add_row(
+        "result",
+        Text(
+            "a correct, legal kernel was found" if o.success else "no correct, legal kernel",
+            style="bold green" if o.success else "bold red",
+        ),
+    )
     if o.best_turn is not None:
-        speed = "not timed" if o.best_speedup_eager is None else f"{o.best_speedup_eager:.2f}x over eager" + (
-            f", {o.best_speedup_compile:.2f}x over torch.compile" if o.best_speedup_compile is not None else ""
+        speed = (
+            "not timed"
+            if o.best_speedup_eager is None
+            else f"{o.best_speedup_eager:.2f}x over eager"
+            + (f", {o.best_speedup_compile:.2f}x over torch.compile" if o.best_speedup_compile is not None else "")
         )
         t.add_row("best", f"turn {o.best_turn} ({speed}): {ended.session_dir}/best.py")
     if turns_seen:
@@ -145,7 +159,11 @@ class HeadlessReporter:
             what = f"resumed with {e.turns_done} judged turns" if e.resumed else "new session"
             self._tree = e.width > 1
             width = f", width {e.width}" if self._tree else ""
-            self.out.print(Text.assemble(("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}{width}: {what} in {e.session_dir}"))
+            self.out.print(
+                Text.assemble(
+                    ("kernelfix ", "bold"), f"{e.task} with {e.model} on {e.device}{width}: {what} in {e.session_dir}"
+                )
+            )
         elif isinstance(e, RoundStarted):
             self._tree = True
             parents = sorted({s.parent for s in e.slots if s.parent is not None})
@@ -159,7 +177,9 @@ class HeadlessReporter:
             self.out.print(Text.assemble(("note: ", "yellow"), e.text))
         elif isinstance(e, TurnStarted):
             self._turn = e.turn
-            self._set_status(f"turn {e.turn}: {'waiting for the model' if e.source == 'model' else 'judging the ' + e.source + ' candidate'} ...")
+            self._set_status(
+                f"turn {e.turn}: {'waiting for the model' if e.source == 'model' else 'judging the ' + e.source + ' candidate'} ..."
+            )
         elif isinstance(e, ModelReplied):
             self._set_status(f"turn {e.turn}: judging ...")
         elif isinstance(e, StageUpdate):
@@ -167,7 +187,12 @@ class HeadlessReporter:
             self._set_status(f"{where}: {e.event.stage} {e.event.status} {e.event.detail}".rstrip() + " ...")
         elif isinstance(e, ModelRetry):
             self._clear_status()
-            self.out.print(Text(f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s", style="yellow"))
+            self.out.print(
+                Text(
+                    f"turn {e.turn}: model call failed ({e.error[:160]}); try {e.attempt + 1} in {e.wait_s:.1f} s",
+                    style="yellow",
+                )
+            )
         elif isinstance(e, TurnJudged):
             self._clear_status()
             self.turns.append(e.turn)

@@ -16,7 +16,9 @@ from kernelfix.tools.judge import STAGES, Evaluation, Judge, StageEvent
 from kernelfix.tools.retry import MachineFault
 
 
-def model_turn(index: int, messages: list[ChatMessage], reply: ModelReply, *, hints: list[str], started_at: float, **tree) -> Turn:
+def model_turn(
+    index: int, messages: list[ChatMessage], reply: ModelReply, *, hints: list[str], started_at: float, **tree
+) -> Turn:
     """A model turn before judging; ``tree``: parent, branch, round."""
     return Turn(
         index=index,
@@ -57,7 +59,12 @@ def start(store: SessionDir, judge: Judge, turn: Turn, emit: Callable[[object], 
     else:
         ev = judge.start(turn.code or "", filename=turn.submitted_as or "candidate.py", workdir=wd)
     turn.code = ev.code
-    emit(StageUpdate(turn=turn.index, event=StageEvent(stage="extract", status="finished", detail=ev.category.value if ev.category else "ok")))
+    emit(
+        StageUpdate(
+            turn=turn.index,
+            event=StageEvent(stage="extract", status="finished", detail=ev.category.value if ev.category else "ok"),
+        )
+    )
     return ev
 
 
@@ -76,12 +83,21 @@ def reference_ready(judge: Judge, emit: Callable[[object], None], check: Callabl
             if not retry.should_retry(e.category, tried, judge.config.infra_retries):
                 raise MachineFault(faults, what="the task's reference") from e
             wait = retry.backoff_s(judge.config.infra_backoff_s, tried)
-            emit(Notice(text=f"the machine could not run the task's reference ({faults[-1][:200]}); trying again in {wait:.0f} s"))
+            emit(
+                Notice(
+                    text=f"the machine could not run the task's reference ({faults[-1][:200]}); trying again in {wait:.0f} s"
+                )
+            )
             retry.pause(wait, check)
 
 
 def settle(
-    store: SessionDir, judge: Judge, turn: Turn, ev: Evaluation, emit: Callable[[object], None], check: Callable[[], None]
+    store: SessionDir,
+    judge: Judge,
+    turn: Turn,
+    ev: Evaluation,
+    emit: Callable[[object], None],
+    check: Callable[[], None],
 ) -> tuple[Evaluation, list[str]]:
     """The turn's evaluation once the machine has judged it: while the verdict is a machine fault
     (infra:*, tools/retry.py), the same candidate is judged again after a pause, up to
@@ -96,7 +112,11 @@ def settle(
         if not retry.should_retry(ev.category, tried, judge.config.infra_retries):
             raise MachineFault(faults, turn=turn.index)
         wait = retry.backoff_s(judge.config.infra_backoff_s, tried)
-        emit(Notice(text=f"turn {turn.index}: the machine could not judge it ({faults[-1][:200]}); judging it again in {wait:.0f} s"))
+        emit(
+            Notice(
+                text=f"turn {turn.index}: the machine could not judge it ({faults[-1][:200]}); judging it again in {wait:.0f} s"
+            )
+        )
         retry.pause(wait, check)
         ev = start(store, judge, turn, emit)
         for name in STAGES:

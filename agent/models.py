@@ -21,12 +21,11 @@ from typing import Any, Literal
 # Offline machines must not try to fetch litellm's price list at import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
+from kernelfix.agent.state import ChatMessage, Usage  # noqa: E402
 from pydantic import BaseModel, ConfigDict, ValidationError  # noqa: E402
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter  # noqa: E402
 from tenacity.wait import wait_base  # noqa: E402
-
-from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
-from kernelfix.agent.state import ChatMessage, Usage  # noqa: E402
 
 REPLAY_PREFIX = "replay:"
 
@@ -224,7 +223,9 @@ def _give_up(exc: BaseException, model: str, attempts: int) -> ModelError:
     if is_retryable(exc):
         return ModelError(f"model {model} still failing after {attempts} attempts: {_describe(exc)}", "unavailable")
     if isinstance(exc, openai.AuthenticationError):
-        return ModelError(f"model {model}: the API key was refused ({_describe(exc)}); set the key (see --api-key-env)", "config")
+        return ModelError(
+            f"model {model}: the API key was refused ({_describe(exc)}); set the key (see --api-key-env)", "config"
+        )
     if isinstance(exc, openai.PermissionDeniedError):
         return ModelError(f"model {model}: permission denied ({_describe(exc)})", "config")
     if isinstance(exc, openai.NotFoundError) or "LLM Provider NOT provided" in str(exc):
@@ -238,8 +239,14 @@ def check_model_name(model: str, api_base: str | None = None) -> None:
     try:
         litellm.get_llm_provider(model, api_base=api_base)
     except Exception as e:
-        hint = " For an OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp) use openai/NAME with --api-base." if api_base else ""
-        raise ModelError(f"litellm cannot route model {model!r}: {' '.join(str(e).split())[:300]}.{hint}", "config") from None
+        hint = (
+            " For an OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp) use openai/NAME with --api-base."
+            if api_base
+            else ""
+        )
+        raise ModelError(
+            f"litellm cannot route model {model!r}: {' '.join(str(e).split())[:300]}.{hint}", "config"
+        ) from None
 
 
 class LiteLLMModel(ChatModel):
@@ -280,7 +287,9 @@ class LiteLLMModel(ChatModel):
             kw["mock_response"] = self._mocks.pop(0)
         return kw
 
-    def _once(self, payload: list[dict[str, str]], on_delta: ChoiceDeltaSink | None, n: int = 1) -> tuple[Any, list[tuple[str, str | None]], float]:
+    def _once(
+        self, payload: list[dict[str, str]], on_delta: ChoiceDeltaSink | None, n: int = 1
+    ) -> tuple[Any, list[tuple[str, str | None]], float]:
         """One call: the response, each choice's (content, reasoning) in choice order, and the latency."""
         litellm = _litellm()
         t0 = time.monotonic()
@@ -289,7 +298,9 @@ class LiteLLMModel(ChatModel):
             kw["n"] = n
         if not self.config.stream:
             response = litellm.completion(messages=payload, **kw)
-            texts = [(c.message.content or "", getattr(c.message, "reasoning_content", None)) for c in response.choices or []]
+            texts = [
+                (c.message.content or "", getattr(c.message, "reasoning_content", None)) for c in response.choices or []
+            ]
             return response, texts, time.monotonic() - t0
         chunks = []
         parts: dict[int, list[list[str]]] = {}  # choice -> [content pieces, reasoning pieces]
@@ -322,7 +333,9 @@ class LiteLLMModel(ChatModel):
         texts = [("".join(parts[c][0]), "".join(parts[c][1]) or None) for c in sorted(parts)]
         return litellm.stream_chunk_builder(chunks, messages=payload), texts, time.monotonic() - t0
 
-    def _call(self, messages, n: int, on_delta: ChoiceDeltaSink | None, on_retry: RetrySink | None) -> tuple[Any, list[tuple[str, str | None]], float, int]:
+    def _call(
+        self, messages, n: int, on_delta: ChoiceDeltaSink | None, on_retry: RetrySink | None
+    ) -> tuple[Any, list[tuple[str, str | None]], float, int]:
         """``_once`` under the retry policy: (response, texts, latency, attempts); raises ModelError or DrawCancelled."""
         payload = [{"role": m.role, "content": m.content} for m in messages]
         attempts = 0
@@ -334,7 +347,11 @@ class LiteLLMModel(ChatModel):
 
         def before_sleep(rs: RetryCallState) -> None:
             if on_retry is not None and rs.outcome is not None:
-                on_retry(rs.attempt_number, _describe(rs.outcome.exception()), rs.next_action.sleep if rs.next_action else 0.0)
+                on_retry(
+                    rs.attempt_number,
+                    _describe(rs.outcome.exception()),
+                    rs.next_action.sleep if rs.next_action else 0.0,
+                )
 
         retrying = Retrying(
             stop=stop_after_attempt(self.config.retry_attempts),
@@ -362,7 +379,9 @@ class LiteLLMModel(ChatModel):
         response, texts, latency, attempts = self._call(messages, len(call_indices), on_delta, on_retry)
         return self._replies(response, texts[: len(call_indices)], latency, attempts)
 
-    def _replies(self, response: Any, texts: list[tuple[str, str | None]], latency: float, attempts: int) -> list[ModelReply]:
+    def _replies(
+        self, response: Any, texts: list[tuple[str, str | None]], latency: float, attempts: int
+    ) -> list[ModelReply]:
         """One ModelReply per choice. One call's usage is shared out: its prompt tokens (billed once) go to
         the first reply, its completion tokens and cost in proportion to each reply's length."""
         litellm = _litellm()

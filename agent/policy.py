@@ -71,7 +71,9 @@ def speed_of_light(turn: Turn) -> tuple[str, float] | None:
         return None
     best: tuple[str, float] | None = None
     for name, attr in (("DRAM", "dram_pct"), ("SM", "compute_pct")):
-        weighted = [((k.duration_ms or 0.0) * k.calls, getattr(k, attr)) for k in prof.kernels if getattr(k, attr) is not None]
+        weighted = [
+            ((k.duration_ms or 0.0) * k.calls, getattr(k, attr)) for k in prof.kernels if getattr(k, attr) is not None
+        ]
         total = sum(w for w, _ in weighted)
         if total > 0:
             frac = sum(w * pct for w, pct in weighted) / total / 100.0

@@ -14,15 +14,24 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from langgraph.graph import StateGraph
-from langgraph.types import Send
-
 from kernelfix.agent import judging, policy, search
 from kernelfix.agent.events import ModelReplied, RoundJudged, RoundStarted, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.models import DrawCancelled, ReplayExhausted
-from kernelfix.agent.state import RESET, RoundBasis, RoundRecord, SessionState, Slot, SlotRecord, SlotResult, path_to, totals
+from kernelfix.agent.state import (
+    RESET,
+    RoundBasis,
+    RoundRecord,
+    SessionState,
+    Slot,
+    SlotRecord,
+    SlotResult,
+    path_to,
+    totals,
+)
 from kernelfix.prompts import messages as prompts
 from kernelfix.tools.judge import STAGES
+from langgraph.graph import StateGraph
+from langgraph.types import Send
 
 if TYPE_CHECKING:
     from kernelfix.agent.runtime import Runtime
@@ -33,7 +42,9 @@ Update = dict[str, Any]
 def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> None:
     def plan_round(state: SessionState) -> Update:
         round_no = state.rounds_done + 1
-        slots = search.plan(state, width=rt.config.width, round_no=round_no, first_turn=state.next_index, first_call=state.model_calls)
+        slots = search.plan(
+            state, width=rt.config.width, round_no=round_no, first_turn=state.next_index, first_call=state.model_calls
+        )
         parent_branch = {s.turn: (state.turn(s.parent).branch if s.parent is not None else None) for s in slots}
         hints = rt.controls.take_branch_hints({b for b in parent_branch.values() if b})
         t = totals(state.turns, state.rounds)
@@ -53,7 +64,11 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
             s.basis = basis
         rt.planned = slots
         rt.emit(RoundStarted(round=round_no, slots=slots))
-        return {"round_slots": slots, "round_started_at": basis.started_at, "model_calls": state.model_calls + len(slots)}
+        return {
+            "round_slots": slots,
+            "round_started_at": basis.started_at,
+            "model_calls": state.model_calls + len(slots),
+        }
 
     def fan_out(state: SessionState) -> list[Send]:
         return [Send("candidate", s) for s in state.round_slots]
@@ -68,7 +83,9 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
         if reason := ctl.skip_reason():
             return result("skipped", reason=reason)
         started = time.time()
-        judging.prestart(rt.store, rt.judge, slot.turn)  # as the chain does: Python, torch and CUDA start while the model writes
+        judging.prestart(
+            rt.store, rt.judge, slot.turn
+        )  # as the chain does: Python, torch and CUDA start while the model writes
         rt.emit(TurnStarted(turn=slot.turn, source="model", parent=slot.parent, branch=slot.branch, round=slot.round))
         try:
             reply = ctl.draw(slot)
@@ -82,7 +99,16 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
             judging.drop_prestart(rt.store, rt.judge, slot.turn)
             raise
         rt.emit(ModelReplied(turn=slot.turn, usage=reply.usage))
-        turn = judging.model_turn(slot.turn, slot.messages, reply, hints=slot.hints, started_at=started, parent=slot.parent, branch=slot.branch, round=slot.round)
+        turn = judging.model_turn(
+            slot.turn,
+            slot.messages,
+            reply,
+            hints=slot.hints,
+            started_at=started,
+            parent=slot.parent,
+            branch=slot.branch,
+            round=slot.round,
+        )
         ev = judging.start(rt.store, rt.judge, turn, rt.emit)
         try:
             for name in STAGES:
@@ -111,10 +137,17 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
             notes = prompts.picked_notes(t, prompts.shown_notes(path))
             t.notes = [n.slug for n in notes]
             t.feedback = prompts.feedback_message(
-                t, best=search.path_best([*path, t]), config=rt.config, device=rt.judge.device, turns_left=rt.config.max_turns - round_no,
-                floor=state.floor, notes=notes,
+                t,
+                best=search.path_best([*path, t]),
+                config=rt.config,
+                device=rt.judge.device,
+                turns_left=rt.config.max_turns - round_no,
+                floor=state.floor,
+                notes=notes,
             )
-            t.commit = rt.store.record_turn(t, is_best=is_best, parent_commit=parent.commit if parent else rt.store.base_commit())
+            t.commit = rt.store.record_turn(
+                t, is_best=is_best, parent_commit=parent.commit if parent else rt.store.base_commit()
+            )
             turns.append(t)
             committed.append(t)
         kept = search.keep(committed, search.frontier(state), kept=rt.config.kept)
@@ -128,7 +161,12 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
             started_at=started,
             wall_s=round(max(0.0, ended - started), 3),
             judge_s=round(sum(t.judge_s or 0.0 for t in committed), 3),
-            slots=[SlotRecord(turn=r.slot.turn, parent=r.slot.parent, branch=r.slot.branch, status=r.status, reason=r.reason) for r in results],
+            slots=[
+                SlotRecord(
+                    turn=r.slot.turn, parent=r.slot.parent, branch=r.slot.branch, status=r.status, reason=r.reason
+                )
+                for r in results
+            ],
             kept=kept,
         )
         update: Update = {
@@ -153,5 +191,6 @@ def add_round_nodes(g: StateGraph, rt: "Runtime", *, system, task_message) -> No
     g.add_node("select", select)
     g.add_conditional_edges("plan_round", fan_out, ["candidate"])
     g.add_edge("candidate", "select")
-    g.add_conditional_edges("select", lambda s: "finish" if s.stop_kind == "replay_end" else "control", ["control", "finish"])
-
+    g.add_conditional_edges(
+        "select", lambda s: "finish" if s.stop_kind == "replay_end" else "control", ["control", "finish"]
+    )

@@ -49,7 +49,9 @@ class Runtime:
         """The round's shared control, made by its first slot to ask (slots of one round run in parallel)."""
         with self._rounds_lock:
             if slot.round not in self._rounds:
-                self._rounds[slot.round] = RoundControl(self.store, self.model, self.config, self.controls, self.emit, timed=self.timed, slots=slots)
+                self._rounds[slot.round] = RoundControl(
+                    self.store, self.model, self.config, self.controls, self.emit, timed=self.timed, slots=slots
+                )
             return self._rounds[slot.round]
 
     def check_abort(self) -> None:

@@ -64,7 +64,16 @@ def plan(state: SessionState, *, width: int, round_no: int, first_turn: int, fir
             next_branch += 1
         taken.add(branch)
         group = parents.index(parent)  # children of one parent share a prompt
-        slots.append(Slot(round=round_no, turn=first_turn + i, parent=parent, branch=branch, call_index=first_call + i, group=group))
+        slots.append(
+            Slot(
+                round=round_no,
+                turn=first_turn + i,
+                parent=parent,
+                branch=branch,
+                call_index=first_call + i,
+                group=group,
+            )
+        )
     return slots
 
 

@@ -29,6 +29,7 @@ from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.retry import MachineFault
 from kernelfix.tools.task import Task, TaskError
+
 from kernelfix.version import __version__
 
 log = logging.getLogger(__name__)
@@ -138,13 +139,24 @@ class Session:
         saver = store.checkpointer()
         # Every candidate of a round in its own thread: drawing and building at once is the point of a width.
         width = store.settings.agent.width
-        cfg = {"configurable": {"thread_id": THREAD_ID}, "recursion_limit": RECURSION_LIMIT, "max_concurrency": max(4, width + 1)}
+        cfg = {
+            "configurable": {"thread_id": THREAD_ID},
+            "recursion_limit": RECURSION_LIMIT,
+            "max_concurrency": max(4, width + 1),
+        }
         judge = graph = None
         restore = self._abort_on_signals()
         try:
             judge = self._judge or Judge(store.task(), store.settings.judge, workdir=store.work_dir)
             self._running = (graph, cfg, judge)
-            rt = Runtime(store=store, judge=judge, model=self.model, controls=self.controls, emit=self.emit, on_trajectory=self._writer(judge))
+            rt = Runtime(
+                store=store,
+                judge=judge,
+                model=self.model,
+                controls=self.controls,
+                emit=self.emit,
+                on_trajectory=self._writer(judge),
+            )
             graph = build_graph(rt).compile(checkpointer=saver)
             self._running = (graph, cfg, judge)
             inp, state, resumed = self._starting_point(graph, cfg)
@@ -209,7 +221,11 @@ class Session:
         snap = graph.get_state(cfg)
         if not snap.values:
             s = self.store.settings
-            return SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name), SessionState(), False
+            return (
+                SessionState(pending_candidate=s.candidate_source, pending_candidate_name=s.candidate_name),
+                SessionState(),
+                False,
+            )
         state = SessionState.model_validate(snap.values)
         if not _unfinished(snap) and state.stop_kind in REOPENABLE:
             # Ended on a limit: the router decides again, under limits a resume may have raised.

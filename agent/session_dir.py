@@ -1,15 +1,15 @@
 """A session directory: settings, a git history of judged turns, the trajectory, the checkpoints.
 
-    SESSION_DIR/
-      session.json          settings the session started with (resume reads them)
-      task.py               the session's own copy of the task
-      turns/NNN/            candidate.py, verdict.json, reply.md   (one git commit per judged turn; with
-                            width > 1 each branch of the search is a git branch, bN)
-      best.py               the best correct candidate, once there is one
-      trajectory.json       the whole session (kernelfix.agent.state.Trajectory), rewritten atomically
-      checkpoints.sqlite    LangGraph checkpoints: `kernelfix resume` continues from the last node
-      replies.jsonl         every model reply as it arrived, so a kill before its checkpoint never pays for it twice
-      work/                 judge working directories (logs, builds); not in git
+SESSION_DIR/
+  session.json          settings the session started with (resume reads them)
+  task.py               the session's own copy of the task
+  turns/NNN/            candidate.py, verdict.json, reply.md   (one git commit per judged turn; with
+                        width > 1 each branch of the search is a git branch, bN)
+  best.py               the best correct candidate, once there is one
+  trajectory.json       the whole session (kernelfix.agent.state.Trajectory), rewritten atomically
+  checkpoints.sqlite    LangGraph checkpoints: `kernelfix resume` continues from the last node
+  replies.jsonl         every model reply as it arrived, so a kill before its checkpoint never pays for it twice
+  work/                 judge working directories (logs, builds); not in git
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import uuid
 from pathlib import Path
 
 import git
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from kernelfix import atomic
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Trajectory, Turn
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tools.verdict import Verdict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kernelfix import atomic
 from kernelfix.version import __version__
 
 SETTINGS = "session.json"
@@ -48,7 +48,11 @@ BASE_TRAILER = "Kernelfix-Base"  # the commit a search's first round branches fr
 _GITIGNORE = "work/\ncheckpoints.sqlite*\ntrajectory.json\nreplies.jsonl\n.lock\n*.tmp\n*.kftmp\n"
 _BUILDING_SUFFIX = ".kfnew"  # a session directory being created
 _ACTOR = git.Actor("kernelfix", "kernelfix@localhost")
-_GIT_IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER") for what, value in (("NAME", _ACTOR.name), ("EMAIL", _ACTOR.email))}
+_GIT_IDENTITY = {
+    f"GIT_{who}_{what}": value
+    for who in ("AUTHOR", "COMMITTER")
+    for what, value in (("NAME", _ACTOR.name), ("EMAIL", _ACTOR.email))
+}
 _BRANCH_INDEX = "kernelfix-index-"  # a branch commit's private index under .git (removed after, or as a leftover)
 log = logging.getLogger(__name__)
 
@@ -238,7 +242,11 @@ class SessionDir:
             log.info("removing %s, left by a kernelfix process that was killed mid-commit", lock)
             lock.unlink(missing_ok=True)
         work = self.path / "work"  # the judge's own files (a worker's spec written as the kill landed)
-        for d in [self.path, *self.path.glob("turns/*"), *(p for p in work.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        for d in [
+            self.path,
+            *self.path.glob("turns/*"),
+            *(p for p in work.rglob("*") if p.is_dir() and not p.is_symlink()),
+        ]:
             atomic.remove_stale_temps(d, older_than_s=0)
 
     def unlock(self) -> None:
@@ -286,7 +294,9 @@ class SessionDir:
             return done
         files = self._write_turn_files(turn, is_best)
         if parent_commit is not None:
-            return self._commit_on_branch(files, _commit_message(turn, is_best), parent=parent_commit, branch=turn.branch)
+            return self._commit_on_branch(
+                files, _commit_message(turn, is_best), parent=parent_commit, branch=turn.branch
+            )
         repo = self.repo
         repo.index.add(files)
         commit = repo.index.commit(_commit_message(turn, is_best), author=_ACTOR, committer=_ACTOR)
@@ -367,7 +377,9 @@ class SessionDir:
 
     def journal_reply(self, call_index: int, prompt_sha: str, reply: BaseModel) -> None:
         """Record a model reply the moment it arrives (before the graph checkpoints it)."""
-        line = json.dumps({"call_index": call_index, "prompt_sha256": prompt_sha, "reply": reply.model_dump(mode="json")})
+        line = json.dumps(
+            {"call_index": call_index, "prompt_sha256": prompt_sha, "reply": reply.model_dump(mode="json")}
+        )
         with self._journal_lock:  # append_line cuts a line it finds unfinished: another thread's, mid-write
             atomic.append_line(self.path / REPLIES, line)
 

@@ -19,7 +19,9 @@ MAX_NODES = 40
 MAX_PARAMS = 12
 
 
-def shape_block(task_path: str | Path, *, timeout_s: float = 120.0, memory_bytes: int | None = None) -> tuple[str | None, str | None]:
+def shape_block(
+    task_path: str | Path, *, timeout_s: float = 120.0, memory_bytes: int | None = None
+) -> tuple[str | None, str | None]:
     """(block, problem): the text for the prompt, or None and why not."""
     from kernelfix.sandbox import Limits, run_child, scrubbed_env
 
@@ -41,7 +43,10 @@ def shape_block(task_path: str | Path, *, timeout_s: float = 120.0, memory_bytes
         return None, f"shape propagation did not finish within {timeout_s:g} s"
     if err is not None:
         return None, f"shape propagation failed: {err['message']}"
-    return None, f"shape propagation died ({outcome.signal or f'exit code {outcome.returncode}'}): {outcome.stderr_tail.strip()[-300:]}"
+    return (
+        None,
+        f"shape propagation died ({outcome.signal or f'exit code {outcome.returncode}'}): {outcome.stderr_tail.strip()[-300:]}",
+    )
 
 
 # --------------------------------------------------------------------------- child side
@@ -51,7 +56,11 @@ def _fmt_meta(meta: Any) -> str:
     import torch
 
     dtype = str(meta.dtype).removeprefix("torch.")
-    layout = {torch.contiguous_format: "contiguous", torch.channels_last: "channels_last", torch.channels_last_3d: "channels_last_3d"}
+    layout = {
+        torch.contiguous_format: "contiguous",
+        torch.channels_last: "channels_last",
+        torch.channels_last_3d: "channels_last_3d",
+    }
     fmt = layout.get(meta.memory_format, "non-contiguous")
     return f"{dtype}[{', '.join(map(str, meta.shape))}], strides {tuple(meta.stride)}, {fmt}"
 

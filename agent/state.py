@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.judge import Evaluation
 from kernelfix.tools.verdict import Category, Verdict
+from pydantic import BaseModel, ConfigDict, Field
 
 TRAJECTORY_SCHEMA = 1
 
@@ -48,7 +47,9 @@ class Turn(_Model):
 
     index: int
     source: TurnSource
-    submitted_as: str | None = None  # candidate/user turns: the file name that says how to read the text (.py or a reply)
+    submitted_as: str | None = (
+        None  # candidate/user turns: the file name that says how to read the text (.py or a reply)
+    )
     messages: list[ChatMessage] = Field(default_factory=list)  # sent to the model (empty unless source is model)
     reply: ChatMessage | None = None  # received from the model
     hints: list[str] = Field(default_factory=list)  # user hints added to this turn's prompt
@@ -64,7 +65,9 @@ class Turn(_Model):
     parent: int | None = None  # the turn this one continues (its context ends there); None: started from the task
     branch: str | None = None  # the git branch its commit is on
     round: int | None = None  # model turns: the round that drew it (with width 1, its ordinal)
-    notes: list[str] = Field(default_factory=list)  # knowledge notes its feedback carried (kernelfix.prompts.knowledge slugs)
+    notes: list[str] = Field(
+        default_factory=list
+    )  # knowledge notes its feedback carried (kernelfix.prompts.knowledge slugs)
 
     @property
     def correct(self) -> bool:
@@ -141,7 +144,9 @@ class SessionState(_Model):
 
     prepared: bool = False
     shape_block: str | None = None
-    floor: TaskFloor | None = None  # the task's floor on this GPU (tools/gpu/floor.py), for the first prompt and later turns
+    floor: TaskFloor | None = (
+        None  # the task's floor on this GPU (tools/gpu/floor.py), for the first prompt and later turns
+    )
     gpu_block: str | None = None  # the GPU's numbers for the system prompt, as the reference worker read them
     pending_candidate: str | None = None  # --candidate source, judged as turn 0
     pending_candidate_name: str = "candidate.py"  # its file name: .py is code, anything else a reply
@@ -174,7 +179,11 @@ class SessionState(_Model):
     @property
     def next_index(self) -> int:
         """The next turn's index: after every turn and every slot a round planned (a slot never drawn keeps its number)."""
-        used = [t.index for t in self.turns] + [s.turn for r in self.rounds for s in r.slots] + [s.turn for s in self.round_slots]
+        used = (
+            [t.index for t in self.turns]
+            + [s.turn for r in self.rounds for s in r.slots]
+            + [s.turn for s in self.round_slots]
+        )
         return max(used) + 1 if used else 1
 
     @property

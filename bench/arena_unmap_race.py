@@ -38,8 +38,13 @@ except Exception as e:
 
 def main() -> int:
     for mode in ("with the wait", "unpatched"):
-        p = subprocess.run([sys.executable, "-P", "-c", SCENARIO, "unpatched" if mode == "unpatched" else "shipped"], capture_output=True, text=True, timeout=120)
-        out = (p.stdout.strip() or p.stderr.strip().splitlines()[-1:] or ["(nothing)"])
+        p = subprocess.run(
+            [sys.executable, "-P", "-c", SCENARIO, "unpatched" if mode == "unpatched" else "shipped"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        out = p.stdout.strip() or p.stderr.strip().splitlines()[-1:] or ["(nothing)"]
         print(f"{mode:14s} exit {p.returncode}: {out if isinstance(out, str) else out[0]}", flush=True)
     return 0
 

@@ -48,8 +48,12 @@ print(json.dumps({"import_torch": t1 - t0, "import_inductor": t2 - t1, "inputs":
 
 def one(task: str, *, threads: str | None, bytecode: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
-                   PYTHONDONTWRITEBYTECODE="1")
+        env = dict(
+            os.environ,
+            TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+            TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         env.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
         if threads is not None:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = threads
@@ -75,8 +79,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as pyc:
         one(tasks[0], threads="1", bytecode=pyc)  # writes the bytecode folder the "bytecode" cases read
         for task in tasks:
-            for name, threads, bytecode in [("no bytecode, pool", None, None), ("no bytecode, 1 thread", "1", None),
-                                            ("bytecode, pool", None, pyc), ("bytecode, 1 thread", "1", pyc)]:
+            for name, threads, bytecode in [
+                ("no bytecode, pool", None, None),
+                ("no bytecode, 1 thread", "1", None),
+                ("bytecode, pool", None, pyc),
+                ("bytecode, 1 thread", "1", pyc),
+            ]:
                 r = one(task, threads=threads, bytecode=bytecode) | {"task": os.path.basename(task), "case": name}
                 results.append(r)
                 print(json.dumps(r), flush=True)

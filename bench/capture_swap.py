@@ -36,8 +36,8 @@ MODULES = {"attn": "model.blocks.0.attn", "mlp": "model.blocks.1.mlp"}
 
 def _optimize(name: str, task: Path, out: Path, device: str, with_compile: bool):
     from kernelfix.agent.agent_config import AgentConfig
-    from kernelfix.agent.headless import turn_line
     from kernelfix.agent.events import TurnJudged
+    from kernelfix.agent.headless import turn_line
     from kernelfix.agent.models import make_model
     from kernelfix.agent.session import Session
     from kernelfix.tools.config import JudgeConfig
@@ -47,7 +47,8 @@ def _optimize(name: str, task: Path, out: Path, device: str, with_compile: bool)
             print(f"  {name:<4} {turn_line(event.turn, best_turn=None).plain}", flush=True)
 
     session = Session.create(
-        out / f"session-{name}", task_path=task,
+        out / f"session-{name}",
+        task_path=task,
         model=make_model(f"replay:{ROOT / 'examples' / 'replays' / f'tiny_{name}.jsonl'}", AgentConfig()),
         agent=AgentConfig(max_turns=2, shape_block=False),
         judge_config=JudgeConfig(device=device, profile=False, time_torch_compile=with_compile),
@@ -85,7 +86,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, help="sequences (default 8 on cuda, 2 on cpu)")
     ap.add_argument("--out", type=Path, help="where captures and sessions go (default: a new temp dir)")
     ap.add_argument("--with-compile", action="store_true", help="also time torch.compile in the judge (slower)")
-    ap.add_argument("--no-compile", action="store_true", help="do not compile the whole model before and after (on the GPU it is)")
+    ap.add_argument(
+        "--no-compile", action="store_true", help="do not compile the whole model before and after (on the GPU it is)"
+    )
     args = ap.parse_args()
     gpu = args.device == "cuda"
     dim, seq, batch = args.dim or (128 if gpu else 32), args.seq or (64 if gpu else 8), args.batch or (8 if gpu else 2)
@@ -93,29 +96,39 @@ def main() -> int:
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the swapped kernels run here too
-    import kernelfix
     from kernelfix.capture.files import import_file
-    from kernelfix.capture.pipeline import capture
     from kernelfix.capture.output_tolerance import tolerance_for
+    from kernelfix.capture.pipeline import capture
+
+    import kernelfix
 
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-capture-swap-"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     script_args = ["--device", args.device, "--dim", str(dim), "--seq", str(seq), "--batch", str(batch)]
-    print(f"capture-swap on {args.device} ({torch.cuda.get_device_name() if gpu else 'cpu'}), dim {dim}, seq {seq}, batch {batch}; files in {out}")
+    print(
+        f"capture-swap on {args.device} ({torch.cuda.get_device_name() if gpu else 'cpu'}), dim {dim}, seq {seq}, batch {batch}; files in {out}"
+    )
     tasks = {}
     for name, path in MODULES.items():
         r = capture(EXAMPLE, path, out / f"{name}.py", script_args=script_args, force=True)
         m = r.manifest
         tasks[name] = out / f"{name}.py"
-        print(f"  captured {path}: {sum(m.graph_ops.values())} ATen ops, reproduces its call ({m.check.captured.summary()})")
+        print(
+            f"  captured {path}: {sum(m.graph_ops.values())} ATen ops, reproduces its call ({m.check.captured.summary()})"
+        )
     with ThreadPoolExecutor(len(tasks)) as pool:
-        futures = {name: pool.submit(_optimize, name, task, out, args.device, args.with_compile) for name, task in tasks.items()}
+        futures = {
+            name: pool.submit(_optimize, name, task, out, args.device, args.with_compile)
+            for name, task in tasks.items()
+        }
         outcomes = {name: f.result() for name, f in futures.items()}
     ok = all(o.success for o in outcomes.values())
     for name, o in outcomes.items():
         speed = f", {o.best_speedup_eager:.2f}x over eager" if o.best_speedup_eager is not None else ""
-        print(f"  session {name}: {'correct kernel' if o.success else 'NO correct kernel'} (best turn {o.best_turn}{speed})")
+        print(
+            f"  session {name}: {'correct kernel' if o.success else 'NO correct kernel'} (best turn {o.best_turn}{speed})"
+        )
     if not ok:
         print("capture-swap: FAILED (a session found no correct kernel)")
         return 1
@@ -130,7 +143,13 @@ def main() -> int:
             parent = model.get_submodule(parent_path)
             swapped = kernelfix.load_best(out / f"session-{name}", getattr(parent, attr))
             setattr(parent, attr, swapped)
-            print(f"  swapped {path}: " + "; ".join(f"vs {c.against.replace('_', ' ')} {'ok' if c.ok else 'FAILED'} ({c.output.summary()})" for c in swapped.checks))
+            print(
+                f"  swapped {path}: "
+                + "; ".join(
+                    f"vs {c.against.replace('_', ' ')} {'ok' if c.ok else 'FAILED'} ({c.output.summary()})"
+                    for c in swapped.checks
+                )
+            )
             if hasattr(swapped, "compile_path"):
                 from kernelfix.capture.summary import compile_path_text
 
@@ -148,19 +167,26 @@ def main() -> int:
             breaks = torch._dynamo.explain(model)(ids).graph_break_count
             for mode in ("default", "reduce-overhead"):
                 torch._dynamo.reset()
-                pair = {label: torch.compile(m, fullgraph=True, mode=mode) for label, m in (("original", original), ("swapped", model))}
+                pair = {
+                    label: torch.compile(m, fullgraph=True, mode=mode)
+                    for label, m in (("original", original), ("swapped", model))
+                }
                 for label, fn in pair.items():
                     out_c = fn(ids)
                     close &= torch.allclose(out_c, want, atol=tol.atol, rtol=tol.rtol)
                     compiled_times[f"{label} {mode}"] = time_ms(lambda: fn(ids), args.device)
-    print(f"  end to end: logits {list(got.shape)}, max abs diff {diff:.3g} vs the original model ({tol}): {'match' if close else 'MISMATCH'}; "
-          f"{fallbacks} calls fell back to the original modules")
+    print(
+        f"  end to end: logits {list(got.shape)}, max abs diff {diff:.3g} vs the original model ({tol}): {'match' if close else 'MISMATCH'}; "
+        f"{fallbacks} calls fell back to the original modules"
+    )
     print(f"  forward: original {t_orig:.3f} ms, swapped {t_swap:.3f} ms (median of 50; {t_orig / t_swap:.2f}x)")
     if compiled_times:
         print(f"  torch.compile(fullgraph=True) over the swapped model: {breaks} graph break(s)")
         for mode in ("default", "reduce-overhead"):
             o, w = compiled_times[f"original {mode}"], compiled_times[f"swapped {mode}"]
-            print(f"  forward, torch.compile mode={mode}: original {o:.3f} ms, swapped {w:.3f} ms (median of 50; {o / w:.2f}x)")
+            print(
+                f"  forward, torch.compile mode={mode}: original {o:.3f} ms, swapped {w:.3f} ms (median of 50; {o / w:.2f}x)"
+            )
     good = close and fallbacks == 0 and breaks in (None, 0)
     print(f"capture-swap: {'OK' if good else 'FAILED'} in {time.monotonic() - t0:.0f} s")
     return 0 if good else 1

@@ -53,7 +53,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--case", action="append", default=[], metavar="NAME=TASK:CANDIDATE")
-    ap.add_argument("--old", type=Path, metavar="DIR", help="the landed kernelfix, installed here: judged in the same rounds")
+    ap.add_argument(
+        "--old", type=Path, metavar="DIR", help="the landed kernelfix, installed here: judged in the same rounds"
+    )
     ap.add_argument("--naive-bytecode", type=Path, metavar="DIR", help="also the harness with a bytecode cache in DIR")
     args = ap.parse_args()
     device = args.device or ("cuda" if Path("/dev/nvidia0").exists() else "cpu")
@@ -66,20 +68,39 @@ def main() -> int:
     import importlib.util
 
     torch_init = importlib.util.find_spec("torch").origin
-    print(f"bytecode here: PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE')!r}, torch's folder writable "
-          f"{os.access(os.path.dirname(torch_init), os.W_OK)}, torch's bytecode beside its source {os.path.exists(importlib.util.cache_from_source(torch_init))}", flush=True)
+    print(
+        f"bytecode here: PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE')!r}, torch's folder writable "
+        f"{os.access(os.path.dirname(torch_init), os.W_OK)}, torch's bytecode beside its source {os.path.exists(importlib.util.cache_from_source(torch_init))}",
+        flush=True,
+    )
     bc_env = None
     if args.naive_bytecode is not None:
-        bc_env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": str(args.naive_bytecode)}
+        bc_env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"} | {
+            "PYTHONPYCACHEPREFIX": str(args.naive_bytecode)
+        }
     for name, (task, cand) in cases.items():
         kf = [py, "-P", "-m", "kernelfix", "eval", str(task), str(cand), "--device", device, "--json"]
         naive = [py, str(ROOT / "bench" / "naive_harness.py"), str(task), str(cand), "--device", device]
         old_env = None
-        if args.old is not None:  # the landed code first on the path: its kernelfix is the one imported, the wheels as for this one
-            old_env = {**env, "PYTHONPATH": os.pathsep.join([str(args.old), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])}
+        if (
+            args.old is not None
+        ):  # the landed code first on the path: its kernelfix is the one imported, the wheels as for this one
+            old_env = {
+                **env,
+                "PYTHONPATH": os.pathsep.join(
+                    [str(args.old), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+                ),
+            }
         first_s, first = run(kf, env)  # fills the build, Triton and baseline caches: unmeasured
         run(naive, env)
-        row = {"case": name, "device": device, "first_kernelfix_s": round(first_s, 2), "kernelfix": [], "naive": [], "verdicts": []}
+        row = {
+            "case": name,
+            "device": device,
+            "first_kernelfix_s": round(first_s, 2),
+            "kernelfix": [],
+            "naive": [],
+            "verdicts": [],
+        }
         if old_env is not None:
             run(kf, old_env)
             row["old"], row["old_verdicts"] = [], []
@@ -108,26 +129,35 @@ def main() -> int:
             if bc_env is not None:
                 s, p = run(naive, bc_env)
                 row["naive_bytecode"].append(round(s, 3))
-            print(f"  {name} round {i}: kernelfix {row['kernelfix'][-1]} s ({row['verdicts'][-1]['category']}), harness {row['naive'][-1]} s"
-                  + (f", landed kernelfix {row['old'][-1]} s ({row['old_verdicts'][-1]})" if old_env is not None else "")
-                  + (f", harness with a bytecode cache {row['naive_bytecode'][-1]} s" if bc_env is not None else ""), flush=True)
+            print(
+                f"  {name} round {i}: kernelfix {row['kernelfix'][-1]} s ({row['verdicts'][-1]['category']}), harness {row['naive'][-1]} s"
+                + (f", landed kernelfix {row['old'][-1]} s ({row['old_verdicts'][-1]})" if old_env is not None else "")
+                + (f", harness with a bytecode cache {row['naive_bytecode'][-1]} s" if bc_env is not None else ""),
+                flush=True,
+            )
         kfm, nm = statistics.median(row["kernelfix"]), statistics.median(row["naive"])
         row["ratio"] = round(kfm / nm, 2)
         results.append(row)
         cats = sorted({v["category"] for v in row["verdicts"]})
-        print(f"{name} ({device}): kernelfix eval median {kfm:.2f} s ({min(row['kernelfix']):.2f}-{max(row['kernelfix']):.2f}), "
-              f"naive harness {nm:.2f} s ({min(row['naive']):.2f}-{max(row['naive']):.2f}), ratio {row['ratio']:.2f}x; "
-              f"verdicts {cats}; first run {first_s:.2f} s")
+        print(
+            f"{name} ({device}): kernelfix eval median {kfm:.2f} s ({min(row['kernelfix']):.2f}-{max(row['kernelfix']):.2f}), "
+            f"naive harness {nm:.2f} s ({min(row['naive']):.2f}-{max(row['naive']):.2f}), ratio {row['ratio']:.2f}x; "
+            f"verdicts {cats}; first run {first_s:.2f} s"
+        )
         if row.get("naive_bytecode"):
             bm = statistics.median(row["naive_bytecode"])
             row["ratio_naive_bytecode"] = round(kfm / bm, 2)
-            print(f"  harness with a bytecode cache median {bm:.2f} s ({min(row['naive_bytecode']):.2f}-{max(row['naive_bytecode']):.2f}); "
-                  f"kernelfix against it {row['ratio_naive_bytecode']:.2f}x")
+            print(
+                f"  harness with a bytecode cache median {bm:.2f} s ({min(row['naive_bytecode']):.2f}-{max(row['naive_bytecode']):.2f}); "
+                f"kernelfix against it {row['ratio_naive_bytecode']:.2f}x"
+            )
         if row.get("old"):
             om = statistics.median(row["old"])
             row["ratio_old"], row["old_ratio_naive"] = round(kfm / om, 3), round(om / nm, 2)
-            print(f"  landed kernelfix (--old) median {om:.2f} s ({min(row['old']):.2f}-{max(row['old']):.2f}), ratio to the harness "
-                  f"{row['old_ratio_naive']:.2f}x, verdicts {sorted(set(row['old_verdicts']))}; this one against it {row['ratio_old']:.3f}x")
+            print(
+                f"  landed kernelfix (--old) median {om:.2f} s ({min(row['old']):.2f}-{max(row['old']):.2f}), ratio to the harness "
+                f"{row['old_ratio_naive']:.2f}x, verdicts {sorted(set(row['old_verdicts']))}; this one against it {row['ratio_old']:.3f}x"
+            )
         for key in ("stage_seconds", "breakdown"):
             merged: dict[str, list[float]] = {}
             for v in row["verdicts"]:

@@ -192,7 +192,10 @@ def child(argv: list[str]) -> int:
                 if key not in seen and z.ready.is_set():
                     seen.add(key)
                     info = getattr(z, "info", {}) or {}
-                    mark(f"fork server {kind}", f"ready (its own count: {info.get('seconds')} s; imports {info.get('imports')})")
+                    mark(
+                        f"fork server {kind}",
+                        f"ready (its own count: {info.get('seconds')} s; imports {info.get('imports')})",
+                    )
             time.sleep(0.005)
 
     threading.Thread(target=watch_ready, daemon=True).start()
@@ -213,11 +216,24 @@ def child(argv: list[str]) -> int:
                 continue
             for m in reader.snapshot():
                 kind = m.get("type")
-                if kind in ("output", "checked", "prepared", "released", "timed", "wall_start", "wall_issued", "wall_end"):
+                if kind in (
+                    "output",
+                    "checked",
+                    "prepared",
+                    "released",
+                    "timed",
+                    "wall_start",
+                    "wall_issued",
+                    "wall_end",
+                ):
                     continue
                 if kind == "phase" and m.get("phase") in ("handoff", "compare", "forward", "timing", "time_candidate"):
                     continue  # per-request chatter: the stages' own marks say enough
-                label = kind if kind != "phase" else f"phase {m.get('phase')}" + (f" {m.get('trial')}" if m.get("trial") is not None else "")
+                label = (
+                    kind
+                    if kind != "phase"
+                    else f"phase {m.get('phase')}" + (f" {m.get('trial')}" if m.get("trial") is not None else "")
+                )
                 if kind == "ready" and who == "reference worker":
                     label = "ready (Model, float64 copy, arena probe, FLOPs, sets, dtypes done)"
                 events.append((at(reader.t0 + float(m.get("_t", 0.0))), who, label))
@@ -240,7 +256,12 @@ def probe(task: str, device: str) -> int:
     def step(name: str, t: float) -> None:
         rows.append((name, round(time.monotonic() - t, 4)))
 
-    rows.append((f"bytecode: sys.dont_write_bytecode={sys.dont_write_bytecode}, PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE')!r}", 0.0))
+    rows.append(
+        (
+            f"bytecode: sys.dont_write_bytecode={sys.dont_write_bytecode}, PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE')!r}",
+            0.0,
+        )
+    )
     from kernelfix.sandbox import fork_server, zygote
 
     for name in zygote.PRELOADS["reference"]:
@@ -248,8 +269,13 @@ def probe(task: str, device: str) -> int:
         __import__(name)
         step(f"import {name}", t)
     torch_dir = os.path.dirname(sys.modules["torch"].__file__)
-    rows.append((f"torch at {torch_dir}: writable {os.access(torch_dir, os.W_OK)}, its __init__'s bytecode beside it "
-                 f"{os.path.exists(__import__('importlib.util').util.cache_from_source(sys.modules['torch'].__file__))}", 0.0))
+    rows.append(
+        (
+            f"torch at {torch_dir}: writable {os.access(torch_dir, os.W_OK)}, its __init__'s bytecode beside it "
+            f"{os.path.exists(__import__('importlib.util').util.cache_from_source(sys.modules['torch'].__file__))}",
+            0.0,
+        )
+    )
     t = time.monotonic()
     fork_server._fork_poisoned()
     step("fork server check: a fork poisoned? (one fork)", t)
@@ -264,7 +290,11 @@ def probe(task: str, device: str) -> int:
 
     class Chan:
         def send(self, kind: str, **kw) -> None:
-            label = f"  message {kind}" + (f" {kw.get('phase')}" if kind == "phase" else "") + (f" {kw.get('trial')}" if kw.get("trial") is not None else "")
+            label = (
+                f"  message {kind}"
+                + (f" {kw.get('phase')}" if kind == "phase" else "")
+                + (f" {kw.get('trial')}" if kw.get("trial") is not None else "")
+            )
             rows.append((label, round(time.monotonic() - t_start, 4)))
 
     class W:
@@ -274,13 +304,25 @@ def probe(task: str, device: str) -> int:
             self.chan.send("phase", phase=name, **extra)
 
     cfg = JudgeConfig()
-    spec = ReferenceSpec(task_path=task, device=device, init_seed=1234, float64=cfg.float64_reference, inputs_on_device=cfg.inputs_on_device,
-                         cache_bytes=int(cfg.reference_cache_gb * 2**30), atol=cfg.atol, rtol=cfg.rtol, rel_error_tol=cfg.rel_error_tol,
-                         truth_factor=cfg.truth_factor)
+    spec = ReferenceSpec(
+        task_path=task,
+        device=device,
+        init_seed=1234,
+        float64=cfg.float64_reference,
+        inputs_on_device=cfg.inputs_on_device,
+        cache_bytes=int(cfg.reference_cache_gb * 2**30),
+        atol=cfg.atol,
+        rtol=cfg.rtol,
+        rel_error_tol=cfg.rel_error_tol,
+        truth_factor=cfg.truth_factor,
+    )
     server = ref_server.ReferenceServer(W(), spec)
     t_start = time.monotonic()
     server.start()
-    step("ReferenceServer.start (CUDA, the task, its count on the meta device, Model; from here each message's moment)", t_start)
+    step(
+        "ReferenceServer.start (CUDA, the task, its count on the meta device, Model; from here each message's moment)",
+        t_start,
+    )
     t_start = time.monotonic()
     server.survey({"trials": [p.model_dump() for p in trial_plan.plan(1234, cfg)]}, [])
     step("survey of every trial (from here, each message's moment)", t_start)
@@ -318,8 +360,19 @@ def main() -> int:
         if args.warm:
             subprocess.run([sys.executable, "-P", "-m", "kernelfix", *argv], capture_output=True, cwd=ROOT)
         for i in range(args.repeat):
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "KF_TIMELINE_OUT": str(tmp), "KF_TIMELINE_T0": repr(time.time())}
-            p = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--child", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
+            env = {
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "KF_TIMELINE_OUT": str(tmp),
+                "KF_TIMELINE_T0": repr(time.time()),
+            }
+            p = subprocess.run(
+                [sys.executable, "-P", str(Path(__file__).resolve()), "--child", *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
             end = time.time() - float(env["KF_TIMELINE_T0"])
             try:
                 tl = json.loads(tmp.read_text())
@@ -334,14 +387,27 @@ def main() -> int:
             print(f"--- {name} #{i}: {v.get('category')} in {end:.3f} s (stage seconds {v.get('stage_seconds')})")
             for t, who, what in events:
                 print(f"  {t:8.3f}  {who:20s} {what}")
-            results.append({"case": name, "run": i, "wall_s": round(end, 3), "category": v.get("category"), "events": events,
-                            "breakdown": v.get("breakdown"), "stage_seconds": v.get("stage_seconds")})
+            results.append(
+                {
+                    "case": name,
+                    "run": i,
+                    "wall_s": round(end, 3),
+                    "category": v.get("category"),
+                    "events": events,
+                    "breakdown": v.get("breakdown"),
+                    "stage_seconds": v.get("stage_seconds"),
+                }
+            )
     tmp.unlink(missing_ok=True)
     if args.probe:
         task = str(next(iter(cases.values()))[0])
         for i in range(2):  # the second after the first wrote what bytecode it could
-            p = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "--probe-child", task, device],
-                               capture_output=True, text=True, cwd=ROOT)
+            p = subprocess.run(
+                [sys.executable, "-P", str(Path(__file__).resolve()), "--probe-child", task, device],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             try:
                 got = json.loads(p.stdout.strip().splitlines()[-1])
             except (ValueError, IndexError):

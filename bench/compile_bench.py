@@ -49,7 +49,13 @@ HERE = Path(__file__).resolve().parent
 CANDIDATES = HERE / "compile_candidates"
 FAST_CANDIDATES = HERE / "compile_candidates_fast"
 STOCK = {"cache": False, "object_cache": False, "host_pch": False, "split_nvcc": False, "local_arch": False}
-ALL = {"cache": True, "object_cache": True, "host_pch": True, "split_nvcc": True, "local_arch": False}  # kernelfix's defaults
+ALL = {
+    "cache": True,
+    "object_cache": True,
+    "host_pch": True,
+    "split_nvcc": True,
+    "local_arch": False,
+}  # kernelfix's defaults
 LEVERS = {
     "local arch only": {**STOCK, "local_arch": True},
     "host PCH only": {**STOCK, "host_pch": True},
@@ -75,7 +81,6 @@ def worker(spec_path: str) -> None:
     if device == "cuda":
         torch.zeros(1, device="cuda")  # the judge's child has CUDA up before the candidate is imported
     import torch.utils.cpp_extension as ce
-
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
 
@@ -140,7 +145,9 @@ def _run_once(ns: dict, output: str) -> dict:
 # --------------------------------------------------------------------------- driver
 
 
-def _run_worker(work: Path, tag: str, candidate: Path, options: dict, cache: Path, edit: bool = False, cpus: list[int] | None = None) -> dict:
+def _run_worker(
+    work: Path, tag: str, candidate: Path, options: dict, cache: Path, edit: bool = False, cpus: list[int] | None = None
+) -> dict:
     d = work / tag
     d.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -154,12 +161,20 @@ def _run_worker(work: Path, tag: str, candidate: Path, options: dict, cache: Pat
     }
     (d / "spec.json").write_text(json.dumps(spec))
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(d / "spec.json")], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", str(d / "spec.json")],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     (d / "log.txt").write_text(p.stdout[-20000:] + "\n--- stderr ---\n" + p.stderr[-20000:])
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("KF-RESULT ")]
     if not lines:
-        return {"error": f"worker died (rc {p.returncode}): {p.stderr.strip()[-800:]}", "process_s": wall, "output": None}
+        return {
+            "error": f"worker died (rc {p.returncode}): {p.stderr.strip()[-800:]}",
+            "process_s": wall,
+            "output": None,
+        }
     r = json.loads(lines[-1][len("KF-RESULT ") :])
     r["process_s"] = wall
     r["output"] = spec["output"] if Path(spec["output"]).exists() else None
@@ -239,7 +254,9 @@ def summarize(names: list[str], runs: dict[str, dict[str, dict]]) -> tuple[list[
         row["matches_torch"] = {k: runs[k][n].get("matches_torch") for k, _ in COLUMNS}
         row["fast_units"] = _units(runs["fast_kf"][n])
         row["fast_turn_units"] = _units(runs["fast_turn"][n])
-        row["warm_cached"] = bool(runs["fast_warm"][n].get("records")) and all(x["cached"] for x in runs["fast_warm"][n]["records"])
+        row["warm_cached"] = bool(runs["fast_warm"][n].get("records")) and all(
+            x["cached"] for x in runs["fast_warm"][n]["records"]
+        )
         row["errors"] = {k: runs[k][n]["error"] for k, _ in COLUMNS if runs[k][n].get("error")}
         ws, fk = row["written_stock_s"], row["fast_kf_s"]
         row["ratio"] = ws / fk if ws and fk else None
@@ -258,7 +275,9 @@ def markdown(info: dict, rows: list[dict], summary: dict, levers: dict) -> str:
         "",
         "Cold builds, `load_inline` wall seconds (compiler CPU seconds):",
         "",
-        "| candidate | " + " | ".join(h for _, h in COLUMNS) + " | stock as written / fast kernelfix | fast layout units: cold; next turn | output bit-identical to as-written stock | matches torch |",
+        "| candidate | "
+        + " | ".join(h for _, h in COLUMNS)
+        + " | stock as written / fast kernelfix | fast layout units: cold; next turn | output bit-identical to as-written stock | matches torch |",
         "| --- | " + " | ".join("---:" for _ in COLUMNS) + " | ---: | --- | --- | --- |",
     ]
     for r in rows:
@@ -267,21 +286,35 @@ def markdown(info: dict, rows: list[dict], summary: dict, levers: dict) -> str:
             cells[-1] += " not cached!"
         mt = "/".join("-" if m is None else ("yes" if m else "NO") for m in r["matches_torch"].values())
         ident = yes[r["bit_identical"]] + (f" (differ: {', '.join(r['differ'])})" if r["differ"] else "")
-        md.append(f"| {r['candidate']} | " + " | ".join(cells) + f" | {_fmt(r['ratio'], 1)}x | {r['fast_units']}; {r['fast_turn_units']} | {ident} | {mt} |")
+        md.append(
+            f"| {r['candidate']} | "
+            + " | ".join(cells)
+            + f" | {_fmt(r['ratio'], 1)}x | {r['fast_units']}; {r['fast_turn_units']} | {ident} | {mt} |"
+        )
     goal = {True: "met", False: "NOT met", None: "not measured"}[summary["goal_met"]]
     md += [
         "",
-        "Medians: " + ", ".join(f"{h} {_fmt(summary[f'{k}_s'], 3 if k == 'fast_warm' else 1)} s" for k, h in COLUMNS) + ".",
+        "Medians: "
+        + ", ".join(f"{h} {_fmt(summary[f'{k}_s'], 3 if k == 'fast_warm' else 1)} s" for k, h in COLUMNS)
+        + ".",
         f"Fast layout through kernelfix: median {_fmt(summary['fast_kf_s'], 2)} s cold, {_fmt(summary['median_ratio'], 1)}x the as-written stock median "
         f"(goal: at most {GOAL_S:g} s and at least {GOAL_RATIO:g}x: {goal}). "
         f"One-time setup (first build on the machine, incl. the precompiled torch header): {_fmt(info.get('setup_s'))} s.",
     ]
     if levers:
-        md += ["", f"Levers, each alone, candidate {levers['candidate']} as written (cold):", "", "| build | load_inline s | compiler CPU s | notes |", "| --- | ---: | ---: | --- |"]
+        md += [
+            "",
+            f"Levers, each alone, candidate {levers['candidate']} as written (cold):",
+            "",
+            "| build | load_inline s | compiler CPU s | notes |",
+            "| --- | ---: | ---: | --- |",
+        ]
         for k in ("stock", *LEVERS):
             v = levers[k]
             notes = "; ".join(n for rec in v.get("records", []) for n in rec.get("notes", []))
-            md.append(f"| {k} | {_fmt(v.get('load_inline_s'))} | {_fmt(v.get('compiler_cpu_s'), 0)} | {notes}{(' ERROR ' + v['error'][:200]) if v.get('error') else ''} |")
+            md.append(
+                f"| {k} | {_fmt(v.get('load_inline_s'))} | {_fmt(v.get('compiler_cpu_s'), 0)} | {notes}{(' ERROR ' + v['error'][:200]) if v.get('error') else ''} |"
+            )
     errors = [(r["candidate"], r["errors"]) for r in rows if r["errors"]]
     if errors:
         md += ["", "Errors:"] + [f"- {c}: {json.dumps(e)[:1500]}" for c, e in errors]
@@ -293,7 +326,9 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where the JSON and markdown go (default $OUT)")
     ap.add_argument("--jobs", type=int, default=5, help="builds at once in a phase (default 5)")
-    ap.add_argument("--cores-per-build", type=int, help="cores each build is pinned to (default: the usable CPUs / jobs)")
+    ap.add_argument(
+        "--cores-per-build", type=int, help="cores each build is pinned to (default: the usable CPUs / jobs)"
+    )
     ap.add_argument("--candidates", help="comma-separated candidate names (default: all in bench/compile_candidates)")
     ap.add_argument("--candidate-dir", default=str(CANDIDATES), help=argparse.SUPPRESS)  # for testing the driver
     ap.add_argument("--fast-dir", default=str(FAST_CANDIDATES), help=argparse.SUPPRESS)
@@ -327,7 +362,9 @@ def main() -> int:
         "cores_per_build": len(slices[0]) if slices and slices[0] else None,
     }
     try:
-        info["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        info["nvcc"] = (
+            subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        )
     except (OSError, IndexError):
         info["nvcc"] = None
     print(json.dumps(info), flush=True)
@@ -364,14 +401,25 @@ def main() -> int:
     runs["fast_kf"] = phase("fast layout, kernelfix cold", lambda: cold("fast-kf", fast, ALL, setup_cache))
     kf_caches = {n: work / "caches" / f"fast-kf-{n}" for n in names}
     runs["fast_turn"] = phase(
-        "fast layout, next turn", lambda: dict(zip(names, parallel([(work, f"fast-turn-{n}", fast[n], ALL, kf_caches[n], True) for n in names])))
+        "fast layout, next turn",
+        lambda: dict(zip(names, parallel([(work, f"fast-turn-{n}", fast[n], ALL, kf_caches[n], True) for n in names]))),
     )
-    runs["fast_warm"] = phase("fast layout, warm", lambda: dict(zip(names, parallel([(work, f"fast-warm-{n}", fast[n], ALL, kf_caches[n]) for n in names]))))
+    runs["fast_warm"] = phase(
+        "fast layout, warm",
+        lambda: dict(zip(names, parallel([(work, f"fast-warm-{n}", fast[n], ALL, kf_caches[n]) for n in names]))),
+    )
     levers: dict = {}
     if args.levers:
         lc = args.levers
-        jobs = [(work, f"lever-{i}", written[lc], opts, _fresh_cache(work, f"lever-{i}", setup_cache)) for i, opts in enumerate(LEVERS.values())]
-        levers = {"candidate": lc, "stock": runs["written_stock"][lc], **dict(zip(LEVERS, phase("levers", lambda: parallel(jobs))))}
+        jobs = [
+            (work, f"lever-{i}", written[lc], opts, _fresh_cache(work, f"lever-{i}", setup_cache))
+            for i, opts in enumerate(LEVERS.values())
+        ]
+        levers = {
+            "candidate": lc,
+            "stock": runs["written_stock"][lc],
+            **dict(zip(LEVERS, phase("levers", lambda: parallel(jobs)))),
+        }
 
     rows, summary = summarize(names, runs)
     summary["total_s"] = round(time.perf_counter() - t_all, 1)

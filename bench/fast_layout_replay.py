@@ -49,7 +49,10 @@ def warm(build_root: str) -> None:
 
 
 def _units(ext: dict) -> str:
-    return ", ".join(f"{u['source']} {'reused' if u['reused'] else format(u['seconds'], '.2f') + ' s'}{'' if u['ok'] else ' (failed)'}" for u in ext.get("units", []))
+    return ", ".join(
+        f"{u['source']} {'reused' if u['reused'] else format(u['seconds'], '.2f') + ' s'}{'' if u['ok'] else ' (failed)'}"
+        for u in ext.get("units", [])
+    )
 
 
 def main() -> int:
@@ -67,17 +70,37 @@ def main() -> int:
     env = {**os.environ, "KERNELFIX_CACHE": str(work / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, __file__, "--warm", str(work / "warm-build")], env=env, capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, __file__, "--warm", str(work / "warm-build")], env=env, capture_output=True, text=True
+    )
     warm_s = time.perf_counter() - t0
     got = [ln for ln in p.stdout.splitlines() if ln.startswith("KF-WARM ")]
     if p.returncode != 0 or not got:
         print(f"warm-up failed (rc {p.returncode}):\n{p.stderr[-3000:]}", file=sys.stderr)
         return 1
     warm_records = json.loads(got[-1][len("KF-WARM ") :])
-    print(f"warm-up {warm_s:.1f} s: " + "; ".join(f"{r['name']} {r['seconds']:.1f} s ({_units(r)})" for r in warm_records), flush=True)
+    print(
+        f"warm-up {warm_s:.1f} s: "
+        + "; ".join(f"{r['name']} {r['seconds']:.1f} s ({_units(r)})" for r in warm_records),
+        flush=True,
+    )
 
     session = work / "session"
-    cmd = [sys.executable, "-P", "-m", "kernelfix", "optimize", str(TASK), "--model", f"replay:{REPLAY}", "--headless", "--max-turns", "3", "--session-dir", str(session)]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "kernelfix",
+        "optimize",
+        str(TASK),
+        "--model",
+        f"replay:{REPLAY}",
+        "--headless",
+        "--max-turns",
+        "3",
+        "--session-dir",
+        str(session),
+    ]
     t0 = time.perf_counter()
     s = subprocess.run(cmd, env=env, capture_output=True, text=True)
     session_s = time.perf_counter() - t0
@@ -91,7 +114,9 @@ def main() -> int:
     for t in traj["turns"]:
         v = t["verdict"] or {}
         exts = (v.get("compile") or {}).get("extensions") or []
-        build_lines = [ln for ln in (v.get("feedback") or "").splitlines() if ln.startswith(("Build", "cuda.cu", "main.cpp"))]
+        build_lines = [
+            ln for ln in (v.get("feedback") or "").splitlines() if ln.startswith(("Build", "cuda.cu", "main.cpp"))
+        ]
         rows.append(
             {
                 "turn": t["index"],
@@ -105,7 +130,9 @@ def main() -> int:
         )
     md = [
         f"Replay session (3 fast-layout turns) on {traj.get('device') or '?'}: session {session_s:.1f} s wall, exit code {s.returncode}; "
-        f"warm-up {warm_s:.1f} s (" + "; ".join(f"{r['name']} {r['seconds']:.1f} s: {_units(r)}" for r in warm_records) + ").",
+        f"warm-up {warm_s:.1f} s ("
+        + "; ".join(f"{r['name']} {r['seconds']:.1f} s: {_units(r)}" for r in warm_records)
+        + ").",
         "",
         "| turn | verdict | build s | translation units | speedup vs eager |",
         "| ---: | --- | ---: | --- | ---: |",
@@ -114,11 +141,17 @@ def main() -> int:
         sp = "-" if r["speedup_eager"] is None else f"{r['speedup_eager']:.2f}x"
         bs = "-" if r["build_s"] is None else f"{r['build_s']:.2f}"
         md.append(f"| {r['turn']} | {r['category']} | {bs} | {r['units']} | {sp} |")
-    md += ["", "Build lines of the feedback, per turn:"] + [f"- turn {r['turn']}: " + " / ".join(r["feedback_build_lines"]) for r in rows]
+    md += ["", "Build lines of the feedback, per turn:"] + [
+        f"- turn {r['turn']}: " + " / ".join(r["feedback_build_lines"]) for r in rows
+    ]
     text = "\n".join(md) + "\n"
     print(text, flush=True)
     (out / "fast_layout_replay.md").write_text(text)
-    (out / "fast_layout_replay.json").write_text(json.dumps({"warm_s": warm_s, "warm": warm_records, "session_s": session_s, "rc": s.returncode, "rows": rows}, indent=1))
+    (out / "fast_layout_replay.json").write_text(
+        json.dumps(
+            {"warm_s": warm_s, "warm": warm_records, "session_s": session_s, "rc": s.returncode, "rows": rows}, indent=1
+        )
+    )
     return 0
 
 

@@ -91,7 +91,7 @@ def get_init_inputs():
 ''',
 }
 
-INJECTOR = r'''
+INJECTOR = r"""
 import os, sys, time
 import torch
 leave, hold = float(sys.argv[1]) * 2**30, float(sys.argv[2])
@@ -114,7 +114,7 @@ print(f"FAULT INJECTOR (a process outside kernelfix, pid {os.getpid()}): holding
 print("READY", flush=True)
 time.sleep(hold)
 print(f"FAULT INJECTOR: released {held / 2**30:.1f} GiB after {hold:.0f} s", flush=True)
-'''
+"""
 
 
 def stream(p: subprocess.Popen, prefix: str, sink: list[str]) -> threading.Thread:
@@ -137,8 +137,11 @@ def make_work(work: Path, elems: int) -> tuple[Path, Path]:
     for name, text in TASKS.items():
         (tasks / f"{name}.py").write_text(text.format(rows=rows, cols=cols))
         shutil.copy(ROOT / "examples" / "replays" / f"{name}.jsonl", replays / f"{name}.jsonl")
-    print(f"tasks: {', '.join(TASKS)} at {rows} x {cols} float32 ({rows * cols * 4 / 2**30:.2f} GiB per tensor) in {tasks}; "
-          f"replays from examples/replays", flush=True)
+    print(
+        f"tasks: {', '.join(TASKS)} at {rows} x {cols} float32 ({rows * cols * 4 / 2**30:.2f} GiB per tensor) in {tasks}; "
+        f"replays from examples/replays",
+        flush=True,
+    )
     return tasks, replays
 
 
@@ -160,8 +163,14 @@ def run_batch(argv: list[str], env: dict, label: str) -> dict:
     except ValueError:
         summary = None
     print(f"=== {label}: exit {p.returncode} after {wall:.1f} s", flush=True)
-    return {"label": label, "rc": p.returncode, "wall_s": round(wall, 2), "summary": summary,
-            "retry_lines": [ln for ln in lines if RETRY_NOTICE.search(ln)], "stderr_tail": lines[-40:]}
+    return {
+        "label": label,
+        "rc": p.returncode,
+        "wall_s": round(wall, 2),
+        "summary": summary,
+        "retry_lines": [ln for ln in lines if RETRY_NOTICE.search(ln)],
+        "stderr_tail": lines[-40:],
+    }
 
 
 def session_facts(out: Path) -> dict:
@@ -178,17 +187,33 @@ def session_facts(out: Path) -> dict:
             v = t.get("verdict") or {}
             cat = str(v.get("category") or "")
             if cat.startswith("infra"):
-                facts["infra_turns"].append({"session": name, "turn": t.get("index"), "category": cat, "message": (v.get("message") or "")[:200]})
+                facts["infra_turns"].append(
+                    {
+                        "session": name,
+                        "turn": t.get("index"),
+                        "category": cat,
+                        "message": (v.get("message") or "")[:200],
+                    }
+                )
             for f in v.get("infra_retries") or []:  # Verdict.infra_retries: the faults met, each judged again
                 facts["retries"].append({"session": name, "turn": t.get("index"), "fault": str(f)[:300]})
             fb = json.dumps(t.get("feedback") or "")
             if INFRA.search(fb):
-                facts["infra_turns"].append({"session": name, "turn": t.get("index"), "category": "(in the turn's feedback)", "message": INFRA.search(fb).group(0)})
-        facts["sessions"].append({
-            "session": name,
-            "turns": [(t.get("index"), (t.get("verdict") or {}).get("category")) for t in turns],
-            "outcome": traj.get("outcome"),
-        })
+                facts["infra_turns"].append(
+                    {
+                        "session": name,
+                        "turn": t.get("index"),
+                        "category": "(in the turn's feedback)",
+                        "message": INFRA.search(fb).group(0),
+                    }
+                )
+        facts["sessions"].append(
+            {
+                "session": name,
+                "turns": [(t.get("index"), (t.get("verdict") or {}).get("category")) for t in turns],
+                "outcome": traj.get("outcome"),
+            }
+        )
     for log in sorted((out / "logs").glob("*.log")):
         for ln in log.read_text(errors="replace").splitlines():
             if RETRY_NOTICE.search(ln):
@@ -214,7 +239,10 @@ def check_export(path: Path) -> dict:
         found["records"] += 1
         rec = json.loads(line)
         meta = rec.get("metadata") or {}
-        cats = [str(t.get("category")) for t in meta.get("turns") or []] + [str(meta.get("category") or ""), str(meta.get("final_category") or "")]
+        cats = [str(t.get("category")) for t in meta.get("turns") or []] + [
+            str(meta.get("category") or ""),
+            str(meta.get("final_category") or ""),
+        ]
         for c in cats:
             if c.startswith("infra"):
                 found["infra"].append(f"record {i}: verdict category {c}")
@@ -229,9 +257,16 @@ def main() -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default=None)
     ap.add_argument("--hold-s", type=float, default=60.0, help="how long the fault holds the GPU (default 60)")
     ap.add_argument("--leave-gib", type=float, default=1.0, help="GPU memory the fault leaves free (default 1)")
-    ap.add_argument("--elems", type=int, default=None, help="float32 elements per task input (default: 2**28 on a GPU, 65536 on a CPU)")
+    ap.add_argument(
+        "--elems",
+        type=int,
+        default=None,
+        help="float32 elements per task input (default: 2**28 on a GPU, 65536 on a CPU)",
+    )
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--max-runs", type=int, default=3, help="batch runs at most (the later ones resume sessions a fault stopped)")
+    ap.add_argument(
+        "--max-runs", type=int, default=3, help="batch runs at most (the later ones resume sessions a fault stopped)"
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/kf_fault_batch"))
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -248,8 +283,14 @@ def main() -> int:
     sampler.start()
     injector = None
     if device == "cuda":
-        injector = subprocess.Popen([py, "-c", INJECTOR, str(args.leave_gib), str(args.hold_s)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, cwd="/", env=env)
+        injector = subprocess.Popen(
+            [py, "-c", INJECTOR, str(args.leave_gib), str(args.hold_s)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd="/",
+            env=env,
+        )
         inj_lines: list[str] = []
         ready = threading.Event()
 
@@ -266,16 +307,37 @@ def main() -> int:
         threading.Thread(target=watch, daemon=True).start()
         ready.wait(timeout=180)
         if injector.poll() is not None:
-            print(f"the fault injector ended early (exit {injector.returncode}): the batch runs without a fault", flush=True)
+            print(
+                f"the fault injector ended early (exit {injector.returncode}): the batch runs without a fault",
+                flush=True,
+            )
         report["injector"] = inj_lines
     else:
-        print("device cpu: the fault (GPU memory held by a process outside kernelfix) is GPU-only and is skipped; "
-              "the batch, the export and the checks run as they would on a GPU", flush=True)
+        print(
+            "device cpu: the fault (GPU memory held by a process outside kernelfix) is GPU-only and is skipped; "
+            "the batch, the export and the checks run as they would on a GPU",
+            flush=True,
+        )
         report["injector"] = "skipped: GPU-only"
     t_fault = time.monotonic()
 
-    batch = [py, "-P", "-m", "kernelfix", "batch", str(tasks), "--model", f"replay:{replays}", "--out", str(out),
-             "--workers", str(args.workers), "--device", device, "--json"]
+    batch = [
+        py,
+        "-P",
+        "-m",
+        "kernelfix",
+        "batch",
+        str(tasks),
+        "--model",
+        f"replay:{replays}",
+        "--out",
+        str(out),
+        "--workers",
+        str(args.workers),
+        "--device",
+        device,
+        "--json",
+    ]
     for k in range(args.max_runs):
         r = run_batch(batch, env, f"batch run {k + 1}" + (" (resume)" if k else ""))
         r["fault_active"] = injector is not None and injector.poll() is None
@@ -286,7 +348,10 @@ def main() -> int:
             break
         if injector is not None and injector.poll() is None:
             left = max(0.0, args.hold_s - (time.monotonic() - t_fault))
-            print(f"{unfinished} session(s) unfinished while the fault holds: waiting {left:.0f} s for it to end, then resuming", flush=True)
+            print(
+                f"{unfinished} session(s) unfinished while the fault holds: waiting {left:.0f} s for it to end, then resuming",
+                flush=True,
+            )
             injector.wait(timeout=left + 60)
     if injector is not None and injector.poll() is None:
         injector.terminate()  # the batch is done: the fault need not outlive it
@@ -294,11 +359,14 @@ def main() -> int:
     sampler.stop()
 
     exports = {}
-    for fmt, extra in (("chat-jsonl", ["--min-speedup-gain", "0", "--per-task", "0", "--keep-incorrect"]), ("rl-jsonl", [])):
+    for fmt, extra in (
+        ("chat-jsonl", ["--min-speedup-gain", "0", "--per-task", "0", "--keep-incorrect"]),
+        ("rl-jsonl", []),
+    ):
         path = args.work / f"export_{fmt}.jsonl"
         argv = [py, "-P", "-m", "kernelfix", "export", str(out), "--out", str(path), "--format", fmt, *extra]
         p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
-        print(f"=== export {fmt}: exit {p.returncode}: {(p.stderr or p.stdout).strip().splitlines()[-1:] }", flush=True)
+        print(f"=== export {fmt}: exit {p.returncode}: {(p.stderr or p.stdout).strip().splitlines()[-1:]}", flush=True)
         exports[fmt] = {"rc": p.returncode, "tail": (p.stderr + p.stdout)[-1500:], **check_export(path)}
     report["exports"] = exports
     facts = session_facts(out)
@@ -308,7 +376,10 @@ def main() -> int:
 
     print("=== sessions", flush=True)
     for s in facts["sessions"]:
-        print(f"  {s['session']}: turns {s.get('turns')}; outcome {((s.get('outcome') or {}).get('stop_reason'))}", flush=True)
+        print(
+            f"  {s['session']}: turns {s.get('turns')}; outcome {((s.get('outcome') or {}).get('stop_reason'))}",
+            flush=True,
+        )
     for name, r in facts["results"].items():
         if r.get("status") != "finished":
             print(f"  {name}: status {r.get('status')}: {r.get('error')}", flush=True)
@@ -321,17 +392,36 @@ def main() -> int:
             print(f"  {ln}", flush=True)
     for r in report["runs"]:
         s = r.get("summary") or {}
-        print(f"{r['label']}: exit {r['rc']}, {r['wall_s']} s, fault still active at its end: {r['fault_active']}; "
-              f"finished {s.get('finished')}, unfinished {s.get('unfinished')}, failed {s.get('failed')}, correct {s.get('correct')}, "
-              f"final categories {s.get('final_categories')}", flush=True)
+        print(
+            f"{r['label']}: exit {r['rc']}, {r['wall_s']} s, fault still active at its end: {r['fault_active']}; "
+            f"finished {s.get('finished')}, unfinished {s.get('unfinished')}, failed {s.get('failed')}, correct {s.get('correct')}, "
+            f"final categories {s.get('final_categories')}",
+            flush=True,
+        )
     infra_export = [x for e in exports.values() for x in e["infra"]]
     ok = not facts["infra_turns"] and not infra_export and all(e["rc"] in (0, 1) for e in exports.values())
     print(f"infra turns in trajectories: {len(facts['infra_turns'])} {facts['infra_turns'] or ''}", flush=True)
-    print(f"infra in the export: {len(infra_export)} {infra_export or ''} "
-          f"(records: chat-jsonl {exports['chat-jsonl']['records']}, rl-jsonl {exports['rl-jsonl']['records']})", flush=True)
-    print(("peak GPU memory " + (f"{peak['used_mib']:.0f} of {peak['total_mib']:.0f} MiB" if peak else f"unknown ({sampler.error or 'no samples'})")), flush=True)
-    print(f"RESULT: {'PASS' if ok else 'FAIL'}: {'no' if ok else 'an'} infra verdict reached a trajectory or the export; "
-          f"{len(facts['retries'])} judge retries recorded", flush=True)
+    print(
+        f"infra in the export: {len(infra_export)} {infra_export or ''} "
+        f"(records: chat-jsonl {exports['chat-jsonl']['records']}, rl-jsonl {exports['rl-jsonl']['records']})",
+        flush=True,
+    )
+    print(
+        (
+            "peak GPU memory "
+            + (
+                f"{peak['used_mib']:.0f} of {peak['total_mib']:.0f} MiB"
+                if peak
+                else f"unknown ({sampler.error or 'no samples'})"
+            )
+        ),
+        flush=True,
+    )
+    print(
+        f"RESULT: {'PASS' if ok else 'FAIL'}: {'no' if ok else 'an'} infra verdict reached a trajectory or the export; "
+        f"{len(facts['retries'])} judge retries recorded",
+        flush=True,
+    )
     report["pass"] = ok
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import re
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def old_module(rev: str):
-    text = subprocess.run(["git", "show", f"{rev}:tools/profile/bottleneck.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["git", "show", f"{rev}:tools/profile/bottleneck.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "old_bottleneck.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("old_bottleneck", path)
@@ -31,7 +32,6 @@ def old_module(rev: str):
 
 def main() -> None:
     import test_findings as tf  # the fixtures' tasks and contexts, as the tests read them
-
     from kernelfix.tools.profile import ncu_csv
 
     ap = argparse.ArgumentParser()
@@ -44,8 +44,17 @@ def main() -> None:
         flops, nbytes, _ = tf.TASKS[h["task"]]
         kernels = ncu_csv.parse((tf.FIX / f"{case}.details.csv").read_text()).kernels
         ms = tf.MEASURED_MS.get(case)
-        timings = tf.Timings(candidate=tf.TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100), bytes_moved=nbytes) if ms else tf.Timings(bytes_moved=nbytes)
-        before = old.from_ncu(kernels, timings=timings, task_flops=flops, max_launches=3 if "many_launches" in case else None)
+        timings = (
+            tf.Timings(
+                candidate=tf.TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100),
+                bytes_moved=nbytes,
+            )
+            if ms
+            else tf.Timings(bytes_moved=nbytes)
+        )
+        before = old.from_ncu(
+            kernels, timings=timings, task_flops=flops, max_launches=3 if "many_launches" in case else None
+        )
         after = tf.report(case)
         print(f"### {case} ({h['defect']})\n")
         print("Before:\n\n```\n" + "\n".join(before.highlights) + "\n```\n")

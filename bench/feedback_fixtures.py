@@ -24,10 +24,20 @@ sys.path.insert(0, str(ROOT))
 # The source page's columns the findings read (tools/profile/findings.py), after "Line No", "Source",
 # "Address", "Source" (the CUDA line and the SASS instruction).
 SOURCE_COLUMNS = (
-    "Warp Stall Sampling (All Samples)", "Instructions Executed", "Thread Instructions Executed", "Divergent Branches",
-    "Address Space", "Access Operation", "Access Size", "L1 Conflicts Shared N-Way", "L1 Wavefronts Shared",
-    "L1 Wavefronts Shared Excessive", "L1 Wavefronts Shared Ideal", "L2 Theoretical Sectors Global",
-    "L2 Theoretical Sectors Global Excessive", "L2 Theoretical Sectors Global Ideal",
+    "Warp Stall Sampling (All Samples)",
+    "Instructions Executed",
+    "Thread Instructions Executed",
+    "Divergent Branches",
+    "Address Space",
+    "Access Operation",
+    "Access Size",
+    "L1 Conflicts Shared N-Way",
+    "L1 Wavefronts Shared",
+    "L1 Wavefronts Shared Excessive",
+    "L1 Wavefronts Shared Ideal",
+    "L2 Theoretical Sectors Global",
+    "L2 Theoretical Sectors Global Excessive",
+    "L2 Theoretical Sectors Global Ideal",
 )
 
 
@@ -47,7 +57,10 @@ def source_page(text: str) -> str:
         elif row[0] == "Line No" or row[0].strip():  # the header, a source line
             w.writerow([row[i] if i < len(row) else "" for i in keep])
         else:  # a SASS row: its instruction and how often it ran are all the findings read of it
-            cells = [(row[i] if i < len(row) else "") if i in (0, 1, 3) or header_of[i] == "Instructions Executed" else "" for i in keep]
+            cells = [
+                (row[i] if i < len(row) else "") if i in (0, 1, 3) or header_of[i] == "Instructions Executed" else ""
+                for i in keep
+            ]
             cells[3] = cells[3].strip()
             w.writerow(cells)
         if row[0] == "Line No":

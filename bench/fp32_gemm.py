@@ -20,7 +20,11 @@ import json
 from pathlib import Path
 
 CONFIGS = [  # BM, BN, BK, warps, stages
-    (128, 128, 32, 8, 3), (128, 128, 64, 8, 3), (128, 64, 32, 4, 4), (64, 64, 32, 4, 4), (256, 128, 32, 8, 3),
+    (128, 128, 32, 8, 3),
+    (128, 128, 64, 8, 3),
+    (128, 64, 32, 4, 4),
+    (64, 64, 32, 4, 4),
+    (256, 128, 32, 8, 3),
 ]
 
 
@@ -29,8 +33,19 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                      PRECISION: tl.constexpr, GROUP_M: tl.constexpr):
+    def matmul_kernel(
+        a_ptr,
+        b_ptr,
+        c_ptr,
+        M,
+        N,
+        K,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+        PRECISION: tl.constexpr,
+        GROUP_M: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
         group = pid // (GROUP_M * grid_n)
@@ -44,8 +59,16 @@ def _kernel():
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
             kk = k0 + rk
-            a = tl.load(a_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-            b = tl.load(b_ptr + kk[:, None].to(tl.int64) * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            a = tl.load(
+                a_ptr + rm[:, None].to(tl.int64) * K + kk[None, :],
+                mask=(rm[:, None] < M) & (kk[None, :] < K),
+                other=0.0,
+            )
+            b = tl.load(
+                b_ptr + kk[:, None].to(tl.int64) * N + rn[None, :],
+                mask=(kk[:, None] < K) & (rn[None, :] < N),
+                other=0.0,
+            )
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         mask = (rm[:, None] < M) & (rn[None, :] < N)
         tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], acc, mask=mask)
@@ -56,10 +79,9 @@ def _kernel():
 def main() -> int:
     import torch
     import triton
-    from triton.testing import do_bench
-
     from kernelfix.tools.correctness.chunked import relative_error
     from kernelfix.tools.correctness.compare import truth_check
+    from triton.testing import do_bench
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096, 8192])
@@ -72,7 +94,7 @@ def main() -> int:
         torch.manual_seed(0)
         a = torch.randn(n, n, device="cuda") / n**0.25
         b = torch.randn(n, n, device="cuda") / n**0.25
-        truth = (a.double() @ b.double())
+        truth = a.double() @ b.double()
         torch.backends.cuda.matmul.allow_tf32 = False
         ref = a @ b
         ref_err = relative_error(truth, ref) or 0.0
@@ -86,13 +108,26 @@ def main() -> int:
             allclose = bool(torch.allclose(out, ref, atol=1e-4, rtol=1e-4))
             t = truth_check(ref, truth, out, factor=8.0, rel_error_tol=1e-2)
             precise = err is not None and err <= max(10.0 * ref_err, 3e-5)
-            row = {"n": n, "method": name, "config": config, "ms": ms, "tflops": flops / ms / 1e9, "rel_error": err,
-                   "reference_rel_error": ref_err, "kernelbench_allclose": allclose, "float64_rule": t.passed,
-                   "precision_rule": precise, "judge_accepts": (allclose or t.passed) and precise}
+            row = {
+                "n": n,
+                "method": name,
+                "config": config,
+                "ms": ms,
+                "tflops": flops / ms / 1e9,
+                "rel_error": err,
+                "reference_rel_error": ref_err,
+                "kernelbench_allclose": allclose,
+                "float64_rule": t.passed,
+                "precision_rule": precise,
+                "judge_accepts": (allclose or t.passed) and precise,
+            }
             rows.append(row)
-            print(f"n={n} {name:<16} {ms:8.3f} ms {row['tflops']:7.1f} TFLOP/s  rel.err {err:.2e} (ref {ref_err:.2e})  "
-                  f"allclose={allclose} float64_rule={t.passed} precision_rule={precise} -> judge {'accepts' if row['judge_accepts'] else 'rejects'}"
-                  + (f"  config={config}" if config else ""), flush=True)
+            print(
+                f"n={n} {name:<16} {ms:8.3f} ms {row['tflops']:7.1f} TFLOP/s  rel.err {err:.2e} (ref {ref_err:.2e})  "
+                f"allclose={allclose} float64_rule={t.passed} precision_rule={precise} -> judge {'accepts' if row['judge_accepts'] else 'rejects'}"
+                + (f"  config={config}" if config else ""),
+                flush=True,
+            )
 
         judged("cublas_fp32", lambda: a @ b)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -105,7 +140,21 @@ def main() -> int:
                 grid = (triton.cdiv(n, bm) * triton.cdiv(n, bn),)
 
                 def run(bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, c=c, grid=grid):
-                    kernel[grid](a, b, c, n, n, n, BM=bm, BN=bn, BK=bk, PRECISION=precision, GROUP_M=8, num_warps=warps, num_stages=stages)
+                    kernel[grid](
+                        a,
+                        b,
+                        c,
+                        n,
+                        n,
+                        n,
+                        BM=bm,
+                        BN=bn,
+                        BK=bk,
+                        PRECISION=precision,
+                        GROUP_M=8,
+                        num_warps=warps,
+                        num_stages=stages,
+                    )
                     return c
 
                 try:

@@ -78,7 +78,9 @@ def compile_warm(model, call, notes: list[str], label: str):
         call(c)
         return c
     except Exception as e:
-        notes.append(f"{label}: fullgraph=True failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); compiled without it")
+        notes.append(
+            f"{label}: fullgraph=True failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); compiled without it"
+        )
         c = torch.compile(model)
         call(c)
         return c
@@ -87,6 +89,7 @@ def compile_warm(model, call, notes: list[str], label: str):
 def prefill(family, size, device, dtype, batch, seq, tuned_dir, swaps, rounds, round_ms) -> dict:
     """The model's forward (the prefill: batch x seq tokens, no grad): original and tuned, eager and compiled."""
     from kernelfix.capture.output_tolerance import tolerance_for
+
     from kernelfix.tune.timing import paired_rounds
 
     dev = torch.device(device)
@@ -106,7 +109,9 @@ def prefill(family, size, device, dtype, batch, seq, tuned_dir, swaps, rounds, r
             out["compiled_logits_max_abs_diff"] = (c_tuned(ids).logits.float() - want.float()).abs().max().item()
         except Exception as e:  # the eager timing still stands; the compiled row says why it is missing
             c_tuned = None
-            out["compiled_error"] = f"the tuned model does not compile: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            out["compiled_error"] = (
+                f"the tuned model does not compile: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            )
         out["compile_s"] = round(time.monotonic() - t0, 1)
         fns = [lambda: original(ids), lambda: tuned(ids), lambda: c_orig(ids)]
         if c_tuned is not None:
@@ -135,20 +140,26 @@ def generate(family, size, device, dtype, batch, seq, new_tokens, tuned_dir, swa
     kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     res: dict[str, list] = {"original": [], "tuned": []}
     toks = {}
-    torch.use_deterministic_algorithms(True, warn_only=True)  # (CUBLAS_WORKSPACE_CONFIG set by the bench before CUDA starts)
+    torch.use_deterministic_algorithms(
+        True, warn_only=True
+    )  # (CUBLAS_WORKSPACE_CONFIG set by the bench before CUDA starts)
     with torch.no_grad():
         for name, m in (("original", original), ("tuned", tuned)):
             toks[name] = m.generate(ids, **kw)  # warm-up, and the tokens
         again = original.generate(ids, **kw)  # the control: is the original's own generate() the same twice?
         calls.clear()
         for r in range(reps):
-            for name, m in ((("original", original), ("tuned", tuned)) if r % 2 == 0 else (("tuned", tuned), ("original", original))):
+            for name, m in (
+                (("original", original), ("tuned", tuned)) if r % 2 == 0 else (("tuned", tuned), ("original", original))
+            ):
                 res[name].append(call_ms(lambda m=m: m.generate(ids, **kw), dev))
     same = bool(torch.equal(toks["original"], toks["tuned"]))
     return {
-        "tokens_identical": same, "original_repeats_itself": bool(torch.equal(toks["original"], again)),
+        "tokens_identical": same,
+        "original_repeats_itself": bool(torch.equal(toks["original"], again)),
         "new_tokens": int(toks["tuned"].shape[1] - ids.shape[1]),
-        "kernel_calls_per_generate": len(calls) / max(1, reps), "fallbacks": sum(k.fallbacks for k in swapped(tuned)),
+        "kernel_calls_per_generate": len(calls) / max(1, reps),
+        "fallbacks": sum(k.fallbacks for k in swapped(tuned)),
         "first_difference": None if same else int((toks["original"] != toks["tuned"]).nonzero()[0, 1].item()),
         **comparison(res["original"], res["tuned"], 1),
     }
@@ -170,6 +181,7 @@ def train(family, size, device, dtype, batch, seq, tuned_dir, swaps, rounds, rou
             loss = m(ids, labels=ids).loss
             loss.backward()
             return loss
+
         return run
 
     original = build(family, size, device, dtype).train()

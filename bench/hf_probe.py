@@ -36,7 +36,9 @@ def cuda_ms(fn, reps: int = 10, warmup: int = 3) -> list[float]:
 
 def summary(xs: list[float]) -> str:
     s = sorted(xs)
-    return f"median {statistics.median(s):.3f} ms (p10 {s[len(s) // 10]:.3f}, p90 {s[(9 * len(s)) // 10]:.3f}, n={len(s)})"
+    return (
+        f"median {statistics.median(s):.3f} ms (p10 {s[len(s) // 10]:.3f}, p90 {s[(9 * len(s)) // 10]:.3f}, n={len(s)})"
+    )
 
 
 def grouped_mm_probe() -> None:
@@ -44,13 +46,16 @@ def grouped_mm_probe() -> None:
         x = torch.randn(64, 128, device="cuda", dtype=dtype)
         w = torch.randn(4, 128, 256, device="cuda", dtype=dtype)
         offs = torch.tensor([16, 32, 48, 64], device="cuda", dtype=torch.int32)
-        for name, f in (("torch._grouped_mm", getattr(torch, "_grouped_mm", None)), ("F.grouped_mm", getattr(torch.nn.functional, "grouped_mm", None))):
+        for name, f in (
+            ("torch._grouped_mm", getattr(torch, "_grouped_mm", None)),
+            ("F.grouped_mm", getattr(torch.nn.functional, "grouped_mm", None)),
+        ):
             if f is None:
                 print(f"grouped_mm {name} {dtype}: absent")
                 continue
             try:
                 o = f(x, w, offs=offs)
-                ref = torch.cat([x[16 * i:16 * (i + 1)].float() @ w[i].float() for i in range(4)])
+                ref = torch.cat([x[16 * i : 16 * (i + 1)].float() @ w[i].float() for i in range(4)])
                 print(f"grouped_mm {name} {dtype}: ok, max err {float((o.float() - ref).abs().max()):.3g}")
             except Exception as e:
                 print(f"grouped_mm {name} {dtype}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
@@ -80,7 +85,9 @@ def llama(args) -> None:
         out = model.generate(short, max_new_tokens=64, do_sample=False)
         torch.cuda.synchronize()
         print(f"generate 64 tokens (warm-up): {time.perf_counter() - t0:.3f} s")
-        gen = cuda_ms(lambda: model.generate(short, max_new_tokens=64, do_sample=False, min_new_tokens=64), reps=3, warmup=1)
+        gen = cuda_ms(
+            lambda: model.generate(short, max_new_tokens=64, do_sample=False, min_new_tokens=64), reps=3, warmup=1
+        )
         print("generate 64 tokens, batch 8, prompt 128:", summary(gen), out.shape)
     if args.skip_liger:
         return
@@ -108,7 +115,9 @@ def moe(args) -> None:
     model = build_model("qwen3_moe", "realistic", device="cuda", dtype=torch.bfloat16).eval()
     ids = make_inputs("qwen3_moe", "realistic", 8, 1024, "cuda")
     n = sum(p.numel() for p in model.parameters())
-    print(f"qwen3_moe: {n / 1e6:.0f}M parameters, experts implementation {getattr(model.config, '_experts_implementation', None)}")
+    print(
+        f"qwen3_moe: {n / 1e6:.0f}M parameters, experts implementation {getattr(model.config, '_experts_implementation', None)}"
+    )
     with torch.no_grad():
         print("prefill eager:", summary(cuda_ms(lambda: model(ids), reps=10)))
         top_kernels(lambda: model(ids), n=15)
@@ -122,8 +131,17 @@ def main() -> None:
     import transformers
     import triton
 
-    print("torch", torch.__version__, "transformers", transformers.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0),
-          torch.cuda.device_count(), "GPUs")
+    print(
+        "torch",
+        torch.__version__,
+        "transformers",
+        transformers.__version__,
+        "triton",
+        triton.__version__,
+        torch.cuda.get_device_name(0),
+        torch.cuda.device_count(),
+        "GPUs",
+    )
     grouped_mm_probe()
     llama(args)
     if not args.skip_moe:

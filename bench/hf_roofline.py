@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 
 import torch
-
 from hf_measure import H200_BF16_TFLOPS, H200_SPEC_TBS, SRC, build, tokens, tuned_model
 
 
@@ -60,8 +59,15 @@ def kernel_table(model, ids, device: torch.device, steps: int = 3) -> dict:
             rows.append({"kernel": e.key, "calls": e.count / steps, "ms": e.self_cpu_time_total / 1e3 / steps})
         if e.flops and e.device_type == torch.autograd.DeviceType.CPU and device.type == "cuda" and e.device_time_total:
             tflops = e.flops / (e.device_time_total * 1e-6) / 1e12
-            gemms.append({"op": e.key, "calls": e.count / steps, "ms": e.device_time_total / 1e3 / steps, "tflops": round(tflops, 1),
-                          "of_peak": round(tflops / H200_BF16_TFLOPS, 3)})
+            gemms.append(
+                {
+                    "op": e.key,
+                    "calls": e.count / steps,
+                    "ms": e.device_time_total / 1e3 / steps,
+                    "tflops": round(tflops, 1),
+                    "of_peak": round(tflops / H200_BF16_TFLOPS, 3),
+                }
+            )
     total = sum(r["ms"] for r in rows) or 1.0
     rows.sort(key=lambda r: -r["ms"])
     for r in rows:
@@ -84,8 +90,12 @@ def _llama_kernels(cfg, b: int, t: int, device, dtype, train: bool) -> list[tupl
     out = [
         ("rmsnorm_fwd", f"[{m}, {c}]", lambda: norm.rmsnorm_forward(x, w, 1e-6), 2 * m * c * e + c * e + 4 * m),
         ("swiglu_fwd", f"[{m}, {i}]", lambda: mlp.swiglu(g, u), 3 * m * i * e),
-        ("rope_qkv_fwd", f"q [{m}, {h}x{d}], k/v [{m}, {hkv}x{d}]", lambda: attn.rope_qkv(ql, kl, vl, cos, sin, b, t, h, hkv, d, False),
-         2 * m * (h + 2 * hkv) * d * e + 2 * t * d * e),
+        (
+            "rope_qkv_fwd",
+            f"q [{m}, {h}x{d}], k/v [{m}, {hkv}x{d}]",
+            lambda: attn.rope_qkv(ql, kl, vl, cos, sin, b, t, h, hkv, d, False),
+            2 * m * (h + 2 * hkv) * d * e + 2 * t * d * e,
+        ),
     ]
     if train:
         _, x2, rstd = norm.rmsnorm_forward(x, w, 1e-6)
@@ -93,15 +103,24 @@ def _llama_kernels(cfg, b: int, t: int, device, dtype, train: bool) -> list[tupl
         out += [
             ("rmsnorm_bwd", f"[{m}, {c}]", lambda: norm.rmsnorm_backward(x, x2, w, rstd), 3 * m * c * e + 4 * m),
             ("swiglu_bwd", f"[{m}, {i}]", lambda: mlp.swiglu_backward(g, g, u), 5 * m * i * e),
-            ("rope_qkv_bwd", f"q [{m}, {h}x{d}], k/v [{m}, {hkv}x{d}]",
-             lambda: attn.rope_qkv_backward(q4, k4, k4, k4, k4, cos, sin, b, t, h, hkv, d), (2 * h + 6 * hkv) * m * d * e),
+            (
+                "rope_qkv_bwd",
+                f"q [{m}, {h}x{d}], k/v [{m}, {hkv}x{d}]",
+                lambda: attn.rope_qkv_backward(q4, k4, k4, k4, k4, cos, sin, b, t, h, hkv, d),
+                (2 * h + 6 * hkv) * m * d * e,
+            ),
         ]
     return out
 
 
 def _moe_kernels(cfg, b: int, t: int, device, dtype) -> list[tuple[str, str, object, int]]:
     norm, moe = _src("rmsnorm"), _src("moe_experts")
-    n, c, k, ne = b * t, cfg.hidden_size, cfg.num_experts_per_tok, getattr(cfg, "num_experts", None) or cfg.num_local_experts
+    n, c, k, ne = (
+        b * t,
+        cfg.hidden_size,
+        cfg.num_experts_per_tok,
+        getattr(cfg, "num_experts", None) or cfg.num_local_experts,
+    )
     inter = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
     h, d = cfg.num_attention_heads, getattr(cfg, "head_dim", None) or c // cfg.num_attention_heads
     s, e = n * k, torch.finfo(dtype).bits // 8
@@ -109,14 +128,28 @@ def _moe_kernels(cfg, b: int, t: int, device, dtype) -> list[tuple[str, str, obj
     idx = torch.randint(0, ne, (n * k,), device=device)
     pos, _ = moe.route(idx, ne)
     wts = torch.rand(n * k, device=device, dtype=dtype)
-    gu, y, qn, wq = (torch.randn(s, 2 * inter, device=device, dtype=dtype), torch.randn(s, c, device=device, dtype=dtype),
-                     torch.randn(n * h, d, device=device, dtype=dtype), torch.randn(d, device=device, dtype=dtype))
+    gu, y, qn, wq = (
+        torch.randn(s, 2 * inter, device=device, dtype=dtype),
+        torch.randn(s, c, device=device, dtype=dtype),
+        torch.randn(n * h, d, device=device, dtype=dtype),
+        torch.randn(d, device=device, dtype=dtype),
+    )
     return [
         ("moe_route", f"{s} choices, {ne} experts", lambda: moe.route(idx, ne), 2 * s * 8 + s * 4),
         ("moe_gather", f"[{s}, {c}]", lambda: moe.gather(x, pos, k), 2 * s * c * e + s * 4),
         ("moe_swiglu", f"[{s}, {inter}]", lambda: moe.swiglu_halves(gu), 3 * s * inter * e),
-        ("moe_combine", f"[{n}, {c}] from {k} rows each", lambda: moe.combine(y, pos, wts, n, k, dtype), (k + 1) * n * c * e + s * (4 + e)),
-        ("rmsnorm_fwd (q_norm)", f"[{n * h}, {d}]", lambda: norm.rmsnorm_forward(qn, wq, 1e-6), 2 * n * h * d * e + 4 * n * h),
+        (
+            "moe_combine",
+            f"[{n}, {c}] from {k} rows each",
+            lambda: moe.combine(y, pos, wts, n, k, dtype),
+            (k + 1) * n * c * e + s * (4 + e),
+        ),
+        (
+            "rmsnorm_fwd (q_norm)",
+            f"[{n * h}, {d}]",
+            lambda: norm.rmsnorm_forward(qn, wq, 1e-6),
+            2 * n * h * d * e + 4 * n * h,
+        ),
         ("rmsnorm_fwd", f"[{n}, {c}]", lambda: norm.rmsnorm_forward(x, x[0], 1e-6), 2 * n * c * e + 4 * n),
     ]
 
@@ -129,12 +162,25 @@ def profile(family, size, device, dtype, batch, seq, tuned_dir, swaps: str, trai
     bw = copy_tbs(dev)
     out["copy_tbs"] = None if bw is None else round(bw, 3)
     cfg = model.config
-    specs = _llama_kernels(cfg, batch, seq, dev, dtype, train) if family == "llama" else _moe_kernels(cfg, batch, seq, dev, dtype)
+    specs = (
+        _llama_kernels(cfg, batch, seq, dev, dtype, train)
+        if family == "llama"
+        else _moe_kernels(cfg, batch, seq, dev, dtype)
+    )
     rows = []
     for name, shape, fn, nbytes in specs:
         ms = _time_ms(fn, dev, 30 if dev.type == "cuda" else 2)
         tbs = nbytes / (ms * 1e-3) / 1e12
-        rows.append({"kernel": name, "shape": shape, "ms": round(ms, 4), "bytes": nbytes, "tbs": round(tbs, 3),
-                     "of_copy": None if bw is None else round(tbs / bw, 3), "of_spec": round(tbs / H200_SPEC_TBS, 3)})
+        rows.append(
+            {
+                "kernel": name,
+                "shape": shape,
+                "ms": round(ms, 4),
+                "bytes": nbytes,
+                "tbs": round(tbs, 3),
+                "of_copy": None if bw is None else round(tbs / bw, 3),
+                "of_spec": round(tbs / H200_SPEC_TBS, 3),
+            }
+        )
     out["roofline"] = rows
     return out

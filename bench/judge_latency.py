@@ -43,9 +43,14 @@ CANDS = ROOT / "bench" / "candidates"
 
 def _row(name: str, t0: float, v) -> dict:
     return {
-        "case": name, "seconds": round(time.monotonic() - t0, 2), "category": v.category.value, "message": v.message,
-        "stage_seconds": v.stage_seconds, "breakdown": v.breakdown,
-        "speedup_eager": v.speedup_eager, "speedup_compile": v.speedup_compile,
+        "case": name,
+        "seconds": round(time.monotonic() - t0, 2),
+        "category": v.category.value,
+        "message": v.message,
+        "stage_seconds": v.stage_seconds,
+        "breakdown": v.breakdown,
+        "speedup_eager": v.speedup_eager,
+        "speedup_compile": v.speedup_compile,
         "candidate_ms": v.timings.candidate.median_ms if v.timings and v.timings.candidate else None,
         "eager_ms": v.timings.eager.median_ms if v.timings and v.timings.eager else None,
         "compile_ms": v.timings.compiled.median_ms if v.timings and v.timings.compiled else None,
@@ -61,7 +66,10 @@ def judge_once(judge, name: str, source: str, *, prestart: bool = False) -> dict
     t0 = time.monotonic()
     v = judge.evaluate(source, filename=f"{name}.py", workdir=wd)
     row = _row(name, t0, v)
-    print(f"{name:<14} {row['seconds']:7.2f} s  {row['category']:<34} stages {_fmt(v.stage_seconds)}  inside {_fmt(v.breakdown)}", flush=True)
+    print(
+        f"{name:<14} {row['seconds']:7.2f} s  {row['category']:<34} stages {_fmt(v.stage_seconds)}  inside {_fmt(v.breakdown)}",
+        flush=True,
+    )
     return row
 
 
@@ -73,11 +81,23 @@ def old_judge(old: Path, task: Path, cand: Path) -> dict:
     """The earlier judge, as a user ran it: ``kernelfix eval --json`` in a fresh process."""
     env = {**os.environ, "PYTHONPATH": f"{old}:{os.environ.get('PYTHONPATH', '')}"}
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-P", "-m", "kernelfix", "eval", str(task), str(cand), "--json"], env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-P", "-m", "kernelfix", "eval", str(task), str(cand), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     secs = round(time.monotonic() - t0, 2)
     try:
         v = json.loads(p.stdout)
-        row = {"case": "old_judge", "seconds": secs, "category": v["category"], "stage_seconds": v.get("stage_seconds"), "message": v.get("message")}
+        row = {
+            "case": "old_judge",
+            "seconds": secs,
+            "category": v["category"],
+            "stage_seconds": v.get("stage_seconds"),
+            "message": v.get("message"),
+        }
     except ValueError:
         row = {"case": "old_judge", "seconds": secs, "category": "?", "message": p.stderr[-800:]}
     print(f"{'old_judge':<14} {secs:7.2f} s  {row['category']}  stages {row.get('stage_seconds')}", flush=True)
@@ -95,18 +115,26 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-bench-cache-"))  # cold caches
     import torch
-
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 
-    print(f"judge latency on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cache {os.environ['KERNELFIX_CACHE']}", flush=True)
+    print(
+        f"judge latency on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, cache {os.environ['KERNELFIX_CACHE']}",
+        flush=True,
+    )
     rows: list[dict] = []
     gelu = KB / "88_MinGPTNewGelu.py"
     triton_src = (CANDS / "gelu_triton.py").read_text()
     cuda_src = (CANDS / "gelu_cuda.py").read_text()
     with Judge(gelu, JudgeConfig()) as judge:
         rows.append(judge_once(judge, "first", triton_src))
-        rows.append(judge_once(judge, "cold_triton", triton_src.replace("BLOCK=4096", "BLOCK=2048").replace("cdiv(n, 4096)", "cdiv(n, 2048)")))
+        rows.append(
+            judge_once(
+                judge,
+                "cold_triton",
+                triton_src.replace("BLOCK=4096", "BLOCK=2048").replace("cdiv(n, 4096)", "cdiv(n, 2048)"),
+            )
+        )
         for i in range(args.repeat):
             rows.append(judge_once(judge, "warm_triton", triton_src))
         for i in range(args.repeat):

@@ -36,7 +36,6 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
-
     from kernelfix.tools.correctness import fused
     from kernelfix.tools.correctness.chunked import relative_error, same_bytes
     from kernelfix.tools.correctness.compare import compare
@@ -94,21 +93,52 @@ def main() -> None:
         part = torch.empty((programs, fused.PAIR_COLS), dtype=torch.float64, device="cuda")
         p = torch.tensor([1e-4, 1e-4, 0.0], dtype=torch.float64, device="cuda")
         for warps in (4, 8, 16, 32):
+
             def launch(w=warps):
-                pair[(programs,)](ref, cand, part, n, p, COLS=fused.PAIR_COLS, BLOCK=fused.BLOCK, ITERS=fused.ITERS,
-                                  enable_fp_fusion=False, num_warps=w)
+                pair[(programs,)](
+                    ref,
+                    cand,
+                    part,
+                    n,
+                    p,
+                    COLS=fused.PAIR_COLS,
+                    BLOCK=fused.BLOCK,
+                    ITERS=fused.ITERS,
+                    enable_fp_fusion=False,
+                    num_warps=w,
+                )
+
             launch()  # compiled before it is timed
             timed(f"pair_kernel_{warps}_warps", launch, 2 * f4)
         truth = kernels[1]
         tpart = torch.empty((programs, fused.TRUTH_COLS), dtype=torch.float64, device="cuda")
         for warps in (8, 32):
+
             def launch_truth(w=warps):
-                truth[(programs,)](ref, out64, cand, tpart, n, p, COLS=fused.TRUTH_COLS, BLOCK=fused.BLOCK, ITERS=fused.ITERS,
-                                   enable_fp_fusion=False, num_warps=w)
+                truth[(programs,)](
+                    ref,
+                    out64,
+                    cand,
+                    tpart,
+                    n,
+                    p,
+                    COLS=fused.TRUTH_COLS,
+                    BLOCK=fused.BLOCK,
+                    ITERS=fused.ITERS,
+                    enable_fp_fusion=False,
+                    num_warps=w,
+                )
+
             launch_truth()
             timed(f"truth_kernel_{warps}_warps", launch_truth, 2 * f4 + 8 * n)
     out64 = None  # freed (None, not del: the lambdas above name it)
-    result = {"numel": n, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "fused": fused.failed or "ok", "rows": rows}
+    result = {
+        "numel": n,
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "fused": fused.failed or "ok",
+        "rows": rows,
+    }
     Path(a.out).write_text(json.dumps(result, indent=1))
     print(f"one trial's passes, {n * 4 / 2**30:.1f} GiB float32, on {result['gpu']} (median of {a.repeat}; seconds)")
     for k, r in rows.items():

@@ -41,20 +41,43 @@ def main() -> None:
                 t0 = time.monotonic()
                 v = judge.evaluate((ROOT / cand).read_text(), filename=Path(cand).name)
                 total = time.monotonic() - t0
-                rows.append({
-                    "case": label, "run": i + 1, "reference_s": ref_s if i == 0 else 0.0, "total_s": total,
-                    **{f"{k}_s": s for k, s in v.stage_seconds.items()},
-                    "category": v.category.value, "speedup_eager": v.speedup_eager, "speedup_compile": v.speedup_compile,
-                    "candidate_ms": v.timings.candidate.median_ms if v.timings and v.timings.candidate else None,
-                    "eager_ms": v.timings.eager.median_ms if v.timings and v.timings.eager else None,
-                    "compile_ms": v.timings.compiled.median_ms if v.timings and v.timings.compiled else None,
-                    "gpu": v.timings.gpu if v.timings else None,
-                })
+                rows.append(
+                    {
+                        "case": label,
+                        "run": i + 1,
+                        "reference_s": ref_s if i == 0 else 0.0,
+                        "total_s": total,
+                        **{f"{k}_s": s for k, s in v.stage_seconds.items()},
+                        "category": v.category.value,
+                        "speedup_eager": v.speedup_eager,
+                        "speedup_compile": v.speedup_compile,
+                        "candidate_ms": v.timings.candidate.median_ms if v.timings and v.timings.candidate else None,
+                        "eager_ms": v.timings.eager.median_ms if v.timings and v.timings.eager else None,
+                        "compile_ms": v.timings.compiled.median_ms if v.timings and v.timings.compiled else None,
+                        "gpu": v.timings.gpu if v.timings else None,
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
-    cols = ["case", "run", "reference_s", "compile_s", "correctness_s", "legality_s", "benchmark_s", "total_s", "category", "candidate_ms", "eager_ms", "compile_ms", "speedup_eager"]
+    cols = [
+        "case",
+        "run",
+        "reference_s",
+        "compile_s",
+        "correctness_s",
+        "legality_s",
+        "benchmark_s",
+        "total_s",
+        "category",
+        "candidate_ms",
+        "eager_ms",
+        "compile_ms",
+        "speedup_eager",
+    ]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r.get(c):.3g}" if isinstance(r.get(c), float) else str(r.get(c)) for c in cols) + " |")
+        print(
+            "| " + " | ".join(f"{r.get(c):.3g}" if isinstance(r.get(c), float) else str(r.get(c)) for c in cols) + " |"
+        )
     for stage in ("compile_s", "correctness_s", "legality_s", "benchmark_s"):
         vals = [r[stage] for r in rows if r.get(stage) is not None]
         if vals:

@@ -43,7 +43,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KB = Path(os.environ.get("KERNELFIX_BENCH_TASKS", ROOT / "tests" / "kernelbench" / "level1"))  # small copies for a dry run on CPU
+KB = Path(
+    os.environ.get("KERNELFIX_BENCH_TASKS", ROOT / "tests" / "kernelbench" / "level1")
+)  # small copies for a dry run on CPU
 CANDS = ROOT / "bench" / "candidates"
 
 
@@ -54,11 +56,19 @@ def _mix(n: int) -> list[tuple[str, str, str]]:
     matmul = (CANDS / "matmul_triton.py").read_text()
     out: list[tuple[str, str, str]] = []
     kinds = [
-        ("88_MinGPTNewGelu", "gelu ok", lambda i: gelu.replace("4096", str(512 << (i % 4)))),  # block sizes: tl.arange wants powers of 2
+        (
+            "88_MinGPTNewGelu",
+            "gelu ok",
+            lambda i: gelu.replace("4096", str(512 << (i % 4))),
+        ),  # block sizes: tl.arange wants powers of 2
         ("23_Softmax", "softmax ok", lambda i: softmax.replace("BLOCK=2048", f"BLOCK={1024 << (i % 3)}")),
         ("88_MinGPTNewGelu", "gelu wrong", lambda i: gelu.replace("0.5 * x", f"0.{6 + i % 3} * x")),
         ("1_Square_matrix_multiplication_", "matmul ok", lambda i: matmul.replace("BK=32", f"BK={16 * (1 + i % 2)}")),
-        ("88_MinGPTNewGelu", "gelu torch", lambda i: gelu.replace("return y", "return torch.tanh(y) if False else y * 1.0")),
+        (
+            "88_MinGPTNewGelu",
+            "gelu torch",
+            lambda i: gelu.replace("return y", "return torch.tanh(y) if False else y * 1.0"),
+        ),
         ("88_MinGPTNewGelu", "gelu syntax", lambda i: gelu.replace("def forward(self, x):", "def forward(self, x)")),
     ]
     for i in range(n):
@@ -89,7 +99,7 @@ def lease_use(holds: list[dict]) -> dict:
     spans = sorted(holds, key=lambda h: h["got"])
     bad = 0
     for i, a in enumerate(spans):
-        for b in spans[i + 1:]:
+        for b in spans[i + 1 :]:
             if b["got"] >= a["released"] - 1e-3:
                 break
             bad += mode(a) == "exclusive" or mode(b) == "exclusive"
@@ -131,9 +141,15 @@ def room_waits(holds: list[dict]) -> dict:
 def sanitizer_share(rows: list[dict], holds: list[dict], wall_s: float) -> dict:
     """The sanitizer stage's seconds (summed over verdicts), the verdicts that ran it, and its holds of the GPU's lock."""
     stage = sum((r.get("stage_seconds") or {}).get("sanitize", 0.0) for r in rows)
-    held = sum(h["released"] - h["got"] for h in holds if h.get("mode") != "room" and _kind(h["what"]).startswith("sanitize"))
-    return {"verdicts": sum("sanitize" in (r.get("stage_seconds") or {}) for r in rows), "stage_s": round(stage, 1),
-            "gpu_held_s": round(held, 1), "gpu_held_fraction_of_wall": round(held / wall_s, 3) if wall_s else None}
+    held = sum(
+        h["released"] - h["got"] for h in holds if h.get("mode") != "room" and _kind(h["what"]).startswith("sanitize")
+    )
+    return {
+        "verdicts": sum("sanitize" in (r.get("stage_seconds") or {}) for r in rows),
+        "stage_s": round(stage, 1),
+        "gpu_held_s": round(held, 1),
+        "gpu_held_fraction_of_wall": round(held / wall_s, 3) if wall_s else None,
+    }
 
 
 def memory_by_stage(holds: list[dict], samples: list[tuple[float, float]]) -> dict:
@@ -147,9 +163,22 @@ def memory_by_stage(holds: list[dict], samples: list[tuple[float, float]]) -> di
         for o in rooms:  # cut out the spans another stage held room beside it
             if o is r or o["released"] <= r["got"] or o["got"] >= r["released"]:
                 continue
-            alone = [piece for a, b in alone for piece in ((a, min(b, o["got"])), (max(a, o["released"]), b)) if piece[1] > piece[0]]
+            alone = [
+                piece
+                for a, b in alone
+                for piece in ((a, min(b, o["got"])), (max(a, o["released"]), b))
+                if piece[1] > piece[0]
+            ]
         used = [mib for t, mib in samples if any(a <= t < b for a, b in alone)]
-        row = out.setdefault(r["what"], {"declared_gib": round((r.get("need_bytes") or 0) / 2**30, 2), "stages": 0, "alone_samples": 0, "max_used_alone_gib": None})
+        row = out.setdefault(
+            r["what"],
+            {
+                "declared_gib": round((r.get("need_bytes") or 0) / 2**30, 2),
+                "stages": 0,
+                "alone_samples": 0,
+                "max_used_alone_gib": None,
+            },
+        )
         row["stages"] += 1
         row["alone_samples"] += len(used)
         if used:
@@ -169,8 +198,12 @@ class MemorySampler:
         self._proc = None
         if shutil.which("nvidia-smi") is None:
             return
-        self._proc = subprocess.Popen(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self._proc = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -198,7 +231,10 @@ def _stage_sums(rows: list[dict]) -> dict:
     out: dict[str, dict[str, float]] = {}
     for r in rows:
         sums = out.setdefault(r["task"], {})
-        for k, v in {**{f"stage.{k}": v for k, v in (r.get("stage_seconds") or {}).items()}, **(r.get("breakdown") or {})}.items():
+        for k, v in {
+            **{f"stage.{k}": v for k, v in (r.get("stage_seconds") or {}).items()},
+            **(r.get("breakdown") or {}),
+        }.items():
             if isinstance(v, (int, float)):
                 sums[k] = round(sums.get(k, 0.0) + v, 2)
     return out
@@ -213,7 +249,10 @@ def total(rounds: list[tuple[float, float, list[dict]]], t_bench: float, steady:
     wall = rounds[-1][1] - t_bench if rounds else 0.0
     cold_wall = rounds[0][1] - t_bench if rounds else 0.0
     out = {
-        "rounds": len(rounds), "verdicts": n, "wall_s": round(wall, 1), "verdicts_per_hour": round(3600 * n / wall) if wall else None,
+        "rounds": len(rounds),
+        "verdicts": n,
+        "wall_s": round(wall, 1),
+        "verdicts_per_hour": round(3600 * n / wall) if wall else None,
         "startup_s": round(rounds[0][0] - t_bench, 1) if rounds else None,
         "cold_verdicts_per_hour": round(3600 * len(rounds[0][2]) / cold_wall) if rounds and cold_wall else None,
         "steady_verdicts_per_hour": steady["verdicts_per_hour"] if steady else None,
@@ -229,25 +268,38 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--candidates", type=int, default=24)
     ap.add_argument("--label", default="")
-    ap.add_argument("--sanitize", choices=("config", "on", "off"), default="config",
-                    help="compute-sanitizer on wrong kernels: as the config says (on), or per call (off: what a reward loop judges with)")
-    ap.add_argument("--rounds", type=int, default=1, help="rounds of the mix; rounds 2 on are the steady state (warm judges, new builds)")
+    ap.add_argument(
+        "--sanitize",
+        choices=("config", "on", "off"),
+        default="config",
+        help="compute-sanitizer on wrong kernels: as the config says (on), or per call (off: what a reward loop judges with)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds of the mix; rounds 2 on are the steady state (warm judges, new builds)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-throughput-cache-"))
     import torch
-
     from kernelfix.tools.cache_dir import lock_root
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 
     mix = _mix(args.candidates)
-    t_bench = time.time()  # the judges' start-up counts in the total (``total``), as a training loop's first hour pays it
+    t_bench = (
+        time.time()
+    )  # the judges' start-up counts in the total (``total``), as a training loop's first hour pays it
     judges = {t: Judge(KB / f"{t}.py", JudgeConfig()) for t in dict.fromkeys(t for t, _, _ in mix)}
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     # Passed only when set: the landed code's judge (throughput-old) has no per-call choice, and judges as its config says.
     options = {} if args.sanitize == "config" else {"sanitize": args.sanitize == "on"}
-    print(f"throughput on {gpu}: {len(mix)} candidates x {args.rounds} round(s), {args.workers} at a time, sanitize {args.sanitize}, "
-          f"tasks {list(judges)}", flush=True)
+    print(
+        f"throughput on {gpu}: {len(mix)} candidates x {args.rounds} round(s), {args.workers} at a time, sanitize {args.sanitize}, "
+        f"tasks {list(judges)}",
+        flush=True,
+    )
     sampler = MemorySampler() if gpu != "cpu" else None
     lock = threading.Lock()
     rounds: list[tuple[float, float, list[dict]]] = []
@@ -264,17 +316,34 @@ def main() -> int:
                     i, (task, label, src) = todo.pop(0)
                 t0 = time.monotonic()
                 v = judges[task].evaluate(src, filename=f"c{i}.py", **options)
-                row = {"i": i, "round": round_, "task": task, "label": label, "category": v.category.value,
-                       "seconds": round(time.monotonic() - t0, 2), "stage_seconds": v.stage_seconds, "breakdown": v.breakdown,
-                       "message": (v.message or "")[:200]}
-                san = getattr(v, "sanitizer", None)  # what the sanitizer found (the landed code's verdicts may have none)
+                row = {
+                    "i": i,
+                    "round": round_,
+                    "task": task,
+                    "label": label,
+                    "category": v.category.value,
+                    "seconds": round(time.monotonic() - t0, 2),
+                    "stage_seconds": v.stage_seconds,
+                    "breakdown": v.breakdown,
+                    "message": (v.message or "")[:200],
+                }
+                san = getattr(
+                    v, "sanitizer", None
+                )  # what the sanitizer found (the landed code's verdicts may have none)
                 if san is not None:
-                    row["sanitizer"] = {"note": san.note, "inputs": san.inputs, "hazards": len(san.hazards),
-                                        "tools": [(t.tool, t.seconds, t.errors, t.finished) for t in san.tools]}
+                    row["sanitizer"] = {
+                        "note": san.note,
+                        "inputs": san.inputs,
+                        "hazards": len(san.hazards),
+                        "tools": [(t.tool, t.seconds, t.errors, t.finished) for t in san.tools],
+                    }
                 with lock:
                     rows.append(row)
-                print(f"[{round_}:{len(rows):2d}/{len(mix)}] {task:<32} {label:<12} {row['category']:<34} {row['seconds']:6.1f} s"
-                      f"  (at {time.time() - t_start:5.1f} s)", flush=True)
+                print(
+                    f"[{round_}:{len(rows):2d}/{len(mix)}] {task:<32} {label:<12} {row['category']:<34} {row['seconds']:6.1f} s"
+                    f"  (at {time.time() - t_start:5.1f} s)",
+                    flush=True,
+                )
 
         threads = [threading.Thread(target=work) for _ in range(args.workers)]
         for t in threads:
@@ -296,11 +365,20 @@ def main() -> int:
         use = lease_use(holds)
         per = [r["seconds"] for r in rows]
         return {
-            "label": args.label, "gpu": gpu, "sanitize": args.sanitize, "rounds": [r for r in range(1, args.rounds + 1) if any(
-                x["round"] == r for x in rows)],
-            "candidates": len(rows), "workers": args.workers, "wall_s": round(wall, 1), "verdicts_per_hour": round(3600 * len(rows) / wall),
-            "seconds_per_verdict": round(wall / len(rows), 2), "gpu_busy_fraction": round(use["busy_s"] / wall, 3), "gpu_holds": len(holds),
-            **use, "median_latency_s": statistics.median(per), "max_latency_s": max(per),
+            "label": args.label,
+            "gpu": gpu,
+            "sanitize": args.sanitize,
+            "rounds": [r for r in range(1, args.rounds + 1) if any(x["round"] == r for x in rows)],
+            "candidates": len(rows),
+            "workers": args.workers,
+            "wall_s": round(wall, 1),
+            "verdicts_per_hour": round(3600 * len(rows) / wall),
+            "seconds_per_verdict": round(wall / len(rows), 2),
+            "gpu_busy_fraction": round(use["busy_s"] / wall, 3),
+            "gpu_holds": len(holds),
+            **use,
+            "median_latency_s": statistics.median(per),
+            "max_latency_s": max(per),
             "categories": {c: sum(r["category"] == c for r in rows) for c in sorted({r["category"] for r in rows})},
             "sanitizer": sanitizer_share(rows, holds, wall),
             "room_waits": room_waits(holds),
@@ -313,12 +391,22 @@ def main() -> int:
     if len(rounds) > 1:
         out["steady"] = summarize(rounds[1:])[0]
     out["total"] = total(rounds, t_bench, out.get("steady"))
-    out |= {"rows": sorted([r for _, _, rs in rounds for r in rs], key=lambda r: (r["round"], r["i"])), "holds": every,
-            "memory_samples": samples}
+    out |= {
+        "rows": sorted([r for _, _, rs in rounds for r in rs], key=lambda r: (r["round"], r["i"])),
+        "holds": every,
+        "memory_samples": samples,
+    }
     Path(args.out).write_text(json.dumps(out, indent=2))
     for key in ("summary", "steady"):
         if key in out:
-            print(f"--- {key}" + (" (steady state: warm judges, every kernel a new build)" if key == "steady" else " (cold: comparable)"))
+            print(
+                f"--- {key}"
+                + (
+                    " (steady state: warm judges, every kernel a new build)"
+                    if key == "steady"
+                    else " (cold: comparable)"
+                )
+            )
             print(json.dumps({k: v for k, v in out[key].items() if k != "breakdown_s"}, indent=2))
     print("--- total (every round, the judges' start-up included: cold, steady and amortized side by side)")
     print(json.dumps(out["total"], indent=2))

@@ -38,7 +38,10 @@ CANDS = ROOT / "bench" / "candidates"
 LOAD = [  # (task, candidate source): correctness work of several sizes, none of it timed
     ("23_Softmax", (CANDS / "softmax_triton.py").read_text()),
     ("1_Square_matrix_multiplication_", (CANDS / "matmul_triton.py").read_text()),
-    ("88_MinGPTNewGelu", (CANDS / "gelu_triton.py").read_text().replace("0.5 * x", "0.6 * x")),  # wrong: stops at trial 0
+    (
+        "88_MinGPTNewGelu",
+        (CANDS / "gelu_triton.py").read_text().replace("0.5 * x", "0.6 * x"),
+    ),  # wrong: stops at trial 0
 ]
 
 
@@ -47,7 +50,7 @@ def _overlaps(holds: list[dict]) -> list[tuple[dict, dict]]:
     out = []
     spans = sorted((h for h in holds if h.get("mode") != "room"), key=lambda h: h["got"])
     for i, a in enumerate(spans):
-        for b in spans[i + 1:]:
+        for b in spans[i + 1 :]:
             if b["got"] >= a["released"] - 1e-3:
                 break
             if a.get("mode", "exclusive") == "exclusive" or b.get("mode", "exclusive") == "exclusive":
@@ -68,7 +71,9 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--load", type=int, default=4)
-    ap.add_argument("--target", default=f"{KB / '88_MinGPTNewGelu.py'}:{CANDS / 'gelu_triton.py'}", metavar="TASK:CANDIDATE")
+    ap.add_argument(
+        "--target", default=f"{KB / '88_MinGPTNewGelu.py'}:{CANDS / 'gelu_triton.py'}", metavar="TASK:CANDIDATE"
+    )
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-load-noise-cache-"))
     from kernelfix.tools.cache_dir import lock_root
@@ -81,7 +86,10 @@ def main() -> int:
     loads = {t: Judge(KB / f"{t}.py", JudgeConfig()) for t, _ in LOAD}
     t_start = time.time()
     first = target.evaluate(source)  # the baselines, the Triton build: measured once, outside the rounds
-    print(f"target {task_path.stem} / {cand_path.name}: first verdict {first.category.value} in {time.time() - t_start:.1f} s", flush=True)
+    print(
+        f"target {task_path.stem} / {cand_path.name}: first verdict {first.category.value} in {time.time() - t_start:.1f} s",
+        flush=True,
+    )
     for task, src in LOAD:
         v = correctness_only(loads[task], src)  # each load task's reference and build, before the rounds
         print(f"load {task}: {v.category.value}", flush=True)
@@ -92,12 +100,23 @@ def main() -> int:
         t0 = time.time()
         v = target.evaluate(source)
         c = v.timings.candidate if v.timings is not None else None
-        row = {"phase": phase, "category": v.category.value, "at": t0, "seconds": round(time.time() - t0, 2),
-               "median_ms": c.median_ms if c else None, "p10_ms": c.p10_ms if c else None, "p90_ms": c.p90_ms if c else None,
-               "wait_s": v.breakdown.get("benchmark.lease_wait"), "exclusive_s": v.breakdown.get("benchmark.exclusive")}
+        row = {
+            "phase": phase,
+            "category": v.category.value,
+            "at": t0,
+            "seconds": round(time.time() - t0, 2),
+            "median_ms": c.median_ms if c else None,
+            "p10_ms": c.p10_ms if c else None,
+            "p90_ms": c.p90_ms if c else None,
+            "wait_s": v.breakdown.get("benchmark.lease_wait"),
+            "exclusive_s": v.breakdown.get("benchmark.exclusive"),
+        }
         rows.append(row)
-        print(f"{phase:>6}: {row['category']:<28} median {row['median_ms']} ms (p10 {row['p10_ms']}, p90 {row['p90_ms']}), "
-              f"waited {row['wait_s']} s for the GPU alone, {row['seconds']} s in all", flush=True)
+        print(
+            f"{phase:>6}: {row['category']:<28} median {row['median_ms']} ms (p10 {row['p10_ms']}, p90 {row['p90_ms']}), "
+            f"waited {row['wait_s']} s for the GPU alone, {row['seconds']} s in all",
+            flush=True,
+        )
 
     for _ in range(args.rounds):
         judge_target("alone")
@@ -143,18 +162,28 @@ def main() -> int:
     noise = max(max(alone) - min(alone), statistics.median(spreads))
     within = abs(m_load - m_alone) <= noise
     summary = {
-        "target": f"{task_path.stem}:{cand_path.name}", "rounds": args.rounds, "load_threads": args.load,
-        "median_alone_ms": round(m_alone, 5), "median_under_load_ms": round(m_load, 5),
-        "difference": round((m_load - m_alone) / m_alone, 4), "alone_range_ms": round(max(alone) - min(alone), 5),
-        "alone_p10_p90_ms": round(statistics.median(spreads), 5), "noise_ms": round(noise, 5), "within_noise": within,
-        "load_evaluations": done["evals"], "shared_holds_during_load": len(shared_in_load),
-        "exclusive_overlaps": len(bad), "holds": len(holds),
+        "target": f"{task_path.stem}:{cand_path.name}",
+        "rounds": args.rounds,
+        "load_threads": args.load,
+        "median_alone_ms": round(m_alone, 5),
+        "median_under_load_ms": round(m_load, 5),
+        "difference": round((m_load - m_alone) / m_alone, 4),
+        "alone_range_ms": round(max(alone) - min(alone), 5),
+        "alone_p10_p90_ms": round(statistics.median(spreads), 5),
+        "noise_ms": round(noise, 5),
+        "within_noise": within,
+        "load_evaluations": done["evals"],
+        "shared_holds_during_load": len(shared_in_load),
+        "exclusive_overlaps": len(bad),
+        "holds": len(holds),
     }
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows, "holds": holds}, indent=2))
     print(json.dumps(summary, indent=2))
-    print(f"RESULT: median {m_alone:.4g} ms alone, {m_load:.4g} ms under load ({100 * summary['difference']:+.2f}%), noise alone "
-          f"{noise:.3g} ms: {'within' if within else 'OUTSIDE'} the noise; load {done['evals']} evaluations, "
-          f"{len(shared_in_load)} shared holds; exclusive holds beside another: {len(bad)}")
+    print(
+        f"RESULT: median {m_alone:.4g} ms alone, {m_load:.4g} ms under load ({100 * summary['difference']:+.2f}%), noise alone "
+        f"{noise:.3g} ms: {'within' if within else 'OUTSIDE'} the noise; load {done['evals']} evaluations, "
+        f"{len(shared_in_load)} shared holds; exclusive holds beside another: {len(bad)}"
+    )
     return 0 if within and not bad else 1
 
 

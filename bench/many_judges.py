@@ -46,7 +46,10 @@ DEFAULT_PAIRS = {
     "45_AvgPool2D": (f"{KB}/45_Average_Pooling_2D.py", "bench/candidates/avgpool_triton.py"),
     "88_Gelu": (f"{KB}/88_MinGPTNewGelu.py", "bench/candidates/gelu_triton.py"),
     "1_Matmul": (f"{KB}/1_Square_matrix_multiplication_.py", "bench/candidates/matmul_triton.py"),
-    "50_conv": (f"{KB}/50_conv_standard_2D__square_input__square_kernel.py", "tests/feedback/candidates/conv_direct_exact_cuda.py"),
+    "50_conv": (
+        f"{KB}/50_conv_standard_2D__square_input__square_kernel.py",
+        "tests/feedback/candidates/conv_direct_exact_cuda.py",
+    ),
 }
 # stderr lines of `kernelfix eval` that tell of a machine fault judged again (kernelfix/cli/eval.py)
 NO_VERDICT = ("unparsed", "timeout", "launch_failed", "interrupted")
@@ -75,7 +78,9 @@ class GpuSampler(threading.Thread):
                 p = subprocess.run([self._exe, *self.QUERY], capture_output=True, text=True, timeout=10)
                 gpus = [[float(x) for x in line.split(",")] for line in p.stdout.strip().splitlines() if line.strip()]
                 if p.returncode == 0 and gpus:
-                    self.samples.append({"t": round(time.monotonic() - t0, 2), "gpus": gpus, "holders": self._holders()})
+                    self.samples.append(
+                        {"t": round(time.monotonic() - t0, 2), "gpus": gpus, "holders": self._holders()}
+                    )
                 else:
                     self.error = f"nvidia-smi exit {p.returncode}: {(p.stderr or p.stdout)[-200:]}"
             except (OSError, ValueError, subprocess.SubprocessError) as e:
@@ -86,8 +91,12 @@ class GpuSampler(threading.Thread):
         """GPU memory by holder at this sample: {role: [processes, MiB]}. The role comes from the process's
         working directory (a judge's reference worker runs in .../reference, a candidate's in .../evals/ID)."""
         try:
-            p = subprocess.run([self._exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                               capture_output=True, text=True, timeout=10)
+            p = subprocess.run(
+                [self._exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.SubprocessError):
             return {}
         out: dict[str, list[float]] = {}
@@ -118,7 +127,14 @@ class GpuSampler(threading.Thread):
         used = max(((g[0], g[1], i, s["t"]) for s in self.samples for i, g in enumerate(s["gpus"])), key=lambda x: x[0])
         util = max(g[2] for s in self.samples for g in s["gpus"])
         holders = next((x.get("holders") for x in self.samples if x["t"] == used[3]), None)
-        return {"used_mib": used[0], "total_mib": used[1], "gpu": used[2], "at_s": used[3], "max_util_pct": util, "holders_at_peak": holders}
+        return {
+            "used_mib": used[0],
+            "total_mib": used[1],
+            "gpu": used[2],
+            "at_s": used[3],
+            "max_util_pct": util,
+            "holders_at_peak": holders,
+        }
 
 
 def parse_pairs(items: list[str]) -> dict[str, tuple[str, str]]:
@@ -213,7 +229,11 @@ def wait_all(pending: list, rows: list, args, on_row) -> None:
             rows.append(row)
             on_row()
             sp = row.get("speedup_eager")
-            bits = [f"{row['name']}#{row['copy']}: {row['category']}", (row.get("message") or "")[:200], f"{row['wall_s']:.1f} s"]
+            bits = [
+                f"{row['name']}#{row['copy']}: {row['category']}",
+                (row.get("message") or "")[:200],
+                f"{row['wall_s']:.1f} s",
+            ]
             if isinstance(sp, (int, float)):
                 bits.append(f"speedup_eager {sp:.2f}x")
             if row.get("infra_retries"):
@@ -226,7 +246,10 @@ def wait_all(pending: list, rows: list, args, on_row) -> None:
                 bits.append("left processes behind in its group (killed)")
             print(" | ".join(bits), flush=True)
             if row["category"] in ("unparsed", "timeout"):
-                print("   stderr tail: " + " | ".join(row.get("stderr_tail", "").strip().splitlines()[-6:])[-600:], flush=True)
+                print(
+                    "   stderr tail: " + " | ".join(row.get("stderr_tail", "").strip().splitlines()[-6:])[-600:],
+                    flush=True,
+                )
 
 
 def summarize(rows: list, sampler: GpuSampler, wall: float, copies: int, extra: list) -> dict:
@@ -239,7 +262,11 @@ def summarize(rows: list, sampler: GpuSampler, wall: float, copies: int, extra: 
         "infra": len(infra),
         "infra_which": infra,
         "no_verdict": [f"{r['name']}#{r['copy']}: {r['category']}" for r in rows if r["category"] in NO_VERDICT],
-        "other": sorted(f"{r['name']}#{r['copy']}: {r['category']}" for r in verdicts if r["category"] != "ok" and not str(r["category"]).startswith("infra")),
+        "other": sorted(
+            f"{r['name']}#{r['copy']}: {r['category']}"
+            for r in verdicts
+            if r["category"] != "ok" and not str(r["category"]).startswith("infra")
+        ),
         "retried_evaluations": sum(bool(r.get("infra_retries") or r.get("retry_lines")) for r in rows),
         "peak_gpu": sampler.peak(),
         "gpu_samples": len(sampler.samples),
@@ -258,7 +285,11 @@ def summary_line(summary: dict, sampler: GpuSampler) -> str:
         if peak
         else f"peak GPU memory unknown ({sampler.error or 'no samples'})"
     )
-    parts = [f"summary: {summary['verdicts']} verdicts of {summary['evaluations']} evaluations", f"{summary['ok']} ok", f"{summary['infra']} infra {summary['infra_which']}"]
+    parts = [
+        f"summary: {summary['verdicts']} verdicts of {summary['evaluations']} evaluations",
+        f"{summary['ok']} ok",
+        f"{summary['infra']} infra {summary['infra_which']}",
+    ]
     if summary["no_verdict"]:
         parts.append(f"no verdict: {summary['no_verdict']}")
     if summary["other"]:
@@ -271,13 +302,25 @@ def write_out(path: Path, rows: list, sampler: GpuSampler, summary: dict | None 
     """OUT.json; after every verdict too (partial), so a bench cut short still leaves what came back."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"partial": partial, "summary": summary, "rows": rows, "gpu_samples": list(sampler.samples)}, indent=1, default=str))
+    tmp.write_text(
+        json.dumps(
+            {"partial": partial, "summary": summary, "rows": rows, "gpu_samples": list(sampler.samples)},
+            indent=1,
+            default=str,
+        )
+    )
     tmp.replace(path)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", action="append", default=[], metavar="NAME=TASK:CANDIDATE", help="instead of the defaults (repeatable or comma-separated)")
+    ap.add_argument(
+        "--pairs",
+        action="append",
+        default=[],
+        metavar="NAME=TASK:CANDIDATE",
+        help="instead of the defaults (repeatable or comma-separated)",
+    )
     ap.add_argument("--copies", type=int, default=1, help="evaluations of each pair, all at once (default 1)")
     ap.add_argument("--extra-args", default="", help='passed to every eval, e.g. "--no-retry" or "--device cpu"')
     ap.add_argument("--timeout", type=float, default=900.0, help="per evaluation, seconds (default 900)")
@@ -289,11 +332,19 @@ def main() -> int:
     missing = [str(p) for t, c in pairs.values() for p in (t, c) if not (ROOT / p).exists()]
     if missing:
         print(f"missing files (skipped pairs): {missing}", flush=True)
-    jobs = [(name, k, t, c) for name, (t, c) in pairs.items() for k in range(args.copies) if (ROOT / t).exists() and (ROOT / c).exists()]
+    jobs = [
+        (name, k, t, c)
+        for name, (t, c) in pairs.items()
+        for k in range(args.copies)
+        if (ROOT / t).exists() and (ROOT / c).exists()
+    ]
     extra = shlex.split(args.extra_args)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = Path(tempfile.mkdtemp(prefix="many_judges_"))
-    print(f"{len(jobs)} evaluations at once ({len(pairs)} pairs x {args.copies}), extra args {extra or 'none'}, logs in {logs}", flush=True)
+    print(
+        f"{len(jobs)} evaluations at once ({len(pairs)} pairs x {args.copies}), extra args {extra or 'none'}, logs in {logs}",
+        flush=True,
+    )
 
     sampler = GpuSampler(args.sample_s)
     sampler.start()
@@ -327,8 +378,12 @@ def main() -> int:
         print(f"interrupted ({e or 'Ctrl-C'}): ending {len(pending)} evaluations still running", flush=True)
         for row, p, out, err, t0 in pending:
             kill_group(p)
-            row.update(category="interrupted", message="the bench was interrupted before its verdict", wall_s=round(time.monotonic() - t0, 2),
-                       stderr_tail=tail(err, 1500))
+            row.update(
+                category="interrupted",
+                message="the bench was interrupted before its verdict",
+                wall_s=round(time.monotonic() - t0, 2),
+                stderr_tail=tail(err, 1500),
+            )
             rows.append(row)
         pending.clear()
 

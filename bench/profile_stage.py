@@ -31,9 +31,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GELU = ROOT / "tests/kernelbench/level1/88_MinGPTNewGelu.py"
-CASES = {"gelu_triton": (GELU, ROOT / "bench/candidates/gelu_triton.py"), "gelu_cuda": (GELU, ROOT / "bench/candidates/gelu_cuda.py")}
-BEFORE = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis",
-          "SourceCounters", "InstructionStats", "SchedulerStats")
+CASES = {
+    "gelu_triton": (GELU, ROOT / "bench/candidates/gelu_triton.py"),
+    "gelu_cuda": (GELU, ROOT / "bench/candidates/gelu_cuda.py"),
+}
+BEFORE = (
+    "SpeedOfLight",
+    "MemoryWorkloadAnalysis",
+    "Occupancy",
+    "LaunchStats",
+    "WarpStateStats",
+    "ComputeWorkloadAnalysis",
+    "SourceCounters",
+    "InstructionStats",
+    "SchedulerStats",
+)
 
 
 def timed(argv: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
@@ -43,20 +55,40 @@ def timed(argv: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
 
 
 def judge(name: str, task: Path, cand: Path, profile: bool = True) -> dict:
-    wall, p = timed([sys.executable, "-P", "-m", "kernelfix", "eval", str(task), str(cand), *(["--profile"] if profile else []), "--json"],
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wall, p = timed(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "kernelfix",
+            "eval",
+            str(task),
+            str(cand),
+            *(["--profile"] if profile else []),
+            "--json",
+        ],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         v = json.loads(p.stdout)
     except ValueError:
         return {"case": name, "wall": wall, "error": p.stderr[-1500:]}
     prof = v.get("profile") or {}
-    candidate = ((v.get("timings") or {}).get("candidate") or {})
-    return {"case": name, "profiled": profile, "wall": wall, "category": v["category"], "stage_seconds": v.get("stage_seconds"),
-            "candidate_ms": candidate.get("median_ms"), "candidate_p10_p90_ms": [candidate.get("p10_ms"), candidate.get("p90_ms")],
-            "profile_s": (v.get("stage_seconds") or {}).get("profile"),
-            "breakdown": {k: x for k, x in (v.get("breakdown") or {}).items() if k.startswith("profile.")},
-            "findings": [f.get("kind") for f in prof.get("findings") or []], "profile_note": prof.get("note"),
-            "warnings": [w for w in v.get("warnings") or [] if "profile" in w.lower() or "ncu" in w.lower()]}
+    candidate = (v.get("timings") or {}).get("candidate") or {}
+    return {
+        "case": name,
+        "profiled": profile,
+        "wall": wall,
+        "category": v["category"],
+        "stage_seconds": v.get("stage_seconds"),
+        "candidate_ms": candidate.get("median_ms"),
+        "candidate_p10_p90_ms": [candidate.get("p10_ms"), candidate.get("p90_ms")],
+        "profile_s": (v.get("stage_seconds") or {}).get("profile"),
+        "breakdown": {k: x for k, x in (v.get("breakdown") or {}).items() if k.startswith("profile.")},
+        "findings": [f.get("kind") for f in prof.get("findings") or []],
+        "profile_note": prof.get("note"),
+        "warnings": [w for w in v.get("warnings") or [] if "profile" in w.lower() or "ncu" in w.lower()],
+    }
 
 
 def variants() -> list[dict]:
@@ -77,17 +109,33 @@ def variants() -> list[dict]:
 
     runs = {
         "target alone": target,
-        "ncu, nothing profiled": [path, "--nvtx", "--nvtx-include", "nothing_here/", "--target-processes", "all", *target],
+        "ncu, nothing profiled": [
+            path,
+            "--nvtx",
+            "--nvtx-include",
+            "nothing_here/",
+            "--target-processes",
+            "all",
+            *target,
+        ],
         "ncu, the judge's sections": judge_like("judge", ncu.SECTIONS),
         "ncu, the nine sections of before": judge_like("before", BEFORE),
-        "ncu, the judge's, --cache-control none --clock-control none": judge_like("nocontrol", ncu.SECTIONS, "--cache-control", "none",
-                                                                                   "--clock-control", "none"),
+        "ncu, the judge's, --cache-control none --clock-control none": judge_like(
+            "nocontrol", ncu.SECTIONS, "--cache-control", "none", "--clock-control", "none"
+        ),
         "ncu, SpeedOfLight alone": [path, "--section", "SpeedOfLight", *base, *target],
     }
     out = []
     for name, argv in runs.items():
         s, p = timed(argv)
-        out.append({"variant": name, "seconds": s, "rc": p.returncode, "tail": (p.stdout + p.stderr)[-300:] if p.returncode else ""})
+        out.append(
+            {
+                "variant": name,
+                "seconds": s,
+                "rc": p.returncode,
+                "tail": (p.stdout + p.stderr)[-300:] if p.returncode else "",
+            }
+        )
         print(f"  {name}: {s} s (rc {p.returncode})", flush=True)
     report = str(tmp / "judge.ncu-rep")
     pages = {page: ncu.import_command(path, Path(report), page) for page in ("details", "source")}
@@ -112,9 +160,12 @@ def main() -> int:
     ap.add_argument("--case", action="append", default=[], metavar="NAME=TASK:CANDIDATE")
     ap.add_argument("--skip-warm", action="store_true", help="the caches are warm already")
     ap.add_argument("--warm-only", action="store_true", help="fill the caches and stop (beside another step's work)")
-    ap.add_argument("--control", action="store_true",
-                    help="the warm-up runs without --profile: the candidate's timing beside the profiled runs' (whose profiled run "
-                         "starts while the candidate is timed, and must not slow it)")
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="the warm-up runs without --profile: the candidate's timing beside the profiled runs' (whose profiled run "
+        "starts while the candidate is timed, and must not slow it)",
+    )
     args = ap.parse_args()
     cases = {c.split("=", 1)[0]: tuple(Path(x) for x in c.split("=", 1)[1].split(":")) for c in args.case} or CASES
     result: dict = {"runs": [], "variants": []}
@@ -122,25 +173,45 @@ def main() -> int:
         t0 = time.monotonic()
         with ThreadPoolExecutor(len(cases)) as pool:
             warm = list(pool.map(lambda kv: judge(kv[0], *kv[1], profile=not args.control), cases.items()))
-        print(f"warm-up (builds, baselines), all at once: {time.monotonic() - t0:.1f} s: "
-              + "; ".join(f"{w['case']} {w.get('category')} {w.get('stage_seconds')}" for w in warm), flush=True)
+        print(
+            f"warm-up (builds, baselines), all at once: {time.monotonic() - t0:.1f} s: "
+            + "; ".join(f"{w['case']} {w.get('category')} {w.get('stage_seconds')}" for w in warm),
+            flush=True,
+        )
         result["warm"] = warm
         for w in warm if args.control else []:
-            print(f"{w['case']} (no profile): candidate {w.get('candidate_ms')} ms {w.get('candidate_p10_p90_ms')}", flush=True)
+            print(
+                f"{w['case']} (no profile): candidate {w.get('candidate_ms')} ms {w.get('candidate_p10_p90_ms')}",
+                flush=True,
+            )
     if args.warm_only:
         return 0
-    for name, (task, cand) in cases.items():  # one case's runs together: a step's time bound cuts the last case's, not every case's
+    for name, (
+        task,
+        cand,
+    ) in cases.items():  # one case's runs together: a step's time bound cuts the last case's, not every case's
         for _ in range(args.repeat):
             row = judge(name, task, cand)
             result["runs"].append(row)
-            print(f"{name}: profile {row.get('profile_s')} s, wall {row['wall']} s, candidate {row.get('candidate_ms')} ms, {row.get('category')}, findings {row.get('findings')}, "
-                  f"stages {row.get('stage_seconds')}\n   {row.get('breakdown')}" + (f"\n   {row.get('error')}" if row.get("error") else ""), flush=True)
+            print(
+                f"{name}: profile {row.get('profile_s')} s, wall {row['wall']} s, candidate {row.get('candidate_ms')} ms, {row.get('category')}, findings {row.get('findings')}, "
+                f"stages {row.get('stage_seconds')}\n   {row.get('breakdown')}"
+                + (f"\n   {row.get('error')}" if row.get("error") else ""),
+                flush=True,
+            )
             if args.out:
                 args.out.write_text(json.dumps(result, indent=1))
     for name in cases:
-        xs = [r["profile_s"] for r in result["runs"] if r["case"] == name and r.get("profiled") and r.get("profile_s") is not None]
+        xs = [
+            r["profile_s"]
+            for r in result["runs"]
+            if r["case"] == name and r.get("profiled") and r.get("profile_s") is not None
+        ]
         if xs:
-            print(f"{name}: profile stage median {statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})", flush=True)
+            print(
+                f"{name}: profile stage median {statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})",
+                flush=True,
+            )
     if args.variants:
         print("ncu alone:", flush=True)
         result["variants"] = variants()

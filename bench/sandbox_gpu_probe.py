@@ -1,6 +1,6 @@
 """Which sandbox layers let CUDA work on this machine: each configuration, one CUDA init.
 
-    python3 bench/sandbox_gpu_probe.py
+python3 bench/sandbox_gpu_probe.py
 """
 
 import sys

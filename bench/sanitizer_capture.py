@@ -40,7 +40,6 @@ def _load(path: str, name: str):
 
 def drive(task_path: str, cand_path: str, rows: int | None, build_only: bool) -> None:
     import torch
-
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.sanitizer import reduce
 
@@ -63,7 +62,6 @@ def drive(task_path: str, cand_path: str, rows: int | None, build_only: bool) ->
 
 def first_rows(task_path: Path, max_elements: int) -> int | None:
     import torch
-
     from kernelfix.tools.sanitizer import reduce
 
     task = _load(str(task_path), "task_shapes")
@@ -84,7 +82,6 @@ def main() -> None:
         return drive(args.task, args.candidate, args.rows, args.build_only)
 
     import sanitizer_support as sc
-
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.sanitizer import parse, tool
 
@@ -100,9 +97,15 @@ def main() -> None:
     if path is None:
         sys.exit(f"no compute-sanitizer: {why}")
     env_txt = [f"path: {path}", f"version: {tool.version(path)}"]
-    for cmd in ([path, "--version"], [path, "--help"], ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv"]):
+    for cmd in (
+        [path, "--version"],
+        [path, "--help"],
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv"],
+    ):
         try:
-            env_txt.append(f"$ {' '.join(cmd)}\n" + subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout)
+            env_txt.append(
+                f"$ {' '.join(cmd)}\n" + subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+            )
         except (OSError, subprocess.SubprocessError) as e:
             env_txt.append(f"$ {' '.join(cmd)}: {e}")
     (out / "env.txt").write_text("\n".join(env_txt))
@@ -112,7 +115,14 @@ def main() -> None:
     me = [sys.executable, "-P", str(Path(__file__).resolve()), "drive"]
     t0 = time.time()
     with ThreadPoolExecutor(args.parallel) as pool:  # every build first, so each sanitized run loads from the cache
-        builds = list(pool.map(lambda c: subprocess.run([*me, str(c.task), str(c.path), "--build-only"], capture_output=True, text=True), cases))
+        builds = list(
+            pool.map(
+                lambda c: subprocess.run(
+                    [*me, str(c.task), str(c.path), "--build-only"], capture_output=True, text=True
+                ),
+                cases,
+            )
+        )
     for c, b in zip(cases, builds):
         if b.returncode:
             print(f"BUILD FAILED {c.name}: {b.stderr[-800:]}")
@@ -128,7 +138,9 @@ def main() -> None:
         suffix = "" if no_cache else ".caching"
         log = out / "raw" / f"{c.name}.{name}{suffix}.log"
         env = {**os.environ, **(tool.ENV if no_cache else {})}
-        argv = [*tool.command(path, name, log), *me, str(c.task), str(c.path)] + (["--rows", str(rows[c.task])] if rows[c.task] else [])
+        argv = [*tool.command(path, name, log), *me, str(c.task), str(c.path)] + (
+            ["--rows", str(rows[c.task])] if rows[c.task] else []
+        )
         t = time.time()
         try:
             p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=args.timeout)
@@ -138,15 +150,28 @@ def main() -> None:
         wall = time.time() - t
         parsed = parse.parse(log.read_text() if log.exists() else "")
         found = sorted({(r.kind, (r.frames[0].line if r.frames else None)) for r in parsed.records}, key=str)
-        return {"case": c.name, "tool": name + suffix, "rows": rows[c.task], "rc": rc, "wall_s": round(wall, 1), "errors": parsed.errors,
-                "records": len(parsed.records), "found": found, "messages": parsed.messages[:3], "stderr_tail": tail if rc not in (0, 1) else ""}
+        return {
+            "case": c.name,
+            "tool": name + suffix,
+            "rows": rows[c.task],
+            "rc": rc,
+            "wall_s": round(wall, 1),
+            "errors": parsed.errors,
+            "records": len(parsed.records),
+            "found": found,
+            "messages": parsed.messages[:3],
+            "stderr_tail": tail if rc not in (0, 1) else "",
+        }
 
     t0 = time.time()
     with ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(one, runs))
     for r in results:
-        print(f"{r['case']:34} {r['tool']:18} rows={r['rows']} rc={r['rc']} {r['wall_s']:5.1f}s errors={r['errors']} records={r['records']} "
-              f"found={r['found']} {r['messages'] or ''}", flush=True)
+        print(
+            f"{r['case']:34} {r['tool']:18} rows={r['rows']} rc={r['rc']} {r['wall_s']:5.1f}s errors={r['errors']} records={r['records']} "
+            f"found={r['found']} {r['messages'] or ''}",
+            flush=True,
+        )
         if r["stderr_tail"]:
             print("    stderr: " + r["stderr_tail"].replace("\n", " | ")[-400:])
     print(f"{len(runs)} sanitizer runs in {time.time() - t0:.1f}s, {args.parallel} at a time")

@@ -118,11 +118,15 @@ def relu_triton(block: int, *, leaky: bool = False, syntax_error: bool = False) 
     return src.replace("-> torch.Tensor:", "-> torch.Tensor") if syntax_error else src
 
 
-def matmul_triton(bm: int, bn: int, bk: int, *, transposed_b: bool = False, short_k: bool = False, syntax_error: bool = False) -> str:
+def matmul_triton(
+    bm: int, bn: int, bk: int, *, transposed_b: bool = False, short_k: bool = False, syntax_error: bool = False
+) -> str:
     """bench/candidates/matmul_triton.py with other tiles (or B's strides swapped, or the last K tile
     skipped: wrong; or a colon missing)."""
     src = (ROOT / "bench" / "candidates" / "matmul_triton.py").read_text()
-    src = src.replace("BM=64, BN=64, BK=32", f"BM={bm}, BN={bn}, BK={bk}").replace("cdiv(M, 64), triton.cdiv(N, 64)", f"cdiv(M, {bm}), triton.cdiv(N, {bn})")
+    src = src.replace("BM=64, BN=64, BK=32", f"BM={bm}, BN={bn}, BK={bk}").replace(
+        "cdiv(M, 64), triton.cdiv(N, 64)", f"cdiv(M, {bm}), triton.cdiv(N, {bn})"
+    )
     if transposed_b:
         src = src.replace("B.stride(0), B.stride(1)", "B.stride(1), B.stride(0)")
     if short_k:
@@ -195,8 +199,12 @@ def main() -> int:
         replay.write_text("".join(json.dumps(x) + "\n" for x in lines))
         agent = AgentConfig(width=4, keep=2, max_turns=2, target_speedup=100.0, shape_block=False)
         session = Session.create(
-            out / name, task_path=task, model=ReplayModel(replay), agent=agent,
-            judge_config=JudgeConfig(device=args.device, profile=False), on_event=HeadlessReporter(),
+            out / name,
+            task_path=task,
+            model=ReplayModel(replay),
+            agent=agent,
+            judge_config=JudgeConfig(device=args.device, profile=False),
+            on_event=HeadlessReporter(),
         )
         started = time.time()
         session.run()
@@ -205,7 +213,12 @@ def main() -> int:
             cats = [t.verdict.category.value for t in traj.turns if t.round == r.round]
             rows.append((name, r, cats))
         o = traj.outcome
-        best = "none correct" if o.best_turn is None else f"best turn {o.best_turn}, " + ("untimed" if o.best_speedup_eager is None else f"{o.best_speedup_eager:.2f}x eager")
+        best = (
+            "none correct"
+            if o.best_turn is None
+            else f"best turn {o.best_turn}, "
+            + ("untimed" if o.best_speedup_eager is None else f"{o.best_speedup_eager:.2f}x eager")
+        )
         print(f"{name}: {len(traj.turns)} candidates in {time.time() - started:.1f} s; {best}", flush=True)
 
     print("\n| task | round | candidates | wall s | sum of verdict times s | sum / wall | verdicts |")
@@ -217,8 +230,10 @@ def main() -> int:
     holds = lease_holds(t0)
     if holds:
         overlaps = sum(b["got"] < a["released"] for a, b in zip(holds, holds[1:]))
-        print(f"\nGPU lease: {len(holds)} GPU stages, {overlaps} overlapping, held {sum(h['released'] - h['got'] for h in holds):.1f} s, "
-              f"waited {sum(h['got'] - h['asked'] for h in holds):.1f} s")
+        print(
+            f"\nGPU lease: {len(holds)} GPU stages, {overlaps} overlapping, held {sum(h['released'] - h['got'] for h in holds):.1f} s, "
+            f"waited {sum(h['got'] - h['asked'] for h in holds):.1f} s"
+        )
     print(f"total {time.time() - t0:.0f} s; sessions in {out}")
     return 0
 

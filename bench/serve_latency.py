@@ -33,9 +33,16 @@ TOKEN = "serve-latency-bench-" + "k" * 24
 
 def row(name: str, wall: float, v) -> dict:
     return {
-        "case": name, "wall_s": round(wall, 3), "category": v.category.value, "message": v.message,
-        "judge_s": round(sum(v.stage_seconds.values()), 3), "stage_seconds": v.stage_seconds, "breakdown": v.breakdown,
-        "speedup_eager": v.speedup_eager, "compiled": bool(v.compile and v.compile.ok), "cached_build": bool(v.compile and v.compile.cached),
+        "case": name,
+        "wall_s": round(wall, 3),
+        "category": v.category.value,
+        "message": v.message,
+        "judge_s": round(sum(v.stage_seconds.values()), 3),
+        "stage_seconds": v.stage_seconds,
+        "breakdown": v.breakdown,
+        "speedup_eager": v.speedup_eager,
+        "compiled": bool(v.compile and v.compile.ok),
+        "cached_build": bool(v.compile and v.compile.cached),
         "trials": [t.model_dump(mode="json") for t in v.correctness.trials] if v.correctness else None,
     }
 
@@ -56,16 +63,24 @@ def against(rows: list[dict], old_path: str) -> tuple[str, float | None]:
     bad: list[str] = []
     for k, (ref, r) in enumerate(zip(olds, news)):
         if r["category"] != ref["category"] or len(r["trials"] or []) != len(ref["trials"]):
-            bad.append(f"verdict {k}: {r['category']} with {len(r['trials'] or [])} trials, was {ref['category']} with {len(ref['trials'])}")
+            bad.append(
+                f"verdict {k}: {r['category']} with {len(r['trials'] or [])} trials, was {ref['category']} with {len(ref['trials'])}"
+            )
             continue
         for a, b in zip(ref["trials"], r["trials"]):
             for key in set(a) | set(b):
                 x, y = a.get(key), b.get(key)
-                same = x == y or (key in SUMS and x is not None and y is not None and abs(x - y) <= 1e-9 * max(abs(x), abs(y)))
+                same = x == y or (
+                    key in SUMS and x is not None and y is not None and abs(x - y) <= 1e-9 * max(abs(x), abs(y))
+                )
                 if not same:
                     bad.append(f"verdict {k} trial {a.get('trial')} {key}: {x} then {y}")
-    return (f"the same as {old.get('label', old_path)}'s, verdict by verdict, in all {len(news)} warm verdicts (every trial's fields; "
-            "error norms within 1e-9)" if not bad else "DIFFERENT: " + "; ".join(bad[:8])), paced
+    return (
+        f"the same as {old.get('label', old_path)}'s, verdict by verdict, in all {len(news)} warm verdicts (every trial's fields; "
+        "error norms within 1e-9)"
+        if not bad
+        else "DIFFERENT: " + "; ".join(bad[:8])
+    ), paced
 
 
 def post(url: str, body: dict):
@@ -77,8 +92,11 @@ def post(url: str, body: dict):
     except ImportError:
         import urllib.request
 
-        req = urllib.request.Request(f"{url}/v1/evaluate", data=json.dumps(body).encode(),
-                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{url}/v1/evaluate",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=3600) as r:
             return Verdict.model_validate_json(r.read()), "urllib"
     r = httpx.post(f"{url}/v1/evaluate", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=3600)
@@ -86,13 +104,15 @@ def post(url: str, body: dict):
     return Verdict.model_validate_json(r.content), "httpx"
 
 
-def served(task: str, candidate: str, repeat: int, gap_s: float, standby: int, device: str, seed: int | None = None) -> tuple[list[dict], str]:
+def served(
+    task: str, candidate: str, repeat: int, gap_s: float, standby: int, device: str, seed: int | None = None
+) -> tuple[list[dict], str]:
     import uvicorn
+    from kernelfix.tools.config import JudgeConfig
 
     from kernelfix.cli.serve import listen
     from kernelfix.judge_pool import JudgePool, gpu_slots
     from kernelfix.serve.app import create_app
-    from kernelfix.tools.config import JudgeConfig
 
     cfg = JudgeConfig(device=device, seed=seed)
     pool = JudgePool(cfg, gpus=gpu_slots(None, device)[:1], per_gpu=2, queue=8, standby=standby)
@@ -106,7 +126,11 @@ def served(task: str, candidate: str, repeat: int, gap_s: float, standby: int, d
     body = {"task": task, "candidate": candidate, "task_name": "bench_task", "kind": "code"}
     rows, client = [], ""
     try:
-        for name, n, gap in (("served_first", 1, 0.0), ("served_warm_paced", repeat, gap_s), ("served_warm_back_to_back", repeat, 0.0)):
+        for name, n, gap in (
+            ("served_first", 1, 0.0),
+            ("served_warm_paced", repeat, gap_s),
+            ("served_warm_back_to_back", repeat, 0.0),
+        ):
             for _ in range(n):
                 time.sleep(gap)
                 t0 = time.monotonic()
@@ -124,7 +148,11 @@ def in_process(task_path: Path, candidate: str, repeat: int, gap_s: float, devic
 
     rows = []
     with kernelfix.Judge(task_path, device=device, standby=0) as judge:
-        for name, n, gap, standby in (("api_first", 1, 0.0, 0), ("api_warm", repeat, 0.0, 0), ("api_warm_standby_paced", repeat, gap_s, 1)):
+        for name, n, gap, standby in (
+            ("api_first", 1, 0.0, 0),
+            ("api_warm", repeat, 0.0, 0),
+            ("api_warm_standby_paced", repeat, gap_s, 1),
+        ):
             judge.standby = standby
             if standby:
                 judge._start_ahead()  # what evaluate does after each verdict; here before the first of the series
@@ -142,14 +170,24 @@ def main() -> int:
     ap.add_argument("--task", default=str(ROOT / "tests" / "kernelbench" / "level1" / "19_ReLU.py"))
     ap.add_argument("--candidate", default=str(ROOT / "bench" / "candidates" / "relu_triton.py"))
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--gap-s", type=float, default=3.0, help="pause before each paced request (a trainer's generation step)")
-    ap.add_argument("--standby", type=int, default=1, help="the server's standby workers per judge (kernelfix serve's default: 1)")
+    ap.add_argument(
+        "--gap-s", type=float, default=3.0, help="pause before each paced request (a trainer's generation step)"
+    )
+    ap.add_argument(
+        "--standby", type=int, default=1, help="the server's standby workers per judge (kernelfix serve's default: 1)"
+    )
     ap.add_argument("--skip-in-process", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (nothing timed)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, help="the judge's seed (default: drawn per judge, as served); fixed, two runs judge the same trials")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        help="the judge's seed (default: drawn per judge, as served); fixed, two runs judge the same trials",
+    )
     ap.add_argument("--label", default="this run", help="what this run is (the code it ran), in its JSON")
-    ap.add_argument("--against", help="another run's JSON (the landed code's): its verdicts' numbers and paced median beside these")
+    ap.add_argument(
+        "--against", help="another run's JSON (the landed code's): its verdicts' numbers and paced median beside these"
+    )
     args = ap.parse_args()
     task_path = Path(args.task)
     task, candidate = task_path.read_text(), Path(args.candidate).read_text()
@@ -160,16 +198,34 @@ def main() -> int:
     phases: dict[str, list[float]] = {}
     for r in rows:
         phases.setdefault(r["case"], []).append(r["wall_s"])
-    summary = {name: {"median_s": round(statistics.median(w), 3), "min_s": min(w), "max_s": max(w), "n": len(w)} for name, w in phases.items()}
+    summary = {
+        name: {"median_s": round(statistics.median(w), 3), "min_s": min(w), "max_s": max(w), "n": len(w)}
+        for name, w in phases.items()
+    }
     ratios = {}
-    for served_case, api_case in (("served_warm_paced", "api_warm_standby_paced"), ("served_warm_back_to_back", "api_warm")):
+    for served_case, api_case in (
+        ("served_warm_paced", "api_warm_standby_paced"),
+        ("served_warm_back_to_back", "api_warm"),
+    ):
         if served_case in summary and api_case in summary:
-            ratios[f"{served_case} / {api_case}"] = round(summary[served_case]["median_s"] / summary[api_case]["median_s"], 3)
+            ratios[f"{served_case} / {api_case}"] = round(
+                summary[served_case]["median_s"] / summary[api_case]["median_s"], 3
+            )
     import torch
 
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    out = {"label": args.label, "task": task_path.name, "candidate": Path(args.candidate).name, "client": client, "gpu": gpu,
-           "torch": torch.__version__, "summary": summary, "ratios": ratios, "rows": rows, "total_s": round(time.monotonic() - t0, 1)}
+    out = {
+        "label": args.label,
+        "task": task_path.name,
+        "candidate": Path(args.candidate).name,
+        "client": client,
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "summary": summary,
+        "ratios": ratios,
+        "rows": rows,
+        "total_s": round(time.monotonic() - t0, 1),
+    }
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"\n{task_path.name} + {Path(args.candidate).name} on {out['gpu']} (client: {client})")
     for name, s in summary.items():
@@ -181,8 +237,12 @@ def main() -> int:
         verdicts, old_paced = against(rows, args.against)
         print(f"  verdicts: {verdicts}")
         if old_paced and warm:
-            print(f"  paced median against {json.loads(Path(args.against).read_text()).get('label')}: {warm} s / {old_paced} s = {warm / old_paced:.3f}x")
-    print(f"goal (issue 33): a warm served verdict at most 1.5 s: {'met' if warm is not None and warm <= 1.5 else 'not met'} ({warm} s)")
+            print(
+                f"  paced median against {json.loads(Path(args.against).read_text()).get('label')}: {warm} s / {old_paced} s = {warm / old_paced:.3f}x"
+            )
+    print(
+        f"goal (issue 33): a warm served verdict at most 1.5 s: {'met' if warm is not None and warm <= 1.5 else 'not met'} ({warm} s)"
+    )
     return 0
 
 

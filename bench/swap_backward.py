@@ -78,7 +78,6 @@ def main() -> int:
         import os
 
         os.environ["TRITON_INTERPRET"] = "1"
-    import kernelfix
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.session_dir import SessionDir
     from kernelfix.capture.files import import_file
@@ -93,7 +92,9 @@ def main() -> int:
     capture(script, "model.scale", task)
     assert Task.load(task).declares_backward, "a capture in training says BACKWARD = True"
     session = work / "session"
-    SessionDir.create(session, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device=device))
+    SessionDir.create(
+        session, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device=device)
+    )
     (session / "best.py").write_text(kernel_source())
 
     original = import_file(script, "user_train").model.to(device)
@@ -107,17 +108,21 @@ def main() -> int:
 def train_check(session: Path, original, device: str, trace: bool | None) -> bool:
     """Two compiled training steps of the swapped model against the original's."""
     import torch
+    from kernelfix.capture.summary import compile_path_text
 
     import kernelfix
-    from kernelfix.capture.summary import compile_path_text
 
     model = copy.deepcopy(original)
     model.scale = kernelfix.load_best(session, model.scale, device=device, trace=trace)
     print(f"swapped model.scale on {device} (trace={trace}); {compile_path_text(model.scale.compile_path)}")
-    backend = "inductor" if device == "cuda" else "aot_eager"  # aot_eager: AOTAutograd's trace without a C++ build on the CPU
+    backend = (
+        "inductor" if device == "cuda" else "aot_eager"
+    )  # aot_eager: AOTAutograd's trace without a C++ build on the CPU
     torch._dynamo.reset()
     explain = torch._dynamo.explain(model)(torch.randn(64, 256, device=device))
-    print(f"torch._dynamo.explain over the swapped model: {explain.graph_count} graph(s), {explain.graph_break_count} graph break(s)")
+    print(
+        f"torch._dynamo.explain over the swapped model: {explain.graph_count} graph(s), {explain.graph_break_count} graph break(s)"
+    )
     compiled = torch.compile(model, fullgraph=True, backend=backend)
     ok = explain.graph_break_count == 0
     for step in range(2):  # the second step runs the compiled graph as compiled
@@ -129,9 +134,12 @@ def train_check(session: Path, original, device: str, trace: bool | None) -> boo
         loss.backward()
         want = original(x_ref).square().mean()
         want.backward()
-        pairs = [("loss", loss.detach(), want.detach()), ("grad of x", x.grad, x_ref.grad),
-                 ("grad of scale.weight", model.scale.kernel.weight.grad, original.scale.weight.grad),
-                 ("grad of fc.weight", model.fc.weight.grad, original.fc.weight.grad)]
+        pairs = [
+            ("loss", loss.detach(), want.detach()),
+            ("grad of x", x.grad, x_ref.grad),
+            ("grad of scale.weight", model.scale.kernel.weight.grad, original.scale.weight.grad),
+            ("grad of fc.weight", model.fc.weight.grad, original.fc.weight.grad),
+        ]
         for name, got, exp in pairs:
             good = got is not None and torch.allclose(got, exp, atol=1e-4, rtol=1e-4)
             ok &= good

@@ -96,8 +96,12 @@ def kernel_source(kind: str) -> str:
     text = (ROOT / "examples" / "candidates" / name).read_text()
     head = text[: text.index("class ModelNew")]
     if kind == "triton":  # the example's forward, with the weights argument
-        body = text[text.index("    def forward"):]
-        return head + "\n\nclass ModelNew(nn.Module):\n    def __init__(self, weights=None):\n        super().__init__()\n\n" + body
+        body = text[text.index("    def forward") :]
+        return (
+            head
+            + "\n\nclass ModelNew(nn.Module):\n    def __init__(self, weights=None):\n        super().__init__()\n\n"
+            + body
+        )
     return head + TAKES_WEIGHTS.format(call=call)
 
 
@@ -117,7 +121,9 @@ def prepare(work: Path, device: str, kinds: list[str]) -> dict[str, str]:
     sessions = {}
     for kind in kinds:
         d = work / f"session_{kind}"
-        SessionDir.create(d, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device=device))
+        SessionDir.create(
+            d, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device=device)
+        )
         (d / "best.py").write_text(kernel_source(kind))
         sessions[kind] = str(d)
     return sessions
@@ -142,7 +148,9 @@ def per_call_us(fn, x, device: str, inner: int = 200) -> float:
     return (time.perf_counter() - t0) * 1e6 / inner
 
 
-def interleaved_us(fns: dict, x, device: str, inner: int, reps: int = 31) -> tuple[dict[str, float], dict[str, float], dict[str, tuple[float, float]]]:
+def interleaved_us(
+    fns: dict, x, device: str, inner: int, reps: int = 31
+) -> tuple[dict[str, float], dict[str, float], dict[str, tuple[float, float]]]:
     """Every variant timed in the same repetitions, their order rotating, so that drift (clocks, the host's
     neighbours) falls on all alike: per variant the median, its median paired difference from the first
     variant (the kernel) over the repetitions, and that median's 95% confidence interval (on the GPU). The
@@ -161,7 +169,7 @@ def interleaved_us(fns: dict, x, device: str, inner: int, reps: int = 31) -> tup
     gc.disable()
     try:
         for r in range(reps):
-            for n in names[r % len(names):] + names[: r % len(names)]:
+            for n in names[r % len(names) :] + names[: r % len(names)]:
                 samples[n].append(per_call_us(fns[n], x, device, inner))
     finally:
         gc.unfreeze()
@@ -241,7 +249,9 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
     out: dict = {"label": label, "kernels": {}}
     for kind, session in sessions.items():
         t0 = time.monotonic()
-        swapped = kernelfix.load_best(session, nn.ReLU(), device=device)  # the original: the user's ReLU, for other shapes
+        swapped = kernelfix.load_best(
+            session, nn.ReLU(), device=device
+        )  # the original: the user's ReLU, for other shapes
         load_s = time.monotonic() - t0
         plain = plain_kernel(session, device)
         variants = {"kernel": plain, "passthrough": Passthrough(plain), "swapped": swapped}
@@ -255,13 +265,20 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
         # calls, a graph break), every variant compiles without fullgraph. "kernel-fg-off": the kernel compiled
         # without fullgraph beside the rest, what fullgraph itself costs a call.
         fullgraph = path is not None and path.kind == "traced"
-        row: dict = {"load_s": round(load_s, 2), "fullgraph": fullgraph,
-                     "path": path.model_dump(exclude={"checks"}) if path is not None else {"kind": "custom_op", "op": swapped.op_name}}
+        row: dict = {
+            "load_s": round(load_s, 2),
+            "fullgraph": fullgraph,
+            "path": path.model_dump(exclude={"checks"})
+            if path is not None
+            else {"kind": "custom_op", "op": swapped.op_name},
+        }
         times, added, ci, ok = {}, {}, {}, True
         for mode, opts in modes.items():
             torch._dynamo.reset()
             fns = {}
-            for name, m in list(variants.items()) + ([("kernel-fg-off", plain)] if opts is not None and fullgraph else []):
+            for name, m in list(variants.items()) + (
+                [("kernel-fg-off", plain)] if opts is not None and fullgraph else []
+            ):
                 if mode == "eager" and name == "custom_op":
                     continue  # eager never takes the operator now
                 if mode != "eager" and name in ("kernel", "passthrough", "kernel-fg-off"):
@@ -269,7 +286,11 @@ def measure(sessions: dict[str, str], device: str, label: str) -> dict:
                     # the C++ operators load_best registered (with the landed kernelfix, pybind calls).
                     m = Passthrough(swapped.kernel) if name == "passthrough" else swapped.kernel
                 host = Host(m)
-                fns[name] = host if opts is None else torch.compile(host, **opts, fullgraph=fullgraph and name != "kernel-fg-off")
+                fns[name] = (
+                    host
+                    if opts is None
+                    else torch.compile(host, **opts, fullgraph=fullgraph and name != "kernel-fg-off")
+                )
             for shape, (r, c) in SHAPES.items():
                 x = torch.randn(r, c, device=device)
                 with torch.no_grad():
@@ -304,11 +325,16 @@ def report(results: list[dict]) -> bool:
         for kind, row in res["kernels"].items():
             t = row["times"]
             path = row["path"]
-            print(f"\n{res['label']}: {kind} kernel, loaded in {row['load_s']} s; compiled with fullgraph={row.get('fullgraph')}; under torch.compile: {path.get('kind')}"
-                  + (f" ({', '.join(path.get('kernels') or [])})" if path.get("kernels") else "")
-                  + (f" [{path.get('note')}]" if path.get("note") else ""))
+            print(
+                f"\n{res['label']}: {kind} kernel, loaded in {row['load_s']} s; compiled with fullgraph={row.get('fullgraph')}; under torch.compile: {path.get('kind')}"
+                + (f" ({', '.join(path.get('kernels') or [])})" if path.get("kernels") else "")
+                + (f" [{path.get('note')}]" if path.get("note") else "")
+            )
             modes = sorted({k.split()[1] for k in t}, key=["eager", "compiled", "reduce-overhead"].index)
-            print(f"  {'us per call':<26}" + "".join(f"{s + ' ' + str(SHAPES[s][0]) + 'x' + str(SHAPES[s][1]):>24}" for s in SHAPES))
+            print(
+                f"  {'us per call':<26}"
+                + "".join(f"{s + ' ' + str(SHAPES[s][0]) + 'x' + str(SHAPES[s][1]):>24}" for s in SHAPES)
+            )
             for mode in modes:
                 base = {s: t.get(f"kernel {mode} {s}") for s in SHAPES}
                 for name in ("kernel", "kernel-fg-off", "passthrough", "swapped", "custom_op"):
@@ -318,7 +344,9 @@ def report(results: list[dict]) -> bool:
                     for s in SHAPES:
                         v = t[f"{name} {mode} {s}"]
                         d = row.get("added", {}).get(f"{name} {mode} {s}", v - base[s])  # paired, where measured so
-                        cells.append(f"{v:9.2f}" + ("" if name == "kernel" else f" ({d:+7.2f}, {(base[s] + d) / base[s]:4.2f}x)"))
+                        cells.append(
+                            f"{v:9.2f}" + ("" if name == "kernel" else f" ({d:+7.2f}, {(base[s] + d) / base[s]:4.2f}x)")
+                        )
                     print(f"  {name + ' ' + mode:<26}" + "".join(f"{c:>24}" for c in cells))
             ok &= row["ok"]
             if not row["ok"]:
@@ -329,8 +357,15 @@ def report(results: list[dict]) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cuda", "cpu"])
-    ap.add_argument("--kernels", nargs="+", choices=["triton", "cuda", "torch"], help="default: triton cuda on the GPU, torch on the CPU")
-    ap.add_argument("--old", type=Path, help="an install of the landed kernelfix (pip --target): timed in a process of its own")
+    ap.add_argument(
+        "--kernels",
+        nargs="+",
+        choices=["triton", "cuda", "torch"],
+        help="default: triton cuda on the GPU, torch on the CPU",
+    )
+    ap.add_argument(
+        "--old", type=Path, help="an install of the landed kernelfix (pip --target): timed in a process of its own"
+    )
     ap.add_argument("--json", type=Path, help="write the raw numbers here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # sessions JSON: time them in this process and print JSON
     args = ap.parse_args()
@@ -349,14 +384,32 @@ def main() -> int:
     kinds = args.kernels or (["triton", "cuda"] if device == "cuda" else ["torch"])
     work = Path(tempfile.mkdtemp(prefix="kf-swap-cost-"))
     t0 = time.monotonic()
-    print(f"swap-cost on {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}, torch {torch.__version__}); files in {work}", flush=True)
+    print(
+        f"swap-cost on {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}, torch {torch.__version__}); files in {work}",
+        flush=True,
+    )
     sessions = prepare(work, device, kinds)
     results = []
     if args.old:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(args.old), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(args.old), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+            ),
+        }
         (work / "landed").mkdir()
-        spec = json.dumps({"work": str(work / "landed"), "kinds": kinds, "device": device, "label": "landed kernelfix", "shapes": SHAPES})
-        run = subprocess.run([sys.executable, "-P", __file__, "--worker", spec], capture_output=True, text=True, env=env, timeout=900)
+        spec = json.dumps(
+            {
+                "work": str(work / "landed"),
+                "kinds": kinds,
+                "device": device,
+                "label": "landed kernelfix",
+                "shapes": SHAPES,
+            }
+        )
+        run = subprocess.run(
+            [sys.executable, "-P", __file__, "--worker", spec], capture_output=True, text=True, env=env, timeout=900
+        )
         line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
             print(f"the landed kernelfix's run failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
@@ -377,16 +430,34 @@ def main() -> int:
             if key not in r["added"]:
                 continue
             lo_hi = r.get("ci", {}).get(key)
-            cells.append(f"{mode} {r['added'][key]:+.2f} us" + (f" [{lo_hi[0]:+.2f}, {lo_hi[1]:+.2f}]" if lo_hi else ""))
+            cells.append(
+                f"{mode} {r['added'][key]:+.2f} us" + (f" [{lo_hi[0]:+.2f}, {lo_hi[1]:+.2f}]" if lo_hi else "")
+            )
             if mode != "eager" and lo_hi and lo_hi[0] > 0:
                 unresolved.append(f"{kind} {mode}")
         floor = r.get("ci", {}).get("passthrough compiled short")
-        print(f"  {kind}: " + ", ".join(cells)
-              + (f"; a plain module around the kernel, compiled: {r['added']['passthrough compiled short']:+.2f} us [{floor[0]:+.2f}, {floor[1]:+.2f}]" if floor else ""))
+        print(
+            f"  {kind}: "
+            + ", ".join(cells)
+            + (
+                f"; a plain module around the kernel, compiled: {r['added']['passthrough compiled short']:+.2f} us [{floor[0]:+.2f}, {floor[1]:+.2f}]"
+                if floor
+                else ""
+            )
+        )
     met = all(v <= 5.0 for v in eager_added.values())
     if new and all(r.get("ci") for r in new.values()):
-        print("compiled: " + ("none measurable (every interval holds 0)" if not unresolved else "measurable in " + ", ".join(unresolved)))
-    print(f"swap-cost: {'OK' if good else 'FAILED'}{'' if met else ' (eager added cost above the 5 us goal)'} in {time.monotonic() - t0:.0f} s")
+        print(
+            "compiled: "
+            + (
+                "none measurable (every interval holds 0)"
+                if not unresolved
+                else "measurable in " + ", ".join(unresolved)
+            )
+        )
+    print(
+        f"swap-cost: {'OK' if good else 'FAILED'}{'' if met else ' (eager added cost above the 5 us goal)'} in {time.monotonic() - t0:.0f} s"
+    )
     return 0 if good else 1
 
 

@@ -67,8 +67,10 @@ def explain(kind: str, session: str, device: str, out: Path) -> dict:
     r, c = swap_cost.SHAPES["short"]
     x = torch.randn(r, c, device=device)
     path = getattr(swapped, "compile_path", None)
-    text = [f"# {kind} kernel; under torch.compile: {getattr(path, 'kind', '?')} ({getattr(path, 'note', '')}); "
-            f"torch {torch.__version__}, x {list(x.shape)}\n"]
+    text = [
+        f"# {kind} kernel; under torch.compile: {getattr(path, 'kind', '?')} ({getattr(path, 'note', '')}); "
+        f"torch {torch.__version__}, x {list(x.shape)}\n"
+    ]
     summary: dict = {}
     for mode, opts in modes.items():
         torch._dynamo.reset()
@@ -84,16 +86,27 @@ def explain(kind: str, session: str, device: str, out: Path) -> dict:
             kinds, py = guard_kinds(trees[name]), python_guards(trees[name])
             stats, ops = profiles[name]
             calls = sum(v[1] for v in stats.values()) / CALLS
-            summary[f"{name} {mode}"] = {"us": med[name], "added": added.get(name, 0.0), "guard_check_us": guard_us[name],
-                                         "guards": sum(kinds.values()), "python_guards": len(py), "python_calls": round(calls, 1)}
-            text.append(f"\n## {name} {mode}: {med[name]:.2f} us a call ({added.get(name, 0.0):+.2f} vs kernel, paired), "
-                        f"guard check {guard_us[name]:.2f} us, {sum(kinds.values())} guards, {len(py)} in Python, "
-                        f"{calls:.1f} Python function calls\n")
+            summary[f"{name} {mode}"] = {
+                "us": med[name],
+                "added": added.get(name, 0.0),
+                "guard_check_us": guard_us[name],
+                "guards": sum(kinds.values()),
+                "python_guards": len(py),
+                "python_calls": round(calls, 1),
+            }
+            text.append(
+                f"\n## {name} {mode}: {med[name]:.2f} us a call ({added.get(name, 0.0):+.2f} vs kernel, paired), "
+                f"guard check {guard_us[name]:.2f} us, {sum(kinds.values())} guards, {len(py)} in Python, "
+                f"{calls:.1f} Python function calls\n"
+            )
             text.append("guards by kind: " + ", ".join(f"{k} {v}" for k, v in kinds.most_common()) + "\n")
             text.extend(f"python guard: {ln}\n" for ln in py)
             text.append("torch ops per call: " + ", ".join(f"{k} x{v:g}" for k, v in sorted(ops)) + "\n")
             if name != "kernel":
-                text.append(f"Python calls {name} makes that kernel does not (per call):\n" + _diff(profiles["kernel"][0], stats))
+                text.append(
+                    f"Python calls {name} makes that kernel does not (per call):\n"
+                    + _diff(profiles["kernel"][0], stats)
+                )
             text.append("Python calls per call:\n" + _per_call(stats))
             if mode == "compiled":
                 text.append("\nguard tree:\n" + _short(trees[name]) + "\n")
@@ -149,14 +162,22 @@ def _diff(base: dict, stats: dict) -> str:
         if more > 0:
             rows.append((tottime - (b[2] if b else 0), more, key))
     rows.sort(key=lambda r: -r[0])
-    return "".join(f"  {more / CALLS:+7.2f} calls {own / CALLS * 1e6:+7.2f} us own  {_where(key)}\n" for own, more, key in rows[:40]) or "  (none)\n"
+    return (
+        "".join(
+            f"  {more / CALLS:+7.2f} calls {own / CALLS * 1e6:+7.2f} us own  {_where(key)}\n"
+            for own, more, key in rows[:40]
+        )
+        or "  (none)\n"
+    )
 
 
 def _per_call(stats: dict) -> str:
     """cProfile's functions, heaviest own time first, per call profiled."""
     rows = []
     for key, (_, ncalls, tottime, cumtime, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:60]:
-        rows.append(f"  {ncalls / CALLS:7.2f} calls {tottime / CALLS * 1e6:7.2f} us own {cumtime / CALLS * 1e6:7.2f} us cum  {_where(key)}\n")
+        rows.append(
+            f"  {ncalls / CALLS:7.2f} calls {tottime / CALLS * 1e6:7.2f} us own {cumtime / CALLS * 1e6:7.2f} us cum  {_where(key)}\n"
+        )
     return "".join(rows)
 
 
@@ -183,9 +204,14 @@ def main() -> int:
     for kind, session in sessions.items():
         s = explain(kind, session, device, args.out)
         for name, v in s.items():
-            print(f"{kind:7s} {name:28s} {v['us']:8.2f} us ({v['added']:+6.2f})  guard check {v['guard_check_us']:5.2f} us  "
-                  f"{v['guards']:3d} guards ({v['python_guards']} in Python)  {v['python_calls']:6.1f} Python calls a call", flush=True)
-    print(f"swap-explain: wrote {', '.join(f'explain_{k}.txt' for k in kinds)} to {args.out} in {time.monotonic() - t0:.0f} s")
+            print(
+                f"{kind:7s} {name:28s} {v['us']:8.2f} us ({v['added']:+6.2f})  guard check {v['guard_check_us']:5.2f} us  "
+                f"{v['guards']:3d} guards ({v['python_guards']} in Python)  {v['python_calls']:6.1f} Python calls a call",
+                flush=True,
+            )
+    print(
+        f"swap-explain: wrote {', '.join(f'explain_{k}.txt' for k in kinds)} to {args.out} in {time.monotonic() - t0:.0f} s"
+    )
     return 0
 
 

@@ -71,7 +71,13 @@ print(json.dumps(s))
 
 def one(case: str, candidate: str, numel: int, env: dict[str, str]) -> dict:
     # -P: run from the repo root, the source tree's kernelfix/ must not shadow the installed package
-    out = subprocess.run([sys.executable, "-P", "-c", CHILD, case, candidate, str(numel)], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", CHILD, case, candidate, str(numel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if out.returncode != 0:
         raise SystemExit(f"{case}: exit {out.returncode}\n{out.stderr[-3000:]}")
     if case == "profile":
@@ -89,7 +95,11 @@ def main() -> None:
     cache = tempfile.mkdtemp(prefix="kf-triton-first-call-")
     # Each case is a fresh interpreter: its imports' bytecode kept apart (an install without .pyc files under
     # PYTHONDONTWRITEBYTECODE imports torch from source, ten seconds a case), as the judge's fork servers keep theirs.
-    env = {**os.environ, "TRITON_CACHE_DIR": cache, "PYTHONPYCACHEPREFIX": tempfile.mkdtemp(prefix="kf-first-call-pyc-")}
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": cache,
+        "PYTHONPYCACHEPREFIX": tempfile.mkdtemp(prefix="kf-first-call-pyc-"),
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     compiled = one("none", a.candidate, a.numel, env)  # fills the cache: every case after reads it
     rows = {c: [one(c, a.candidate, a.numel, env) for _ in range(a.repeat)] for c in CASES}
@@ -98,14 +108,25 @@ def main() -> None:
     summary = {}
     for c, rs in rows.items():
         summary[c] = {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0] if isinstance(rs[0][k], float)}
-    result = {"candidate": Path(a.candidate).name, "numel": a.numel, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "compile_run": compiled, "summary": summary, "rows": rows}
+    result = {
+        "candidate": Path(a.candidate).name,
+        "numel": a.numel,
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "compile_run": compiled,
+        "summary": summary,
+        "rows": rows,
+    }
     Path(a.out).write_text(json.dumps(result, indent=1))
-    print(f"{result['candidate']} first call in a fresh process on {result['gpu']} (median of {a.repeat}; kernel cached; seconds)")
+    print(
+        f"{result['candidate']} first call in a fresh process on {result['gpu']} (median of {a.repeat}; kernel cached; seconds)"
+    )
     for c in CASES:
         s = summary[c]
         ahead = {k[6:]: v for k, v in s.items() if k.startswith("ahead_")}
-        print(f"  {c:7s} first call {s['first_call']:.4f}  second {s['second_call']:.4f}  ahead {ahead}  cuda_up {s['cuda_up']:.3f}")
+        print(
+            f"  {c:7s} first call {s['first_call']:.4f}  second {s['second_call']:.4f}  ahead {ahead}  cuda_up {s['cuda_up']:.3f}"
+        )
     print(f"  the compiling run's first call: {compiled['first_call']:.3f} s")
 
 

@@ -42,17 +42,31 @@ REPLAYS = ROOT / "examples" / "tune" / "hf"
 FAMILIES = ("llama", "qwen3_moe")
 PARTS = ("tune", "prefill", "generate", "profile", "train-tune", "train")
 TRAIN_PARTS = ("train-tune", "train")
-BUDGET_S = {"tune": 330, "prefill": 100, "generate": 60, "profile": 45, "train-tune": 380, "train": 120}  # one device call of 10 min
+BUDGET_S = {
+    "tune": 330,
+    "prefill": 100,
+    "generate": 60,
+    "profile": 45,
+    "train-tune": 380,
+    "train": 120,
+}  # one device call of 10 min
 QUICK_BUDGET_S = {"tune": 600, "prefill": 300, "generate": 240, "profile": 240, "train-tune": 600, "train": 300}
 
 
 def settings(a: argparse.Namespace) -> dict:
     quick = a.quick
     return dict(
-        device="cpu" if quick else "cuda", size="tiny" if quick else "realistic", dtype="float32" if quick else "bfloat16",
-        batch=2 if quick else 8, seq=16 if quick else 1024, new_tokens=a.new_tokens or (8 if quick else 64),
-        rounds=a.rounds or (3 if quick else 20), round_ms=5.0 if quick else 50.0, reps=2 if quick else 5,
-        top=a.top, tune_rounds=3 if quick else a.tune_rounds,
+        device="cpu" if quick else "cuda",
+        size="tiny" if quick else "realistic",
+        dtype="float32" if quick else "bfloat16",
+        batch=2 if quick else 8,
+        seq=16 if quick else 1024,
+        new_tokens=a.new_tokens or (8 if quick else 64),
+        rounds=a.rounds or (3 if quick else 20),
+        round_ms=5.0 if quick else 50.0,
+        reps=2 if quick else 5,
+        top=a.top,
+        tune_rounds=3 if quick else a.tune_rounds,
     )
 
 
@@ -66,16 +80,40 @@ def write_config(out: Path, s: dict) -> Path:
 
     ops = ", ".join(json.dumps(o) for o in LIBRARY_GEMM_ATTENTION)
     cfg = out / "kernelfix.toml"
-    cfg.write_text(f"[judge]\nextra_allowed_ops = [{ops}]\nprofile = false\n\n[agent]\nmax_turns = 1\n\n[tune]\nrounds = {s['tune_rounds']}\n"
-                   'trials = "together"  # every correct swap at once first: one compile of the 16-layer model\n')
+    cfg.write_text(
+        f"[judge]\nextra_allowed_ops = [{ops}]\nprofile = false\n\n[agent]\nmax_turns = 1\n\n[tune]\nrounds = {s['tune_rounds']}\n"
+        'trials = "together"  # every correct swap at once first: one compile of the 16-layer model\n'
+    )
     return cfg
 
 
 def tune_command(family: str, s: dict, out: Path, backward: bool) -> list[str]:
     d = out / family / ("tune-train" if backward else "tune")
-    cmd = [sys.executable, "-P", "-m", "kernelfix", "tune", str(ROOT / "examples" / "models" / "hf_decoder.py"), "--model", f"replay:{REPLAYS}",
-           "--top", str(s["top"]), "--out", str(d), "--device", s["device"], "--headless", "--config", str(out / "kernelfix.toml")]
-    return [*cmd, *(["--backward"] if backward else []), "--", *script_args(family, s, "train" if backward else "no-grad")]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "kernelfix",
+        "tune",
+        str(ROOT / "examples" / "models" / "hf_decoder.py"),
+        "--model",
+        f"replay:{REPLAYS}",
+        "--top",
+        str(s["top"]),
+        "--out",
+        str(d),
+        "--device",
+        s["device"],
+        "--headless",
+        "--config",
+        str(out / "kernelfix.toml"),
+    ]
+    return [
+        *cmd,
+        *(["--backward"] if backward else []),
+        "--",
+        *script_args(family, s, "train" if backward else "no-grad"),
+    ]
 
 
 def run_tune(family: str, s: dict, out: Path, backward: bool, budget: float) -> dict:
@@ -97,28 +135,65 @@ def run_tune(family: str, s: dict, out: Path, backward: bool, budget: float) -> 
 
 def summarize_report(r: dict) -> dict:
     """What the table needs from report.json: the tuned modules, their sessions and swaps, what was kept together."""
+
     def speed(trial, mode):
         c = (trial or {}).get(mode) or {}
-        return {k: c.get(k) for k in ("speedup", "speedup_low", "speedup_high")} | {"before_ms": (c.get("before") or {}).get("median_ms"),
-                                                                                   "after_ms": (c.get("after") or {}).get("median_ms")}
+        return {k: c.get(k) for k in ("speedup", "speedup_low", "speedup_high")} | {
+            "before_ms": (c.get("before") or {}).get("median_ms"),
+            "after_ms": (c.get("after") or {}).get("median_ms"),
+        }
 
-    tuned = [{"module": m["module"], "class": m.get("module_class"), "share": m.get("share"), "status": m.get("session_status"),
-              "correct": m.get("correct"), "kept": (m.get("swap") or {}).get("kept"), "reason": (m.get("swap") or {}).get("reason"),
-              "eager": speed(m.get("swap"), "eager"), "compiled": speed(m.get("swap"), "compiled")}
-             for m in r.get("modules", []) if m.get("selected")]
+    tuned = [
+        {
+            "module": m["module"],
+            "class": m.get("module_class"),
+            "share": m.get("share"),
+            "status": m.get("session_status"),
+            "correct": m.get("correct"),
+            "kept": (m.get("swap") or {}).get("kept"),
+            "reason": (m.get("swap") or {}).get("reason"),
+            "eager": speed(m.get("swap"), "eager"),
+            "compiled": speed(m.get("swap"), "compiled"),
+        }
+        for m in r.get("modules", [])
+        if m.get("selected")
+    ]
     comb = r.get("combined")
-    return {"kept": [k["module"] for k in r.get("kept", [])], "tuned": tuned, "notes": r.get("notes", []),
-            "combined": None if not comb else {"modules": comb.get("modules"), "kept": comb.get("kept"), "eager": speed(comb, "eager"),
-                                               "compiled": speed(comb, "compiled")}}
+    return {
+        "kept": [k["module"] for k in r.get("kept", [])],
+        "tuned": tuned,
+        "notes": r.get("notes", []),
+        "combined": None
+        if not comb
+        else {
+            "modules": comb.get("modules"),
+            "kept": comb.get("kept"),
+            "eager": speed(comb, "eager"),
+            "compiled": speed(comb, "compiled"),
+        },
+    }
 
 
 def run_measure(part: str, family: str, a: argparse.Namespace, budget: float) -> dict:
     """A measurement part in its own process (a CUDA fault or a hang there costs that part only)."""
     res_file = Path(a.out) / family / f"{part}.json"
     res_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-P", __file__, "--run-part", part, "--family", family, "--out", str(a.out), "--swaps", a.swaps,
-           *(["--quick"] if a.quick else []),
-           *([f"--rounds={a.rounds}"] if a.rounds else []), *([f"--new-tokens={a.new_tokens}"] if a.new_tokens else [])]
+    cmd = [
+        sys.executable,
+        "-P",
+        __file__,
+        "--run-part",
+        part,
+        "--family",
+        family,
+        "--out",
+        str(a.out),
+        "--swaps",
+        a.swaps,
+        *(["--quick"] if a.quick else []),
+        *([f"--rounds={a.rounds}"] if a.rounds else []),
+        *([f"--new-tokens={a.new_tokens}"] if a.new_tokens else []),
+    ]
     env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", **({"TRITON_INTERPRET": "1"} if a.quick else {})}
     t0 = time.monotonic()
     try:
@@ -131,10 +206,9 @@ def run_measure(part: str, family: str, a: argparse.Namespace, budget: float) ->
 
 def child(a: argparse.Namespace) -> int:
     """--run-part: one measurement, its result as JSON in OUT/<family>/<part>.json."""
-    import torch
-
     import hf_measure as m
     import hf_roofline
+    import torch
 
     s = settings(a)
     dtype = getattr(torch, s["dtype"])
@@ -161,17 +235,34 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    ap.add_argument("--out", default="/tmp/kfout/tune_hf", help="tunes, part results, tune_hf.json (default /tmp/kfout/tune_hf)")
+    ap.add_argument(
+        "--out", default="/tmp/kfout/tune_hf", help="tunes, part results, tune_hf.json (default /tmp/kfout/tune_hf)"
+    )
     ap.add_argument("--top", type=int, default=4, help="kernelfix tune --top (default 4)")
-    ap.add_argument("--tune-rounds", type=int, default=20, help="[tune] rounds of the tune's keep decision (default 20)")
+    ap.add_argument(
+        "--tune-rounds", type=int, default=20, help="[tune] rounds of the tune's keep decision (default 20)"
+    )
     ap.add_argument("--rounds", type=int, help="paired rounds of this bench's timings (default 20; 3 with --quick)")
     ap.add_argument("--new-tokens", type=int, help="generate()'s new tokens (default 64; 8 with --quick)")
-    ap.add_argument("--budget", type=float, help="seconds each part may take (default per part: tune 570, prefill 420, ...)")
-    ap.add_argument("--budgets", default=os.environ.get("TUNE_HF_BUDGETS", ""),
-                    help="per-part seconds, e.g. tune=250,prefill=70 (env TUNE_HF_BUDGETS): fits the parts into a shorter device call")
-    ap.add_argument("--swaps", choices=["kept", "correct"], default="kept",
-                    help="the tuned model: kept, as kernelfix.load_tuned applies the tune (default); correct: every session's correct kernel, kept or not")
-    ap.add_argument("--quick", action="store_true", help="CPU, tiny models, float32, Triton's interpreter: the whole script end to end")
+    ap.add_argument(
+        "--budget", type=float, help="seconds each part may take (default per part: tune 570, prefill 420, ...)"
+    )
+    ap.add_argument(
+        "--budgets",
+        default=os.environ.get("TUNE_HF_BUDGETS", ""),
+        help="per-part seconds, e.g. tune=250,prefill=70 (env TUNE_HF_BUDGETS): fits the parts into a shorter device call",
+    )
+    ap.add_argument(
+        "--swaps",
+        choices=["kept", "correct"],
+        default="kept",
+        help="the tuned model: kept, as kernelfix.load_tuned applies the tune (default); correct: every session's correct kernel, kept or not",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="CPU, tiny models, float32, Triton's interpreter: the whole script end to end",
+    )
     ap.add_argument("--run-part", choices=PARTS, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.run_part:
@@ -187,7 +278,10 @@ def main() -> int:
     results = json.loads(results_file.read_text()) if results_file.is_file() else {}
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() and not a.quick else "cpu"
     results["setup"] = {"device": gpu, "torch": torch.__version__, "swaps": a.swaps, **s}
-    print(f"tune-hf on {gpu}, torch {torch.__version__}: {s['size']} {s['dtype']}, batch {s['batch']} x {s['seq']}; OUT {out}", flush=True)
+    print(
+        f"tune-hf on {gpu}, torch {torch.__version__}: {s['size']} {s['dtype']}, batch {s['batch']} x {s['seq']}; OUT {out}",
+        flush=True,
+    )
     t_all = time.monotonic()
     for family in a.family:
         fam = results.setdefault(family, {})

@@ -44,7 +44,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, help="sequences (default 8 on cuda, 2 on cpu)")
     ap.add_argument("--rounds", type=int, help="timing rounds (default: [tune] rounds, 20)")
     ap.add_argument("--out", type=Path, help="the tune's DIR (default: a new temp dir)")
-    ap.add_argument("--save-profiles", type=Path, metavar="DIR", help="write the recorded profiles (forward, training step) here")
+    ap.add_argument(
+        "--save-profiles", type=Path, metavar="DIR", help="write the recorded profiles (forward, training step) here"
+    )
     args = ap.parse_args()
     gpu = args.device == "cuda"
     if not gpu:
@@ -54,28 +56,41 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-tune-"))
     t0 = time.monotonic()
 
-    from rich.console import Console
-
-    import kernelfix
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.capture.files import import_file
     from kernelfix.capture.output_tolerance import tolerance_for
     from kernelfix.tools.config import JudgeConfig
-    from kernelfix.tune.tune_config import TuneConfig
+    from rich.console import Console
+
+    import kernelfix
     from kernelfix.tune.flow import Tune, TuneOptions
     from kernelfix.tune.jobs import run_headless
     from kernelfix.tune.text import summary_text, trial_text
+    from kernelfix.tune.tune_config import TuneConfig
 
     cfg = TuneConfig(top=args.top, **({"rounds": args.rounds} if args.rounds else {}))
-    print(f"tune-transformer on {args.device} ({torch.cuda.get_device_name() if gpu else 'cpu'}), torch {torch.__version__}, dim {dim}, "
-          f"seq {seq}, batch {batch}, top {args.top}; DIR {out}", flush=True)
+    print(
+        f"tune-transformer on {args.device} ({torch.cuda.get_device_name() if gpu else 'cpu'}), torch {torch.__version__}, dim {dim}, "
+        f"seq {seq}, batch {batch}, top {args.top}; DIR {out}",
+        flush=True,
+    )
     err = Console(stderr=True, highlight=False)
     opts = TuneOptions(
-        script=EXAMPLE, out=out, llm=f"replay:{REPLAYS}", top=args.top, cfg=cfg, judge=JudgeConfig(device=args.device, profile=False),
-        agent=AgentConfig(max_turns=2, shape_block=False), script_args=script_args, judge_device=args.device,
+        script=EXAMPLE,
+        out=out,
+        llm=f"replay:{REPLAYS}",
+        top=args.top,
+        cfg=cfg,
+        judge=JudgeConfig(device=args.device, profile=False),
+        agent=AgentConfig(max_turns=2, shape_block=False),
+        script_args=script_args,
+        judge_device=args.device,
     )
-    tune = Tune(opts, say=lambda s: print(s, flush=True),
-                run_sessions=lambda jobs: run_headless(jobs, out, device=args.device, workers=None, console=err))
+    tune = Tune(
+        opts,
+        say=lambda s: print(s, flush=True),
+        run_sessions=lambda jobs: run_headless(jobs, out, device=args.device, workers=None, console=err),
+    )
     report = tune.run()
     print(summary_text(report, str(out), cfg), flush=True)
     print(f"  [tune {time.monotonic() - t0:.0f} s]", flush=True)
@@ -94,14 +109,28 @@ def main() -> int:
         tol = tolerance_for(want.dtype)
         close = torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol)
         explained = torch._dynamo.explain(model)(ids)
-    print(f"load_tuned: {len(report.kept)} swap(s) applied; logits max abs diff {(got - want).abs().max().item():.3g} vs the original ({tol}): "
-          f"{'match' if close else 'MISMATCH'}; torch._dynamo.explain: {explained.graph_count} graph(s), {explained.graph_break_count} break(s)", flush=True)
+    print(
+        f"load_tuned: {len(report.kept)} swap(s) applied; logits max abs diff {(got - want).abs().max().item():.3g} vs the original ({tol}): "
+        f"{'match' if close else 'MISMATCH'}; torch._dynamo.explain: {explained.graph_count} graph(s), {explained.graph_break_count} break(s)",
+        flush=True,
+    )
 
     print("ranking a training step (--train, forward+backward):", flush=True)
     train = Tune(
-        TuneOptions(script=EXAMPLE, out=out / "train-rank", llm="(none)", top=args.top, cfg=cfg, judge=opts.judge, agent=opts.agent,
-                    script_args=[*script_args, "--train"], judge_device=args.device, rank_only=True),
-        say=lambda s: print(s, flush=True), run_sessions=lambda jobs: {},
+        TuneOptions(
+            script=EXAMPLE,
+            out=out / "train-rank",
+            llm="(none)",
+            top=args.top,
+            cfg=cfg,
+            judge=opts.judge,
+            agent=opts.agent,
+            script_args=[*script_args, "--train"],
+            judge_device=args.device,
+            rank_only=True,
+        ),
+        say=lambda s: print(s, flush=True),
+        run_sessions=lambda jobs: {},
     )
     train.run()
     if args.save_profiles:

@@ -20,7 +20,6 @@ sys.dont_write_bytecode = os.environ.get("PYTHONDONTWRITEBYTECODE", "1") != ""
 t_start = time.monotonic()
 import numpy  # noqa: E402,F401
 import torch  # noqa: E402
-
 from kernelfix.sandbox import fork_server, zygote  # noqa: E402
 
 calls: list[tuple[str, str]] = []
@@ -49,7 +48,9 @@ for name in [*zygote.PRELOAD[2:], "torch._dynamo"]:  # dynamo: no longer preload
     __import__(name)
     dt = time.monotonic() - t0
     made = calls[n0:]
-    print(f"import {name:45s} {dt:6.3f} s  forks poisoned after it: {fork_server._fork_poisoned()}  torch.cuda calls: {[c[0] for c in made]}")
+    print(
+        f"import {name:45s} {dt:6.3f} s  forks poisoned after it: {fork_server._fork_poisoned()}  torch.cuda calls: {[c[0] for c in made]}"
+    )
     if made:
         print(f"    first caller: {made[0][1]}")
 print(f"total {time.monotonic() - t_start:.3f} s")
@@ -69,7 +70,10 @@ def fork_servers(kinds: list[str]) -> dict[str, float]:
         z = zygote._zygotes[zygote.key(sys.executable, env, kind)]
         z.ready.wait(300)
         out[kind] = round(time.monotonic() - t0, 3)
-        print(f"  fork server {kind:9s} ready after {out[kind]:6.3f} s (its own count {z.info.get('seconds')} s; error {z.error})", flush=True)
+        print(
+            f"  fork server {kind:9s} ready after {out[kind]:6.3f} s (its own count {z.info.get('seconds')} s; error {z.error})",
+            flush=True,
+        )
     return out
 
 

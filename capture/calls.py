@@ -17,14 +17,15 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch import Tensor
-
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.schema import InputLeaf
 from kernelfix.capture.tensors import dtype_name
+from torch import Tensor
 
 # Values that pytree treats as leaves and whose repr is cheap and says what export fixed.
-_SCALARS = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
+_SCALARS = frozenset(
+    {int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format}
+)
 MAX_PLANS = 256  # kinds of call kept; beyond that a call is checked in full (a script calling with ever-new values)
 
 
@@ -120,7 +121,11 @@ class CallPlans:
                 return match_call(self.in_spec, leaves, args, kwargs)
             except CallMismatch as e:
                 errors.append(str(e))
-        raise CallMismatch(errors[0] if len(errors) == 1 else "; ".join(f"captured call {k}: {e}" for k, e in enumerate(errors, start=1)))
+        raise CallMismatch(
+            errors[0]
+            if len(errors) == 1
+            else "; ".join(f"captured call {k}: {e}" for k, e in enumerate(errors, start=1))
+        )
 
 
 def match_call(in_spec: pytree.TreeSpec, leaves: list[InputLeaf], args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -130,7 +135,9 @@ def match_call(in_spec: pytree.TreeSpec, leaves: list[InputLeaf], args: tuple, k
         if keys is not None and set(keys) == set(kwargs):  # the same keywords, in another order
             flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keys}))
     if spec != in_spec:
-        raise CallMismatch(f"called with {call_shape(args, kwargs)}; the kernel was judged on calls like {leaves_shape(leaves)}")
+        raise CallMismatch(
+            f"called with {call_shape(args, kwargs)}; the kernel was judged on calls like {leaves_shape(leaves)}"
+        )
     tensors = []
     for leaf, value in zip(leaves, flat):
         if leaf.tensor is None:
@@ -284,9 +291,19 @@ def call_shape(args: tuple, kwargs: dict) -> str:
         return f"{dtype_name(x.dtype)}[{', '.join(map(str, x.shape))}]" if isinstance(x, torch.Tensor) else repr(x)
 
     parts = [one(a) if not isinstance(a, (list, tuple, dict)) else str(pytree.tree_map(one, a)) for a in args]
-    parts += [f"{k}={one(v) if not isinstance(v, (list, tuple, dict)) else pytree.tree_map(one, v)}" for k, v in kwargs.items()]
+    parts += [
+        f"{k}={one(v) if not isinstance(v, (list, tuple, dict)) else pytree.tree_map(one, v)}"
+        for k, v in kwargs.items()
+    ]
     return f"({', '.join(parts)})"
 
 
 def leaves_shape(leaves: list[InputLeaf]) -> str:
-    return "(" + ", ".join(f"{leaf.path}={leaf.tensor.describe().split(' in ')[0] if leaf.tensor else leaf.constant}" for leaf in leaves) + ")"
+    return (
+        "("
+        + ", ".join(
+            f"{leaf.path}={leaf.tensor.describe().split(' in ')[0] if leaf.tensor else leaf.constant}"
+            for leaf in leaves
+        )
+        + ")"
+    )

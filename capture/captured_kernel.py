@@ -10,19 +10,31 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-from torch.compiler import is_compiling
-
-from kernelfix.capture.calls import CallPlans, compiled_call_tensors, compiled_signature, leaves_shape, output_layout, rebuild
+from kernelfix.capture.calls import (
+    CallPlans,
+    compiled_call_tensors,
+    compiled_signature,
+    leaves_shape,
+    output_layout,
+    rebuild,
+)
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.randomness import RANDOM_KEY, draw_masks
 from kernelfix.capture.schema import CaptureManifest, CompilePath, SwapCheck
 from kernelfix.capture.state_args import STATE_KEY, StateBinding
+from torch.compiler import is_compiling
 
 
 class CapturedKernel(nn.Module):
     """A kernel called as the captured module was called."""
 
-    def __init__(self, kernel: nn.Module, manifest: CaptureManifest, original: nn.Module | None = None, reference: nn.Module | None = None):
+    def __init__(
+        self,
+        kernel: nn.Module,
+        manifest: CaptureManifest,
+        original: nn.Module | None = None,
+        reference: nn.Module | None = None,
+    ):
         """``reference``: the task's Model on the meta device (capture/custom_op.py); with it the kernel runs
         under torch.compile as a custom operator that torch.compile takes whole, without it as a plain call
         (which Dynamo traces, as :func:`load_best` does when it checked that this works)."""
@@ -33,11 +45,17 @@ class CapturedKernel(nn.Module):
         self.checks: list[SwapCheck] = []
         self.fallbacks = 0  # eager calls handed to the original module
         self._in_spec = pytree.treespec_loads(manifest.in_spec) if manifest.in_spec else None
-        self._sets = manifest.input_sets or [manifest.inputs]  # every captured call's inputs: what the kernel was judged on
+        self._sets = manifest.input_sets or [
+            manifest.inputs
+        ]  # every captured call's inputs: what the kernel was judged on
         self.calls = CallPlans(self._in_spec, self._sets)  # eager: the check's answer per kind of call
         # Under torch.compile: the captured calls as one tuple of plain tagged tuples, which Dynamo guards with
         # a single equality check (a list would cost a guard per item).
-        self._signatures = tuple(compiled_signature(self._in_spec, leaves) for leaves in self._sets) if self._in_spec is not None else ()
+        self._signatures = (
+            tuple(compiled_signature(self._in_spec, leaves) for leaves in self._sets)
+            if self._in_spec is not None
+            else ()
+        )
         self._refusal = (
             f"{manifest.module_path}: torch.compile traced a call unlike every captured one, and there is no original module "
             f"to hand it to (kernelfix.load_best(session, original)); the kernel was judged on calls like {leaves_shape(self._sets[0])}"
@@ -49,7 +67,10 @@ class CapturedKernel(nn.Module):
         self._op = self._out_layout = None
         self.op_name: str | None = None
         self.extensions = None  # capture/cpp_ops.py's record of the kernel's load_inline extensions (load_best sets it)
-        self.compile_path = CompilePath(kind="plain", note="the kernel's forward as it is, for Dynamo to trace (not checked: load_best(custom_op=False))")
+        self.compile_path = CompilePath(
+            kind="plain",
+            note="the kernel's forward as it is, for Dynamo to trace (not checked: load_best(custom_op=False))",
+        )
         if reference is not None:
             self.use_custom_op(reference)
 
@@ -57,9 +78,17 @@ class CapturedKernel(nn.Module):
         """Run the kernel under torch.compile as one opaque custom operator (capture/custom_op.py)."""
         from kernelfix.capture.custom_op import op_name, register
 
-        sample = [torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta") for leaf in self.manifest.inputs if leaf.tensor]
-        self._op, out_spec, returned = register(self.kernel, reference, self.manifest.module_path, sample, backward=self.manifest.backward)
-        self._out_layout = output_layout(out_spec, returned)  # rebuilt without pytree, which Dynamo would guard on every call
+        sample = [
+            torch.empty(leaf.tensor.shape, dtype=getattr(torch, leaf.tensor.dtype), device="meta")
+            for leaf in self.manifest.inputs
+            if leaf.tensor
+        ]
+        self._op, out_spec, returned = register(
+            self.kernel, reference, self.manifest.module_path, sample, backward=self.manifest.backward
+        )
+        self._out_layout = output_layout(
+            out_spec, returned
+        )  # rebuilt without pytree, which Dynamo would guard on every call
         self.op_name = op_name(self._op)
         self.compile_path = CompilePath(kind="custom_op", op=self.op_name, note=note or "asked for")
 
@@ -90,13 +119,20 @@ class CapturedKernel(nn.Module):
     def _rewritten(self, args: tuple, kwargs: dict) -> Any:
         """The user's call with a state object or dropout: run as the task's call, the state written back after."""
         if self._random and not self.training:  # the kernel drops what the captured training call dropped
-            return self._fall_back("the kernel was captured in training, with dropout; in eval mode dropout keeps everything", args, kwargs)
+            return self._fall_back(
+                "the kernel was captured in training, with dropout; in eval mode dropout keeps everything", args, kwargs
+            )
         got = self.state.flat(args, kwargs) if self.state is not None else (args, dict(kwargs), [])
-        if isinstance(got, str):  # the state is not as captured (a cache that already holds keys): the module's own call
+        if isinstance(
+            got, str
+        ):  # the state is not as captured (a cache that already holds keys): the module's own call
             return self._fall_back(got, args, kwargs)
         fargs, fkwargs, targets = got
         if self._random:
-            device = next((t.device for t in pytree.tree_leaves((fargs, fkwargs)) if isinstance(t, torch.Tensor)), torch.device("cpu"))
+            device = next(
+                (t.device for t in pytree.tree_leaves((fargs, fkwargs)) if isinstance(t, torch.Tensor)),
+                torch.device("cpu"),
+            )
             fkwargs[RANDOM_KEY] = draw_masks(self._random, device)
         out = self._run(fargs, fkwargs, real=(args, kwargs))
         if out is _FELL_BACK:
@@ -144,7 +180,9 @@ class CapturedKernel(nn.Module):
     def _operator_call(self, tensors: list[torch.Tensor]) -> Any:
         """The kernel as the custom operator, under torch.compile (capture/custom_op.py)."""
         if self.manifest.backward:  # the operator's autograd formula runs the kernel's own backward
-            return rebuild(self._out_layout, self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad]))
+            return rebuild(
+                self._out_layout, self._op(tensors, [p for p in self.kernel.parameters() if p.requires_grad])
+            )
         return rebuild(self._out_layout, self._op(tensors))
 
     def extra_repr(self) -> str:

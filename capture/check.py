@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.output_tolerance import tolerance_for
 from kernelfix.capture.schema import LeafCheck, OutputCheck
 from kernelfix.tools.config import JudgeConfig
@@ -22,7 +21,9 @@ def compare_outputs(got: Any, want: Any, config: JudgeConfig | None = None) -> O
     g, g_spec = leaves_with_paths(got)
     w, w_spec = leaves_with_paths(want)
     if g_spec != w_spec:
-        return OutputCheck(ok=False, problem=f"the outputs differ in structure: {_shape_of(got)} where {_shape_of(want)} was expected")
+        return OutputCheck(
+            ok=False, problem=f"the outputs differ in structure: {_shape_of(got)} where {_shape_of(want)} was expected"
+        )
     checks = [_leaf(path, a, b, config) for (path, a), (_, b) in zip(g, w)]
     return OutputCheck(ok=all(c.ok for c in checks), leaves=checks)
 
@@ -43,7 +44,9 @@ def _state_leaf(path: str, got: Any, want: Any, config: JudgeConfig | None) -> L
     a, b = Snapshot.take(got).held, Snapshot.take(want).held
     if a.keys() != b.keys():
         missing, extra = sorted(map(show, b.keys() - a.keys())), sorted(map(show, a.keys() - b.keys()))
-        return LeafCheck(path=path, ok=False, problem=f"{type(want).__name__} lacks {missing or '-'}, has besides {extra or '-'}")
+        return LeafCheck(
+            path=path, ok=False, problem=f"{type(want).__name__} lacks {missing or '-'}, has besides {extra or '-'}"
+        )
     worst = 0.0
     for p in sorted(b, key=repr):
         c = _leaf(f"{path}.{show(p)}", a[p].value, b[p].value, config)
@@ -74,7 +77,13 @@ def _leaf(path: str, got: Any, want: Any, config: JudgeConfig | None) -> LeafChe
         return LeafCheck(path=path, ok=True, max_abs_error=0.0, atol=tol.atol, rtol=tol.rtol)
     nan_a, nan_b = a.isnan(), b.isnan()
     if not torch.equal(nan_a, nan_b):
-        return LeafCheck(path=path, ok=False, problem=f"NaN at {int((nan_a != nan_b).sum())} positions where the other has none", atol=tol.atol, rtol=tol.rtol)
+        return LeafCheck(
+            path=path,
+            ok=False,
+            problem=f"NaN at {int((nan_a != nan_b).sum())} positions where the other has none",
+            atol=tol.atol,
+            rtol=tol.rtol,
+        )
     diff = (a - b).abs().nan_to_num(0.0)  # equal infinities give NaN here: no error
     diff[(a == b)] = 0.0
     bound = tol.atol + tol.rtol * b.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
@@ -135,6 +144,10 @@ def truth_rule(got: Any, want: Any, truth: Any, config: JudgeConfig | None, chec
         worst.append(f"{path}: {err_got:.3g} against {err_want:.3g}")
     if not worst:
         return check
-    return OutputCheck(ok=True, leaves=check.leaves, problem=None,
-                       note=f"outside the element-wise tolerance, but as close to the exact result (float32 or wider) as the "
-                            f"original's own arithmetic, within {factor:g}x (relative error norm: {'; '.join(worst[:3])})")
+    return OutputCheck(
+        ok=True,
+        leaves=check.leaves,
+        problem=None,
+        note=f"outside the element-wise tolerance, but as close to the exact result (float32 or wider) as the "
+        f"original's own arithmetic, within {factor:g}x (relative error norm: {'; '.join(worst[:3])})",
+    )

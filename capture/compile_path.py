@@ -29,7 +29,6 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapError
@@ -38,8 +37,13 @@ from kernelfix.tools.config import JudgeConfig
 
 
 def choose_compile_path(
-    module: CapturedKernel, reference: Callable[[], nn.Module], calls: list[CheckCall], config: JudgeConfig, *,
-    trace: bool | None = None, backend: str | None = None,
+    module: CapturedKernel,
+    reference: Callable[[], nn.Module],
+    calls: list[CheckCall],
+    config: JudgeConfig,
+    *,
+    trace: bool | None = None,
+    backend: str | None = None,
 ) -> CompilePath:
     """Set ``module``'s path under torch.compile; ``reference`` builds the task's Model on the meta device
     (the operator's shape rule), only when the operator is taken. ``trace``: see load_best."""
@@ -68,9 +72,14 @@ def choose_compile_path(
     return module.compile_path
 
 
-def probe_trace(module: CapturedKernel, calls: list[CheckCall], config: JudgeConfig, *, backend: str | None = None) -> tuple[CompilePath | None, str]:
+def probe_trace(
+    module: CapturedKernel, calls: list[CheckCall], config: JudgeConfig, *, backend: str | None = None
+) -> tuple[CompilePath | None, str]:
     """The traced path, checked on ``calls``; or None and why it cannot be taken."""
-    device = next((t.device for c in calls for t in pytree.tree_leaves((c.args, c.kwargs)) if isinstance(t, torch.Tensor)), torch.device("cpu"))
+    device = next(
+        (t.device for c in calls for t in pytree.tree_leaves((c.args, c.kwargs)) if isinstance(t, torch.Tensor)),
+        torch.device("cpu"),
+    )
     name = backend or ("inductor" if device.type == "cuda" else "aot_eager")  # aot_eager: no C++ build on the CPU
     graphs: list[torch.fx.GraphModule] = []
     inner = torch._dynamo.lookup_backend(name)
@@ -98,19 +107,38 @@ def probe_trace(module: CapturedKernel, calls: list[CheckCall], config: JudgeCon
                 out = compare_outputs(got, c.want, config)
                 checks.append(SwapCheck(ok=out.ok, against=c.against, output=out, input_set=c.input_set))
                 if not out.ok:
-                    return _undo(module, before, f"compiled, the kernel does not reproduce the captured call ({out.summary()})")
+                    return _undo(
+                        module, before, f"compiled, the kernel does not reproduce the captured call ({out.summary()})"
+                    )
                 if module.manifest.backward:
                     grads = _gradients(module, compiled, c, config)
-                    checks.append(SwapCheck(ok=grads.ok, against="gradients", output=grads, input_set=c.input_set,
-                                            note="the compiled kernel's gradients against the eager kernel's"))
+                    checks.append(
+                        SwapCheck(
+                            ok=grads.ok,
+                            against="gradients",
+                            output=grads,
+                            input_set=c.input_set,
+                            note="the compiled kernel's gradients against the eager kernel's",
+                        )
+                    )
                     if not grads.ok:
-                        return _undo(module, before, f"compiled, the kernel's gradients differ from its eager ones ({grads.summary()})")
+                        return _undo(
+                            module,
+                            before,
+                            f"compiled, the kernel's gradients differ from its eager ones ({grads.summary()})",
+                        )
     except Exception as e:  # Dynamo's Unsupported, a backend's error, anything the candidate's code raises when traced
         return _undo(module, before, _trace_failure(e))
     if not graphs:
         return _undo(module, before, "torch.compile produced no graph for the kernel")
-    path = CompilePath(kind="traced", backend=name, kernels=graph_kernels(graphs), checks=checks,
-                       note=f"checked compiled with {name} at every captured call" + (", gradients included" if module.manifest.backward else ""))
+    path = CompilePath(
+        kind="traced",
+        backend=name,
+        kernels=graph_kernels(graphs),
+        checks=checks,
+        note=f"checked compiled with {name} at every captured call"
+        + (", gradients included" if module.manifest.backward else ""),
+    )
     module.use_traced(path)
     return path, ""
 
@@ -163,11 +191,16 @@ def _trace_failure(e: BaseException) -> str:
     lines = [ln.strip() for ln in f"{type(inner).__name__}: {inner}".strip().splitlines() if ln.strip()]
     text = lines[-1] if lines else type(inner).__name__
     text = text if len(text) <= 300 else text[:297] + "..."
-    why = f"torch.compile with fullgraph=True cannot take the kernel's forward ({_first_line(e)}; {text})" if inner is not e else \
-        f"Dynamo cannot trace the kernel's forward with fullgraph=True ({_first_line(e)})"
+    why = (
+        f"torch.compile with fullgraph=True cannot take the kernel's forward ({_first_line(e)}; {text})"
+        if inner is not e
+        else f"Dynamo cannot trace the kernel's forward with fullgraph=True ({_first_line(e)})"
+    )
     if any(s in f"{inner}" for s in _FP64_SCALAR):
-        why += ("; Inductor passes a Python float argument of a Triton kernel as fp64 where Triton itself passes fp32: "
-                "pass it as a tl.constexpr (or cast it in the kernel: scale.to(tl.float32)) and the kernel can be traced")
+        why += (
+            "; Inductor passes a Python float argument of a Triton kernel as fp64 where Triton itself passes fp32: "
+            "pass it as a tl.constexpr (or cast it in the kernel: scale.to(tl.float32)) and the kernel can be traced"
+        )
     return why
 
 
@@ -183,7 +216,10 @@ def _gradients(module: CapturedKernel, compiled: Callable, c: CheckCall, config:
 
     def run(fn: Callable) -> list[torch.Tensor | None]:
         leaves, spec = pytree.tree_flatten((c.args, c.kwargs))
-        leaves = [t.detach().clone().requires_grad_(True) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in leaves]
+        leaves = [
+            t.detach().clone().requires_grad_(True) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+            for t in leaves
+        ]
         args, kwargs = pytree.tree_unflatten(leaves, spec)
         outs = [o for o in pytree.tree_leaves(fn(args, kwargs)) if isinstance(o, torch.Tensor) and o.requires_grad]
         gen = torch.Generator(device="cpu").manual_seed(0)

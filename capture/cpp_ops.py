@@ -215,8 +215,12 @@ def _fake(name: str, seen_calls: dict[tuple, Observed]):
                 f"kernelfix: the extension function {name} was not seen called like this when load_best checked the kernel "
                 "(only the captured calls' shapes have a rule); load the kernel with load_best(..., trace=False)"
             )
-        device = next((t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)), torch.device("cpu"))
-        return pytree.tree_unflatten([None if m is None else torch.empty(m[0], dtype=m[1], device=device) for m in seen.outputs], seen.spec)
+        device = next(
+            (t.device for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)), torch.device("cpu")
+        )
+        return pytree.tree_unflatten(
+            [None if m is None else torch.empty(m[0], dtype=m[1], device=device) for m in seen.outputs], seen.spec
+        )
 
     return fake
 
@@ -290,8 +294,8 @@ def registering() -> Iterator[Recorder]:
         digest = hashlib.sha256(repr((name, sources, cuda_sources, names)).encode()).hexdigest()[:12]
         ext.namespace = f"kernelfix_{digest}"
         defs = "\n".join(
-            f"  try {{ m.def(\"{n}\", torch::dispatch(c10::DispatchKey::CUDA, &kernelfix_ops::op<&{n}>::call));\n"
-            f"        m.impl(\"{n}\", torch::dispatch(c10::DispatchKey::CPU, &kernelfix_ops::op<&{n}>::call)); }} catch (const std::exception&) {{}}"
+            f'  try {{ m.def("{n}", torch::dispatch(c10::DispatchKey::CUDA, &kernelfix_ops::op<&{n}>::call));\n'
+            f'        m.impl("{n}", torch::dispatch(c10::DispatchKey::CPU, &kernelfix_ops::op<&{n}>::call)); }} catch (const std::exception&) {{}}'
             for n in names
         )
         try:
@@ -317,7 +321,9 @@ def registering() -> Iterator[Recorder]:
 def _build_error(e: Exception) -> str:
     """The compiler's first error line, else the exception's last line."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    first = next((ln for ln in lines if " error" in ln or ln.startswith("error")), lines[-1] if lines else type(e).__name__)
+    first = next(
+        (ln for ln in lines if " error" in ln or ln.startswith("error")), lines[-1] if lines else type(e).__name__
+    )
     return first if len(first) <= 240 else first[:237] + "..."
 
 

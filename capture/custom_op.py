@@ -77,7 +77,8 @@ def register(
     name = f"kernelfix::swap_{re.sub(r'[^0-9A-Za-z]', '_', module_path)[:60]}_{next(_COUNTER)}"
     with torch.no_grad():
         ref_leaves, out_spec = pytree.tree_flatten(
-            reference(*[torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in sample]))
+            reference(*[torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in sample])
+        )
     tensor_at = [i for i, leaf in enumerate(ref_leaves) if isinstance(leaf, torch.Tensor)]
 
     def tensors(out: Any) -> list:
@@ -89,14 +90,18 @@ def register(
         bases = {x.untyped_storage().data_ptr() for x in inputs}
         for k, t in enumerate(out):
             t = t.contiguous()
-            out[k] = t.clone() if t.untyped_storage().data_ptr() in bases else t  # an output may not alias an input (the op's contract)
+            out[k] = (
+                t.clone() if t.untyped_storage().data_ptr() in bases else t
+            )  # an output may not alias an input (the op's contract)
         return out
 
     def fake(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         device = inputs[0].device if inputs else torch.device("cpu")
         # Created under the fake mode torch.compile traces in: fake tensors, symbolic where the inputs are.
-        weights = {n: torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
-                   for n, p in [*reference.named_parameters(), *reference.named_buffers()]}
+        weights = {
+            n: torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
+            for n, p in [*reference.named_parameters(), *reference.named_buffers()]
+        }
         out = torch.func.functional_call(reference, weights, tuple(inputs))
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors(out)]
 
@@ -123,7 +128,9 @@ def register(
     torch.library.register_fake(name, fake_trained, lib=lib)
     op = getattr(torch.ops.kernelfix, short).default
 
-    def run_backward(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    def run_backward(
+        inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
         """Gradients of the inputs, then of the parameters (zeros where none flows): the kernel's forward
         again, with grad enabled, and its own backward."""
         with _autograd_inside_op(), torch.enable_grad():
@@ -134,13 +141,19 @@ def register(
             own = [p for p in kernel.parameters() if p.requires_grad]
             wrt = [t for t in ins if t.requires_grad] + (own if len(own) == len(params) else list(params))
             pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, torch.Tensor) and o.requires_grad]
-            got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else [None] * len(wrt)
+            got = (
+                torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
+                if pairs and wrt
+                else [None] * len(wrt)
+            )
         it = iter(got)
         out = [next(it) if t.requires_grad else None for t in ins] + [next(it) for _ in params]
         every = [*inputs, *params]
         return [torch.zeros_like(x) if g is None else g.contiguous() for g, x in zip(out, every)]
 
-    def fake_backward(inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    def fake_backward(
+        inputs: list[torch.Tensor], params: list[torch.Tensor], grads: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
         return [torch.empty_like(x) for x in [*inputs, *params]]
 
     lib.define(f"{short}_backward(Tensor[] inputs, Tensor[] params, Tensor[] grads) -> Tensor[]")

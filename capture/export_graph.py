@@ -18,13 +18,12 @@ from typing import Any, Literal
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
-
 from kernelfix.capture.check import leaves_with_paths
 from kernelfix.capture.errors import CaptureFailed
 from kernelfix.capture.schema import InputLeaf, OutputLeaf
 from kernelfix.capture.script import CapturedCall, is_user_file
 from kernelfix.capture.tensors import describe
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
 _PREFIX = {"parameter": "p_", "buffer": "b_", "constant": "c_"}
 _CONTAINERS = (tuple, list, dict)
@@ -58,7 +57,9 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
     leaves, _ = leaves_with_paths((tuple(call.args), dict(call.kwargs)))
     user_specs = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
     if len(user_specs) != len(leaves):
-        raise CaptureFailed(f"torch.export saw {len(user_specs)} inputs where the call has {len(leaves)}; cannot map them")
+        raise CaptureFailed(
+            f"torch.export saw {len(user_specs)} inputs where the call has {len(leaves)}; cannot map them"
+        )
     g = fx.Graph()
     env: dict[fx.Node, Any] = {}
     attrs: list[Attr] = []
@@ -94,7 +95,9 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
             new.meta = dict(node.meta)
             env[node] = attr_nodes[spec.target] = new
         else:
-            raise CaptureFailed(f"{call.module_path} takes a {spec.kind.name.lower()} input ({spec.target}): capture supports tensors, parameters and buffers")
+            raise CaptureFailed(
+                f"{call.module_path} takes a {spec.kind.name.lower()} input ({spec.target}): capture supports tensors, parameters and buffers"
+            )
     output_node = None
     notes: list[str] = []
     for node in src.nodes:
@@ -106,7 +109,9 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
         reference = _library_reference(node)
         if reference is not None:  # a library's custom operator, written as the torch operator that computes it
             op, mapper = reference
-            args, kwargs = mapper(*pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, (node.args, dict(node.kwargs))))
+            args, kwargs = mapper(
+                *pytree.tree_map(lambda a: env[a] if isinstance(a, fx.Node) else a, (node.args, dict(node.kwargs)))
+            )
             env[node] = g.call_function(op, args, kwargs)
             env[node].meta = dict(node.meta)
             notes.append(f"{_qualname(node.target)} is written as {_op_name(op)} (the same computation)")
@@ -119,12 +124,19 @@ def task_graph(ep: torch.export.ExportedProgram, call: CapturedCall) -> TaskGrap
     out_spec = ep.module_call_graph[0].signature.out_spec
     _check_output_types(out_spec, call.module_path)
     if out_spec.num_leaves != len(user_values):
-        raise CaptureFailed(f"torch.export returned {len(user_values)} outputs where {call.module_path} returns {out_spec.num_leaves}")
+        raise CaptureFailed(
+            f"torch.export returned {len(user_values)} outputs where {call.module_path} returns {out_spec.num_leaves}"
+        )
     g.output(pytree.tree_unflatten(user_values, out_spec))
     notes = list(dict.fromkeys(notes)) + _device_literals(g)
     out_leaves, _ = leaves_with_paths(call.output)
-    outputs = [OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v)) for p, v in out_leaves]
-    ops = Counter(_op_name(n.target) for n in g.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+    outputs = [
+        OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v))
+        for p, v in out_leaves
+    ]
+    ops = Counter(
+        _op_name(n.target) for n in g.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    )
     return TaskGraph(graph=g, attrs=attrs, inputs=inputs, outputs=outputs, ops=ops, notes=notes)
 
 
@@ -187,12 +199,16 @@ def _library_reference(node: fx.Node) -> Any:
 
 def _check_supported(node: fx.Node, module_path: str) -> None:
     if node.op == "get_attr":
-        raise CaptureFailed(f"{module_path}'s graph holds a subgraph ({node.target}): control flow (torch.cond, a no_grad or autocast region) is not captured yet")
+        raise CaptureFailed(
+            f"{module_path}'s graph holds a subgraph ({node.target}): control flow (torch.cond, a no_grad or autocast region) is not captured yet"
+        )
     if node.op != "call_function":
         return
     t = node.target
     if isinstance(t, torch._ops.HigherOrderOperator):
-        raise CaptureFailed(f"{module_path}'s graph uses {t.name()} (control flow, or a no_grad/autocast region inside forward): not captured yet")
+        raise CaptureFailed(
+            f"{module_path}'s graph uses {t.name()} (control flow, or a no_grad/autocast region inside forward): not captured yet"
+        )
     if isinstance(t, torch._ops.OpOverload) and t.namespace not in _OP_NAMESPACES:
         where = _source_line(node)
         raise CaptureFailed(
@@ -214,7 +230,9 @@ def _write_back(g, output_node, sig, env, attr_nodes, input_nodes, module_path) 
         elif spec.kind == OutputKind.USER_INPUT_MUTATION:
             g.call_function(torch.ops.aten.copy_.default, (input_nodes[spec.target], mapped))
         else:
-            raise CaptureFailed(f"{module_path}'s graph returns a {spec.kind.name.lower()}: capture supports forward computations only")
+            raise CaptureFailed(
+                f"{module_path}'s graph returns a {spec.kind.name.lower()}: capture supports forward computations only"
+            )
     return user
 
 
@@ -232,12 +250,20 @@ def _check_output_types(spec: pytree.TreeSpec, module_path: str) -> None:
 
 def _device_literals(g: fx.Graph) -> list[str]:
     """Make device arguments the inputs' device (or the weights'), so the task runs wherever the judge puts it."""
-    anchor = next((n for n in g.nodes if n.op == "placeholder"), None) or next((n for n in g.nodes if n.op == "get_attr"), None)
-    users = [n for n in g.nodes if n.op == "call_function" and any(isinstance(a, torch.device) for a in pytree.tree_leaves((n.args, n.kwargs)))]
+    anchor = next((n for n in g.nodes if n.op == "placeholder"), None) or next(
+        (n for n in g.nodes if n.op == "get_attr"), None
+    )
+    users = [
+        n
+        for n in g.nodes
+        if n.op == "call_function" and any(isinstance(a, torch.device) for a in pytree.tree_leaves((n.args, n.kwargs)))
+    ]
     if not users:
         return []
     if anchor is None:
-        return ["the graph names a device and has no tensor input or weight to take one from: it runs on the captured device only"]
+        return [
+            "the graph names a device and has no tensor input or weight to take one from: it runs on the captured device only"
+        ]
     first = next(n for n in g.nodes if n.op not in ("placeholder", "get_attr"))
     with g.inserting_before(first):
         device = g.create_node("call_function", getattr, (anchor, "device"), name="inputs_device")

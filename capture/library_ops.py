@@ -55,8 +55,10 @@ def traceable_experts(module: nn.Module, notes: list[str]) -> Iterator[None]:
     for config, _ in changed:
         config._experts_implementation = "grouped_mm"
     if changed:
-        notes.append("the experts' loop over experts (transformers' eager implementation) was traced as its grouped_mm "
-                     "implementation: the same sums, each expert's tokens in one grouped GEMM")
+        notes.append(
+            "the experts' loop over experts (transformers' eager implementation) was traced as its grouped_mm "
+            "implementation: the same sums, each expert's tokens in one grouped GEMM"
+        )
     try:
         yield
     finally:
@@ -70,4 +72,8 @@ def _has_grouped_mm(m: nn.Module) -> bool:
     except Exception:  # transformers absent or older: nothing to switch
         return False
     forward = type(m).forward
-    return "grouped_mm" in ALL_EXPERTS_FUNCTIONS and getattr(forward, "__wrapped__", None) is not None and hasattr(m, "has_gate")
+    return (
+        "grouped_mm" in ALL_EXPERTS_FUNCTIONS
+        and getattr(forward, "__wrapped__", None) is not None
+        and hasattr(m, "has_gate")
+    )

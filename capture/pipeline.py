@@ -12,8 +12,6 @@ from pathlib import Path
 
 import torch
 import torch.utils._pytree as pytree
-
-from kernelfix import atomic
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError
 from kernelfix.capture.export_graph import task_graph
 from kernelfix.capture.files import CaptureFiles
@@ -25,6 +23,8 @@ from kernelfix.capture.task_source import render_task
 from kernelfix.capture.tensors import clone_like
 from kernelfix.capture.trace import export_call, random_ops
 from kernelfix.tools.config import JudgeConfig
+
+from kernelfix import atomic
 from kernelfix.version import __version__
 
 _PRIMITIVES = (type(None), bool, int, float, str)
@@ -70,9 +70,18 @@ def capture(
         raise CaptureInputError(f"--out must name a .py file, not {files.task}")
     existing = [str(p) for p in files.all() if p.exists()]
     if existing and not force:
-        raise CaptureInputError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; pass --force to replace")
+        raise CaptureInputError(
+            f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; pass --force to replace"
+        )
     wanted = None if calls == "all" else list(calls) if calls is not None else [call]
-    recorded = run_and_capture_calls(script, module_path, calls=wanted, limit=max_calls, script_args=script_args, with_grad=with_grad and wanted is None)
+    recorded = run_and_capture_calls(
+        script,
+        module_path,
+        calls=wanted,
+        limit=max_calls,
+        script_args=script_args,
+        with_grad=with_grad and wanted is None,
+    )
     # A cache argument's tensors and what the call wrote there, dropout's masks: plain inputs and outputs of the task.
     cs = [task_call(x) for x in recorded]
     c, others = cs[0], cs[1:]
@@ -113,9 +122,18 @@ def capture(
             sha = hashlib.file_digest(f, "sha256").hexdigest()
         sets = [_set_inputs(tg.inputs, x) for x in cs] if others else []
         source = render_task(
-            tg, module_path=module_path, module_class=type(c.module).__qualname__, script=str(script),
-            weights_name=final.weights.name, weights_abs=str(final.weights), weights_sha256=sha,
-            input_sets=sets, calls=[x.call for x in cs], backward=bw, state=state_specs(c), random=random_specs(c),
+            tg,
+            module_path=module_path,
+            module_class=type(c.module).__qualname__,
+            script=str(script),
+            weights_name=final.weights.name,
+            weights_abs=str(final.weights),
+            weights_sha256=sha,
+            input_sets=sets,
+            calls=[x.call for x in cs],
+            backward=bw,
+            state=state_specs(c),
+            random=random_specs(c),
         )
         atomic.write_text(staged.task, source)
         checks = [reproduce(staged.task, x, config) for x in cs]  # every captured call, as the one call is checked
@@ -125,8 +143,11 @@ def capture(
                 raise CaptureFailed(f"cannot capture {module_path}{which}: {check.problem}. Nothing was written.")
         check = checks[0]
         notes = list(tg.notes) + [f"not captured: {w}" for w in skipped]
-        notes += [f"input {i.name} had {i.tensor.nonfinite} non-finite values; get_inputs() draws finite ones"
-                  for i in tg.inputs if i.tensor is not None and i.tensor.nonfinite]
+        notes += [
+            f"input {i.name} had {i.tensor.nonfinite} non-finite values; get_inputs() draws finite ones"
+            for i in tg.inputs
+            if i.tensor is not None and i.tensor.nonfinite
+        ]
         in_spec, why = _in_spec(c)
         if why:
             notes.append(why)
@@ -136,19 +157,44 @@ def capture(
             if why:
                 notes.append(why)
         manifest = CaptureManifest(
-            kernelfix_version=__version__, torch_version=torch.__version__, created_at=time.time(),
-            script=str(Path(script).resolve()), script_args=list(script_args), module_path=module_path,
-            module_class=f"{type(c.module).__module__}.{type(c.module).__qualname__}", call=call, device=str(c.device),
-            training=c.module.training, grad_enabled=c.grad_enabled, backward=bw, task=final.task.name, weights=final.weights.name,
-            weights_sha256=sha, call_file=final.call.name if call_kept else None, in_spec=in_spec, inputs=tg.inputs,
-            outputs=tg.outputs, graph_ops=dict(tg.ops.most_common()), check=check, notes=notes, state=state_specs(c), random=random_specs(c),
-            calls=[x.call for x in cs] if others else [], input_sets=sets,
-            set_outputs=[_outputs(x) for x in cs] if others else [], set_checks=checks if others else [],
+            kernelfix_version=__version__,
+            torch_version=torch.__version__,
+            created_at=time.time(),
+            script=str(Path(script).resolve()),
+            script_args=list(script_args),
+            module_path=module_path,
+            module_class=f"{type(c.module).__module__}.{type(c.module).__qualname__}",
+            call=call,
+            device=str(c.device),
+            training=c.module.training,
+            grad_enabled=c.grad_enabled,
+            backward=bw,
+            task=final.task.name,
+            weights=final.weights.name,
+            weights_sha256=sha,
+            call_file=final.call.name if call_kept else None,
+            in_spec=in_spec,
+            inputs=tg.inputs,
+            outputs=tg.outputs,
+            graph_ops=dict(tg.ops.most_common()),
+            check=check,
+            notes=notes,
+            state=state_specs(c),
+            random=random_specs(c),
+            calls=[x.call for x in cs] if others else [],
+            input_sets=sets,
+            set_outputs=[_outputs(x) for x in cs] if others else [],
+            set_checks=checks if others else [],
         )
         atomic.write_json(staged.manifest, manifest)
         written = []
         # The task last: a task never appears without its weights and manifest.
-        for src, dst in ((staged.weights, final.weights), (staged.call, final.call), (staged.manifest, final.manifest), (staged.task, final.task)):
+        for src, dst in (
+            (staged.weights, final.weights),
+            (staged.call, final.call),
+            (staged.manifest, final.manifest),
+            (staged.task, final.task),
+        ):
             if src.exists():
                 os.replace(src, dst)
                 written.append(dst)
@@ -173,7 +219,9 @@ def needs_grad(c: CapturedCall) -> bool:
     if not c.grad_enabled:
         return False
     params = any(p.requires_grad for p in c.module.parameters())
-    inputs = any(isinstance(x, torch.Tensor) and x.requires_grad for x in pytree.tree_leaves((tuple(c.args), dict(c.kwargs))))
+    inputs = any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in pytree.tree_leaves((tuple(c.args), dict(c.kwargs)))
+    )
     return params or inputs
 
 
@@ -191,10 +239,15 @@ def _save_call(c: CapturedCall, path: Path, others: list[CapturedCall] = ()) -> 
     leaves = pytree.tree_leaves((tuple(c.args), dict(c.kwargs)))
     odd = [type(x).__name__ for x in leaves if not isinstance(x, (torch.Tensor, *_PRIMITIVES))]
     if odd:
-        return False, f"the call passes {odd[0]} objects, which cannot be kept safely: load_best checks against the task's Model instead"
+        return (
+            False,
+            f"the call passes {odd[0]} objects, which cannot be kept safely: load_best checks against the task's Model instead",
+        )
     saved: dict = {"leaves": leaves, "output": c.output}
     if others:
-        saved["sets"] = [{"leaves": pytree.tree_leaves((tuple(x.args), dict(x.kwargs))), "output": x.output} for x in (c, *others)]
+        saved["sets"] = [
+            {"leaves": pytree.tree_leaves((tuple(x.args), dict(x.kwargs))), "output": x.output} for x in (c, *others)
+        ]
     torch.save(saved, path)
     return True, None
 
@@ -202,8 +255,10 @@ def _save_call(c: CapturedCall, path: Path, others: list[CapturedCall] = ()) -> 
 def _fixed_values_differ(c: CapturedCall, x: CapturedCall) -> str | None:
     """The task fixes every non-tensor argument to the first call's value: why call ``x`` does not agree, if it does not."""
     if state_specs(c) != state_specs(x):
-        return (f"call {x.call} of {c.module_path} finds its state argument unlike call {c.call} did (a cache that already "
-                "holds keys, say): capture such calls separately (--call N)")
+        return (
+            f"call {x.call} of {c.module_path} finds its state argument unlike call {c.call} did (a cache that already "
+            "holds keys, say): capture such calls separately (--call N)"
+        )
     if [(d.name, d.p) for d in c.random] != [(d.name, d.p) for d in x.random]:
         return f"call {x.call} of {c.module_path} draws other dropout masks than call {c.call}: capture it separately (--call N)"
     first, first_spec = pytree.tree_flatten((tuple(c.args), dict(c.kwargs)))
@@ -212,8 +267,10 @@ def _fixed_values_differ(c: CapturedCall, x: CapturedCall) -> str | None:
         return f"call {x.call} of {c.module_path} passes its arguments unlike call {c.call}: capture them separately (--call N)"
     for a, b in zip(first, flat):
         if not isinstance(a, torch.Tensor) and repr(a) != repr(b):
-            return (f"call {x.call} of {c.module_path} passes {b!r} where call {c.call} passed {a!r}: a task fixes non-tensor "
-                    "arguments to one value; capture such calls separately (--call N)")
+            return (
+                f"call {x.call} of {c.module_path} passes {b!r} where call {c.call} passed {a!r}: a task fixes non-tensor "
+                "arguments to one value; capture such calls separately (--call N)"
+            )
     return None
 
 
@@ -222,7 +279,10 @@ def _set_inputs(first: list[InputLeaf], x: CapturedCall) -> list[InputLeaf]:
     from kernelfix.capture.tensors import describe
 
     leaves = pytree.tree_leaves((tuple(x.args), dict(x.kwargs)))
-    return [leaf.model_copy(update={"tensor": describe(v)}) if leaf.tensor is not None else leaf for leaf, v in zip(first, leaves)]
+    return [
+        leaf.model_copy(update={"tensor": describe(v)}) if leaf.tensor is not None else leaf
+        for leaf, v in zip(first, leaves)
+    ]
 
 
 def _outputs(x: CapturedCall) -> list[OutputLeaf]:
@@ -230,7 +290,10 @@ def _outputs(x: CapturedCall) -> list[OutputLeaf]:
     from kernelfix.capture.tensors import describe
 
     out, _ = leaves_with_paths(x.output)
-    return [OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v)) for p, v in out]
+    return [
+        OutputLeaf(path=p, description=describe(v).describe() if isinstance(v, torch.Tensor) else repr(v))
+        for p, v in out
+    ]
 
 
 def _mask_rates(inputs: list[InputLeaf], c: CapturedCall) -> None:

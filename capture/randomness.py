@@ -43,7 +43,11 @@ def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any) -> Any:
 
 
 def _dropout_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, float, bool]:
-    return _arg(args, kwargs, 0, "input", None), float(_arg(args, kwargs, 1, "p", 0.5)), bool(_arg(args, kwargs, 2, "training", _arg(args, kwargs, 2, "train", True)))
+    return (
+        _arg(args, kwargs, 0, "input", None),
+        float(_arg(args, kwargs, 1, "p", 0.5)),
+        bool(_arg(args, kwargs, 2, "training", _arg(args, kwargs, 2, "train", True))),
+    )
 
 
 def _sdpa_parts(args: tuple, kwargs: dict) -> dict:

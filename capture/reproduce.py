@@ -6,7 +6,6 @@ from pathlib import Path
 
 import torch
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.files import import_file
 from kernelfix.capture.schema import ReproductionCheck
@@ -33,11 +32,14 @@ def reproduce(task_path: Path, call: CapturedCall, config: JudgeConfig | None = 
         with torch.no_grad():
             out = model(*[clone_like(t) for t in tensor_inputs(call)])
     except Exception as e:
-        return ReproductionCheck(ok=False, problem=f"the written task fails on the captured inputs: {type(e).__name__}: {e}")
+        return ReproductionCheck(
+            ok=False, problem=f"the written task fails on the captured inputs: {type(e).__name__}: {e}"
+        )
     captured = compare_outputs(out, call.output, config)
     if not captured.ok:
         return ReproductionCheck(
-            ok=False, captured=captured,
+            ok=False,
+            captured=captured,
             problem=f"the written task's output differs from the captured call's ({captured.summary()}): {_OUTSIDE_STATE}",
         )
     try:
@@ -47,9 +49,14 @@ def reproduce(task_path: Path, call: CapturedCall, config: JudgeConfig | None = 
             fresh_out = task.Model(*task.get_init_inputs()).to(device)(*fresh)
     except Exception as e:
         return ReproductionCheck(
-            ok=False, captured=captured,
+            ok=False,
+            captured=captured,
             problem=f"the task reproduces the captured call but fails on inputs get_inputs() draws: {type(e).__name__}: {e}",
         )
     outs = [x for x in pytree.tree_leaves(fresh_out) if isinstance(x, torch.Tensor)]
     finite = all(bool(torch.isfinite(x).all()) for x in outs if x.is_floating_point())
-    return ReproductionCheck(ok=True, captured=captured, fresh_inputs="runs on get_inputs() draws" + ("" if finite else " (with non-finite outputs)"))
+    return ReproductionCheck(
+        ok=True,
+        captured=captured,
+        fresh_inputs="runs on get_inputs() draws" + ("" if finite else " (with non-finite outputs)"),
+    )

@@ -128,12 +128,22 @@ class StateUnit(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(description="below the state argument: layers[0]")
-    index_attr: str | None = Field(None, description="the module's attribute naming the index in path (layer_idx): "
-                                   "another instance of the module reads and writes its own unit")
-    inputs: list[str] = Field(default_factory=list, description="tensor attributes the task takes as they were before the call")
-    outputs: list[str] = Field(default_factory=list, description="tensor attributes the call wrote, which the task returns")
-    before: dict[str, StateValue] = Field(default_factory=dict, description="other attributes before the call: a call "
-                                          "whose unit differs is not the captured kind (a cache that already holds keys)")
+    index_attr: str | None = Field(
+        None,
+        description="the module's attribute naming the index in path (layer_idx): "
+        "another instance of the module reads and writes its own unit",
+    )
+    inputs: list[str] = Field(
+        default_factory=list, description="tensor attributes the task takes as they were before the call"
+    )
+    outputs: list[str] = Field(
+        default_factory=list, description="tensor attributes the call wrote, which the task returns"
+    )
+    before: dict[str, StateValue] = Field(
+        default_factory=dict,
+        description="other attributes before the call: a call "
+        "whose unit differs is not the captured kind (a cache that already holds keys)",
+    )
     after: dict[str, StateValue] = Field(default_factory=dict, description="what the call set them to")
 
 
@@ -178,23 +188,37 @@ class CaptureManifest(BaseModel):
     task: str  # file names, beside each other
     weights: str
     weights_sha256: str
-    call_file: str | None = Field(None, description="the captured inputs and output, for load_best's check; never part of the task")
+    call_file: str | None = Field(
+        None, description="the captured inputs and output, for load_best's check; never part of the task"
+    )
     in_spec: str = Field(description="torch.utils._pytree.treespec_dumps of the call's (args, kwargs)")
     inputs: list[InputLeaf]
     outputs: list[OutputLeaf]
     # `--calls`: every captured call (the first is `call`, `inputs`, `outputs` and `check` above), each a set
     # of the task's get_input_sets(); empty for a capture of one call.
-    calls: list[int] = Field(default_factory=list, description="the captured calls, one per input set (empty: `call` alone)")
-    input_sets: list[list[InputLeaf]] = Field(default_factory=list, description="each captured call's inputs, in `calls` order")
+    calls: list[int] = Field(
+        default_factory=list, description="the captured calls, one per input set (empty: `call` alone)"
+    )
+    input_sets: list[list[InputLeaf]] = Field(
+        default_factory=list, description="each captured call's inputs, in `calls` order"
+    )
     set_outputs: list[list[OutputLeaf]] = Field(default_factory=list)
-    set_checks: list[ReproductionCheck] = Field(default_factory=list, description="each call reproduced by the task's Model")
+    set_checks: list[ReproductionCheck] = Field(
+        default_factory=list, description="each call reproduced by the task's Model"
+    )
     graph_ops: dict[str, int] = Field(default_factory=dict, description="ATen operator -> count in the task's forward")
     check: ReproductionCheck
     notes: list[str] = Field(default_factory=list)
-    state: list[StateArg] = Field(default_factory=list, description="arguments the call read and wrote (a cache): the "
-                                  "task takes their tensors in kf_state and returns what the call wrote under kf_state")
-    random: list[RandomInput] = Field(default_factory=list, description="dropout masks the captured call drew, which "
-                                      "the task takes in kf_random: a swapped kernel gets fresh ones at every call")
+    state: list[StateArg] = Field(
+        default_factory=list,
+        description="arguments the call read and wrote (a cache): the "
+        "task takes their tensors in kf_state and returns what the call wrote under kf_state",
+    )
+    random: list[RandomInput] = Field(
+        default_factory=list,
+        description="dropout masks the captured call drew, which "
+        "the task takes in kf_random: a swapped kernel gets fresh ones at every call",
+    )
 
 
 class CaptureReport(BaseModel):
@@ -232,7 +256,9 @@ class CompilePath(BaseModel):
     )
     note: str = Field(description="why this path")
     op: str | None = Field(None, description="the custom operator's name (custom_op)")
-    kernels: list[str] = Field(default_factory=list, description="what the traced graph calls: Triton kernels, C++ operators")
+    kernels: list[str] = Field(
+        default_factory=list, description="what the traced graph calls: Triton kernels, C++ operators"
+    )
     backend: str | None = Field(None, description="the torch.compile backend the traced path was checked with")
     checks: list[SwapCheck] = Field(default_factory=list, description="the compiled kernel against each captured call")
 

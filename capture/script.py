@@ -23,15 +23,18 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.errors import CaptureInputError
 from kernelfix.capture.randomness import RandomDraws
 from kernelfix.capture.state_args import record_after, record_before
 from kernelfix.capture.tensors import clone_like, detach_tree
+
 import kernelfix.version
 
 # Code that is never the user's: torch, kernelfix itself, the standard library (runpy among it).
-_NOT_USER = tuple(str(Path(p).resolve()) + os.sep for p in (Path(torch.__file__).parent, Path(kernelfix.version.__file__).parent, Path(__file__).parent))
+_NOT_USER = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in (Path(torch.__file__).parent, Path(kernelfix.version.__file__).parent, Path(__file__).parent)
+)
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
 
 
@@ -139,13 +142,20 @@ def signature(args: tuple, kwargs: dict) -> tuple:
     return (str(spec), tuple((str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else repr(x) for x in flat))
 
 
-def run_and_capture(script: str | Path, module_path: str, *, call: int = 1, script_args: list[str] | tuple[str, ...] = ()) -> CapturedCall:
+def run_and_capture(
+    script: str | Path, module_path: str, *, call: int = 1, script_args: list[str] | tuple[str, ...] = ()
+) -> CapturedCall:
     """Run ``script`` until the ``call``-th call of the module at ``module_path`` has returned; that call, recorded."""
     return run_and_capture_calls(script, module_path, calls=[call], script_args=script_args)[0]
 
 
 def run_and_capture_calls(
-    script: str | Path, module_path: str, *, calls: list[int] | None, limit: int = 8, script_args: list[str] | tuple[str, ...] = (),
+    script: str | Path,
+    module_path: str,
+    *,
+    calls: list[int] | None,
+    limit: int = 8,
+    script_args: list[str] | tuple[str, ...] = (),
     with_grad: bool = False,
 ) -> list[CapturedCall]:
     """Several calls of the module, recorded: ``calls`` by number, or (None) the first call of each distinct
@@ -216,10 +226,17 @@ def run_and_capture_calls(
             kinds.add(kind)
             captured.append(
                 CapturedCall(
-                    module=module, module_path=module_path, call=p["call"], args=p["args"],
+                    module=module,
+                    module_path=module_path,
+                    call=p["call"],
+                    args=p["args"],
                     kwargs=p["kwargs"] if p["kwargs"] or not kwargs else detach_tree(kwargs),
-                    output=detach_tree(output), state=p["state"], grad_enabled=p["grad"],
-                    autocast=p["autocast"], state_args=p["state_args"], random=p["random"].draws,
+                    output=detach_tree(output),
+                    state=p["state"],
+                    grad_enabled=p["grad"],
+                    autocast=p["autocast"],
+                    state_args=p["state_args"],
+                    random=p["random"].draws,
                 )
             )
             if done():
@@ -233,17 +250,22 @@ def run_and_capture_calls(
     if resolver.target is None:
         how = f"no variable {resolver.head!r} holding a module" + (
             f", and no top-level module call ({', '.join(sorted(set(resolver.tried_roots)))}) has a submodule {module_path!r}"
-            if resolver.tried_roots else ", and no module was called"
+            if resolver.tried_roots
+            else ", and no module was called"
         )
         raise CaptureInputError(f"{script} ran to its end without calling {module_path}: {how}")
     what = f"{module_path} ({type(resolver.target).__name__})"
     if with_grad and wanted is None and seen:
-        raise CaptureInputError(f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, never with gradients enabled (a training step)")
+        raise CaptureInputError(
+            f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, never with gradients enabled (a training step)"
+        )
     call = (wanted or [1])[len(captured)] if wanted else 1
     if seen >= call:
         raise CaptureInputError(f"{script}: call {call} of {what} raised instead of returning (the script caught it)")
     raise CaptureInputError(
-        f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}" if seen else f"{script} ran to its end without calling {what}"
+        f"{script} called {what} {seen} time{'s' if seen != 1 else ''}, not {call}"
+        if seen
+        else f"{script} ran to its end without calling {what}"
     )
 
 
@@ -255,13 +277,19 @@ def call_kwargs(module: nn.Module) -> dict:
         if frame is None:
             break
         loc = frame.f_locals
-        if "forward_call" in loc and isinstance(loc.get("kwargs"), dict) and (loc.get("self") is module or "self" not in loc):
+        if (
+            "forward_call" in loc
+            and isinstance(loc.get("kwargs"), dict)
+            and (loc.get("self") is module or "self" not in loc)
+        ):
             return loc["kwargs"]
         frame = frame.f_back
     return {}
 
 
-def run_script(script: Path, script_args: list[str] | tuple[str, ...], pre_hook, post_hook, *, waiting_for: str) -> None:
+def run_script(
+    script: Path, script_args: list[str] | tuple[str, ...], pre_hook, post_hook, *, waiting_for: str
+) -> None:
     """Run ``script`` as ``python SCRIPT ARGS`` would, with two global module hooks (``post_hook`` takes
     ``(module, args, kwargs, output)``, and ``(module, args, result)`` when the forward raised). A hook stops
     the script by raising :class:`StopScript`. The script failing (or exiting non-zero) is a CaptureInputError

@@ -29,7 +29,6 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.schema import StateArg, StateUnit, StateValue
 
 STATE_KEY = "kf_state"  # the keyword the flat call passes a unit's tensors in
@@ -43,7 +42,9 @@ _PRIMITIVE = (bool, int, float, str, type(None))
 
 def is_state_object(x: Any) -> bool:
     """A plain Python object with attributes, passed as an argument: possibly state (a cache), never a tensor or value."""
-    if isinstance(x, (torch.Tensor, nn.Module, type, torch.dtype, torch.device, torch.Generator, *_PRIMITIVE, tuple, list, dict)):
+    if isinstance(
+        x, (torch.Tensor, nn.Module, type, torch.dtype, torch.device, torch.Generator, *_PRIMITIVE, tuple, list, dict)
+    ):
         return False
     if callable(x) and not hasattr(x, "__dict__"):
         return False
@@ -60,7 +61,9 @@ def show(path: Path) -> str:
     """("layers", 0, "keys") -> "layers[0].keys" """
     out = ""
     for p in path:
-        out += f"[{p!r}]" if isinstance(p, str) and not p.isidentifier() else f"[{p}]" if isinstance(p, int) else f".{p}"
+        out += (
+            f"[{p!r}]" if isinstance(p, str) and not p.isidentifier() else f"[{p}]" if isinstance(p, int) else f".{p}"
+        )
     return out.lstrip(".")
 
 
@@ -116,7 +119,11 @@ class Snapshot:
         seen: set[int] = set()
 
         def walk(obj: Any, path: Path, depth: int) -> None:
-            if isinstance(obj, torch.Tensor) or isinstance(obj, _PRIMITIVE) or isinstance(obj, (torch.device, torch.dtype)):
+            if (
+                isinstance(obj, torch.Tensor)
+                or isinstance(obj, _PRIMITIVE)
+                or isinstance(obj, (torch.device, torch.dtype))
+            ):
                 s.held[path] = Held.of(obj)
                 return
             if depth > MAX_DEPTH or id(obj) in seen or isinstance(obj, (nn.Module, type)) or inspect.isroutine(obj):
@@ -142,7 +149,10 @@ class Snapshot:
     def changed(self, after: Snapshot) -> list[Path]:
         """Paths whose value differs after the call, appeared or disappeared."""
         keys = set(self.held) | set(after.held)
-        return sorted((p for p in keys if p not in self.held or p not in after.held or not self.held[p].same(after.held[p])), key=repr)
+        return sorted(
+            (p for p in keys if p not in self.held or p not in after.held or not self.held[p].same(after.held[p])),
+            key=repr,
+        )
 
 
 def resolve(root: Any, path: Path) -> Any:
@@ -195,16 +205,32 @@ def units_of(before: Snapshot, after: Snapshot, module: nn.Module, leaf: str, ty
     for owner in owners:
         attrs = sorted({p[-1] for p in [*before.held, *after.held] if p[:-1] == owner and isinstance(p[-1], str)})
         inputs = [a for a in attrs if (h := before.held.get((*owner, a))) is not None and h.tensor]
-        outputs = [a for a in attrs if (*owner, a) in changed and (h := after.held.get((*owner, a))) is not None and h.tensor]
-        prims_before = {a: describe_value(before.held[(*owner, a)].value if (*owner, a) in before.held else _ABSENT)
-                        for a in attrs if a not in inputs}
-        prims_after = {a: describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else _ABSENT)
-                       for a in attrs if not _is_tensor_after(after, owner, a) and (*owner, a) in changed}
+        outputs = [
+            a for a in attrs if (*owner, a) in changed and (h := after.held.get((*owner, a))) is not None and h.tensor
+        ]
+        prims_before = {
+            a: describe_value(before.held[(*owner, a)].value if (*owner, a) in before.held else _ABSENT)
+            for a in attrs
+            if a not in inputs
+        }
+        prims_after = {
+            a: describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else _ABSENT)
+            for a in attrs
+            if not _is_tensor_after(after, owner, a) and (*owner, a) in changed
+        }
         for a in attrs:  # a tensor the call dropped (set to None, or deleted)
             if (*owner, a) in changed and a in inputs and not _is_tensor_after(after, owner, a):
                 prims_after[a] = describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else _ABSENT)
-        units.append(StateUnit(path=show(owner), index_attr=_index_attr(module, owner), inputs=inputs, outputs=outputs,
-                               before=prims_before, after=prims_after))
+        units.append(
+            StateUnit(
+                path=show(owner),
+                index_attr=_index_attr(module, owner),
+                inputs=inputs,
+                outputs=outputs,
+                before=prims_before,
+                after=prims_after,
+            )
+        )
     return StateArg(leaf=leaf, type=type_name, units=units)
 
 
@@ -221,8 +247,13 @@ def _index_attr(module: nn.Module, owner: Path) -> str | None:
         return None
     names = [k for k, v in vars(module).items() if type(v) is int and v == ints[0] and not k.startswith("_")]
     if not names:  # a decoder layer's attention holds it: self_attn.layer_idx
-        names = [f"{sub}.{k}" for sub, m in module.named_modules() if sub and sub.count(".") < 2
-                 for k, v in vars(m).items() if type(v) is int and v == ints[0] and "idx" in k or (k == "layer_id" and v == ints[0])]
+        names = [
+            f"{sub}.{k}"
+            for sub, m in module.named_modules()
+            if sub and sub.count(".") < 2
+            for k, v in vars(m).items()
+            if type(v) is int and v == ints[0] and "idx" in k or (k == "layer_id" and v == ints[0])
+        ]
     names.sort(key=lambda k: (k.count("."), 0 if "layer" in k else 1 if "idx" in k or "index" in k else 2, k))
     return names[0] if names else None
 
@@ -264,7 +295,9 @@ class Recorded:
     before: Snapshot
     before_values: dict[Path, Any]  # the tensors (cloned) and primitives before the call
     spec: StateArg | None = None  # filled after the call (None: it changed nothing)
-    written: dict[Path, torch.Tensor] = field(default_factory=dict)  # what the call wrote, copied at once (the script goes on)
+    written: dict[Path, torch.Tensor] = field(
+        default_factory=dict
+    )  # what the call wrote, copied at once (the script goes on)
 
 
 def record_before(args: tuple, kwargs: dict) -> list[Recorded]:
@@ -277,7 +310,9 @@ def record_before(args: tuple, kwargs: dict) -> list[Recorded]:
         if is_state_object(x):
             snap = Snapshot.take(x)
             values = {p: clone_like(h.value) if h.tensor else h.value for p, h in snap.held.items()}
-            out.append(Recorded(index=i, leaf=_call_path(pytree.keystr(path)), obj=x, before=snap, before_values=values))
+            out.append(
+                Recorded(index=i, leaf=_call_path(pytree.keystr(path)), obj=x, before=snap, before_values=values)
+            )
     return out
 
 
@@ -285,7 +320,9 @@ def record_after(recorded: list[Recorded], module: nn.Module) -> None:
     from kernelfix.capture.tensors import clone_like
 
     for r in recorded:
-        r.spec = units_of(r.before, Snapshot.take(r.obj), module, r.leaf, f"{type(r.obj).__module__}.{type(r.obj).__qualname__}")
+        r.spec = units_of(
+            r.before, Snapshot.take(r.obj), module, r.leaf, f"{type(r.obj).__module__}.{type(r.obj).__qualname__}"
+        )
         for unit in r.spec.units if r.spec is not None else []:
             owner = parse(unit.path)
             for a in unit.outputs:
@@ -300,7 +337,6 @@ def _call_path(keystr: str) -> str:
 def flat_call(args: tuple, kwargs: dict, output: Any, recorded: list[Recorded]) -> tuple[tuple, dict, Any]:
     """The call as the task takes it: each state object replaced by a marker, the tensors its units held before the
     call in ``kf_state``, and what the call wrote there beside the module's output: ``(output, {key: tensor})``."""
-    from kernelfix.capture.tensors import clone_like
 
     touched = [r for r in recorded if r.spec is not None]
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
@@ -337,7 +373,12 @@ def state_call(forward: Any, recorded: list[Recorded], args: tuple, kwargs: dict
         objs.append((r, units))
     a, k = pytree.tree_unflatten(flat, spec)
     out = forward(*a, **k)
-    written = {key(r.leaf, u, attr): getattr(unit_obj, attr) for r, units in objs for u, unit_obj in units for attr in u.outputs}
+    written = {
+        key(r.leaf, u, attr): getattr(unit_obj, attr)
+        for r, units in objs
+        for u, unit_obj in units
+        for attr in u.outputs
+    }
     return (out, {STATE_OUT: written})
 
 
@@ -351,7 +392,9 @@ def rebuilt(r: Recorded, state_in: dict[str, torch.Tensor]) -> tuple[Any, list[t
         obj = root
         for i, p in enumerate(path):
             child = obj[p] if isinstance(obj, (list, tuple, dict)) else getattr(obj, p)
-            child = list(child) if isinstance(child, list) else dict(child) if isinstance(child, dict) else copy.copy(child)
+            child = (
+                list(child) if isinstance(child, list) else dict(child) if isinstance(child, dict) else copy.copy(child)
+            )
             if isinstance(obj, (list, dict)):
                 obj[p] = child
             else:
@@ -398,9 +441,13 @@ class StateBinding:
             m = _TOP.fullmatch(s.leaf)
             where, at = ("args", int(m[1])) if m and m[1] is not None else ("kwargs", m[2]) if m else ("nested", s.leaf)
             units = [
-                _Bound(unit=u, path=unit_path(u, instance), keys_in={a: key(s.leaf, u, a) for a in u.inputs},
-                       keys_out={a: key(s.leaf, u, a) for a in u.outputs},
-                       before=sorted(u.before.items(), key=lambda kv: kv[1].kind != "value"))  # flags first: they say why
+                _Bound(
+                    unit=u,
+                    path=unit_path(u, instance),
+                    keys_in={a: key(s.leaf, u, a) for a in u.inputs},
+                    keys_out={a: key(s.leaf, u, a) for a in u.outputs},
+                    before=sorted(u.before.items(), key=lambda kv: kv[1].kind != "value"),
+                )  # flags first: they say why
                 for u in s.units
             ]
             self._args.append((where, at, MARK + s.type.rsplit(".", 1)[-1], s.type.rsplit(".", 1)[-1], units))
@@ -437,9 +484,13 @@ class StateBinding:
                 for a, want in b.before:
                     now = getattr(u, a, _ABSENT)
                     if not matches(want, now):
-                        was = {"absent": "absent", "device": "a device", "dtype": want.value}.get(want.kind, repr(want.value))
-                        return (f"{kind}.{show(b.path)}.{a} is {'absent' if now is _ABSENT else repr(now)} where the captured call "
-                                f"found it {was} (the kernel was judged on the {kind} as it was then)")
+                        was = {"absent": "absent", "device": "a device", "dtype": want.value}.get(
+                            want.kind, repr(want.value)
+                        )
+                        return (
+                            f"{kind}.{show(b.path)}.{a} is {'absent' if now is _ABSENT else repr(now)} where the captured call "
+                            f"found it {was} (the kernel was judged on the {kind} as it was then)"
+                        )
                 for a, k in b.keys_in.items():
                     t = getattr(u, a, None)
                     if not isinstance(t, torch.Tensor):

@@ -10,7 +10,9 @@ from kernelfix.capture.task_source import input_summary
 
 
 def capture_text(m: CaptureManifest, files: list[Path]) -> str:
-    ops = ", ".join(f"{k.removeprefix('aten.')} x{v}" if v > 1 else k.removeprefix("aten.") for k, v in m.graph_ops.items())
+    ops = ", ".join(
+        f"{k.removeprefix('aten.')} x{v}" if v > 1 else k.removeprefix("aten.") for k, v in m.graph_ops.items()
+    )
     task = next((f for f in files if f.name == m.task), files[-1] if files else Path(m.task))
     if m.calls:  # --calls: one input set per call, each checked
         return _sets_text(m, files, ops, task)
@@ -30,8 +32,13 @@ def capture_text(m: CaptureManifest, files: list[Path]) -> str:
 
 
 def _sets_text(m: CaptureManifest, files: list[Path], ops: str, task: Path) -> str:
-    lines = [f"captured {m.module_path} ({m.module_class.rsplit('.', 1)[-1]}), calls {', '.join(map(str, m.calls))}, on {m.device}" + (" in training mode" if m.training else "")]
-    for k, (call, inputs, outputs, check) in enumerate(zip(m.calls, m.input_sets, m.set_outputs, m.set_checks), start=1):
+    lines = [
+        f"captured {m.module_path} ({m.module_class.rsplit('.', 1)[-1]}), calls {', '.join(map(str, m.calls))}, on {m.device}"
+        + (" in training mode" if m.training else "")
+    ]
+    for k, (call, inputs, outputs, check) in enumerate(
+        zip(m.calls, m.input_sets, m.set_outputs, m.set_checks), start=1
+    ):
         lines.append(f"  set {k} (call {call})")
         lines += [f"    input   {s}" for s in input_summary(inputs)]
         lines += [f"    output  {o.path}: {o.description}" for o in outputs]
@@ -54,10 +61,14 @@ def _state_lines(m: CaptureManifest) -> list[str]:
         kind = st.type.rsplit(".", 1)[-1]
         read = ", ".join(f"{u.path}.{a}" for u in st.units for a in u.inputs) or "nothing (it was empty)"
         wrote = ", ".join(f"{u.path}.{a}" for u in st.units for a in u.outputs) or "no tensor"
-        lines.append(f"  state   {st.leaf} ({kind}): read {read}; wrote {wrote} (the task's kf_state inputs and output)")
+        lines.append(
+            f"  state   {st.leaf} ({kind}): read {read}; wrote {wrote} (the task's kf_state inputs and output)"
+        )
     if m.random:
         masks = ", ".join(f"{r.name} (p={r.p:g})" for r in m.random)
-        lines.append(f"  dropout masks the call drew are inputs (kf_random): {masks}; a swapped kernel gets fresh ones each call")
+        lines.append(
+            f"  dropout masks the call drew are inputs (kf_random): {masks}; a swapped kernel gets fresh ones each call"
+        )
     return lines
 
 
@@ -69,13 +80,21 @@ def swap_text(r: SwapReport) -> str:
     lines = [f"best kernel of {_rel(Path(r.session))} ({best}{speed}) for {r.module_path}"]
     for c in r.checks:
         where = f" (set {c.input_set})" if c.input_set is not None else ""
-        lines.append(f"  check against the {c.against.replace('_', ' ')}{where}: {'ok' if c.ok else 'FAILED'}, {c.output.summary()}" + (f" ({c.note})" if c.note else ""))
+        lines.append(
+            f"  check against the {c.against.replace('_', ' ')}{where}: {'ok' if c.ok else 'FAILED'}, {c.output.summary()}"
+            + (f" ({c.note})" if c.note else "")
+        )
     if not r.checks:
         lines.append("  not checked (--no-check)")
     if r.compile_path is not None:
         lines.append(f"  {compile_path_text(r.compile_path)}")
     if r.snippet:
-        lines += ["", "Put it in your model, after building it and before running it:", "", *("    " + s for s in r.snippet.splitlines())]
+        lines += [
+            "",
+            "Put it in your model, after building it and before running it:",
+            "",
+            *("    " + s for s in r.snippet.splitlines()),
+        ]
     return "\n".join(lines)
 
 

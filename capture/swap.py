@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.calls import match_call
 from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
@@ -108,7 +107,9 @@ def load_best(
     from kernelfix.capture import cpp_ops
 
     init = list(task.get_init_inputs())
-    own = instance_weights(sk, original, init[0]) if original is not None and init and isinstance(init[0], str) else None
+    own = (
+        instance_weights(sk, original, init[0]) if original is not None and init and isinstance(init[0], str) else None
+    )
     try:
         with cpp_ops.registering() as extensions:  # its load_inline functions also as C++ operators, for torch.compile
             best = import_file(sk.best, "kernelfix_best")
@@ -118,7 +119,9 @@ def load_best(
     module = CapturedKernel(kernel, sk.manifest, original)
     module.extensions = extensions
     try:
-        if own is not None:  # another instance of the captured module: the task's Model with its weights is the reference
+        if (
+            own is not None
+        ):  # another instance of the captured module: the task's Model with its weights is the reference
             calls = instance_calls(module, sk, task, dev, [own.name, *init[1:]]) if check or custom_op else []
         else:
             calls = check_calls(module, sk, task, dev) if check or custom_op else []
@@ -139,9 +142,15 @@ def load_best(
         from kernelfix.capture.compile_path import choose_compile_path
 
         key = (str(Path(sk.store.path).resolve()), hashlib.sha256(source.encode()).hexdigest(), str(dev))
-        first = _FIRST_PATH.get(key) if trace is None and not (extensions is not None and extensions.extensions) else None
-        if first is not None and first.kind == "traced":  # another instance of one kind: its code and calls, its weights
-            module.use_traced(first.model_copy(update={"checks": [], "note": f"as every instance of this kind: {first.note}"}))
+        first = (
+            _FIRST_PATH.get(key) if trace is None and not (extensions is not None and extensions.extensions) else None
+        )
+        if (
+            first is not None and first.kind == "traced"
+        ):  # another instance of one kind: its code and calls, its weights
+            module.use_traced(
+                first.model_copy(update={"checks": [], "note": f"as every instance of this kind: {first.note}"})
+            )
         elif first is not None:
             module.use_custom_op(_meta_reference(task), note=first.note)
         else:
@@ -170,7 +179,10 @@ def _truth(module: CapturedKernel):
     def truth(c: CheckCall):
         if not made:
             made.append(copy.deepcopy(module.original).to(torch.float64))
-        wide = pytree.tree_map(lambda x: x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x, (c.args, c.kwargs))
+        wide = pytree.tree_map(
+            lambda x: x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x,
+            (c.args, c.kwargs),
+        )
         with torch.no_grad():
             return made[0](*wide[0], **wide[1])
 
@@ -223,14 +235,18 @@ def instance_weights(sk: SessionKernel, original: nn.Module, captured: str) -> _
     import tempfile
 
     saved = torch.load(captured, map_location="cpu", weights_only=True)
-    state = dict(original.named_parameters(remove_duplicate=False)) | dict(original.named_buffers(remove_duplicate=False))
+    state = dict(original.named_parameters(remove_duplicate=False)) | dict(
+        original.named_buffers(remove_duplicate=False)
+    )
     mine = {k: (state[k].detach().cpu() if k in state else v) for k, v in saved.items()}
     if all(torch.equal(mine[k], v) for k, v in saved.items() if k in state):
         return None
     bad = [k for k, v in saved.items() if k in state and (state[k].shape != v.shape or state[k].dtype != v.dtype)]
     if bad:
-        raise SwapError(f"{bad[0]} of this module is {state[bad[0]].dtype} {list(state[bad[0]].shape)}, the captured module's "
-                        f"{saved[bad[0]].dtype} {list(saved[bad[0]].shape)}: not an instance of the same kind")
+        raise SwapError(
+            f"{bad[0]} of this module is {state[bad[0]].dtype} {list(state[bad[0]].shape)}, the captured module's "
+            f"{saved[bad[0]].dtype} {list(saved[bad[0]].shape)}: not an instance of the same kind"
+        )
     fd, name = tempfile.mkstemp(prefix="kernelfix-instance-", suffix=".pt")
     os.close(fd)
     torch.save(mine, name)
@@ -245,8 +261,16 @@ def instance_calls(module: CapturedKernel, sk: SessionKernel, task, dev: torch.d
     with torch.no_grad():
         for c in captured:
             want = model(*module.kernel_inputs(c.args, c.kwargs))
-            out.append(CheckCall(c.args, c.kwargs, want, "task_model", c.input_set,
-                                 "another instance of the captured module: against the task's Model with its weights"))
+            out.append(
+                CheckCall(
+                    c.args,
+                    c.kwargs,
+                    want,
+                    "task_model",
+                    c.input_set,
+                    "another instance of the captured module: against the task's Model with its weights",
+                )
+            )
     return out
 
 
@@ -267,7 +291,9 @@ def check_calls(module: CapturedKernel, sk: SessionKernel, task, dev: torch.devi
             model = task.Model(*task.get_init_inputs()).to(dev)
             for k in range(1, len(m.input_sets) + 1) if multi else [None]:
                 args, kwargs = _drawn_call(m, task, dev, module._in_spec, k)
-                note = "no captured call kept (TASK.call.pt): compared on inputs from get_inputs()" + ("" if k is None else f" (set {k} of get_input_sets())")
+                note = "no captured call kept (TASK.call.pt): compared on inputs from get_inputs()" + (
+                    "" if k is None else f" (set {k} of get_input_sets())"
+                )
                 calls.append(CheckCall(args, kwargs, model(*module.kernel_inputs(args, kwargs)), "task_model", k, note))
     return calls
 
@@ -283,7 +309,11 @@ def swap_checks(module: CapturedKernel, calls: list[CheckCall], cfg: JudgeConfig
         for c in calls:
             got = module(*c.args, **c.kwargs)
             out = compare_outputs(got, c.want, cfg)
-            if not out.ok and truth is not None and any(isinstance(x, torch.Tensor) and x.dtype in HALF for x in pytree.tree_leaves(c.want)):
+            if (
+                not out.ok
+                and truth is not None
+                and any(isinstance(x, torch.Tensor) and x.dtype in HALF for x in pytree.tree_leaves(c.want))
+            ):
                 try:
                     out = truth_rule(got, c.want, truth(c), cfg, out)
                 except Exception:  # the module does not run in float64: the element-wise check stands
@@ -291,9 +321,17 @@ def swap_checks(module: CapturedKernel, calls: list[CheckCall], cfg: JudgeConfig
             checks.append(_check(c.against, out, c.note, input_set=c.input_set))
             if module.original is not None and not (module.manifest.state or module.manifest.random):
                 # (a call with a cache or dropout masks is checked in the task's form, which the module itself does not take)
-                checks.append(_check("original_module", compare_outputs(got, module.original(*c.args, **c.kwargs), cfg), input_set=c.input_set))
+                checks.append(
+                    _check(
+                        "original_module",
+                        compare_outputs(got, module.original(*c.args, **c.kwargs), cfg),
+                        input_set=c.input_set,
+                    )
+                )
     if module.fallbacks:
-        raise SwapError("the check's own call ran the original module: the captured call no longer matches the capture's record")
+        raise SwapError(
+            "the check's own call ran the original module: the captured call no longer matches the capture's record"
+        )
     return checks
 
 
@@ -301,13 +339,19 @@ def _check(against: str, output: OutputCheck, note: str | None = None, input_set
     return SwapCheck(ok=output.ok, against=against, output=output, note=note, input_set=input_set)
 
 
-def _drawn_call(m: CaptureManifest, task, dev: torch.device, in_spec: pytree.TreeSpec | None, input_set: int | None = None) -> tuple[tuple, dict]:
+def _drawn_call(
+    m: CaptureManifest, task, dev: torch.device, in_spec: pytree.TreeSpec | None, input_set: int | None = None
+) -> tuple[tuple, dict]:
     """A call of the captured kind with tensors from get_inputs() (or one set of get_input_sets()) and the fixed values as captured."""
     if in_spec is None:
-        raise SwapError("the capture could not record the call's structure, and no captured call was kept: nothing to check with")
+        raise SwapError(
+            "the capture could not record the call's structure, and no captured call was kept: nothing to check with"
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        drawn = iter([t.to(dev) for t in (task.get_inputs() if input_set is None else task.get_input_sets()[input_set - 1])])
+        drawn = iter(
+            [t.to(dev) for t in (task.get_inputs() if input_set is None else task.get_input_sets()[input_set - 1])]
+        )
     leaves = []
     for leaf in m.inputs:
         if leaf.tensor is not None:
@@ -316,7 +360,9 @@ def _drawn_call(m: CaptureManifest, task, dev: torch.device, in_spec: pytree.Tre
         try:
             leaves.append(ast.literal_eval(leaf.constant or "None"))
         except (ValueError, SyntaxError):
-            raise SwapError(f"{leaf.path} was {leaf.constant}, which cannot be rebuilt without the captured call") from None
+            raise SwapError(
+                f"{leaf.path} was {leaf.constant}, which cannot be rebuilt without the captured call"
+            ) from None
     return pytree.tree_unflatten(leaves, in_spec)
 
 

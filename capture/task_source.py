@@ -9,7 +9,6 @@ import types
 from pathlib import Path
 
 import torch
-
 from kernelfix.capture.errors import CaptureFailed
 from kernelfix.capture.export_graph import TaskGraph
 from kernelfix.capture.schema import InputLeaf, RandomInput, StateArg, TensorSpec
@@ -87,7 +86,10 @@ def render_task(
             f"The module was captured at {len(input_sets)} calls ({', '.join(map(str, calls))}), one per input signature; forward's",
             "dimensions that differ between them are symbolic. get_input_sets() draws one input list per call",
             "(get_inputs() is the first); a kernel is judged at every one:",
-            *[f"  set {k}: " + ", ".join(f"{i.name} {i.tensor.describe()}" for i in s if i.tensor is not None) for k, s in enumerate(input_sets, start=1)],
+            *[
+                f"  set {k}: " + ", ".join(f"{i.name} {i.tensor.describe()}" for i in s if i.tensor is not None)
+                for k, s in enumerate(input_sets, start=1)
+            ],
         ]
     init = [
         "    def __init__(self, weights: str):",
@@ -106,23 +108,38 @@ def render_task(
     parts = [
         '"""' + "\n".join(doc).rstrip() + '\n"""',
         "",
-        "\n".join(["import hashlib", "import math", "from pathlib import Path", "", "import torch", "import torch.nn as nn", *imports]),
+        "\n".join(
+            [
+                "import hashlib",
+                "import math",
+                "from pathlib import Path",
+                "",
+                "import torch",
+                "import torch.nn as nn",
+                *imports,
+            ]
+        ),
         "",
         f"WEIGHTS_NAME = {weights_name!r}",
         f"WEIGHTS_SHA256 = {weights_sha256!r}",
         f"CAPTURED_WEIGHTS = {weights_abs!r}  # where capture wrote them: the judge runs a copy of this file from elsewhere",
-        *(["BACKWARD = True  # captured in training (grad enabled): gradients are judged and timed too; --no-backward for forward only"]
-          if backward else []),
+        *(
+            [
+                "BACKWARD = True  # captured in training (grad enabled): gradients are judged and timed too; --no-backward for forward only"
+            ]
+            if backward
+            else []
+        ),
         "",
         "",
         "def weights_path() -> str:",
         '    """The weights file: beside this file, else where capture wrote it; either must match WEIGHTS_SHA256."""',
         "    for p in (Path(__file__).with_name(WEIGHTS_NAME), Path(CAPTURED_WEIGHTS)):",
         "        if p.is_file():",
-        "            with open(p, \"rb\") as f:",
-        "                if hashlib.file_digest(f, \"sha256\").hexdigest() == WEIGHTS_SHA256:",
+        '            with open(p, "rb") as f:',
+        '                if hashlib.file_digest(f, "sha256").hexdigest() == WEIGHTS_SHA256:',
         "                    return str(p)",
-        "    raise FileNotFoundError(f\"{WEIGHTS_NAME} with sha256 {WEIGHTS_SHA256[:12]}... is neither beside {__file__} nor at {CAPTURED_WEIGHTS}\")",
+        '    raise FileNotFoundError(f"{WEIGHTS_NAME} with sha256 {WEIGHTS_SHA256[:12]}... is neither beside {__file__} nor at {CAPTURED_WEIGHTS}")',
         "",
         "",
         "class Model(nn.Module):",
@@ -220,7 +237,9 @@ def _imports(glob: dict, body: str) -> list[str]:
         elif callable(obj) and getattr(obj, "__module__", None) and "<" not in getattr(obj, "__qualname__", "<"):
             out.append(f"from {obj.__module__} import {obj.__qualname__} as {name}")
         else:
-            raise CaptureFailed(f"the traced forward refers to {name} ({type(obj).__name__}), which a task file cannot import")
+            raise CaptureFailed(
+                f"the traced forward refers to {name} ({type(obj).__name__}), which a task file cannot import"
+            )
     return out
 
 

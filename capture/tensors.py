@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 import torch.utils._pytree as pytree
-
 from kernelfix.capture.schema import TensorSpec
 
 
@@ -15,7 +14,11 @@ def dtype_name(dtype: torch.dtype) -> str:
 def describe(t: torch.Tensor) -> TensorSpec:
     """Shape, strides, dtype and the range of the values a fresh draw should cover."""
     spec = TensorSpec(
-        shape=list(t.shape), stride=list(t.stride()), dtype=dtype_name(t.dtype), device=str(t.device), kind=_kind(t.dtype)
+        shape=list(t.shape),
+        stride=list(t.stride()),
+        dtype=dtype_name(t.dtype),
+        device=str(t.device),
+        kind=_kind(t.dtype),
     )
     if t.numel() == 0:
         return spec

@@ -11,7 +11,6 @@ import re
 import traceback
 
 import torch
-
 from kernelfix.capture.errors import CaptureFailed, Untraceable
 from kernelfix.capture.script import CapturedCall, is_user_file, shown_path
 
@@ -20,12 +19,17 @@ _READS = (".item()", ".tolist()", "int(", "float(", "bool(")
 # (tests on the exception's type name and message, construct named to the user, what to do about it)
 _KNOWN = (
     ((".numpy()", "numpy"), "a conversion of a tensor to NumPy", "keep the computation in torch"),
-    (("no fake impl", "Meta kernel", "meta device"), "an operator torch.export has no shape rule for (a custom op without a fake/meta kernel)",
-     "register a fake kernel for it (torch.library.register_fake)"),
+    (
+        ("no fake impl", "Meta kernel", "meta device"),
+        "an operator torch.export has no shape rule for (a custom op without a fake/meta kernel)",
+        "register a fake kernel for it (torch.library.register_fake)",
+    ),
 )
 
 
-def export_call(call: CapturedCall, others: list[CapturedCall] = (), notes: list[str] | None = None) -> torch.export.ExportedProgram:
+def export_call(
+    call: CapturedCall, others: list[CapturedCall] = (), notes: list[str] | None = None
+) -> torch.export.ExportedProgram:
     """The call traced by torch.export (non-strict: the module's own Python runs, on fake tensors). With
     ``others`` (calls of other shapes), each dimension that differs between the calls is exported dynamic,
     so the one graph computes every captured shape."""
@@ -37,8 +41,14 @@ def export_call(call: CapturedCall, others: list[CapturedCall] = (), notes: list
     from kernelfix.capture.library_ops import traceable_experts
 
     try:
-        with _quiet(), torch.set_grad_enabled(call.grad_enabled), traceable_experts(call.module, notes if notes is not None else []):
-            return torch.export.export(call.module, call.args, call.kwargs, strict=False, dynamic_shapes=dynamic_shapes(call, others))
+        with (
+            _quiet(),
+            torch.set_grad_enabled(call.grad_enabled),
+            traceable_experts(call.module, notes if notes is not None else []),
+        ):
+            return torch.export.export(
+                call.module, call.args, call.kwargs, strict=False, dynamic_shapes=dynamic_shapes(call, others)
+            )
     except Exception as e:
         raise untraceable(e, call.module_path) from e
 
@@ -58,7 +68,11 @@ def dynamic_shapes(call: CapturedCall, others: list[CapturedCall]) -> dict | Non
         if isinstance(leaf, torch.Tensor):
             for other in flats[1:]:
                 o = other[i]
-                dims |= {d for d in range(leaf.dim()) if isinstance(o, torch.Tensor) and o.dim() == leaf.dim() and o.shape[d] != leaf.shape[d]}
+                dims |= {
+                    d
+                    for d in range(leaf.dim())
+                    if isinstance(o, torch.Tensor) and o.dim() == leaf.dim() and o.shape[d] != leaf.shape[d]
+                }
         varying.append(dims)
     if not any(varying):
         return None
@@ -107,24 +121,33 @@ def _classify(text: str, code: str) -> tuple[str, str]:
     if any(k in text for k in _DATA_DEPENDENT):
         reads = [r.rstrip("(") + ("()" if r.endswith("(") else "") for r in _READS if r in code]
         if reads:
-            return (f"a read of a tensor's value into Python ({', '.join(reads)}: data-dependent)",
-                    "keep the value in a tensor (masks, torch.where), or pass it to the module as a plain int")
+            return (
+                f"a read of a tensor's value into Python ({', '.join(reads)}: data-dependent)",
+                "keep the value in a tensor (masks, torch.where), or pass it to the module as a plain int",
+            )
         if re.match(r"\s*for\b.*\bin\b", code):
-            return ("a Python loop over a tensor's values (how many times it runs depends on the data: a loop over the experts "
-                    "that received tokens, say)",
-                    "loop over a fixed range (every expert, with a mask for its tokens), or use a grouped operation such as "
-                    "torch._grouped_mm; for a transformers mixture of experts, set config._experts_implementation = "
-                    "\"grouped_mm\"")
-        return ("a Python decision on a tensor's values (data-dependent control flow)",
-                "compute both branches and pick with torch.where, or use torch.cond")
+            return (
+                "a Python loop over a tensor's values (how many times it runs depends on the data: a loop over the experts "
+                "that received tokens, say)",
+                "loop over a fixed range (every expert, with a mask for its tokens), or use a grouped operation such as "
+                "torch._grouped_mm; for a transformers mixture of experts, set config._experts_implementation = "
+                '"grouped_mm"',
+            )
+        return (
+            "a Python decision on a tensor's values (data-dependent control flow)",
+            "compute both branches and pick with torch.where, or use torch.cond",
+        )
     for keys, what, how in _KNOWN:
         if any(k in text for k in keys):
             return what, how
     if "Unsupported input type" in text:
         kind = re.search(r"<class '([^']+)'>", text)
         name = kind[1] if kind else "an object"
-        return (f"an argument of type {name} (an object torch.export takes no input of: not a tensor, a number or a "
-                "list, tuple or dict of them)", f"pass the module tensors (or lists, tuples and dicts of them) in place of the {name.rsplit('.', 1)[-1]}")
+        return (
+            f"an argument of type {name} (an object torch.export takes no input of: not a tensor, a number or a "
+            "list, tuple or dict of them)",
+            f"pass the module tensors (or lists, tuples and dicts of them) in place of the {name.rsplit('.', 1)[-1]}",
+        )
     return f"something in it: {_first_sentence(text)}", "rewrite that line"
 
 
@@ -149,7 +172,11 @@ def random_ops(ep: torch.export.ExportedProgram) -> list[str]:
     found = []
     for node in ep.graph.nodes:
         op = node.target
-        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in op.tags:
+        if (
+            node.op != "call_function"
+            or not isinstance(op, torch._ops.OpOverload)
+            or torch.Tag.nondeterministic_seeded not in op.tags
+        ):
             continue
         if not _draws(node):
             continue
@@ -163,13 +190,19 @@ def _draws(node) -> bool:
 
     def arg(name: str):
         i = names.index(name)
-        return node.kwargs.get(name, node.args[i] if i < len(node.args) else node.target._schema.arguments[i].default_value)
+        return node.kwargs.get(
+            name, node.args[i] if i < len(node.args) else node.target._schema.arguments[i].default_value
+        )
 
     if "train" in names and arg("train") is False:
         return False
     if "dropout_p" in names and arg("dropout_p") in (0, 0.0, None):
         return False
-    if "p" in names and node.target.overloadpacket in (torch.ops.aten.dropout, torch.ops.aten.native_dropout) and arg("p") in (0, 0.0):
+    if (
+        "p" in names
+        and node.target.overloadpacket in (torch.ops.aten.dropout, torch.ops.aten.native_dropout)
+        and arg("p") in (0, 0.0)
+    ):
         return False  # dropout with p = 0 keeps every element: nothing random
     return True
 

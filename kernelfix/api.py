@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kernelfix.sources import (
-    FILENAME, CandidateKind, candidate_source, looks_like_path, path_hint, task_from_text, task_name, task_source, text_kind,
+    FILENAME,
+    CandidateKind,
+    candidate_source,
+    looks_like_path,
+    path_hint,
+    task_from_text,
+    task_name,
+    task_source,
+    text_kind,
     text_task_words,
 )
 from kernelfix.tools.config import JudgeConfig
@@ -43,8 +51,17 @@ from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import Verdict
 
 __all__ = [
-    "CandidateKind", "Judge", "TaskError", "Verdict", "candidate_source", "judge_config", "looks_like_path", "task_from_text", "task_name",
-    "task_source", "text_kind",
+    "CandidateKind",
+    "Judge",
+    "TaskError",
+    "Verdict",
+    "candidate_source",
+    "judge_config",
+    "looks_like_path",
+    "task_from_text",
+    "task_name",
+    "task_source",
+    "text_kind",
 ]
 
 log = logging.getLogger(__name__)
@@ -173,7 +190,9 @@ class Judge:
         ``on_retry(tries, pause_s, verdict)`` each retry, both in the calling thread.
         Raises ``TaskError`` when the task does not import or run (never the candidate's fault)."""
         source, filename = candidate_source(candidate, kind)
-        return self._judge(source, filename, profile=profile, sanitize=sanitize, retries=retries, on_event=on_event, on_retry=on_retry)
+        return self._judge(
+            source, filename, profile=profile, sanitize=sanitize, retries=retries, on_event=on_event, on_retry=on_retry
+        )
 
     def evaluate_text(self, text: str, *, kind: CandidateKind = "auto", **options: Any) -> Verdict:
         """``evaluate`` for text that is never read as a path, whatever it looks like: what a server or a reward
@@ -184,8 +203,15 @@ class Judge:
         return self._judge(text, FILENAME[text_kind(text) if kind == "auto" else kind], **options)
 
     def _judge(
-        self, source: str, filename: str, *, profile: bool | None = None, sanitize: bool | None = None, retries: bool = True,
-        on_event: EventSink | None = None, on_retry: Callable[[int, float, Verdict], None] | None = None,
+        self,
+        source: str,
+        filename: str,
+        *,
+        profile: bool | None = None,
+        sanitize: bool | None = None,
+        retries: bool = True,
+        on_event: EventSink | None = None,
+        on_retry: Callable[[int, float, Verdict], None] | None = None,
     ) -> Verdict:
         with self._use(), self._task_words():
             with self._lock:
@@ -198,11 +224,23 @@ class Judge:
             try:
                 if retries:
                     v = self.engine.evaluate_with_retries(
-                        source, filename=filename, on_event=on_event, on_retry=on_retry, profile=profile, workdir=workdir,
+                        source,
+                        filename=filename,
+                        on_event=on_event,
+                        on_retry=on_retry,
+                        profile=profile,
+                        workdir=workdir,
                         sanitize=sanitize,
                     )
                 else:
-                    v = self.engine.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=workdir, sanitize=sanitize)
+                    v = self.engine.evaluate(
+                        source,
+                        filename=filename,
+                        on_event=on_event,
+                        profile=profile,
+                        workdir=workdir,
+                        sanitize=sanitize,
+                    )
             finally:
                 if workdir is not None:
                     self.engine.drop_standby(workdir)  # unused (an extraction failure) or used: gone either way

@@ -116,7 +116,11 @@ def write_text(path: str | Path, text: str, *, encoding: str = "utf-8", fsync: b
 
 def write_json(path: str | Path, obj: Any, *, indent: int | None = 2, fsync: bool = True) -> None:
     """A pydantic model (its JSON) or any JSON-serializable object."""
-    text = obj.model_dump_json(indent=indent) if hasattr(obj, "model_dump_json") else json.dumps(obj, indent=indent, default=str)
+    text = (
+        obj.model_dump_json(indent=indent)
+        if hasattr(obj, "model_dump_json")
+        else json.dumps(obj, indent=indent, default=str)
+    )
     write_text(path, text + "\n", fsync=fsync)
 
 

@@ -79,4 +79,6 @@ def load_config(path: str | Path | None = None) -> KernelfixConfig:
     except ValidationError as e:
         prefix = ("tool", "kernelfix") if source.name == "pyproject.toml" else ()
         lines = problems(e, KernelfixConfig, lambda loc: toml_name((*prefix, *loc)))
-        raise ConfigError(f"invalid config in {source}: " + (lines[0] if len(lines) == 1 else "".join(f"\n  {x}" for x in lines))) from None
+        raise ConfigError(
+            f"invalid config in {source}: " + (lines[0] if len(lines) == 1 else "".join(f"\n  {x}" for x in lines))
+        ) from None

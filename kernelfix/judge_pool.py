@@ -47,18 +47,28 @@ class JudgeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: str = Field(min_length=1, description="the task's source: Model, get_inputs, get_init_inputs")
-    candidate: str = Field(description="the candidate's source (defines ModelNew), or a model's reply holding it in a ```python block")
-    backward: bool | None = Field(None, description="judge the backward pass too; None: as the server's config, else the task's BACKWARD")
-    profile: bool | None = Field(None, description="Nsight Compute profile of a correct, legal kernel; None: as the server's config (off)")
+    candidate: str = Field(
+        description="the candidate's source (defines ModelNew), or a model's reply holding it in a ```python block"
+    )
+    backward: bool | None = Field(
+        None, description="judge the backward pass too; None: as the server's config, else the task's BACKWARD"
+    )
+    profile: bool | None = Field(
+        None, description="Nsight Compute profile of a correct, legal kernel; None: as the server's config (off)"
+    )
     sanitize: bool | None = Field(
-        None, description="compute-sanitizer on a wrong or crashing CUDA/Triton kernel, for the cause (Verdict.sanitizer); it never changes the "
+        None,
+        description="compute-sanitizer on a wrong or crashing CUDA/Triton kernel, for the cause (Verdict.sanitizer); it never changes the "
         "category or the speedup; false: skipped (what a reward wants); None: as the server's config (on, unless --no-sanitize)",
     )
     task_name: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
+        None,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
         description="the task's name in the verdict and for [judge.tasks.NAME] overrides; None: task_<sha1 prefix>",
     )
-    kind: CandidateKind = Field("auto", description="code, reply, or auto: a reply when it holds a complete fenced block")
+    kind: CandidateKind = Field(
+        "auto", description="code, reply, or auto: a reply when it holds a complete fenced block"
+    )
 
 
 class Failure(BaseModel):
@@ -99,7 +109,9 @@ class Busy(Exception):
 
     def __init__(self, retry_after_s: int, pending: int, limit: int):
         self.retry_after_s = retry_after_s
-        super().__init__(f"the judge is busy ({pending} requests admitted, at most {limit}): retry after {retry_after_s} s")
+        super().__init__(
+            f"the judge is busy ({pending} requests admitted, at most {limit}): retry after {retry_after_s} s"
+        )
 
 
 class TooMany(Exception):
@@ -151,7 +163,9 @@ class JudgePool:
         make_judge: MakeJudge | None = None,
     ):
         if per_gpu < 1 or judges_per_gpu < 1 or (queue is not None and queue < 0) or not gpus:
-            raise ValueError("per_gpu and judges_per_gpu must be at least 1, queue at least 0, and there must be a GPU slot")
+            raise ValueError(
+                "per_gpu and judges_per_gpu must be at least 1, queue at least 0, and there must be a GPU slot"
+            )
         self.config = config
         self.per_gpu = per_gpu
         self.queue = queue
@@ -185,7 +199,9 @@ class JudgePool:
         n = len(requests)
         limit = self.limit
         if limit is not None and n > limit:
-            raise TooMany(f"{n} requests at once, and this judge admits at most {limit} ({self.capacity} running, {self.queue} queued): split them")
+            raise TooMany(
+                f"{n} requests at once, and this judge admits at most {limit} ({self.capacity} running, {self.queue} queued): split them"
+            )
         routed = []
         with self._lock:
             if self._closed:
@@ -242,7 +258,11 @@ class JudgePool:
             written = re.escape(str(self.root)) + r"/\S*?/" + re.escape(task_name(req.task, req.task_name)) + r"\.py"
             message = re.sub(written, repr(req.task_name) if req.task_name else "(sent as text)", str(e))
             message = re.sub(re.escape(str(self.root)) + r"/\S*/", "", message)
-            return Outcome(error=Failure(code="task_error", status=422, message=message), gpu=slot.gpu, seconds=round(time.monotonic() - t0, 3))
+            return Outcome(
+                error=Failure(code="task_error", status=422, message=message),
+                gpu=slot.gpu,
+                seconds=round(time.monotonic() - t0, 3),
+            )
         except Exception as e:  # the judge's own bug or a broken machine: this request fails, the pool goes on
             log.exception("judging a request failed")
             return Outcome(error=Failure(code="internal", status=500, message=f"{type(e).__name__}: {e}"), gpu=slot.gpu)
@@ -264,7 +284,9 @@ class JudgePool:
                 raise entry.error
             if entry.judge is None:
                 try:
-                    entry.judge = self._make(req, slot.gpu, self.root / f"gpu{slot.index}")  # each slot its own task files
+                    entry.judge = self._make(
+                        req, slot.gpu, self.root / f"gpu{slot.index}"
+                    )  # each slot its own task files
                 except TaskError as e:
                     entry.error = e
                     raise
@@ -272,7 +294,9 @@ class JudgePool:
 
     def _default_judge(self, req: JudgeRequest, gpu: str | None, root: Path) -> Judge:
         task = task_from_text(req.task, req.task_name, root / sha1(req.task.encode()).hexdigest()[:16])
-        return Judge(task, config=self.config, backward=req.backward, gpu=gpu, keep_files=self.keep_files, standby=self.standby)
+        return Judge(
+            task, config=self.config, backward=req.backward, gpu=gpu, keep_files=self.keep_files, standby=self.standby
+        )
 
     def _evict(self, slot: _Slot) -> list[Judge]:
         """Idle judges past the slot's bound, least recently used first (under the lock; closed by the caller)."""
@@ -291,12 +315,19 @@ class JudgePool:
     def stats(self) -> PoolStats:
         with self._lock:
             slots = [
-                SlotStats(gpu=s.gpu, running=s.running, queued=s.load - s.running, judges=[e.name for e in s.judges.values()])
+                SlotStats(
+                    gpu=s.gpu, running=s.running, queued=s.load - s.running, judges=[e.name for e in s.judges.values()]
+                )
                 for s in self.slots
             ]
             return PoolStats(
-                device=self.config.device or "auto", capacity=self.capacity, queue=self.queue, pending=sum(s.load for s in self.slots),
-                served=self._served, rejected=self._rejected, mean_seconds=round(self._mean_s, 3) if self._mean_s is not None else None,
+                device=self.config.device or "auto",
+                capacity=self.capacity,
+                queue=self.queue,
+                pending=sum(s.load for s in self.slots),
+                served=self._served,
+                rejected=self._rejected,
+                mean_seconds=round(self._mean_s, 3) if self._mean_s is not None else None,
                 slots=slots,
             )
 

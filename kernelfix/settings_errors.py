@@ -52,7 +52,9 @@ _ALLOWED = {
 }
 
 
-def problems(e: ValidationError, model: type[BaseModel], name: Callable[[Loc], str], *, assign: str = " = ") -> list[str]:
+def problems(
+    e: ValidationError, model: type[BaseModel], name: Callable[[Loc], str], *, assign: str = " = "
+) -> list[str]:
     """One line per error: where (``name(loc)``), the value given (after ``assign``: " " for a flag), and what is
     allowed; an unknown key gets the nearest known one of its section (or the section's keys when none is near)."""
     out = []
@@ -89,7 +91,9 @@ def _show(value: Any) -> str:
 
 
 def _nearest(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6) or difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6) or difflib.get_close_matches(
+        key.lower(), known, n=1, cutoff=0.5
+    )
     if close:
         return f"did you mean {close[0]}?"
     return "known: " + ", ".join(known) if known else "this section takes none"

@@ -45,7 +45,9 @@ def candidate_source(candidate: str | os.PathLike[str], kind: CandidateKind = "a
     if not isinstance(candidate, str):
         raise TypeError(f"a candidate is source text or a path, not {type(candidate).__name__}")
     if "\n" not in candidate and candidate.strip().endswith(_PATH_SUFFIXES):
-        raise FileNotFoundError(f"candidate file not found: {candidate} (pass an existing path, or the source text itself)")
+        raise FileNotFoundError(
+            f"candidate file not found: {candidate} (pass an existing path, or the source text itself)"
+        )
     return candidate, FILENAME[text_kind(candidate) if kind == "auto" else kind]
 
 
@@ -53,8 +55,12 @@ def looks_like_path(text: str) -> bool:
     """One line, no spaces, with a directory separator or a source file's suffix: what a path passed where text
     was meant looks like (``examples/candidates/relu.py``); no kernel is one such line."""
     line = text.strip()
-    return 0 < len(line) < 4096 and "\n" not in line and " " not in line and (
-        "/" in line or "\\" in line or line.endswith((*_PATH_SUFFIXES, ".cu", ".cpp")))
+    return (
+        0 < len(line) < 4096
+        and "\n" not in line
+        and " " not in line
+        and ("/" in line or "\\" in line or line.endswith((*_PATH_SUFFIXES, ".cu", ".cpp")))
+    )
 
 
 def path_hint(v: Verdict, text: str) -> Verdict:
@@ -62,8 +68,10 @@ def path_hint(v: Verdict, text: str) -> Verdict:
     characters, not the file."""
     if v.ok or not looks_like_path(text):
         return v
-    hint = (f"the candidate is the single line {text.strip()!r}, which looks like a file path, and was judged as text: "
-            "send the file's contents (kernelfix.Judge and JudgeClient read a path that names an existing file; the server never does)")
+    hint = (
+        f"the candidate is the single line {text.strip()!r}, which looks like a file path, and was judged as text: "
+        "send the file's contents (kernelfix.Judge and JudgeClient read a path that names an existing file; the server never does)"
+    )
     return v.model_copy(update={"message": f"{v.message}; {hint}" if v.message else hint})
 
 

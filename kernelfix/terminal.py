@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from typing import IO
 
-from rich.console import Console
 from rich.cells import cell_len
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -26,7 +26,12 @@ def console(*, stderr: bool = False, file: IO[str] | None = None, **options) -> 
     probe = Console(file=target, **options)
     if probe.is_terminal:
         return probe
-    return Console(file=target, width=PIPE_WIDTH, soft_wrap=True, **{k: v for k, v in options.items() if k not in ("width", "soft_wrap")})
+    return Console(
+        file=target,
+        width=PIPE_WIDTH,
+        soft_wrap=True,
+        **{k: v for k, v in options.items() if k not in ("width", "soft_wrap")},
+    )
 
 
 def clip(text: str, limit: int) -> str:
@@ -53,7 +58,9 @@ def print_rows(out: Console, columns: list[str], rows: list[list[str]]) -> None:
         _blocks(out, columns, rows)
         return
     widths = list(most)
-    if sum(most) > room:  # each column its longest word, then what is left shared out, the least demanding served whole first
+    if (
+        sum(most) > room
+    ):  # each column its longest word, then what is left shared out, the least demanding served whole first
         widths, spare = list(least), room - sum(least)
         order = sorted(range(len(columns)), key=lambda i: most[i] - least[i])
         for k, i in enumerate(order):

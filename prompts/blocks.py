@@ -9,7 +9,6 @@ from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.gpu.specs import KB, MB, GpuSpec
 from kernelfix.tools.task_size import size_text
 
-
 _PROMPT_ROWS: list[tuple[str, times.Layout]] = [
     ("a `.cu` that includes torch headers (load_inline's usual layout)", "cu_torch"),
     ("a `.cu` with CUDA headers only", "cu_plain"),
@@ -89,8 +88,10 @@ def floor_text(f: TaskFloor) -> str:
         bound = "memory" if f.compute_us is None or (f.memory_us or 0) >= f.compute_us else "compute"
         parts.append(f"No kernel can beat the larger of these: the floor is {floor:,.1f} us ({bound}-bound)")
         if f.eager_ms:
-            parts.append(f"Eager PyTorch takes {f.eager_ms * 1e3:,.1f} us, {f.eager_ms * 1e3 / floor:.1f}x the floor"
-                         + (f"; torch.compile {f.compile_ms * 1e3:,.1f} us" if f.compile_ms else ""))
+            parts.append(
+                f"Eager PyTorch takes {f.eager_ms * 1e3:,.1f} us, {f.eager_ms * 1e3 / floor:.1f}x the floor"
+                + (f"; torch.compile {f.compile_ms * 1e3:,.1f} us" if f.compile_ms else "")
+            )
     return ". ".join(parts) + "."
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from kernelfix.prompts import build_feedback
 from kernelfix.tools.correctness.input_variants import describe
-from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CorrectnessReport, Family, InputSetReport, TimingStats, Verdict
+from kernelfix.tools.verdict import (
+    SANDBOX_NOTE,
+    Category,
+    CorrectnessReport,
+    Family,
+    InputSetReport,
+    TimingStats,
+    Verdict,
+)
 
 
 def _ms(t: TimingStats | None) -> str:
@@ -33,7 +41,9 @@ def render(v: Verdict) -> str:
             lines += _techniques(v)
     elif fam == Family.FORMAT:
         lines.append(f"Format error ({v.category.value.split(':')[1]}): {v.message}.")
-        lines.append("Reply with one complete ```python block defining class ModelNew(nn.Module) with the same __init__ and forward signature as Model.")
+        lines.append(
+            "Reply with one complete ```python block defining class ModelNew(nn.Module) with the same __init__ and forward signature as Model."
+        )
     elif fam == Family.COMPILE:
         lines.append(f"Compilation failed ({v.category.value.split(':')[1]}): {v.message}")
         if v.compile and v.compile.errors:
@@ -41,7 +51,9 @@ def render(v: Verdict) -> str:
     elif fam == Family.RUNTIME:
         lines.append(f"Runtime error ({v.category.value.split(':')[1].replace('_', ' ')}): {v.message}")
         if v.category == Category.ILLEGAL_MEMORY_ACCESS:
-            lines.append("Check index bounds and masks against the tensor sizes, and that pointers are to contiguous tensors of the dtype you assume.")
+            lines.append(
+                "Check index bounds and masks against the tensor sizes, and that pointers are to contiguous tensors of the dtype you assume."
+            )
         elif v.category == Category.RUN_TIMEOUT:
             lines.append("The kernel or its launch loop did not terminate: check loop bounds and grid size.")
         elif v.category == Category.RESOURCE_LIMIT:
@@ -56,7 +68,9 @@ def render(v: Verdict) -> str:
         lines.append(f"Judge problem ({v.category.value}), not caused by your code: {v.message}")
     lines += input_set_lines(v.input_sets, v.speedup_eager)  # a task with get_input_sets(): each shape
     lines += build_feedback.lines(v)  # every turn that built an extension: its time and what dominated it
-    warns = [w for w in v.warnings if w and not w.startswith(SANDBOX_NOTE)]  # the judge's own limits are not the model's business
+    warns = [
+        w for w in v.warnings if w and not w.startswith(SANDBOX_NOTE)
+    ]  # the judge's own limits are not the model's business
     if warns and v.category not in (Category.DISALLOWED_ATEN,):
         lines.append("Warnings:")
         lines += [f"  - {w}" for w in warns[:6]]
@@ -82,26 +96,41 @@ def _sanitizer(v: Verdict) -> list[str]:
     if not causes:
         races = _global_races(r.global_races)
         if r.nondeterministic:
-            head = (f"compute-sanitizer ({ran}{on}) found no hazard, but two calls on the same inputs gave different outputs "
-                    f"({r.nondeterministic}): a race on global memory (racecheck sees shared memory only), or atomics whose "
-                    "order changes the result.")
+            head = (
+                f"compute-sanitizer ({ran}{on}) found no hazard, but two calls on the same inputs gave different outputs "
+                f"({r.nondeterministic}): a race on global memory (racecheck sees shared memory only), or atomics whose "
+                "order changes the result."
+            )
             if races:
-                return [head, "Cause: your source reads, adds to and writes back global memory that several threads or programs reach, "
-                              "without an atomic:", *races]
+                return [
+                    head,
+                    "Cause: your source reads, adds to and writes back global memory that several threads or programs reach, "
+                    "without an atomic:",
+                    *races,
+                ]
             if r.global_races is not None:
-                return [head, f"Your source shows no {LOOKED_FOR}: look at atomics on floats (their order changes the sum's "
-                              "rounding), and at kernels that read what another block or launch writes."]
+                return [
+                    head,
+                    f"Your source shows no {LOOKED_FOR}: look at atomics on floats (their order changes the sum's "
+                    "rounding), and at kernels that read what another block or launch writes.",
+                ]
             return [head]
         if not all(t.problem is None and t.finished for t in r.tools):
             return []  # a partial run proves nothing either way
         clean = f"compute-sanitizer ({ran}{on}) found no out-of-bounds or misaligned access, shared-memory race, barrier error or uninitialized read"
         if races:  # a lost update can be the same on every call: the wrong output is its only sign
-            return [clean + "; racecheck sees shared memory only, and your source reads, adds to and writes back global memory "
-                            "that several threads or programs reach, without an atomic:", *races]
+            return [
+                clean
+                + "; racecheck sees shared memory only, and your source reads, adds to and writes back global memory "
+                "that several threads or programs reach, without an atomic:",
+                *races,
+            ]
         return [clean + ("." if v.category == Category.OK else ": look at the arithmetic and the index math.")]
     tools = ", ".join(dict.fromkeys(h.tool for h in causes[:MAX_HAZARDS]))
     head = "Correct on every trial, but" if v.category == Category.OK else "Cause:"
-    lines = [f"{head} compute-sanitizer ({tools}{on}) found {len(causes)} hazard{'s' if len(causes) > 1 else ''} in your kernels:"]
+    lines = [
+        f"{head} compute-sanitizer ({tools}{on}) found {len(causes)} hazard{'s' if len(causes) > 1 else ''} in your kernels:"
+    ]
     fixed: set[str] = set()
     for h in causes[:MAX_HAZARDS]:
         lines.append(f"  - {describe(h)}.")
@@ -133,7 +162,11 @@ def _techniques(v: Verdict) -> list[str]:
     from kernelfix.prompts import knowledge
 
     notes = knowledge.for_profile(v.profile)
-    return [f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."] if notes else []
+    return (
+        [f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."]
+        if notes
+        else []
+    )
 
 
 def _success(v: Verdict) -> str:
@@ -177,7 +210,9 @@ def _checks(rep: CorrectnessReport | None) -> list[str]:
     norms = [t for t in rep.trials if t.rel_error_norm is not None]
     if norms:
         worst = max(norms, key=lambda t: t.rel_error_norm / (t.rel_error_tol or 1))
-        parts.append(f"relative error norm at most {worst.rel_error_norm:.2g} (trial {worst.trial}, limit {worst.rel_error_tol:.2g})")
+        parts.append(
+            f"relative error norm at most {worst.rel_error_norm:.2g} (trial {worst.trial}, limit {worst.rel_error_tol:.2g})"
+        )
     varied = [t.variant for t in rep.trials if t.variant]
     if varied:
         parts.append(f"right on {len(varied)} varied-input trials ({', '.join(varied)})")
@@ -194,7 +229,9 @@ def _checks(rep: CorrectnessReport | None) -> list[str]:
     f64 = [t for t in rep.trials if t.error_vs_float64 is not None]
     if f64:
         t = max(f64, key=lambda t: t.error_vs_float64)
-        parts.append(f"error vs float64 {t.error_vs_float64:.2g} on trial {t.trial} (the reference's {t.reference_error_vs_float64:.2g})")
+        parts.append(
+            f"error vs float64 {t.error_vs_float64:.2g} on trial {t.trial} (the reference's {t.reference_error_vs_float64:.2g})"
+        )
     lines = ["Checks: " + "; ".join(parts) + "."] if parts else []
     return lines + _vacuous(rep)
 
@@ -202,7 +239,9 @@ def _checks(rep: CorrectnessReport | None) -> list[str]:
 def _vacuous(rep: CorrectnessReport | None) -> list[str]:
     if rep is None or not rep.vacuous_tolerance:
         return []
-    return [f"Note: atol/rtol alone prove nothing for this task: {rep.vacuous_tolerance}. The relative error norm decides."]
+    return [
+        f"Note: atol/rtol alone prove nothing for this task: {rep.vacuous_tolerance}. The relative error norm decides."
+    ]
 
 
 def _correctness(v: Verdict) -> list[str]:
@@ -224,11 +263,15 @@ def _correctness(v: Verdict) -> list[str]:
                 f"{t.truth.error_norm / max(t.truth.reference_error_norm, 1e-300):.0f}x the reference's own "
                 f"{t.truth.reference_error_norm:.2g} (the limit is {t.truth.factor:g}x)."
             )
-            advice = ["On these inputs the kernel loses more precision than the reference: look at the accumulation order "
-                      "and width (pairwise or per-thread partial sums in float32, never float16 accumulators), large "
-                      "intermediates that cancel, and approximations (fast exp/rsqrt) that the wider range exposes."]
+            advice = [
+                "On these inputs the kernel loses more precision than the reference: look at the accumulation order "
+                "and width (pairwise or per-thread partial sums in float32, never float16 accumulators), large "
+                "intermediates that cancel, and approximations (fast exp/rsqrt) that the wider range exposes."
+            ]
         else:
-            advice = ["Compute the function for any input: nothing may rest on get_inputs()'s distribution (its mean, variance, range, a loss's expected value)."]
+            advice = [
+                "Compute the function for any input: nothing may rest on get_inputs()'s distribution (its mean, variance, range, a loss's expected value)."
+            ]
     elif v.category == Category.PRECISION:
         return [
             f"Not accurate enough: {v.message}.",
@@ -244,13 +287,19 @@ def _correctness(v: Verdict) -> list[str]:
         ]
     elif (t.problem or "").startswith("grad of"):
         lines = [f"Wrong gradient on trial {t.trial} (seed {t.seed}; the forward output is right): {t.problem}."]
-        advice = ["Check your backward against the chain rule for this input or parameter: the cotangent (grad_output) is random, "
-                  "the reduction over broadcast dimensions (a weight's gradient sums over the batch) belongs in your kernel, "
-                  "and each gradient has its input's shape and dtype."]
+        advice = [
+            "Check your backward against the chain rule for this input or parameter: the cotangent (grad_output) is random, "
+            "the reduction over broadcast dimensions (a weight's gradient sums over the batch) belongs in your kernel, "
+            "and each gradient has its input's shape and dtype."
+        ]
     else:
         lines = [f"Wrong output on trial {t.trial} (seed {t.seed}; {len(failing)} of {n} trials fail): {t.problem}."]
     if t.max_abs_error is not None and t.category == Category.NUMERICAL and t.expected is not None:
-        norm = f", relative error norm {t.rel_error_norm:.3g} (limit {t.rel_error_tol:.3g})" if t.rel_error_norm is not None else ""
+        norm = (
+            f", relative error norm {t.rel_error_norm:.3g} (limit {t.rel_error_tol:.3g})"
+            if t.rel_error_norm is not None
+            else ""
+        )
         lines.append(
             f"max abs error {t.max_abs_error:.3g}, max rel error {(t.max_rel_error or 0):.3g}, "
             f"{t.mismatches} of {t.numel} elements outside atol/rtol{norm}; worst at index {_fmt_index(t.worst_index)}: "
@@ -275,7 +324,12 @@ def _far_above_rounding(t) -> bool:
 
 def _cheating(v: Verdict) -> list[str]:
     cat = v.category
-    if cat == Category.DISALLOWED_ATEN and v.legality and v.legality.forbidden_backward_ops and not v.legality.forbidden_ops:
+    if (
+        cat == Category.DISALLOWED_ATEN
+        and v.legality
+        and v.legality.forbidden_backward_ops
+        and not v.legality.forbidden_ops
+    ):
         ops = v.legality.forbidden_backward_ops
         listed = ", ".join(f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:10])
         return [
@@ -315,12 +369,18 @@ def input_set_lines(sets: list[InputSetReport], geo_eager: float | None = None) 
     """One line per set for the feedback and the table: shapes, trials, speedup; then the geometric mean."""
     if not sets:
         return []
-    out = [f"Input sets (get_input_sets(): each judged on its own trials{', timed on its own' if any(s.timings for s in sets) else ''}):"]
+    out = [
+        f"Input sets (get_input_sets(): each judged on its own trials{', timed on its own' if any(s.timings for s in sets) else ''}):"
+    ]
     for s in sets:
         state = "not reached" if s.ok is None else f"right on {s.trials} trials" if s.ok else "WRONG"
         t = s.timings
         if t is not None and t.candidate is not None:
-            speed = f"; {t.candidate.median_ms:.4g} ms, eager {t.eager.median_ms:.4g} ms" if t.eager else f"; {t.candidate.median_ms:.4g} ms"
+            speed = (
+                f"; {t.candidate.median_ms:.4g} ms, eager {t.eager.median_ms:.4g} ms"
+                if t.eager
+                else f"; {t.candidate.median_ms:.4g} ms"
+            )
             speed += f": {s.speedup_eager:.2f}x" if s.speedup_eager is not None else ""
         else:
             speed = ""

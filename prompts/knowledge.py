@@ -22,7 +22,6 @@ import tomllib
 from collections.abc import Collection, Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
-
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -30,16 +29,50 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from kernelfix.tools.verdict import ProfileReport
 
-__all__ = ["FINDINGS", "NOTES_PER_TURN", "OPS", "Note", "exemplar_source", "for_profile", "notes", "pick", "render", "resource", "task_ops"]
+__all__ = [
+    "FINDINGS",
+    "NOTES_PER_TURN",
+    "OPS",
+    "Note",
+    "exemplar_source",
+    "for_profile",
+    "notes",
+    "pick",
+    "render",
+    "resource",
+    "task_ops",
+]
 
 # The finding kinds the profile's feedback names, and the task kinds the notes help.
 FINDINGS: tuple[str, ...] = (
-    "uncoalesced", "bank_conflicts", "occupancy", "small_grid", "tail_wave", "launch_bound", "no_reuse",
-    "tensor_cores_unused", "local_memory", "divergence", "memory_bound", "latency_bound", "contended_atomics", "compute_pipe",
-    "mma_sync_on_hopper", "host_sync",
+    "uncoalesced",
+    "bank_conflicts",
+    "occupancy",
+    "small_grid",
+    "tail_wave",
+    "launch_bound",
+    "no_reuse",
+    "tensor_cores_unused",
+    "local_memory",
+    "divergence",
+    "memory_bound",
+    "latency_bound",
+    "contended_atomics",
+    "compute_pipe",
+    "mma_sync_on_hopper",
+    "host_sync",
 )
 OPS: tuple[str, ...] = (
-    "elementwise", "reduction", "softmax", "normalization", "matmul", "conv", "transpose", "scan", "gather", "fused",
+    "elementwise",
+    "reduction",
+    "softmax",
+    "normalization",
+    "matmul",
+    "conv",
+    "transpose",
+    "scan",
+    "gather",
+    "fused",
 )
 PARTS: tuple[str, ...] = ("**When it applies**", "**Triton**", "**CUDA**", "**Pitfalls**")
 
@@ -164,9 +197,14 @@ def _section(note: Note, code: str | None) -> str:
     if code:
         claim = f", {note.claim:g}x faster than the naive way on an H100" if note.claim else ""
         if note.claim_eager:
-            claim += (f", {note.claim_eager:g}x eager PyTorch's speed" if note.claim_eager >= 1 else
-                      f"; eager PyTorch stays faster on its task: this one reaches {note.claim_eager:g}x its speed")
-        text += f"\nExemplar ({note.backend}{claim}; its task: {note.task or 'n/a'}):\n```python\n{code.rstrip()}\n```\n"
+            claim += (
+                f", {note.claim_eager:g}x eager PyTorch's speed"
+                if note.claim_eager >= 1
+                else f"; eager PyTorch stays faster on its task: this one reaches {note.claim_eager:g}x its speed"
+            )
+        text += (
+            f"\nExemplar ({note.backend}{claim}; its task: {note.task or 'n/a'}):\n```python\n{code.rstrip()}\n```\n"
+        )
     return text
 
 

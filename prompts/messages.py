@@ -68,14 +68,24 @@ def system_prompt(judge: JudgeConfig, device: str, *, gpu_block: str | None = No
 EXPERT = "How an expert approaches a kernel:"
 
 
-def task_prompt(task_name: str, task_source: str, *, shape_block: str | None, goal: str, floor: str | None = None) -> str:
-    block = f"\nShapes, strides and contiguity of the reference (from torch.fx ShapeProp):\n\n{shape_block}\n" if shape_block else ""
+def task_prompt(
+    task_name: str, task_source: str, *, shape_block: str | None, goal: str, floor: str | None = None
+) -> str:
+    block = (
+        f"\nShapes, strides and contiguity of the reference (from torch.fx ShapeProp):\n\n{shape_block}\n"
+        if shape_block
+        else ""
+    )
     block += f"\nThe floor: {floor}\n" if floor else ""
     return render("task", task_name=task_name, task_source=task_source.strip(), shape_block=block, goal=goal)
 
 
 def candidate_message(turn: Turn) -> str:
-    origin = "A candidate kernel given with the task" if turn.source == "candidate" else "A candidate kernel edited by the user"
+    origin = (
+        "A candidate kernel given with the task"
+        if turn.source == "candidate"
+        else "A candidate kernel edited by the user"
+    )
     return render("candidate", origin=origin, turn=turn.index, code=(turn.code or "").strip())
 
 
@@ -88,12 +98,20 @@ def _turns_left(left: int) -> str:
 def _best_line(turn: Turn, best: Turn | None, floor: TaskFloor | None = None) -> str:
     if best is None:
         return ""
-    ms = best.verdict.timings.candidate.median_ms if best.verdict and best.verdict.timings and best.verdict.timings.candidate else None
+    ms = (
+        best.verdict.timings.candidate.median_ms
+        if best.verdict and best.verdict.timings and best.verdict.timings.candidate
+        else None
+    )
     distance = (" " + floor_distance(floor, ms)) if floor is not None and floor_distance(floor, ms) else ""
     if best.index == turn.index:
         return "This is the best candidate so far." + distance
     s = best.verdict.speedup_eager if best.verdict else None
-    return f"The best candidate so far is turn {best.index}" + (f" at {s:.2f}x over eager." if s is not None else ".") + distance
+    return (
+        f"The best candidate so far is turn {best.index}"
+        + (f" at {s:.2f}x over eager." if s is not None else ".")
+        + distance
+    )
 
 
 NOTES_MAX_CHARS = 6000
@@ -113,7 +131,13 @@ def shown_notes(turns: Sequence[Turn]) -> set[str]:
 
 
 def feedback_message(
-    turn: Turn, *, best: Turn | None, config: AgentConfig, device: str, turns_left: int, floor: TaskFloor | None = None,
+    turn: Turn,
+    *,
+    best: Turn | None,
+    config: AgentConfig,
+    device: str,
+    turns_left: int,
+    floor: TaskFloor | None = None,
     notes: Sequence[knowledge.Note] = (),
 ) -> str:
     """The next user message: repair-oriented after a failure, optimization-oriented after a success
@@ -123,7 +147,10 @@ def feedback_message(
     if v.category == Category.OK:
         extra = ""
         if notes:
-            extra = "\n\nHow to fix what the profile found (notes, each with a judged exemplar):\n\n" + knowledge.render(notes, max_chars=NOTES_MAX_CHARS)
+            extra = (
+                "\n\nHow to fix what the profile found (notes, each with a judged exemplar):\n\n"
+                + knowledge.render(notes, max_chars=NOTES_MAX_CHARS)
+            )
         return render(
             "optimize",
             turn=turn.index,
@@ -132,7 +159,13 @@ def feedback_message(
             goal=goal_text(config, device),
             turns_left=_turns_left(turns_left),
         )
-    return render("repair", turn=turn.index, category=v.category.value, feedback=v.feedback.strip(), turns_left=_turns_left(turns_left))
+    return render(
+        "repair",
+        turn=turn.index,
+        category=v.category.value,
+        feedback=v.feedback.strip(),
+        turns_left=_turns_left(turns_left),
+    )
 
 
 def hint_message(hints: Sequence[str]) -> str:

@@ -8,4 +8,13 @@ from kernelfix.sandbox.isolation import Isolation, SandboxReport, credential_pat
 from kernelfix.sandbox.probes import probe
 from kernelfix.sandbox.process import ChildOutcome, Limits, run_child
 
-__all__ = ["ChildOutcome", "Isolation", "Limits", "SandboxReport", "credential_paths", "probe", "run_child", "scrubbed_env"]
+__all__ = [
+    "ChildOutcome",
+    "Isolation",
+    "Limits",
+    "SandboxReport",
+    "credential_paths",
+    "probe",
+    "run_child",
+    "scrubbed_env",
+]

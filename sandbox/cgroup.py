@@ -132,7 +132,14 @@ class Cgroup:
                 else:
                     (d / "pids.max").write_text(str(max_pids))
             except OSError as e:
-                notes.append(f"no {ctl} cgroup ({e.strerror or e}): " + ("memory limit falls back to an RSS watchdog" if ctl == "memory" else "process count falls back to a task-count watchdog"))
+                notes.append(
+                    f"no {ctl} cgroup ({e.strerror or e}): "
+                    + (
+                        "memory limit falls back to an RSS watchdog"
+                        if ctl == "memory"
+                        else "process count falls back to a task-count watchdog"
+                    )
+                )
                 dirs.pop(ctl, None)
                 _rmdir(d)
         return (cls(dirs, 1) if dirs else None), notes
@@ -149,7 +156,9 @@ class Cgroup:
             d = parent / name
             d.mkdir()
         except OSError as e:
-            return None, [f"no cgroup v2 delegation under {parent} ({e.strerror or e}): memory and process limits fall back to watchdogs (RSS, task count)"]
+            return None, [
+                f"no cgroup v2 delegation under {parent} ({e.strerror or e}): memory and process limits fall back to watchdogs (RSS, task count)"
+            ]
         try:
             if memory_bytes is not None:
                 (d / "memory.max").write_text(str(memory_bytes))
@@ -159,7 +168,9 @@ class Cgroup:
                 (d / "pids.max").write_text(str(max_pids))
         except OSError as e:
             _rmdir(d)
-            return None, [f"cgroup v2 limits not settable ({e.strerror or e}): memory and process limits fall back to watchdogs (RSS, task count)"]
+            return None, [
+                f"cgroup v2 limits not settable ({e.strerror or e}): memory and process limits fall back to watchdogs (RSS, task count)"
+            ]
         return cls({c: d for c in wanted}, 2), []
 
     @property
@@ -250,7 +261,7 @@ def sweep_stale() -> int:
             continue
         for d in entries:
             try:
-                owner = int(d.name[len(PREFIX):].split("-")[0])
+                owner = int(d.name[len(PREFIX) :].split("-")[0])
             except ValueError:
                 continue
             if owner != os.getpid() and not Path(f"/proc/{owner}").exists():

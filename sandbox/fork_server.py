@@ -92,7 +92,10 @@ def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None
     the sources is written, and Python checks each entry against its source's size and mtime as beside it."""
     import importlib.util
 
-    from kernelfix.tools.cache_dir import BYTECODE_CACHE, CACHE_ENV  # the judge's cache root, as it passes it every child
+    from kernelfix.tools.cache_dir import (  # the judge's cache root, as it passes it every child
+        BYTECODE_CACHE,
+        CACHE_ENV,
+    )
 
     cache = os.environ.get(CACHE_ENV)
     if not cache or os.environ.get(NO_BYTECODE_CACHE_ENV):
@@ -164,8 +167,14 @@ def _origin(names: Sequence[str]) -> str | None:
 
 
 def serve(
-    fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str] = (), skip: Sequence[str] = (),
-    write_bytecode: bool = True, late: Sequence[str] = (),
+    fd: int,
+    parent_pid: int,
+    preload: Sequence[str],
+    run_modules: Sequence[str],
+    import_path: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    write_bytecode: bool = True,
+    late: Sequence[str] = (),
 ) -> None:
     """The zygote's main loop: import, say so, then fork on request until the judge goes away.
 
@@ -206,7 +215,14 @@ def serve(
         seconds[name] = round(time.monotonic() - t1, 3)
         if name != "torch" and _fork_poisoned():
             sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-c", _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode, late)])
+            os.execv(
+                sys.executable,
+                [
+                    sys.executable,
+                    "-c",
+                    _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode, late),
+                ],
+            )
     # A worker writes no bytecode, as it never has; where this fork server keeps its bytecode in the judge's folder, a
     # worker reads what it imports later from there too (the reference's dynamo and inductor: ``_warm_late``).
     sys.dont_write_bytecode, sys.pycache_prefix = no_bytecode, (prefix if prefix is not None else own_prefix)
@@ -223,8 +239,19 @@ def serve(
         ok, error = False, "CUDA was initialised while importing"
     elif not _driver_usable_after_fork():
         ok, error = False, "the CUDA driver was started while importing: a forked child could not use it"
-    sock.send({"type": "ready", "ok": ok, "error": error, "pid": os.getpid(), "seconds": round(time.monotonic() - t0, 3),
-               "failed": failed, "skipped": list(skip), "imports": seconds, "threads": len(os.listdir("/proc/self/task"))})
+    sock.send(
+        {
+            "type": "ready",
+            "ok": ok,
+            "error": error,
+            "pid": os.getpid(),
+            "seconds": round(time.monotonic() - t0, 3),
+            "failed": failed,
+            "skipped": list(skip),
+            "imports": seconds,
+            "threads": len(os.listdir("/proc/self/task")),
+        }
+    )
     if not ok:
         os._exit(0)
     warming = _warm_late(late, prefix, sock.sock.fileno())
@@ -359,7 +386,9 @@ def _become(msg: dict[str, Any], fds: list[int]) -> None:
     if command[0] == "-m":  # as `python -m`: the module runs as a fresh __main__, cwd first on the path
         sys.path[:] = [cwd] + [p for p in sys.path if p not in ("", cwd)]
         sys.argv = ["-m", *command[2:]]
-        launch.enter(spec, lambda: _python_signals() or runpy.run_module(command[1], run_name="__main__", alter_sys=True))
+        launch.enter(
+            spec, lambda: _python_signals() or runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+        )
     else:  # as `python -c`: '' first on the path, argv[0] "-c"
         sys.path[:] = [""] + [p for p in sys.path if p not in ("", cwd)]
         sys.argv = ["-c", *command[2:]]

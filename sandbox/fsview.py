@@ -69,7 +69,12 @@ def _minimal_dev(devices: tuple[str, ...] | list[str]) -> list[str]:
     finally:
         for fd in fds.values():
             os.close(fd)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"/dev/{name}")
     os.mkdir("/dev/shm")
     linux.mount("tmpfs", "/dev/shm", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"mode=1777,size={SHM_SIZE}")
@@ -78,7 +83,13 @@ def _minimal_dev(devices: tuple[str, ...] | list[str]) -> list[str]:
 
 def _hide(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
-        linux.mount("tmpfs", path, "tmpfs", linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "mode=000,size=4k")
+        linux.mount(
+            "tmpfs",
+            path,
+            "tmpfs",
+            linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
+            "mode=000,size=4k",
+        )
     else:
         linux.mount("/dev/null", path, None, linux.MS_BIND)
         linux.mount(None, path, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY)
@@ -138,7 +149,12 @@ def protect_proc() -> list[str]:
             continue
         try:
             linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
-            linux.mount(None, path, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+            linux.mount(
+                None,
+                path,
+                None,
+                linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
+            )
         except OSError as e:
             failed.append(f"{path} ({e.strerror or e})")
     for path in PROC_HIDDEN:

@@ -14,9 +14,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Where credentials live under a home directory: hidden from candidates (HOME is theirs already).
 CREDENTIAL_PATHS = (
-    ".ssh", ".aws", ".azure", ".gnupg", ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".docker",
-    ".kube", ".config/gcloud", ".config/gh", ".config/litellm", ".huggingface", ".cache/huggingface/token",
-    ".bash_history", ".python_history", ".zsh_history", ".env",
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".docker",
+    ".kube",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/litellm",
+    ".huggingface",
+    ".cache/huggingface/token",
+    ".bash_history",
+    ".python_history",
+    ".zsh_history",
+    ".env",
     ".config/kernelfix",  # `kernelfix serve`'s token (kernelfix/serve/auth.py)
 )
 
@@ -27,13 +43,21 @@ class Isolation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     network: bool = Field(True, description="own network namespace: no interfaces but a downed loopback")
-    pid: bool = Field(True, description="own PID (and IPC) namespace: cannot see or signal other processes; nothing outlives it")
-    filesystem: bool = Field(True, description="own mount namespace: read-only everywhere except `writable`; `hidden` covered")
+    pid: bool = Field(
+        True, description="own PID (and IPC) namespace: cannot see or signal other processes; nothing outlives it"
+    )
+    filesystem: bool = Field(
+        True, description="own mount namespace: read-only everywhere except `writable`; `hidden` covered"
+    )
     capabilities: bool = Field(True, description="drop every capability and set no_new_privs")
     cgroup: bool = Field(True, description="own cgroup: hard memory and process-count limits, kill-all")
-    writable: list[str] = Field(default_factory=list, description="directories the child may write (its work dir, caches)")
+    writable: list[str] = Field(
+        default_factory=list, description="directories the child may write (its work dir, caches)"
+    )
     hidden: list[str] = Field(default_factory=list, description="files or directories the child must not read")
-    devices: list[str] | None = Field(None, description="globs under /dev the child may open; None: the defaults (null, zero, random, tty, nvidia*)")
+    devices: list[str] | None = Field(
+        None, description="globs under /dev the child may open; None: the defaults (null, zero, random, tty, nvidia*)"
+    )
 
     @classmethod
     def off(cls) -> "Isolation":

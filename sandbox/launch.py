@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 
 from kernelfix.sandbox import fsview, linux
-from kernelfix.sandbox.channel import MSG_FD_ENV, LAUNCHER_MESSAGE
+from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV
 
 LAYERS = ("network", "pid", "filesystem", "capabilities")
 
@@ -68,7 +68,11 @@ class _Setup:
             return
         if os.geteuid() != 0:
             self._user_namespace()
-        flags = {"network": linux.CLONE_NEWNET, "pid": linux.CLONE_NEWPID | linux.CLONE_NEWIPC, "filesystem": linux.CLONE_NEWNS}
+        flags = {
+            "network": linux.CLONE_NEWNET,
+            "pid": linux.CLONE_NEWPID | linux.CLONE_NEWIPC,
+            "filesystem": linux.CLONE_NEWNS,
+        }
         need_ns = "filesystem" in want or "pid" in want  # a PID namespace needs its own /proc
         combined = sum(flags[k] for k in want) | (linux.CLONE_NEWNS if need_ns else 0)
         try:
@@ -104,7 +108,11 @@ class _Setup:
             self.active[k] = True
         if self.active["filesystem"]:
             try:
-                self.notes += fsview.build(self.iso.get("writable", []), self.iso.get("hidden", []), self.iso.get("devices") or list(fsview.DEFAULT_DEVICES))
+                self.notes += fsview.build(
+                    self.iso.get("writable", []),
+                    self.iso.get("hidden", []),
+                    self.iso.get("devices") or list(fsview.DEFAULT_DEVICES),
+                )
             except OSError as e:
                 self.active["filesystem"] = False
                 self.note("filesystem", e.strerror or str(e))
@@ -121,7 +129,9 @@ class _Setup:
             with open("/proc/self/gid_map", "w") as f:
                 f.write(f"0 {gid} 1")
         except OSError as e:
-            self.notes.append(f"no user namespace for a non-root user ({e.strerror or e}): namespaces below will likely fail")
+            self.notes.append(
+                f"no user namespace for a non-root user ({e.strerror or e}): namespaces below will likely fail"
+            )
 
     def drop_capabilities(self) -> None:
         if not self.iso.get("capabilities"):
@@ -230,7 +240,11 @@ def enter(spec: dict, run: Callable[[], None]) -> None:
     _join_cgroups(spec.get("cgroup_procs") or [], setup.notes)
     lim = spec.get("rlimits") or {}
     _rlimit(resource.RLIMIT_CORE, 0)  # a crashing kernel must not write gigabytes of core
-    for kind, key in ((resource.RLIMIT_CPU, "cpu_s"), (resource.RLIMIT_FSIZE, "file_size_bytes"), (resource.RLIMIT_NOFILE, "open_files")):
+    for kind, key in (
+        (resource.RLIMIT_CPU, "cpu_s"),
+        (resource.RLIMIT_FSIZE, "file_size_bytes"),
+        (resource.RLIMIT_NOFILE, "open_files"),
+    ):
         if lim.get(key) is not None:
             _rlimit(kind, int(lim[key]))
     setup.namespaces()

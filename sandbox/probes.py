@@ -35,9 +35,21 @@ _CUDA_CHECK = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.sy
 
 def _cuda_runs(iso: Isolation, python: str) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="kernelfix-gpu-probe-") as d:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "HOME")}
-        out = run_child([python, "-c", _CUDA_CHECK], cwd=d, env=env, limits=Limits(wall_s=120), isolation=iso.model_copy(update={"writable": [d, *iso.writable]}))
-    return ("cuda ok" in out.stdout_tail), (out.stderr_tail.strip().splitlines() or [f"exit {out.returncode}"])[-1][:200]
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k in ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "HOME")
+        }
+        out = run_child(
+            [python, "-c", _CUDA_CHECK],
+            cwd=d,
+            env=env,
+            limits=Limits(wall_s=120),
+            isolation=iso.model_copy(update={"writable": [d, *iso.writable]}),
+        )
+    return ("cuda ok" in out.stdout_tail), (out.stderr_tail.strip().splitlines() or [f"exit {out.returncode}"])[-1][
+        :200
+    ]
 
 
 _gpu_lock = threading.Lock()
@@ -103,11 +115,18 @@ def _search_gpu_layers(settings_json: str, python: str) -> tuple[str, str | None
     if kept:
         trial = base.model_copy(update={k: k in kept for k in LAYERS})
         if _cuda_runs(trial, python)[0]:
-            return trial.model_dump_json(), f"CUDA fails inside the full sandbox here ({why}); running without its {', '.join(dropped)} layer(s)"
-    return base.model_copy(update=dict.fromkeys(LAYERS, False)).model_dump_json(), f"CUDA fails inside the sandbox here ({why}); running without isolation"
+            return (
+                trial.model_dump_json(),
+                f"CUDA fails inside the full sandbox here ({why}); running without its {', '.join(dropped)} layer(s)",
+            )
+    return base.model_copy(
+        update=dict.fromkeys(LAYERS, False)
+    ).model_dump_json(), f"CUDA fails inside the sandbox here ({why}); running without isolation"
 
 
-def for_gpu(iso: Isolation, python: str | None = None, *, record_dir: str | Path | None = None) -> tuple[Isolation, str | None]:
+def for_gpu(
+    iso: Isolation, python: str | None = None, *, record_dir: str | Path | None = None
+) -> tuple[Isolation, str | None]:
     """``iso`` minus the layers that keep CUDA from working on this machine, and a note saying which.
 
     Checked once per process and settings (a child that initialises CUDA), and with ``record_dir``

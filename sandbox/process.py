@@ -24,13 +24,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from kernelfix.sandbox.cgroup import Cgroup
-from kernelfix.sandbox.channel import LAUNCHER_MESSAGE, MSG_FD_ENV, REQUEST_FD_ENV, MessageReader, RequestSocket, new_token
 from kernelfix.sandbox import zygote
+from kernelfix.sandbox.cgroup import Cgroup
+from kernelfix.sandbox.channel import (
+    LAUNCHER_MESSAGE,
+    MSG_FD_ENV,
+    REQUEST_FD_ENV,
+    MessageReader,
+    RequestSocket,
+    new_token,
+)
 from kernelfix.sandbox.isolation import Isolation
 from kernelfix.sandbox.process_tree import kill_tree, oom_kills, rss_bytes, system_tasks, tree_pids, tree_tasks
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +190,9 @@ class Child:
         fork_kind: str = "all",
     ):
         self.argv = list(argv)
-        self.forked = False  # started by the fork server (``fork``: when argv is ``python -m MODULE ...`` or ``-c CODE``)
+        self.forked = (
+            False  # started by the fork server (``fork``: when argv is ``python -m MODULE ...`` or ``-c CODE``)
+        )
         # ``fork_kind``: which fork server (zygote.PRELOADS: what it imported ahead for this kind of worker)
         self.limits = limits
         self.isolation = isolation or Isolation.off()
@@ -234,7 +242,9 @@ class Child:
         if fork and zygote.runnable(self.argv[1:]):
             try:
                 z = zygote.for_env(self.argv[0], env, _import_path(), _spawn, fork_kind)
-                self.proc = z.fork(self.argv[1:], env=env, cwd=str(cwd), launcher_spec=spec, fds=inherit, token=bool(token))
+                self.proc = z.fork(
+                    self.argv[1:], env=env, cwd=str(cwd), launcher_spec=spec, fds=inherit, token=bool(token)
+                )
                 self.forked = True
             except zygote.ZygoteError as e:
                 log.warning("kernelfix: starting a worker by exec: the fork server cannot (%s)", e)
@@ -260,7 +270,9 @@ class Child:
             if self.cgroup is not None:
                 self.cgroup.remove()
             self.launch_error = str(e)
-            self._outcome = ChildOutcome(argv=self.argv, returncode=None, wall_s=0.0, launch_error=str(e), sandbox_notes=self.notes)
+            self._outcome = ChildOutcome(
+                argv=self.argv, returncode=None, wall_s=0.0, launch_error=str(e), sandbox_notes=self.notes
+            )
             self._done.set()
             return
         os.close(write_fd)  # else the reader never sees EOF
@@ -310,10 +322,17 @@ class Child:
                 if now - self.t0 > limits.wall_s:
                     self.timed_out = True
                     break
-                if limits.output_limit_bytes is not None and self._out.total + self._err.total > limits.output_limit_bytes:
+                if (
+                    limits.output_limit_bytes is not None
+                    and self._out.total + self._err.total > limits.output_limit_bytes
+                ):
                     self.output_exceeded = True
                     break
-                pids_due = watch_pids and now >= next_pid_check and (system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
+                pids_due = (
+                    watch_pids
+                    and now >= next_pid_check
+                    and (system_tasks() or 0) - tasks_at_start > limits.max_processes // 2
+                )
                 rss_due = watch_rss and now >= next_mem_check
                 if pids_due or rss_due:  # one walk of /proc serves both checks
                     pids = tree_pids(proc.pid)
@@ -396,7 +415,9 @@ class Child:
                 sandbox_notes=notes,
                 deadline=self.deadline_note,
                 hung=self.hung,
-                oom_kills_during=max(0, (oom_kills() or 0) - (self._oom_at_start or 0)) if self._oom_at_start is not None else 0,
+                oom_kills_during=max(0, (oom_kills() or 0) - (self._oom_at_start or 0))
+                if self._oom_at_start is not None
+                else 0,
             )
             self._done.set()
 
@@ -499,7 +520,15 @@ def run_child(
     ``fork_kind`` (``zygote.PRELOADS``; a worker's kind reuses that worker's fork server).
     """
     child = Child(
-        argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=authenticate, on_message=on_message, poll_s=poll_s, fork=fork,
+        argv,
+        cwd=cwd,
+        env=env,
+        limits=limits,
+        isolation=isolation,
+        authenticate=authenticate,
+        on_message=on_message,
+        poll_s=poll_s,
+        fork=fork,
         fork_kind=fork_kind,
     )
     try:

@@ -38,6 +38,7 @@ def tree_pids(root: int) -> list[int]:
         grew = bool(new)
     return sorted(found)
 
+
 def oom_kills() -> int | None:
     """The kernel's OOM kills since boot (/proc/vmstat): whether the machine, not a limit, killed a child."""
     try:
@@ -49,6 +50,7 @@ def oom_kills() -> int | None:
         pass
     return None
 
+
 def system_tasks() -> int | None:
     """Tasks (processes and threads) alive on the machine: one read of /proc/loadavg, cheap
     enough for every poll, so a fork bomb is noticed before it fills the machine."""
@@ -57,6 +59,7 @@ def system_tasks() -> int | None:
             return int(f.read().split()[3].split(b"/")[1])
     except (OSError, IndexError, ValueError):
         return None
+
 
 def tree_tasks(pids: Sequence[int]) -> int:
     """Processes and threads of ``pids``: the count the pids cgroup would limit."""
@@ -70,6 +73,7 @@ def tree_tasks(pids: Sequence[int]) -> int:
             total += 1
     return total
 
+
 def rss_bytes(pids: Sequence[int]) -> int:
     """Resident memory of these processes, summed (what the memory watch counts)."""
     page = os.sysconf("SC_PAGE_SIZE")
@@ -81,6 +85,7 @@ def rss_bytes(pids: Sequence[int]) -> int:
         except (OSError, IndexError, ValueError):
             continue
     return total
+
 
 def kill_tree(root: int, cgroup: Cgroup | None) -> None:
     """Kill the child and everything it started: its process group, session, descendants and cgroup.

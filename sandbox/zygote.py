@@ -55,7 +55,15 @@ log = logging.getLogger(__name__)
 # them (tests/test_zygote.py checks what a forked worker sees); everything else in the
 # environment keys the zygote.
 LATE_ENV = frozenset(
-    {"HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", MSG_FD_ENV, REQUEST_FD_ENV}
+    {
+        "HOME",
+        "TMPDIR",
+        "TORCH_EXTENSIONS_DIR",
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        MSG_FD_ENV,
+        REQUEST_FD_ENV,
+    }
 )
 # What the workers import, by the kind of worker a fork server serves: each kind imports only what
 # its workers need (a Triton candidate needs Triton, not the C++ extension machinery; a CUDA one the
@@ -95,9 +103,16 @@ PRELOADS: dict[str, tuple[str, ...]] = {
 # (bench/baseline_compile_cold.py), once per task. Not preloaded: a cached baseline (most evaluations) never needs them.
 LATE_IMPORTS: dict[str, tuple[str, ...]] = {
     "reference": (
-        "torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "torch._inductor.graph",
-        "torch._inductor.lowering", "torch._inductor.scheduler", "torch._inductor.select_algorithm",
-        "torch._inductor.codegen.simd", "torch._inductor.codegen.triton", "torch._inductor.runtime.triton_heuristics",
+        "torch._dynamo",
+        "torch._functorch.aot_autograd",
+        "torch._inductor.compile_fx",
+        "torch._inductor.graph",
+        "torch._inductor.lowering",
+        "torch._inductor.scheduler",
+        "torch._inductor.select_algorithm",
+        "torch._inductor.codegen.simd",
+        "torch._inductor.codegen.triton",
+        "torch._inductor.runtime.triton_heuristics",
         *_TRITON,  # the compiled baseline's kernels are Triton's (its first call imports gluon too)
     ),
 }
@@ -151,7 +166,13 @@ class Zygote:
     """One fork server, for one interpreter and one environment (outside ``LATE_ENV``)."""
 
     def __init__(
-        self, python: str, env: dict[str, str], import_path: Sequence[str], cwd: str, spawn, preload: Sequence[str] = PRELOAD,
+        self,
+        python: str,
+        env: dict[str, str],
+        import_path: Sequence[str],
+        cwd: str,
+        spawn,
+        preload: Sequence[str] = PRELOAD,
         late: Sequence[str] = (),
     ) -> None:
         self.python = python
@@ -169,8 +190,14 @@ class Zygote:
         boot = _boot(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
         try:
             self.proc = spawn(
-                [python, "-c", boot], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),), start_new_session=True,
+                [python, "-c", boot],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
             )
         except OSError as e:
             ours.close()
@@ -247,7 +274,14 @@ class Zygote:
     # -- requests
 
     def fork(
-        self, command: Sequence[str], *, env: dict[str, str], cwd: str, launcher_spec: dict[str, Any], fds: Sequence[int], token: bool
+        self,
+        command: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        launcher_spec: dict[str, Any],
+        fds: Sequence[int],
+        token: bool,
     ) -> ForkedProcess:
         """Fork ``python -m MODULE ARGS...`` or ``python -c CODE ARGS...`` (``command``: what follows
         ``python``) into its sandbox. ``fds``: descriptors the child keeps at the same numbers (the
@@ -271,8 +305,17 @@ class Zygote:
                 rid = self._ids
                 event, box = threading.Event(), []
                 self._pending[rid] = (event, box)
-            request = {"type": "spawn", "id": rid, "command": list(command), "env": env, "cwd": cwd,
-                       "spec": launcher_spec, "targets": targets, "devnull_stdin": not token, "ignored_signals": ignored_signals()}
+            request = {
+                "type": "spawn",
+                "id": rid,
+                "command": list(command),
+                "env": env,
+                "cwd": cwd,
+                "spec": launcher_spec,
+                "targets": targets,
+                "devnull_stdin": not token,
+                "ignored_signals": ignored_signals(),
+            }
             if not self.sock.send(request, passed):
                 with self._lock:
                     self._pending.pop(rid, None)
@@ -283,7 +326,11 @@ class Zygote:
                 raise ZygoteError(str(reply.get("error")))
             pid = int(reply["pid"])
             proc = ForkedProcess(
-                self, pid, os.fdopen(stdin_w, "wb", buffering=0) if token else None, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+                self,
+                pid,
+                os.fdopen(stdin_w, "wb", buffering=0) if token else None,
+                os.fdopen(out_r, "rb"),
+                os.fdopen(err_r, "rb"),
             )
             proc.waited_s = ready_at - t0
             ends = [x for x in (stdin_r, out_w, err_w) if x >= 0]  # the child's ends: it has its own now
@@ -338,7 +385,9 @@ def kind_for_candidate(code: str | None) -> str:
     if code is None:
         return "candidate"  # started ahead, before the candidate exists
     triton = re.search(r"\btriton\b", code) is not None
-    cpp = re.search(r"\bload_inline\b|\bcpp_extension\b|__global__", code) is not None  # as tools/candidate.py tells CUDA
+    cpp = (
+        re.search(r"\bload_inline\b|\bcpp_extension\b|__global__", code) is not None
+    )  # as tools/candidate.py tells CUDA
     return "candidate" if triton and cpp else "triton" if triton else "cuda" if cpp else "torch"
 
 
@@ -351,7 +400,9 @@ def for_env(python: str, env: dict[str, str], import_path: Sequence[str], spawn,
             base = {n: v for n, v in env.items() if n not in LATE_ENV}
             home = _zygote_home()
             base.update({"HOME": home, "TMPDIR": home})
-            z = _zygotes[k] = Zygote(python, base, import_path, home, spawn, PRELOADS.get(kind, PRELOAD), LATE_IMPORTS.get(kind, ()))
+            z = _zygotes[k] = Zygote(
+                python, base, import_path, home, spawn, PRELOADS.get(kind, PRELOAD), LATE_IMPORTS.get(kind, ())
+            )
         return z
 
 
@@ -382,8 +433,14 @@ def shutdown() -> None:
 
 
 def _boot(
-    fd: int, parent_pid: int, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str], skip: Sequence[str],
-    write_bytecode: bool | None = None, late: Sequence[str] = (),
+    fd: int,
+    parent_pid: int,
+    preload: Sequence[str],
+    run_modules: Sequence[str],
+    import_path: Sequence[str],
+    skip: Sequence[str],
+    write_bytecode: bool | None = None,
+    late: Sequence[str] = (),
 ) -> str:
     """The ``python -c`` program of a zygote. ``write_bytecode``: as the judge's own process would
     (its user's PYTHONDONTWRITEBYTECODE holds; the workers' environment always sets it). ``late``: LATE_IMPORTS."""

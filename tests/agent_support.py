@@ -71,7 +71,9 @@ def check_session_dir(path: Path) -> Trajectory:
         assert message.startswith(f"turn {t.index}: {t.verdict.category.value}")
         assert f"{TURN_TRAILER}: {t.index}" in message
         on_disk = json.loads((path / "turns" / f"{t.index:03d}" / "verdict.json").read_text())
-        assert on_disk == t.verdict.model_dump(mode="json"), {k: (v, on_disk.get(k)) for k, v in t.verdict.model_dump(mode="json").items() if on_disk.get(k) != v}
+        assert on_disk == t.verdict.model_dump(mode="json"), {
+            k: (v, on_disk.get(k)) for k, v in t.verdict.model_dump(mode="json").items() if on_disk.get(k) != v
+        }
     if traj.outcome.best_turn is not None:
         best = next(t for t in traj.turns if t.index == traj.outcome.best_turn)
         assert (path / "best.py").read_text() == best.code
@@ -93,7 +95,10 @@ def check_search_dir(path: Path) -> Trajectory:
     for t in traj.turns:
         assert t.commit == commits[t.index]
         c = repo.commit(t.commit)
-        assert c.message.startswith(f"turn {t.index}: {t.verdict.category.value}") and f"{TURN_TRAILER}: {t.index}" in c.message
+        assert (
+            c.message.startswith(f"turn {t.index}: {t.verdict.category.value}")
+            and f"{TURN_TRAILER}: {t.index}" in c.message
+        )
         assert t.commit in {x.hexsha for x in repo.iter_commits(t.branch)}, f"turn {t.index} is not on {t.branch}"
         if t.parent is not None:  # the nearest turn commit below it (a resume's settings commit may sit between)
             below = c.parents[0]

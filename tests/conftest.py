@@ -31,13 +31,23 @@ HAS_CUDA = torch.cuda.is_available()
 # CI runs `-n 2 --dist loadgroup`: xdist hands out single tests (a file's tests may land on either
 # worker), except the files below, whose tests share a module-scoped fixture (a Ray cluster, a
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.
-GROUPED_FILES = ("test_batch_ray.py", "test_export_loading.py", "test_profile_stage.py", "test_hostile.py", "test_agent_crash.py",
-                 "test_api.py", "test_serve.py", "test_rewards.py",
-                 "test_terminal.py",  # its real evaluations run side by side once, in a module fixture
-                 "test_fused_check.py",  # its cases run once, in one child process (Triton's interpreter)
-                 "test_knowledge.py",  # every exemplar interpreted in one child, every CUDA one compiled by nvcc at once
-                 "test_swap_cost.py", "test_fairness.py", "test_input_sets.py",  # a captured swap, a judge
-                 "test_hf_kernels.py")  # its captured tasks
+GROUPED_FILES = (
+    "test_batch_ray.py",
+    "test_export_loading.py",
+    "test_profile_stage.py",
+    "test_hostile.py",
+    "test_agent_crash.py",
+    "test_api.py",
+    "test_serve.py",
+    "test_rewards.py",
+    "test_terminal.py",  # its real evaluations run side by side once, in a module fixture
+    "test_fused_check.py",  # its cases run once, in one child process (Triton's interpreter)
+    "test_knowledge.py",  # every exemplar interpreted in one child, every CUDA one compiled by nvcc at once
+    "test_swap_cost.py",
+    "test_fairness.py",
+    "test_input_sets.py",  # a captured swap, a judge
+    "test_hf_kernels.py",
+)  # its captured tasks
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
 SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
 # The longest tests (seconds of wall time on two cores, from `--durations`), handed out first so that no
@@ -140,7 +150,10 @@ class Case:
         return "load_inline" in self.path.read_text()
 
 
-_HEADER = re.compile(r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|warns|requires|fresh-judge|needs-prior-ok|behaviour): (.+)$", re.M)
+_HEADER = re.compile(
+    r"^# (expect|expect-cpu|expect-cuda|expect-runtime|devices|task|config|warns|requires|fresh-judge|needs-prior-ok|behaviour): (.+)$",
+    re.M,
+)
 
 
 def load_cases(directory: Path = CORPUS / "candidates") -> list[Case]:
@@ -191,8 +204,18 @@ def judges(tmp_path_factory):
         key = (task, device, json.dumps(config or {}, sort_keys=True))
         if key not in made:
             # No sanitizer on the corpus's failures (up to a minute each on the GPU): tests/test_sanitizer*.py test it.
-            cfg = JudgeConfig(**{"device": device, "run_timeout_s": 120, "compile_timeout_s": 600, "sanitize_failures": False, **(config or {})})
-            made[key] = Judge(CORPUS / "tasks" / f"{task}.py", cfg, workdir=tmp_path_factory.mktemp(f"judge-{task}-{device}"))
+            cfg = JudgeConfig(
+                **{
+                    "device": device,
+                    "run_timeout_s": 120,
+                    "compile_timeout_s": 600,
+                    "sanitize_failures": False,
+                    **(config or {}),
+                }
+            )
+            made[key] = Judge(
+                CORPUS / "tasks" / f"{task}.py", cfg, workdir=tmp_path_factory.mktemp(f"judge-{task}-{device}")
+            )
         return made[key]
 
     yield get

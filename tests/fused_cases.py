@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-from kernelfix.tools.correctness import chunked, compare as compare_mod, fused  # noqa: E402
+from kernelfix.tools.correctness import chunked, fused  # noqa: E402
+from kernelfix.tools.correctness import compare as compare_mod
 from kernelfix.tools.correctness.chunked import relative_error, vacuous_tolerance  # noqa: E402
 from kernelfix.tools.correctness.compare import compare, truth_check  # noqa: E402
 
@@ -57,7 +57,11 @@ def compare_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, dict]]:
     ob2[4098] = 2.8
     cases["tolerance_edge_rtol"] = (b2, ob2, {"atol": 0.25, "rtol": 0.25})
     cases["wrong_everywhere"] = (r, r * 1.5 + 0.1, {})
-    cases["constant_reference"] = (torch.full((N,), 2.0), torch.full((N,), 2.0) + 1e-7 * torch.randn(N, generator=g), {})
+    cases["constant_reference"] = (
+        torch.full((N,), 2.0),
+        torch.full((N,), 2.0) + 1e-7 * torch.randn(N, generator=g),
+        {},
+    )
     cases["zero_reference"] = (torch.zeros(N), 1e-6 * torch.randn(N, generator=g), {})
     h = torch.randn(N, generator=g).half()
     cases["float16"] = (h, (h.float() * (1 + 1e-3)).half(), {})
@@ -84,7 +88,13 @@ def both(fn):
 
 
 def dump(x):
-    return x.model_dump(mode="json") if hasattr(x, "model_dump") else {"relative_error": x} if not isinstance(x, (str, type(None))) or x is None else {"note": x}
+    return (
+        x.model_dump(mode="json")
+        if hasattr(x, "model_dump")
+        else {"relative_error": x}
+        if not isinstance(x, (str, type(None))) or x is None
+        else {"note": x}
+    )
 
 
 def variant_cases(out: dict, g: torch.Generator) -> None:
@@ -100,6 +110,7 @@ def variant_cases(out: dict, g: torch.Generator) -> None:
     x = torch.randn(N, generator=g)
     x[[0, 1, 2, 3, 4, 5]] = torch.tensor([3.5e37, -3.5e37, 1e-45, -0.0, float("nan"), float("inf")])
     ramp = torch.linspace(-1e3, 1e3, N) * torch.randn(N, generator=g)  # every magnitude's last bit rounded
+
     def sha(t: torch.Tensor) -> dict:
         return {"sha": hashlib.sha256(t.numpy().tobytes()).hexdigest()}
 
@@ -117,8 +128,13 @@ def variant_cases(out: dict, g: torch.Generator) -> None:
         gen, want = torch.Generator().manual_seed(5), []
         for i, j in chunked.chunks(N):
             z, chi2 = input_variants._student_draws(j - i, gen, torch.device("cpu"))
-            want.append(stats[0] + stats[1] * (z.numpy() / np.sqrt(chi2.numpy() * (1.0 / input_variants.STUDENT_T_DOF))))
-        out[f"variant/heavy_tailed_{str(dtype)[6:]}"] = [sha(torch.from_numpy(np.concatenate(want)).to(dtype)), sha(got)]
+            want.append(
+                stats[0] + stats[1] * (z.numpy() / np.sqrt(chi2.numpy() * (1.0 / input_variants.STUDENT_T_DOF)))
+            )
+        out[f"variant/heavy_tailed_{str(dtype)[6:]}"] = [
+            sha(torch.from_numpy(np.concatenate(want)).to(dtype)),
+            sha(got),
+        ]
     out["variant/kernels_ran"] = [sorted(set(ran)), ["vary_affine", "vary_student"]]
 
 
@@ -127,17 +143,29 @@ def main() -> None:
     chunked.CHUNK = compare_mod.CHUNK = 2 * SPAN
     out: dict[str, list] = {}
     for name, (r, o, tol) in compare_cases().items():
-        out[f"compare/{name}"] = [dump(x) for x in both(lambda: compare(r, o, trial=1, seed=2, rel_error_tol=1e-2, noise=1e-7, **tol))]
+        out[f"compare/{name}"] = [
+            dump(x) for x in both(lambda: compare(r, o, trial=1, seed=2, rel_error_tol=1e-2, noise=1e-7, **tol))
+        ]
     g = torch.Generator().manual_seed(3)
     truth = torch.randn(N, generator=g, dtype=torch.float64)
     ref = (truth + 1e-7 * torch.randn(N, generator=g, dtype=torch.float64)).float()
-    outs = {"close": ref + 2e-7, "scaled": ref * 1.01, "nan": torch.where(torch.arange(N) == 9000, float("nan"), ref), "zeros": torch.zeros(N)}
+    outs = {
+        "close": ref + 2e-7,
+        "scaled": ref * 1.01,
+        "nan": torch.where(torch.arange(N) == 9000, float("nan"), ref),
+        "zeros": torch.zeros(N),
+    }
     for name, cand in outs.items():
-        out[f"truth/{name}"] = [dump(x) for x in both(lambda: truth_check(ref, truth, cand, factor=8.0, rel_error_tol=1e-2))]
+        out[f"truth/{name}"] = [
+            dump(x) for x in both(lambda: truth_check(ref, truth, cand, factor=8.0, rel_error_tol=1e-2))
+        ]
         out[f"relative_error/{name}"] = [dump(x) for x in both(lambda: relative_error(truth, cand))]
     for scale in (1e-6, 1.0, 1e6):
-        for kind, x in (("random", scale * torch.randn(N, generator=g)), ("constant", torch.full((N,), 3.0 * scale)),
-                        ("offset", scale * (5 + 1e-6 * torch.randn(N, generator=g)))):
+        for kind, x in (
+            ("random", scale * torch.randn(N, generator=g)),
+            ("constant", torch.full((N,), 3.0 * scale)),
+            ("offset", scale * (5 + 1e-6 * torch.randn(N, generator=g))),
+        ):
             out[f"vacuous/{kind}_{scale:g}"] = [{"note": v} for v in both(lambda: vacuous_tolerance(x))]
     variant_cases(out, g)
     used = fused.usable(torch.zeros(8), min_numel=0)

@@ -115,10 +115,31 @@ class StubLLM:
                     time.sleep(delay)
                 for c, mine in enumerate(pieces):
                     if k < len(mine):
-                        self._event(h, {"choices": [{"index": c, "delta": {"role": "assistant", "content": mine[k]}, "finish_reason": None}]})
+                        self._event(
+                            h,
+                            {
+                                "choices": [
+                                    {
+                                        "index": c,
+                                        "delta": {"role": "assistant", "content": mine[k]},
+                                        "finish_reason": None,
+                                    }
+                                ]
+                            },
+                        )
             self._event(h, {"choices": [{"index": c, "delta": {}, "finish_reason": "stop"} for c in range(len(texts))]})
             completion = sum(len(t) // 4 for t in texts)
-            self._event(h, {"choices": [], "usage": {"prompt_tokens": 100 + index, "completion_tokens": completion, "total_tokens": 100 + index + completion}})
+            self._event(
+                h,
+                {
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 100 + index,
+                        "completion_tokens": completion,
+                        "total_tokens": 100 + index + completion,
+                    },
+                },
+            )
             h.wfile.write(b"data: [DONE]\n\n")
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

@@ -37,7 +37,11 @@ def task_path(name: str) -> Path:
 def load(path: Path) -> SanitizerCase:
     head = dict(_HEADER.findall("\n".join(path.read_text().splitlines()[:6])))
     return SanitizerCase(
-        name=path.stem, path=path, task=task_path(head["task"].strip()), defect=head["defect"].strip(), expect=head.get("expect"),
+        name=path.stem,
+        path=path,
+        task=task_path(head["task"].strip()),
+        defect=head["defect"].strip(),
+        expect=head.get("expect"),
         lines=[x.strip() for x in head.get("line", "").split(" | ") if x.strip()],
     )
 

@@ -9,8 +9,8 @@ import sys
 import time
 
 import pytest
-
 from agent_support import NO_CODE, REPO, TASK, check_session_dir, write_replay
+
 from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 
 DEMO = ["examples/tasks/relu.py", "--model", "replay:examples/replays/relu.jsonl", "--headless", "--device", "cpu"]
@@ -18,7 +18,15 @@ DEMO = ["examples/tasks/relu.py", "--model", "replay:examples/replays/relu.jsonl
 
 def kernelfix(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return subprocess.Popen([sys.executable, "-m", "kernelfix", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kernelfix", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 def test_demo_killed_mid_turn_resumes_without_losing_a_turn(tmp_path):
@@ -55,7 +63,22 @@ def test_demo_killed_mid_turn_resumes_without_losing_a_turn(tmp_path):
 
 def test_headless_output_and_exit_code_when_nothing_is_found(tmp_path, capsys):
     replay = write_replay(tmp_path / "r.jsonl", [NO_CODE, NO_CODE])
-    rc = main(["optimize", str(TASK), "--model", f"replay:{replay}", "--headless", "--device", "cpu", "--no-shape-block", "--max-turns", "2", "--session-dir", str(tmp_path / "s")])
+    rc = main(
+        [
+            "optimize",
+            str(TASK),
+            "--model",
+            f"replay:{replay}",
+            "--headless",
+            "--device",
+            "cpu",
+            "--no-shape-block",
+            "--max-turns",
+            "2",
+            "--session-dir",
+            str(tmp_path / "s"),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == EXIT_FAIL
     assert out.count("format_error:no_code") == 2
@@ -74,9 +97,15 @@ def test_headless_output_and_exit_code_when_nothing_is_found(tmp_path, capsys):
         (["optimize", str(TASK), "--model", "replay:/no/such.jsonl"], "cannot read replay file"),
         (["optimize", str(TASK)], "no model"),
         (["optimize", str(TASK), "--model", "nosuchprovider/m"], "cannot route model"),
-        (["optimize", str(TASK), "--model", "openai/gpt-4o-mini", "--api-key-env", "KERNELFIX_TEST_UNSET_KEY"], "KERNELFIX_TEST_UNSET_KEY"),
+        (
+            ["optimize", str(TASK), "--model", "openai/gpt-4o-mini", "--api-key-env", "KERNELFIX_TEST_UNSET_KEY"],
+            "KERNELFIX_TEST_UNSET_KEY",
+        ),
         (["optimize", str(TASK), "--model", "replay:x.jsonl", "--max-turns", "0"], "--max-turns 0: must be at least 1"),
-        (["optimize", str(TASK), "--model", "replay:x.jsonl", "--candidate", "/no/such/candidate.py"], "cannot read candidate"),
+        (
+            ["optimize", str(TASK), "--model", "replay:x.jsonl", "--candidate", "/no/such/candidate.py"],
+            "cannot read candidate",
+        ),
         (["resume", "."], "not a kernelfix session"),
     ],
 )
@@ -104,7 +133,19 @@ def test_a_task_that_does_not_run_stops_before_any_model_turn(tmp_path, capsys):
 
     broken = TASK.parent / "broken_import.py"
     replay = write_replay(tmp_path / "r.jsonl", [NO_CODE])
-    rc = main(["optimize", str(broken), "--model", f"replay:{replay}", "--headless", "--device", "cpu", "--session-dir", str(tmp_path / "s")])
+    rc = main(
+        [
+            "optimize",
+            str(broken),
+            "--model",
+            f"replay:{replay}",
+            "--headless",
+            "--device",
+            "cpu",
+            "--session-dir",
+            str(tmp_path / "s"),
+        ]
+    )
     assert rc == EXIT_USAGE
     assert "No module named 'this_module_does_not_exist'" in capsys.readouterr().err
     traj = Trajectory.model_validate_json((tmp_path / "s" / "trajectory.json").read_text())
@@ -114,8 +155,9 @@ def test_a_task_that_does_not_run_stops_before_any_model_turn(tmp_path, capsys):
 def test_a_full_disk_mid_session_is_a_clear_message_and_the_session_resumes(tmp_path, capsys, monkeypatch):
     import errno
 
-    from kernelfix import atomic
     from kernelfix.agent.session_dir import SessionDir
+
+    from kernelfix import atomic
 
     replay = write_replay(tmp_path / "r.jsonl", [NO_CODE, NO_CODE])
     real = SessionDir.write_trajectory

@@ -27,15 +27,15 @@ from pathlib import Path
 
 import git
 import pytest
-
 from agent_support import REPO, TASK, check_session_dir
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.session_dir import TURN_TRAILER, SessionDir
 from kernelfix.agent.state import Trajectory
-from kernelfix.cli import EXIT_FAIL, EXIT_OK
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from llm_stub import Action, StubLLM
+
+from kernelfix.cli import EXIT_FAIL, EXIT_OK
 
 DEMO_REPLAY = REPO / "examples" / "replays" / "relu.jsonl"
 DEMO_REPLIES = [json.loads(line)["content"] for line in DEMO_REPLAY.read_text().splitlines() if line.strip()]
@@ -54,7 +54,9 @@ class Run:
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONUNBUFFERED": "1", STUB_KEY_ENV: "stub"}
         self.args = args
         cmd = [sys.executable, str(CRASH_CHILD), die_at] if die_at else [sys.executable, "-m", "kernelfix"]
-        self.proc = subprocess.Popen([*cmd, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [*cmd, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -75,7 +77,9 @@ class Run:
                 self._reader.join(5)
                 if ready():
                     return
-                pytest.fail(f"kernelfix {' '.join(self.args[:1])} ended (exit {self.proc.returncode}) before {what}:\n{self.output}")
+                pytest.fail(
+                    f"kernelfix {' '.join(self.args[:1])} ended (exit {self.proc.returncode}) before {what}:\n{self.output}"
+                )
             assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s:\n{self.output}"
             time.sleep(0.02)
 
@@ -89,9 +93,22 @@ class Run:
         return rc
 
 
-def optimize(session: Path, *model_args: str, candidate: Path | None = None, task: Path = TASK, die_at: str | None = None) -> Run:
+def optimize(
+    session: Path, *model_args: str, candidate: Path | None = None, task: Path = TASK, die_at: str | None = None
+) -> Run:
     extra = ["--candidate", str(candidate)] if candidate else []
-    args = ["optimize", str(task), *model_args, *extra, "--headless", "--device", "cpu", "--no-shape-block", "--session-dir", str(session)]
+    args = [
+        "optimize",
+        str(task),
+        *model_args,
+        *extra,
+        "--headless",
+        "--device",
+        "cpu",
+        "--no-shape-block",
+        "--session-dir",
+        str(session),
+    ]
     return Run(*args, die_at=die_at)
 
 
@@ -156,12 +173,16 @@ def after_kill(session: Path, survivors: Survivors, context: str) -> None:
     if traj_file.exists():
         traj = Trajectory.model_validate_json(traj_file.read_text())
         listed = {t.index: t.commit for t in traj.turns}
-        assert all(commits.get(i) == sha for i, sha in listed.items()), f"{context}: trajectory {listed} vs history {commits}"
+        assert all(commits.get(i) == sha for i, sha in listed.items()), (
+            f"{context}: trajectory {listed} vs history {commits}"
+        )
         assert not traj.outcome.finished or traj.outcome.stop_kind is not None
     survivors.add(git.Repo(session), commits)
 
 
-def final_checks(session: Path, survivors: Survivors, categories: list[str], first_turn: int, context: str) -> Trajectory:
+def final_checks(
+    session: Path, survivors: Survivors, categories: list[str], first_turn: int, context: str
+) -> Trajectory:
     traj = check_session_dir(session)  # trajectory, history and turn files agree; the tree is clean
     turn_commits(session)  # no turn committed twice
     assert [t.verdict.category.value for t in traj.turns] == categories, context
@@ -171,9 +192,15 @@ def final_checks(session: Path, survivors: Survivors, categories: list[str], fir
     for index, sha in survivors.commits.items():
         t = by_index[index]
         assert t.commit == sha, f"{context}: turn {index} was re-committed"
-        assert t.verdict.model_dump(mode="json") == survivors.verdicts[index], f"{context}: turn {index}'s verdict changed"
+        assert t.verdict.model_dump(mode="json") == survivors.verdicts[index], (
+            f"{context}: turn {index}'s verdict changed"
+        )
     json_files_parse(session)
-    leftovers = [p for p in session.rglob("*") if p.name.endswith((".kftmp", ".kfnew")) or (p.suffix == ".lock" and ".git" in p.parts)]
+    leftovers = [
+        p
+        for p in session.rglob("*")
+        if p.name.endswith((".kftmp", ".kfnew")) or (p.suffix == ".lock" and ".git" in p.parts)
+    ]
     assert not leftovers, f"{context}: {leftovers}"
     with sqlite3.connect(session / "checkpoints.sqlite") as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -254,7 +281,9 @@ def test_killed_while_creating_leaves_no_half_session(tmp_path):
     assert run.ended() == -signal.SIGKILL, run.output
     assert not session.exists()
     assert [p.name.endswith(".kfnew") for p in tmp_path.iterdir()] == [True]  # the built one, never renamed in
-    store = SessionDir.create(session, task=Task.load(TASK), model="replay:x", agent=AgentConfig(), judge=JudgeConfig(device="cpu"))
+    store = SessionDir.create(
+        session, task=Task.load(TASK), model="replay:x", agent=AgentConfig(), judge=JudgeConfig(device="cpu")
+    )
     assert SessionDir.open(session).settings.session_id == store.settings.session_id
     assert [p.name for p in tmp_path.iterdir()] == ["s"]  # the leftover was cleared
 
@@ -337,10 +366,20 @@ def test_a_search_killed_mid_round_resumes_every_branch(tmp_path):
     assert "round 2: 2 of 2 candidates judged" in run.output, run.output
 
     traj = check_search_dir(session)
-    trailers = [line for c in git.Repo(session).iter_commits(branches=True) for line in c.message.splitlines() if line.startswith(TURN_TRAILER)]
+    trailers = [
+        line
+        for c in git.Repo(session).iter_commits(branches=True)
+        for line in c.message.splitlines()
+        if line.startswith(TURN_TRAILER)
+    ]
     assert sorted(trailers) == [f"{TURN_TRAILER}: {i}" for i in (1, 2, 3, 4)]  # every turn committed once
     assert traj.turns[2].commit == first_commit_of_3
     assert [t.reply.content for t in traj.turns[:2]] == [ok, broken]  # the journaled replies, not the new file's
-    assert [t.verdict.category.value for t in traj.turns] == ["ok", "compile_error:syntax", "format_error:no_code", "format_error:no_code"]
+    assert [t.verdict.category.value for t in traj.turns] == [
+        "ok",
+        "compile_error:syntax",
+        "format_error:no_code",
+        "format_error:no_code",
+    ]
     assert traj.rounds[0].kept == [1, 2] and sorted(t.parent for t in traj.turns[2:]) == [1, 2]  # both branches went on
     assert traj.outcome.finished and traj.outcome.stop_kind == "max_turns" and traj.outcome.best_turn == 1

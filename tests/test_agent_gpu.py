@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from agent_support import REPO, check_session_dir
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import ReplayModel

@@ -6,11 +6,18 @@ import httpx
 import litellm
 import litellm.exceptions  # PermissionDeniedError lives here in every litellm since 1.60; the top level exports it only in later ones
 import pytest
-from tenacity import wait_none
-
 from kernelfix.agent.agent_config import AgentConfig
-from kernelfix.agent.models import LiteLLMModel, ModelError, ReplayExhausted, ReplayModel, is_retryable, make_model, split_reasoning
+from kernelfix.agent.models import (
+    LiteLLMModel,
+    ModelError,
+    ReplayExhausted,
+    ReplayModel,
+    is_retryable,
+    make_model,
+    split_reasoning,
+)
 from kernelfix.agent.state import ChatMessage
+from tenacity import wait_none
 
 MSGS = [ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="write a kernel")]
 MODEL = "openai/gpt-4o-mini"  # a model litellm has prices for; never called: every response is a mock
@@ -53,7 +60,9 @@ def test_replay_file_errors_are_clear(tmp_path, text, match):
 
 
 def test_litellm_streams_and_records_tokens_cost_reasoning():
-    reply = litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": "the answer", "reasoning_content": "the thinking"}}])
+    reply = litellm.ModelResponse(
+        choices=[{"message": {"role": "assistant", "content": "the answer", "reasoning_content": "the thinking"}}]
+    )
     deltas = []
     r = mock(reply).complete(MSGS, call_index=0, on_delta=lambda ch, text: deltas.append((ch, text)))
     assert r.content == "the answer" and r.reasoning_content == "the thinking"
@@ -71,7 +80,14 @@ def test_litellm_without_streaming():
 
 def test_rate_limit_timeout_and_5xx_are_retried():
     retries = []
-    m = mock(err(litellm.RateLimitError), err(litellm.Timeout), err(litellm.InternalServerError), err(litellm.ServiceUnavailableError), "finally", retry_attempts=5)
+    m = mock(
+        err(litellm.RateLimitError),
+        err(litellm.Timeout),
+        err(litellm.InternalServerError),
+        err(litellm.ServiceUnavailableError),
+        "finally",
+        retry_attempts=5,
+    )
     r = m.complete(MSGS, call_index=0, on_retry=lambda n, e, w: retries.append((n, e.split(":")[0], w)))
     assert r.content == "finally" and r.usage.attempts == 5
     assert [n for n, _, _ in retries] == [1, 2, 3, 4]
@@ -90,7 +106,16 @@ def test_retries_run_out():
     [
         (err(litellm.AuthenticationError, "Incorrect API key"), "config", "API key was refused"),
         (err(litellm.NotFoundError, "model does not exist"), "config", "unknown"),
-        (litellm.exceptions.PermissionDeniedError(message="nope", llm_provider="openai", model="gpt-4o-mini", response=httpx.Response(403, request=httpx.Request("POST", "http://x"))), "config", "permission denied"),
+        (
+            litellm.exceptions.PermissionDeniedError(
+                message="nope",
+                llm_provider="openai",
+                model="gpt-4o-mini",
+                response=httpx.Response(403, request=httpx.Request("POST", "http://x")),
+            ),
+            "config",
+            "permission denied",
+        ),
         (err(litellm.ContextWindowExceededError, "too long"), "request", "refused the request"),
     ],
 )

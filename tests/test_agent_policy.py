@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kernelfix.agent import policy
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Turn, Usage
@@ -41,8 +40,18 @@ def test_goal_needs_the_target_speedup_where_timing_exists():
 def test_budgets_and_max_turns():
     turns = [
         t(0, Category.SYNTAX, source="candidate", wall_s=5.0),
-        t(1, Category.NUMERICAL, usage=Usage(prompt_tokens=900, completion_tokens=200, cost_usd=0.01, attempts=1), wall_s=30.0),
-        t(2, Category.NUMERICAL, usage=Usage(prompt_tokens=1500, completion_tokens=300, cost_usd=0.02, attempts=1), wall_s=40.0),
+        t(
+            1,
+            Category.NUMERICAL,
+            usage=Usage(prompt_tokens=900, completion_tokens=200, cost_usd=0.01, attempts=1),
+            wall_s=30.0,
+        ),
+        t(
+            2,
+            Category.NUMERICAL,
+            usage=Usage(prompt_tokens=1500, completion_tokens=300, cost_usd=0.02, attempts=1),
+            wall_s=40.0,
+        ),
     ]
     state = SessionState(turns=turns)
     assert state.model_turns == 2
@@ -59,18 +68,37 @@ def test_a_search_ranks_counts_rounds_and_budgets_over_every_branch():
     from kernelfix.agent.state import RoundRecord
 
     # rank: correct and faster first, then how far a failure got (wrong > crashed > did not build > no code)
-    ranked = [t(1, Category.NO_CODE), t(2, Category.NUMERICAL), t(3, Category.NVCC), t(4, speedup=1.1), t(5, speedup=2.0), t(6, Category.NO_GPU)]
+    ranked = [
+        t(1, Category.NO_CODE),
+        t(2, Category.NUMERICAL),
+        t(3, Category.NVCC),
+        t(4, speedup=1.1),
+        t(5, speedup=2.0),
+        t(6, Category.NO_GPU),
+    ]
     ranked[5].verdict.compiled = True  # built on a machine without a GPU: past the build error of turn 3
     assert [x.index for x in sorted(ranked, key=policy.rank)] == [5, 4, 2, 6, 3, 1]
     # a round's candidates overlap: wall time counts the round once, tokens and cost count every branch
     u = Usage(prompt_tokens=100, completion_tokens=100, cost_usd=0.01, attempts=1)
-    turns = [t(i, Category.NUMERICAL, usage=u, wall_s=60.0, round=r, parent=None) for i, r in ((1, 1), (2, 1), (3, 2), (4, 2))]
+    turns = [
+        t(i, Category.NUMERICAL, usage=u, wall_s=60.0, round=r, parent=None)
+        for i, r in ((1, 1), (2, 1), (3, 2), (4, 2))
+    ]
     rounds = [RoundRecord(round=r, started_at=0.0, wall_s=70.0, judge_s=120.0, slots=[], kept=[]) for r in (1, 2)]
     state = SessionState(turns=turns, rounds=rounds)
     assert state.rounds_done == 2
     from kernelfix.agent.state import SlotRecord
 
-    cut = state.model_copy(update={"rounds": [*rounds, rounds[1].model_copy(update={"round": 3, "slots": [SlotRecord(turn=5, parent=3, branch="b1", status="cancelled")]})]})
+    cut = state.model_copy(
+        update={
+            "rounds": [
+                *rounds,
+                rounds[1].model_copy(
+                    update={"round": 3, "slots": [SlotRecord(turn=5, parent=3, branch="b1", status="cancelled")]}
+                ),
+            ]
+        }
+    )
     assert (state.next_index, cut.next_index) == (5, 6)  # a slot cut off keeps its number
     assert policy.max_turns_reached(state, AgentConfig(max_turns=2, width=2)) == "max turns reached: 2 of 2 rounds"
     assert "token budget spent: 800" in policy.budget_spent(state, AgentConfig(max_tokens=800))
@@ -84,7 +112,10 @@ def test_stop_at_speed_of_light_reads_the_profile():
     fast = t(1, speedup=1.3)
     fast.verdict.profile = ProfileReport(
         source="ncu",
-        kernels=[KernelProfile(name="main", duration_ms=0.9, dram_pct=96.0, compute_pct=20.0), KernelProfile(name="tail", duration_ms=0.1, dram_pct=40.0)],
+        kernels=[
+            KernelProfile(name="main", duration_ms=0.9, dram_pct=96.0, compute_pct=20.0),
+            KernelProfile(name="tail", duration_ms=0.1, dram_pct=40.0),
+        ],
     )
     assert policy.speed_of_light(fast) == ("DRAM", pytest.approx(0.904))  # weighted by each kernel's time
     assert policy.sol_reached(fast, AgentConfig(stop_at_sol=0.95)) is None

@@ -5,12 +5,12 @@ from __future__ import annotations
 from importlib import resources
 
 import pytest
-
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.prompts import feedback, messages as prompts
+from kernelfix.prompts import feedback
+from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.verdict import Category, CompileReport, LegalityReport, TimingStats, Timings, Verdict
+from kernelfix.tools.verdict import Category, CompileReport, LegalityReport, Timings, TimingStats, Verdict
 
 
 def verdict(category: Category, **kw) -> Verdict:
@@ -23,11 +23,21 @@ def stats(ms: float) -> TimingStats:
     return TimingStats(median_ms=ms, mean_ms=ms, std_ms=0.001, min_ms=ms, p10_ms=ms, p90_ms=ms, runs=100)
 
 
-def turn(index: int, v: Verdict | None = None, *, source="model", content="```python\nclass ModelNew: ...\n```", reasoning=None, **kw) -> Turn:
+def turn(
+    index: int,
+    v: Verdict | None = None,
+    *,
+    source="model",
+    content="```python\nclass ModelNew: ...\n```",
+    reasoning=None,
+    **kw,
+) -> Turn:
     return Turn(
         index=index,
         source=source,
-        reply=ChatMessage(role="assistant", content=content, reasoning_content=reasoning) if source == "model" else None,
+        reply=ChatMessage(role="assistant", content=content, reasoning_content=reasoning)
+        if source == "model"
+        else None,
         code=kw.pop("code", "class ModelNew: ..."),
         verdict=v,
         started_at=0.0,
@@ -49,13 +59,21 @@ def test_system_prompt_names_the_rules_and_tolerances():
 
 
 def test_task_prompt_carries_source_shape_block_and_goal():
-    msg = prompts.task_prompt("relu", "class Model: ...", shape_block="inputs:\n  arg 0: float32[16, 4096]", goal="be fast.")
+    msg = prompts.task_prompt(
+        "relu", "class Model: ...", shape_block="inputs:\n  arg 0: float32[16, 4096]", goal="be fast."
+    )
     assert "class Model: ..." in msg and "float32[16, 4096]" in msg and "ShapeProp" in msg and "Goal: be fast." in msg
     assert "ShapeProp" not in prompts.task_prompt("relu", "class Model: ...", shape_block=None, goal="g")
 
 
 def test_repair_feedback_names_the_failing_lines():
-    v = verdict(Category.NVCC, compile=CompileReport(backend="cuda", seconds=1.0, ok=False, errors=["kernel.cu(12): error: identifier \"blockIdy\" is undefined"]), message="nvcc failed")
+    v = verdict(
+        Category.NVCC,
+        compile=CompileReport(
+            backend="cuda", seconds=1.0, ok=False, errors=['kernel.cu(12): error: identifier "blockIdy" is undefined']
+        ),
+        message="nvcc failed",
+    )
     msg = prompts.feedback_message(turn(2, v), best=None, config=AgentConfig(), device="cuda", turns_left=3)
     assert "Turn 2 was rejected: `compile_error:nvcc`" in msg
     assert 'identifier "blockIdy" is undefined' in msg
@@ -63,7 +81,11 @@ def test_repair_feedback_names_the_failing_lines():
 
 
 def test_repair_feedback_names_forbidden_ops():
-    v = verdict(Category.DISALLOWED_ATEN, legality=LegalityReport(forbidden_ops={"relu": 1}, runtime_checked=True), message="forward ran torch compute ops: relu")
+    v = verdict(
+        Category.DISALLOWED_ATEN,
+        legality=LegalityReport(forbidden_ops={"relu": 1}, runtime_checked=True),
+        message="forward ran torch compute ops: relu",
+    )
     msg = prompts.feedback_message(turn(1, v), best=None, config=AgentConfig(), device="cuda", turns_left=1)
     assert "aten::relu" in msg and "native kernels" in msg and "This is the last turn." in msg
 
@@ -79,7 +101,9 @@ def test_optimize_feedback_after_success_reports_speed_profile_and_best():
         profile={"highlights": ["dram throughput 41% of peak", "achieved occupancy 33%"]},
     )
     best = turn(1, verdict(Category.OK, speedup_eager=2.0))
-    msg = prompts.feedback_message(turn(3, v), best=best, config=AgentConfig(target_speedup=2.5), device="cuda", turns_left=2)
+    msg = prompts.feedback_message(
+        turn(3, v), best=best, config=AgentConfig(target_speedup=2.5), device="cuda", turns_left=2
+    )
     assert msg.startswith("Turn 3 passed.")
     assert "1.50x" in msg and "0.90x" in msg and "Runtime 0.02 ms" in msg
     assert "dram throughput 41% of peak" in msg
@@ -90,14 +114,25 @@ def test_optimize_feedback_after_success_reports_speed_profile_and_best():
 def test_context_drops_reasoning_keeps_code_and_feedback_and_alternates_roles():
     t0 = turn(0, verdict(Category.SYNTAX, message="line 3: invalid syntax"), source="candidate", code="def broken(:\n")
     t0.feedback = "FEEDBACK-0"
-    t1 = turn(1, verdict(Category.NUMERICAL), content="ANSWER-1 ```python\nx\n```", reasoning="SECRET-REASONING-1", hints=["HINT-1"])
+    t1 = turn(
+        1,
+        verdict(Category.NUMERICAL),
+        content="ANSWER-1 ```python\nx\n```",
+        reasoning="SECRET-REASONING-1",
+        hints=["HINT-1"],
+    )
     t1.feedback = "FEEDBACK-1"
     msgs = prompts.build_messages("SYS", "TASK", [t0, t1], hints=["HINT-2"])
     roles = [m.role for m in msgs]
     assert roles == ["system", "user", "assistant", "user"]
     first_user, answer, last_user = msgs[1].content, msgs[2].content, msgs[3].content
     # turn 0 came from the user: its code and feedback join the task message, and turn 1's hint precedes its answer
-    assert first_user.startswith("TASK") and "def broken(:" in first_user and "FEEDBACK-0" in first_user and "HINT-1" in first_user
+    assert (
+        first_user.startswith("TASK")
+        and "def broken(:" in first_user
+        and "FEEDBACK-0" in first_user
+        and "HINT-1" in first_user
+    )
     assert answer == "ANSWER-1 ```python\nx\n```"
     assert "FEEDBACK-1" in last_user and "A hint from the user: HINT-2" in last_user
     assert all("SECRET-REASONING" not in m.content and m.reasoning_content is None for m in msgs)
@@ -106,9 +141,21 @@ def test_context_drops_reasoning_keeps_code_and_feedback_and_alternates_roles():
 def test_a_correct_turns_feedback_carries_the_notes_its_findings_call_for_once():
     from kernelfix.tools.verdict import Finding, ProfileReport
 
-    finding = Finding(kind="uncoalesced", kernel="k", share_pct=100.0, what="uncoalesced global access: 8.0x the sectors", fix="make lanes contiguous")
-    v = verdict(Category.OK, timings=Timings(candidate=stats(1.0), eager=stats(2.0)), speedup_eager=2.0,
-                profile=ProfileReport(source="ncu", findings=[finding], highlights=["Findings (most costly first):", f"1. {finding.what}."]))
+    finding = Finding(
+        kind="uncoalesced",
+        kernel="k",
+        share_pct=100.0,
+        what="uncoalesced global access: 8.0x the sectors",
+        fix="make lanes contiguous",
+    )
+    v = verdict(
+        Category.OK,
+        timings=Timings(candidate=stats(1.0), eager=stats(2.0)),
+        speedup_eager=2.0,
+        profile=ProfileReport(
+            source="ncu", findings=[finding], highlights=["Findings (most costly first):", f"1. {finding.what}."]
+        ),
+    )
     t = turn(1, v)
     notes = prompts.picked_notes(t)
     assert notes and "uncoalesced" in notes[0].findings
@@ -131,8 +178,12 @@ def test_the_feedback_names_the_notes_the_next_message_carries():
     kinds = ["uncoalesced", "occupancy", "memory_bound"]
     assert len(knowledge.pick(kinds, k=3)) == 3  # a third match: where the two picks differed
     findings = [Finding(kind=k, kernel="k", share_pct=100.0, what=k, fix="fix it") for k in kinds]
-    v = verdict(Category.OK, timings=Timings(candidate=stats(1.0), eager=stats(2.0)), speedup_eager=2.0,
-                profile=ProfileReport(source="ncu", findings=findings))
+    v = verdict(
+        Category.OK,
+        timings=Timings(candidate=stats(1.0), eager=stats(2.0)),
+        speedup_eager=2.0,
+        profile=ProfileReport(source="ncu", findings=findings),
+    )
     notes = prompts.picked_notes(turn(1, v))
     named = next(line for line in v.feedback.splitlines() if line.startswith("Techniques for these findings:"))
     assert named == f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."

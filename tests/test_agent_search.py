@@ -8,13 +8,16 @@ import json
 
 import git
 import pytest
-
 from agent_support import NO_CODE, candidate_code, check_search_dir, make_session, reply
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
 from llm_stub import StubLLM
 
-OK, WRONG, BROKEN = reply("triton_relu_ok.py", "Use max."), reply("triton_wrong_values.py", "Leaky."), reply("syntax_error.py", "Draft.")
+OK, WRONG, BROKEN = (
+    reply("triton_relu_ok.py", "Use max."),
+    reply("triton_wrong_values.py", "Leaky."),
+    reply("syntax_error.py", "Draft."),
+)
 
 
 @pytest.fixture
@@ -33,18 +36,26 @@ def test_width_3_draws_3_replies_judges_all_3_and_keeps_the_right_one(tmp_path, 
         s = make_session(tmp_path, stub_model(llm), cpu_judge, width=3, keep=1, max_turns=2, untimed_goal=False)
         outcome = s.run()
         first = [d for d in llm.deliveries if d.index == 0]
-        assert len(first) == 3 and all(d.complete and d.n == 1 for d in first), llm.deliveries  # exactly three, each drawn once
+        assert len(first) == 3 and all(d.complete and d.n == 1 for d in first), (
+            llm.deliveries
+        )  # exactly three, each drawn once
         assert len(llm.deliveries) == 6
     traj = check_search_dir(s.store.path)
     r1, r2 = traj.rounds
     one = {t.index: t for t in traj.turns if t.round == 1}
     assert sorted(one) == [1, 2, 3] and all(t.parent is None for t in one.values())
     assert sorted(t.reply.content for t in one.values()) == sorted([BROKEN, WRONG, OK])  # all three judged
-    assert sorted(t.verdict.category.value for t in one.values()) == ["compile_error:syntax", "correctness_error:numerical", "ok"]
+    assert sorted(t.verdict.category.value for t in one.values()) == [
+        "compile_error:syntax",
+        "correctness_error:numerical",
+        "ok",
+    ]
     right = next(t for t in one.values() if t.correct)
     assert r1.kept == [right.index] and [s.status for s in r1.slots] == ["judged"] * 3
     assert (s.store.path / "best.py").read_text() == candidate_code("triton_relu_ok.py")
-    assert outcome.best_turn == right.index and outcome.stop_kind == "max_turns" and "2 of 2 rounds" in outcome.stop_reason
+    assert (
+        outcome.best_turn == right.index and outcome.stop_kind == "max_turns" and "2 of 2 rounds" in outcome.stop_reason
+    )
 
     # Round two continues only the kept branch, each child from its conversation (the other branches unseen).
     two = [t for t in traj.turns if t.round == 2]
@@ -67,7 +78,9 @@ def test_a_round_stops_drawing_once_a_candidate_meets_the_goal(tmp_path, cpu_jud
     slow = [NO_CODE + f"\n\n(slow reply {i})" for i in range(2)]
     with StubLLM([[OK, *slow]]) as llm:
         for text in slow:
-            llm.delay_s[text] = 2.0  # 12 chunks: 24 s, far longer than judging the correct kernel (cut off within 2 s of it)
+            llm.delay_s[text] = (
+                2.0  # 12 chunks: 24 s, far longer than judging the correct kernel (cut off within 2 s of it)
+            )
         s = make_session(tmp_path, stub_model(llm), cpu_judge, width=3, max_turns=3)
         outcome = s.run()
         assert [d.complete for d in llm.deliveries].count(True) == 1, llm.deliveries  # the slow two were cut off
@@ -89,4 +102,6 @@ def test_n_sampling_draws_a_round_in_one_call(tmp_path, cpu_judge):
     assert sorted(t.reply.content for t in traj.turns) == sorted([NO_CODE, BROKEN, NO_CODE + " (third)"])
     # one call's usage, shared out: the prompt billed once, the completion tokens in full
     u = [t.usage for t in traj.turns]
-    assert sum(x.prompt_tokens for x in u) == 100 and sum(x.completion_tokens for x in u) == sum(len(t.reply.content) // 4 for t in traj.turns)
+    assert sum(x.prompt_tokens for x in u) == 100 and sum(x.completion_tokens for x in u) == sum(
+        len(t.reply.content) // 4 for t in traj.turns
+    )

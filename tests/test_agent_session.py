@@ -7,17 +7,34 @@ import threading
 
 import litellm
 import pytest
-from tenacity import wait_none
-
-from agent_support import NO_CODE, TASK, candidate_code, check_session_dir, make_session, reply, replay_session, write_replay
+from agent_support import (
+    NO_CODE,
+    TASK,
+    candidate_code,
+    check_session_dir,
+    make_session,
+    replay_session,
+    reply,
+    write_replay,
+)
 from kernelfix.agent.agent_config import AgentConfig
-from kernelfix.agent.events import ModelDelta, ModelRetry, SessionEnded, SessionPaused, SessionStarted, SessionUnpaused, StageUpdate, TurnJudged
+from kernelfix.agent.events import (
+    ModelDelta,
+    ModelRetry,
+    SessionEnded,
+    SessionPaused,
+    SessionStarted,
+    SessionUnpaused,
+    StageUpdate,
+    TurnJudged,
+)
 from kernelfix.agent.models import LiteLLMModel, ModelError, ReplayModel
 from kernelfix.agent.session import Session
 from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import Trajectory
 from kernelfix.tools.judge import STAGES
 from kernelfix.tools.verdict import Verdict
+from tenacity import wait_none
 
 
 @pytest.fixture
@@ -63,7 +80,11 @@ def test_broken_wrong_correct_then_worse_keeps_the_best(tmp_path, cpu_judge):
     # trajectory.json's verdicts are exactly `kernelfix eval --json`'s JSON
     raw = json.loads((s.store.path / "trajectory.json").read_text())
     for t, rt in zip(traj.turns, raw["turns"]):
-        assert rt["verdict"] == json.loads(t.verdict.model_dump_json()) == Verdict.model_validate(rt["verdict"]).model_dump(mode="json")
+        assert (
+            rt["verdict"]
+            == json.loads(t.verdict.model_dump_json())
+            == Verdict.model_validate(rt["verdict"]).model_dump(mode="json")
+        )
 
     # events: every judge stage of every turn, one TurnJudged per turn, start and end
     ev = s.events
@@ -71,7 +92,9 @@ def test_broken_wrong_correct_then_worse_keeps_the_best(tmp_path, cpu_judge):
     assert [e.turn.index for e in ev if isinstance(e, TurnJudged)] == [1, 2, 3, 4]
     streamed = "".join(e.text for e in ev if isinstance(e, ModelDelta) and e.turn == 1 and e.channel == "content")
     assert streamed == t1.reply.content
-    finished = {(e.turn, e.event.stage) for e in ev if isinstance(e, StageUpdate) and e.event.status in ("finished", "skipped")}
+    finished = {
+        (e.turn, e.event.stage) for e in ev if isinstance(e, StageUpdate) and e.event.status in ("finished", "skipped")
+    }
     assert {(i, st) for i in (1, 2, 3, 4) for st in STAGES} <= finished
 
 
@@ -135,7 +158,10 @@ def test_controls_hint_user_candidate_pause_and_accept(tmp_path, cpu_judge):
     traj = check_session_dir(s.store.path)
     assert [(t.index, t.source) for t in traj.turns] == [(1, "model"), (2, "user"), (3, "model")]
     assert traj.turns[1].verdict.category.value == "compile_error:syntax"
-    assert traj.turns[2].hints == ["mask the tail"] and "A hint from the user: mask the tail" in traj.turns[2].messages[-1].content
+    assert (
+        traj.turns[2].hints == ["mask the tail"]
+        and "A hint from the user: mask the tail" in traj.turns[2].messages[-1].content
+    )
     assert "edited by the user" in traj.turns[2].messages[-1].content  # the user's candidate is in the context
     kinds = [type(e) for e in seen]
     assert kinds.index(SessionPaused) < kinds.index(SessionUnpaused)
@@ -147,7 +173,10 @@ def test_model_error_retried_inside_a_session(tmp_path, cpu_judge):
         "openai/gpt-4o-mini",
         AgentConfig(),
         wait=wait_none(),
-        mock_responses=[litellm.RateLimitError(message="slow down", llm_provider="openai", model="gpt-4o-mini"), NO_CODE],
+        mock_responses=[
+            litellm.RateLimitError(message="slow down", llm_provider="openai", model="gpt-4o-mini"),
+            NO_CODE,
+        ],
     )
     s = make_session(tmp_path, model, cpu_judge, max_turns=1)
     s.run()
@@ -163,7 +192,9 @@ def test_fatal_model_error_stops_at_once_and_the_session_resumes(tmp_path, cpu_j
         "openai/gpt-4o-mini",
         AgentConfig(),
         wait=wait_none(),
-        mock_responses=[litellm.AuthenticationError(message="Incorrect API key", llm_provider="openai", model="gpt-4o-mini")],
+        mock_responses=[
+            litellm.AuthenticationError(message="Incorrect API key", llm_provider="openai", model="gpt-4o-mini")
+        ],
     )
     s = make_session(tmp_path, bad, cpu_judge, max_turns=1)
     with pytest.raises(ModelError, match="API key was refused") as e:

@@ -52,9 +52,14 @@ def test_the_reference_starts_while_the_shape_block_runs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(graph, "shape_block", watched_shapes)
     with Judge(TASK, JudgeConfig(device="cpu", run_timeout_s=120), workdir=tmp_path / "judge") as judge:
-        for obj, name, what in ((judge.ref, "start_background", "reference starts"), (judge, "reference", "reference waited for")):
+        for obj, name, what in (
+            (judge.ref, "start_background", "reference starts"),
+            (judge, "reference", "reference waited for"),
+        ):
             real = getattr(obj, name)
-            monkeypatch.setattr(obj, name, lambda *a, real=real, what=what, **kw: (order.append(what), real(*a, **kw))[1])
+            monkeypatch.setattr(
+                obj, name, lambda *a, real=real, what=what, **kw: (order.append(what), real(*a, **kw))[1]
+            )
         model = ReplayModel(write_replay(tmp_path / "replay.jsonl", [reply("triton_relu_ok.py")]))
         session = make_session(tmp_path, model, judge, shape_block=True, max_turns=1)
         assert session.run().success

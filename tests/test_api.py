@@ -11,11 +11,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS
+from kernelfix.tools.task import TaskError
 
 import kernelfix
-from conftest import CORPUS
 from kernelfix.api import Judge, candidate_source
-from kernelfix.tools.task import TaskError
 
 TASK = CORPUS / "tasks" / "relu.py"
 CANDS = CORPUS / "candidates"
@@ -32,7 +32,11 @@ def test_the_public_name_is_the_api_and_importing_kernelfix_stays_light():
     import sys
 
     assert kernelfix.Judge is Judge and kernelfix.TaskError is TaskError
-    out = subprocess.run([sys.executable, "-c", "import sys, kernelfix; kernelfix.Judge; print('torch' in sys.modules)"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, kernelfix; kernelfix.Judge; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.strip() == "False", out.stderr  # the class is there without torch in the caller
 
 
@@ -43,7 +47,9 @@ def test_a_path_code_and_a_reply_get_the_same_verdict_and_the_reference_stays_wa
     assert judge.engine.has_standby(ready)
     first = judge.evaluate(OK)  # a Path
     judge._await_standby()  # the next one starts after the verdict went back
-    assert Path(first.logs_dir).parent == ready and len(judge._ready) == 1 and judge._ready[0] != ready  # used, and another readied
+    assert (
+        Path(first.logs_dir).parent == ready and len(judge._ready) == 1 and judge._ready[0] != ready
+    )  # used, and another readied
     worker = judge.engine.ref._worker
     assert first.ok and first.task == "relu" and first.device == "cpu" and first.candidate_sha1
     # Text: a model's reply, profiled: profiling is this evaluation's choice (on the CPU its report says why there is none).
@@ -67,7 +73,10 @@ def test_what_a_text_is_and_a_mistyped_path(judge):
     assert judge.evaluate(str(OK), kind="code").ok  # a str naming a file is read, kind or not
     # Text that is never read (a server's, a reward's): judged as the text it is, and the verdict says it looks like a path.
     v = judge.evaluate_text("examples/candidates/relu_triton.py", kind="code")
-    assert v.category.value == "format_error:no_model_new" and "'examples/candidates/relu_triton.py', which looks like a file path" in v.message
+    assert (
+        v.category.value == "format_error:no_model_new"
+        and "'examples/candidates/relu_triton.py', which looks like a file path" in v.message
+    )
     with pytest.raises(TaskError) as e:  # a task given as text is said of that text, not of a file the user never had
         Judge("import torch\nx = 1\n", device="cpu")
     assert str(e.value).startswith("task (sent as text) lacks Model") and ".py" not in str(e.value)
@@ -90,7 +99,11 @@ def test_aevaluate_leaves_the_event_loop_free(judge):
         return await asyncio.gather(code, judge.aevaluate(CANDS / "syntax_error.py"))
 
     static, syntax = asyncio.run(main())
-    assert loop_ran.is_set() and static.category.value == "cheating:tampering" and syntax.category.value == "compile_error:syntax"
+    assert (
+        loop_ran.is_set()
+        and static.category.value == "cheating:tampering"
+        and syntax.category.value == "compile_error:syntax"
+    )
 
 
 def test_threads_share_one_judge_and_each_gets_its_own_verdict(judge):
@@ -107,8 +120,10 @@ def test_threads_share_one_judge_and_each_gets_its_own_verdict(judge):
         t.join()
     got = {n: v.category.value for n, v in verdicts.items()}
     assert got == {
-        "triton_relu_ok.py": "ok", "triton_wrong_values.py": "correctness_error:numerical",
-        "no_model_new.py": "format_error:no_model_new", "tampering.py": "cheating:tampering",
+        "triton_relu_ok.py": "ok",
+        "triton_wrong_values.py": "correctness_error:numerical",
+        "no_model_new.py": "format_error:no_model_new",
+        "tampering.py": "cheating:tampering",
     }
 
 

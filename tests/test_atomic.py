@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from kernelfix.sandbox import Isolation, Limits, run_child
 
 from kernelfix import atomic
-from kernelfix.sandbox import Isolation, Limits, run_child
 
 
 def test_write_read_back_and_keep_permissions(tmp_path):
@@ -66,7 +66,9 @@ def _in_private_mount_ns(code: str) -> dict:
         pytest.skip("needs root and unshare to mount a small file system")
     r = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if r.returncode == 77:
         pytest.skip(f"cannot mount here: {r.stderr.strip()[-200:]}")
@@ -119,8 +121,14 @@ def test_unwritable_dir_is_permission_denied(tmp_path):
     (d / "f.txt").write_text("old")
     os.chown(d, 65534, 65534)
     out = run_child(
-        [sys.executable, "-c", f"from kernelfix import atomic\ntry:\n    atomic.write_text({str(d / 'f.txt')!r}, 'new')\nexcept atomic.StorageError as e:\n    print(e)"],
-        cwd=tmp_path, env={k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}, limits=Limits(wall_s=30),
+        [
+            sys.executable,
+            "-c",
+            f"from kernelfix import atomic\ntry:\n    atomic.write_text({str(d / 'f.txt')!r}, 'new')\nexcept atomic.StorageError as e:\n    print(e)",
+        ],
+        cwd=tmp_path,
+        env={k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ},
+        limits=Limits(wall_s=30),
         isolation=Isolation(network=False, pid=False, filesystem=False, cgroup=False, capabilities=True),
     )
     if not out.isolation.get("capabilities"):

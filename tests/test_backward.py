@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tools.verdict import Category
 
 CASES = Path(__file__).parent / "corpus" / "backward"
@@ -55,18 +54,24 @@ def test_prompt_says_backward_is_judged():
 
 
 def test_flag_wins_over_the_task(tmp_path):
-    from kernelfix.cli.common import _common_judge_args
+    import argparse
+
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 
-    import argparse
+    from kernelfix.cli.common import _common_judge_args
 
     p = argparse.ArgumentParser()
     _common_judge_args(p)
     assert p.parse_args(["--backward"]).backward is True and p.parse_args(["--no-backward"]).backward is False
     assert p.parse_args([]).backward is None
     task = Path(__file__).parent / "corpus" / "tasks"
-    for path, cfg, want in [(task / "scale_bw.py", None, True), (task / "scale_bw.py", False, False), (task / "relu.py", None, False), (task / "relu.py", True, True)]:
+    for path, cfg, want in [
+        (task / "scale_bw.py", None, True),
+        (task / "scale_bw.py", False, False),
+        (task / "relu.py", None, False),
+        (task / "relu.py", True, True),
+    ]:
         with Judge(path, JudgeConfig(device="cpu", backward=cfg), workdir=tmp_path / f"{path.stem}-{cfg}") as j:
             assert j.config.backward is want
 
@@ -82,7 +87,11 @@ def test_forward_backward_timed_and_ranked(judges):
     # What ranks under --backward is forward+backward.
     assert t.candidate == t.backward["candidate"].forward_backward and t.eager == t.backward["eager"].forward_backward
     # The engine runs a CUDA backward on its device threads: the recorder must see the candidate's ops there too.
-    assert v.legality is not None and "empty_like" in (v.legality.backward_ops or {}) and not v.legality.forbidden_backward_ops
+    assert (
+        v.legality is not None
+        and "empty_like" in (v.legality.backward_ops or {})
+        and not v.legality.forbidden_backward_ops
+    )
     cheat = judges("scale_bw", "cuda").evaluate((CASES / "scale_bw_torch.py").read_text(), filename="scale_bw_torch.py")
     assert cheat.category == Category.DISALLOWED_ATEN, cheat.message
 
@@ -107,10 +116,10 @@ def test_capture_in_training_writes_a_backward_task(tmp_path, grad):
 def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
     """A task captured in training says BACKWARD = True; the swapped module's gradients are the original's."""
     import torch
-
-    import kernelfix
     from kernelfix.tools.task import Task
     from test_capture_swap import KERNEL, _capture, _session
+
+    import kernelfix
 
     task, model = _capture(tmp_path)
     assert Task.load(task).declares_backward
@@ -138,21 +147,28 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
 
 
 def test_baseline_says_which_tasks_have_a_backward(tmp_path):
-    from kernelfix.cli.baseline import table
-    from kernelfix.cli import baseline_run as baseline
     from kernelfix.tools.config import JudgeConfig
+
+    from kernelfix.cli import baseline_run as baseline
+    from kernelfix.cli.baseline import table
 
     # 3_broken: torch's own backward fails (45_Average_Pooling_2D's CUDA error on the H100 was one)
     broken = (
         "class Broken(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n        return x * 2\n"
         "    @staticmethod\n    def backward(ctx, g):\n        raise RuntimeError('CUDA error: invalid argument')\n\n"
     )
-    for name, head, body in [("1_relu", "", "torch.relu(x)"), ("2_argmax", "", "torch.argmax(x, dim=1)"), ("3_broken", broken, "Broken.apply(x)")]:
+    for name, head, body in [
+        ("1_relu", "", "torch.relu(x)"),
+        ("2_argmax", "", "torch.argmax(x, dim=1)"),
+        ("3_broken", broken, "Broken.apply(x)"),
+    ]:
         (tmp_path / f"{name}.py").write_text(
             f"import torch\nimport torch.nn as nn\n\n{head}class Model(nn.Module):\n    def forward(self, x):\n"
             f"        return {body}\n\ndef get_inputs():\n    return [torch.randn(8, 16)]\n\ndef get_init_inputs():\n    return []\n"
         )
-    cfg = JudgeConfig(device="cpu", backward=True, trials=1, input_variants=[], float64_reference=False, reference_cache_gb=0.0)
+    cfg = JudgeConfig(
+        device="cpu", backward=True, trials=1, input_variants=[], float64_reference=False, reference_cache_gb=0.0
+    )
     report = baseline.run(baseline.find_tasks([str(tmp_path)]), cfg, out=None)
     rows = {r.task: r for r in report.rows}
     assert rows["1_relu"].status == "ok"
@@ -171,16 +187,18 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
     """examples/replays/scale_train.jsonl on the shared judge: the prompt says backward is judged, turn 1's
     weight gradient is wrong and named in the feedback, turn 2 is right."""
     from agent_support import REPO, check_session_dir
-
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
     from kernelfix.agent.session import Session
 
     judge = judges("scale_bw", "cpu")
     s = Session.create(
-        tmp_path / "session", task_path=Path(__file__).parent / "corpus" / "tasks" / "scale_bw.py",
-        model=ReplayModel(REPO / "examples" / "replays" / "scale_train.jsonl"), agent=AgentConfig(shape_block=False, max_turns=2),
-        judge_config=judge.config, judge=judge,
+        tmp_path / "session",
+        task_path=Path(__file__).parent / "corpus" / "tasks" / "scale_bw.py",
+        model=ReplayModel(REPO / "examples" / "replays" / "scale_train.jsonl"),
+        agent=AgentConfig(shape_block=False, max_turns=2),
+        judge_config=judge.config,
+        judge=judge,
     )
     s.run()
     traj = check_session_dir(tmp_path / "session")
@@ -193,7 +211,6 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
 def test_recorder_blames_hooks_not_the_engine():
     """In-process: the engine's sum of two gradients of one tensor is not counted; a hook's compute is."""
     import torch
-
     from kernelfix.tools.workers.candidate.recorder import OpRecorder, mark_function_backward
 
     class Copy(torch.autograd.Function):
@@ -228,7 +245,9 @@ def test_recorder_blames_hooks_not_the_engine():
 def test_the_profile_tells_forward_from_backward_kernels(judges):
     """Nsight Compute (or torch.profiler where ncu cannot run) over one forward and its backward: each
     kernel says which pass launched it, and the feedback gives each pass its share."""
-    v = judges("scale_bw", "cuda", {"profile": True}).evaluate((CASES / "scale_bw_ok.py").read_text(), filename="scale_bw_ok.py")
+    v = judges("scale_bw", "cuda", {"profile": True}).evaluate(
+        (CASES / "scale_bw_ok.py").read_text(), filename="scale_bw_ok.py"
+    )
     assert v.category == Category.OK, v.message
     p = v.profile
     print(f"[cuda] profile ({p.source}): {[(k.part, k.name, k.calls) for k in p.kernels]}; {p.highlights[:2]}")

@@ -14,7 +14,8 @@ from conftest import CORPUS, REPO_ROOT
 
 
 def _task(d: Path, name: str, forward: str, inputs: str) -> None:
-    (d / f"{name}.py").write_text(textwrap.dedent(f"""
+    (d / f"{name}.py").write_text(
+        textwrap.dedent(f"""
         import torch
         import torch.nn as nn
 
@@ -27,18 +28,27 @@ def _task(d: Path, name: str, forward: str, inputs: str) -> None:
 
         def get_init_inputs():
             return []
-    """))
+    """)
+    )
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelfix", "baseline", *args, "--device", "cpu"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelfix", "baseline", *args, "--device", "cpu"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_rows_checks_failures_json_and_resume(tmp_path):
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     _task(tasks, "1_relu", "torch.relu(x)", "torch.randn(64, 256)")
-    _task(tasks, "2_wide_softmax", "torch.softmax(x, dim=1)", "torch.rand(4, 65536)")  # every value under 1e-4, as in 23_Softmax
+    _task(
+        tasks, "2_wide_softmax", "torch.softmax(x, dim=1)", "torch.rand(4, 65536)"
+    )  # every value under 1e-4, as in 23_Softmax
     # Random in forward under the trial's seed is the same twice; the clock is not (as atomics in a CUDA reduction are not).
     _task(tasks, "3_noisy", "x + float(__import__('time').perf_counter_ns() % 997)", "torch.randn(64)")
     out = tmp_path / "report.json"
@@ -50,7 +60,10 @@ def test_rows_checks_failures_json_and_resume(tmp_path):
     assert rows["1_relu"]["status"] == "ok" and rows["1_relu"]["deterministic"] and not rows["1_relu"]["vacuous"]
     assert rows["2_wide_softmax"]["vacuous"] and "all-zeros" in rows["2_wide_softmax"]["vacuous"]
     assert rows["3_noisy"]["deterministic"] is False and rows["3_noisy"]["inputs_equal"] is True
-    assert rows["broken_import"]["status"] == "task_error" and "this_module_does_not_exist" in rows["broken_import"]["error"]
+    assert (
+        rows["broken_import"]["status"] == "task_error"
+        and "this_module_does_not_exist" in rows["broken_import"]["error"]
+    )
     assert rows["1_relu"]["input_bytes"] == 64 * 256 * 4 and rows["1_relu"]["eager"] is None  # nothing timed on the CPU
     assert json.loads(out.read_text())["rows"] == report["rows"]
 
@@ -61,15 +74,22 @@ def test_rows_checks_failures_json_and_resume(tmp_path):
 
 
 def test_help_explains_itself():
-    p = subprocess.run([sys.executable, "-m", "kernelfix", "baseline", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "kernelfix", "baseline", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0 and "vacuous" in p.stdout and "resume" in p.stdout and "Exit codes" in p.stdout
 
 
 def test_a_transient_fault_of_the_machine_is_measured_again(tmp_path, monkeypatch):
     """A row the machine spoiled (GPU memory held by a neighbour) is retried alone at the end of the run, and a
     resume measures it again; a task too large for the machine keeps its row."""
-    from kernelfix.cli import baseline_run as baseline
     from kernelfix.tools.config import JudgeConfig
+
+    from kernelfix.cli import baseline_run as baseline
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -82,7 +102,11 @@ def test_a_transient_fault_of_the_machine_is_measured_again(tmp_path, monkeypatc
         calls.append(path.stem)
         row = baseline.BaselineRow(task=path.stem, path=str(path), sha1=baseline.Task.load(path).sha1, status="ok")
         if path.stem == "1_busy" and seen == 0:
-            row.status, row.category, row.error = "infra", "infra:gpu_busy", "the GPU ran out of memory held by other processes"
+            row.status, row.category, row.error = (
+                "infra",
+                "infra:gpu_busy",
+                "the GPU ran out of memory held by other processes",
+            )
         if path.stem == "2_huge":
             row.status, row.category, row.error = "infra", "infra:too_large", "the task does not fit this GPU"
         return row
@@ -111,7 +135,6 @@ def test_a_reference_torch_compile_past_its_bound_leaves_eager_with_a_note(tmp_p
     ``reference_compile_timeout_s`` the worker is ended, the note says so, and the next request starts
     another: on the GPU, eager is then timed alone, with the note (below)."""
     import torch
-
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
     from kernelfix.tools.task import Task
@@ -120,13 +143,17 @@ def test_a_reference_torch_compile_past_its_bound_leaves_eager_with_a_note(tmp_p
     # Eager is instant; under torch.compile the forward waits a minute (Dynamo runs the sleep at a graph break)
     _task(tmp_path, "slow_compile", "self.step(x)", "torch.randn(8, 16)")
     path = tmp_path / "slow_compile.py"
-    path.write_text(path.read_text().replace(
-        "    def forward(self, x):",
-        "    def step(self, x):\n        if torch.compiler.is_compiling():\n            __import__('time').sleep(60)\n        return x * 2\n\n    def forward(self, x):",
-    ))
+    path.write_text(
+        path.read_text().replace(
+            "    def forward(self, x):",
+            "    def step(self, x):\n        if torch.compiler.is_compiling():\n            __import__('time').sleep(60)\n        return x * 2\n\n    def forward(self, x):",
+        )
+    )
     note = "torch.compile did not finish compiling the reference within 2 s (judge.reference_compile_timeout_s): eager alone is timed"
     for device in ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]:
-        cfg = JudgeConfig(device=device, trials=1, input_variants=[], float64_reference=False, reference_compile_timeout_s=2.0)
+        cfg = JudgeConfig(
+            device=device, trials=1, input_variants=[], float64_reference=False, reference_compile_timeout_s=2.0
+        )
         with Judge(Task.load(path), cfg) as judge:
             judge.reference()
             ref = judge.ref
@@ -137,7 +164,9 @@ def test_a_reference_torch_compile_past_its_bound_leaves_eager_with_a_note(tmp_p
                 assert det["inputs_equal"] and det["outputs_equal"]
             else:
                 base = ref.baseline(judge.lease, fresh=True)
-                print(f"\n[cuda] slow compile: eager {base.eager.median_ms:.4f} ms, compiled {base.compiled}, note {base.compile_note!r}")
+                print(
+                    f"\n[cuda] slow compile: eager {base.eager.median_ms:.4f} ms, compiled {base.compiled}, note {base.compile_note!r}"
+                )
                 assert base.compiled is None and base.compile_note == note and base.eager.runs >= 100
 
 
@@ -147,7 +176,6 @@ def test_the_references_torch_compile_runs_in_one_thread_unless_configured(monke
     import os
 
     import torch._inductor.config as inductor_config
-
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.workers.reference import runs
 

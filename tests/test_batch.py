@@ -14,28 +14,37 @@ import time
 from pathlib import Path
 
 import pytest
-
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
-from proc_support import lock_holder, wait_gone
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.batch.local_runner import LocalRunner, OutDir
 from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
 from kernelfix.agent.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
-from kernelfix.cli import EXIT_USAGE, main
 from kernelfix.tools.config import JudgeConfig
+from proc_support import lock_holder, wait_gone
+
+from kernelfix.cli import EXIT_USAGE, main
 
 SCALE = REPO / "examples" / "tasks" / "scale.py"
 SCALE_REPLAY = REPO / "examples" / "replays" / "scale.jsonl"  # one line: a correct kernel
 
 
 def settings(out: Path, **agent) -> BatchSettings:
-    return BatchSettings(out=str(out), agent=AgentConfig(**{"shape_block": False, **agent}), judge=JudgeConfig(device="cpu", run_timeout_s=120))
+    return BatchSettings(
+        out=str(out),
+        agent=AgentConfig(**{"shape_block": False, **agent}),
+        judge=JudgeConfig(device="cpu", run_timeout_s=120),
+    )
 
 
 def batch_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-P", "-m", "kernelfix", "batch", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-P", "-m", "kernelfix", "batch", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -49,7 +58,10 @@ def test_plan_names_models_and_bad_input(tmp_path):
     write_replay(replays / "scale.jsonl", ["no code"])
     s = settings(tmp_path / "out", model=f"replay:{replays}")
     jobs = plan([str(TASK), str(SCALE)], s)
-    assert [j.model for j in jobs] == [f"replay:{replays / 'relu.jsonl'}", f"replay:{replays / 'scale.jsonl'}"]  # replay:DIR -> DIR/<stem>.jsonl
+    assert [j.model for j in jobs] == [
+        f"replay:{replays / 'relu.jsonl'}",
+        f"replay:{replays / 'scale.jsonl'}",
+    ]  # replay:DIR -> DIR/<stem>.jsonl
     assert [j.name.split("-")[0] for j in jobs] == ["relu", "scale"]
     assert plan([str(TASK), str(SCALE)], s) == jobs  # stable names: a rerun finds the same sessions
     assert plan([str(TASK), str(TASK)], s) == jobs[:1]  # the same work once
@@ -58,14 +70,18 @@ def test_plan_names_models_and_bad_input(tmp_path):
     manifest = tmp_path / "m.jsonl"
     write_replay(tmp_path / "r.jsonl", ["no code"])
     manifest.write_text(
-        json.dumps({"task": os.path.relpath(TASK, tmp_path), "replay": "r.jsonl"}) + "\n\n"
-        + json.dumps({"task": os.path.relpath(TASK, tmp_path), "replay": "r.jsonl", "target": 2.0}) + "\n"
+        json.dumps({"task": os.path.relpath(TASK, tmp_path), "replay": "r.jsonl"})
+        + "\n\n"
+        + json.dumps({"task": os.path.relpath(TASK, tmp_path), "replay": "r.jsonl", "target": 2.0})
+        + "\n"
     )
     a, b = plan([str(manifest)], settings(tmp_path / "out"))
     assert a.model == b.model == f"replay:{tmp_path / 'r.jsonl'}"
     assert a.name != b.name and b.agent.target_speedup == 2.0 and a.agent.target_speedup == 1.0
 
-    manifest.write_text('{"task": "nope.py"}\n{"tsk": "x"}\n' + json.dumps({"task": str(TASK), "replay": "missing.jsonl"}) + "\n")
+    manifest.write_text(
+        '{"task": "nope.py"}\n{"tsk": "x"}\n' + json.dumps({"task": str(TASK), "replay": "missing.jsonl"}) + "\n"
+    )
     with pytest.raises(PlanError) as e:
         plan([str(manifest), str(tmp_path / "nothing_here")], settings(tmp_path / "out", model="replay:x"))
     problems = str(e.value).splitlines()
@@ -85,16 +101,27 @@ def test_width_per_task_and_a_search_in_the_report(tmp_path):
     line = {"task": os.path.relpath(TASK, tmp_path), "replay": "r.jsonl"}
     manifest.write_text(json.dumps(line) + "\n" + json.dumps({**line, "width": 4, "keep": 2}) + "\n")
     chain, wide = plan([str(manifest)], settings(tmp_path / "out", width=2))
-    assert (chain.agent.width, chain.agent.kept) == (2, 2) and (wide.agent.width, wide.agent.kept) == (4, 2)  # the manifest wins
+    assert (chain.agent.width, chain.agent.kept) == (2, 2) and (wide.agent.width, wide.agent.kept) == (
+        4,
+        2,
+    )  # the manifest wins
     assert chain.name != wide.name
     manifest.write_text(json.dumps(line) + "\n")
-    assert plan([str(manifest)], settings(tmp_path / "out"))[0].name == chain.name  # no width in the manifest: names as before
+    assert (
+        plan([str(manifest)], settings(tmp_path / "out"))[0].name == chain.name
+    )  # no width in the manifest: names as before
 
     # A search counts rounds: round one had a correct candidate (turn 3), so it is the first "turn" and 1 round to correct.
     search = REPO / "tests" / "fixtures" / "tui" / "search" / "relu-search"
     result = TaskResult(name="relu-search", task=str(TASK), session_dir=str(search), run="new", status="finished")
     row = task_outcome(result, read_trajectory(search))
-    assert (row.correct, row.first_turn_correct, row.turns_to_first_correct, row.best_turn, row.model_turns) == (True, True, 1, 3, 6)
+    assert (row.correct, row.first_turn_correct, row.turns_to_first_correct, row.best_turn, row.model_turns) == (
+        True,
+        True,
+        1,
+        3,
+        6,
+    )
 
 
 @pytest.mark.parametrize(
@@ -104,7 +131,10 @@ def test_width_per_task_and_a_search_in_the_report(tmp_path):
         (["tests/corpus/tasks/relu.py", "--model", "nosuchprovider/m"], "cannot route model"),
         (["tests/corpus/tasks/relu.py", "--model", "replay:/no/such/dir/"], "no replay file"),
         (["tests/corpus/tasks/missing_inputs.py", "--model", "replay:examples/replays/relu.jsonl"], "lacks get_inputs"),
-        (["tests/corpus/tasks/relu.py", "--model", "replay:examples/replays/relu.jsonl", "--workers", "0"], "--workers"),
+        (
+            ["tests/corpus/tasks/relu.py", "--model", "replay:examples/replays/relu.jsonl", "--workers", "0"],
+            "--workers",
+        ),
     ],
 )
 def test_bad_batch_input_exits_2_and_creates_nothing(args, needle, tmp_path, capsys, monkeypatch):
@@ -125,7 +155,21 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     write_replay(replays / "relu.jsonl", [reply("triton_wrong_values.py"), reply("triton_relu_ok.py")])
     out = tmp_path / "out"
     # one worker: scale runs first, then relu, which is killed in its second turn
-    args = [str(SCALE), str(TASK), "--model", f"replay:{replays}", "--device", "cpu", "--no-shape-block", "--trials", "2", "--out", str(out), "--workers", "1"]
+    args = [
+        str(SCALE),
+        str(TASK),
+        "--model",
+        f"replay:{replays}",
+        "--device",
+        "cpu",
+        "--no-shape-block",
+        "--trials",
+        "2",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+    ]
     proc = batch_cli(*args)
     relu = next(iter(plan([str(TASK)], settings(out.resolve(), model=f"replay:{replays}")))).session_dir
     deadline = time.monotonic() + 300
@@ -145,7 +189,9 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     relu_before = check_session_dir(relu)
     assert scale_before["outcome"]["finished"] and [t.index for t in relu_before.turns] == [1]
     worker_logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((out / "logs").glob("*.log")))
-    assert not relu_before.outcome.finished and relu_before.outcome.resumable, f"the interruption was not recorded:\n{worker_logs}"
+    assert not relu_before.outcome.finished and relu_before.outcome.resumable, (
+        f"the interruption was not recorded:\n{worker_logs}"
+    )
 
     proc = batch_cli(*args, "--json")
     stdout, stderr = proc.communicate(timeout=300)
@@ -155,7 +201,10 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     rows = {r["task"]: r for r in summary["rows"]}
     assert (rows["scale"]["run"], rows["relu"]["run"]) == ("skipped", "resumed")
     relu_after = check_session_dir(relu)  # one commit per turn: nothing judged twice
-    assert [(t.index, t.verdict.category.value) for t in relu_after.turns] == [(1, "correctness_error:numerical"), (2, "ok")]
+    assert [(t.index, t.verdict.category.value) for t in relu_after.turns] == [
+        (1, "correctness_error:numerical"),
+        (2, "ok"),
+    ]
     assert relu_after.turns[0] == relu_before.turns[0]
     assert "resumed with 1 judged turns" in (out / "logs" / f"{relu.name}.log").read_text()
 
@@ -176,8 +225,10 @@ def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path)
     records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert [(r["metadata"]["task"], r["metadata"]["kind"]) for r in records] == [("relu", "repair")]
     fates = {f["task"]: f["rule"] for f in json.loads((tmp_path / "ANALYSIS.json").read_text())["sessions"]}
-    assert fates == {"relu": "speedup_gain: repair session (turn 1 correctness_error:numerical, correct at turn 2): kept whatever its gain",
-                     "scale": "speedup_gain: not timed"}
+    assert fates == {
+        "relu": "speedup_gain: repair session (turn 1 correctness_error:numerical, correct at turn 2): kept whatever its gain",
+        "scale": "speedup_gain: not timed",
+    }
     assert main(["export", str(out), "--out", str(tmp_path / "sft.jsonl"), "--min-speedup-gain", "0"]) == 0
     records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     assert sorted(r["metadata"]["task"] for r in records) == ["relu", "scale"]
@@ -206,6 +257,7 @@ def test_a_crashing_session_fails_alone(tmp_path):
 
     def kill_relu(job):
         if job.name.startswith("relu"):
+
             def later():
                 while job.name not in runner._procs:
                     time.sleep(0.01)
@@ -224,7 +276,12 @@ def test_a_crashing_session_fails_alone(tmp_path):
     assert killed.status in ("failed", "unfinished") and "worker process died (signal SIGKILL)" in killed.error
     assert json.loads((Path(s.out) / "results" / f"{killed.name}.json").read_text())["error"] == killed.error
     assert {bad.gpu, killed.gpu} == {"0", "1"}  # two slots, one GPU each
-    rows = summarize([TaskOutcome(name=r.name, task=r.task, session_dir=r.session_dir, run=r.run, status=r.status, error=r.error) for r in results])
+    rows = summarize(
+        [
+            TaskOutcome(name=r.name, task=r.task, session_dir=r.session_dir, run=r.run, status=r.status, error=r.error)
+            for r in results
+        ]
+    )
     assert rows.failed + rows.unfinished == 2 and "## Errors" in markdown(rows, [])
 
 
@@ -247,13 +304,17 @@ def test_device_lease_queues_across_processes(tmp_path):
     lease = DeviceLease(tmp_path, "0")
     held, release = tmp_path / "held", tmp_path / "release"
     holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys, time, pathlib\n"
-            "from kernelfix.tools.gpu.lease import DeviceLease\n"
-            f"with DeviceLease(pathlib.Path({str(tmp_path)!r}), '0').hold():\n"
-            f"    pathlib.Path({str(held)!r}).touch()\n"
-            f"    while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.02)\n"
-        )]
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time, pathlib\n"
+                "from kernelfix.tools.gpu.lease import DeviceLease\n"
+                f"with DeviceLease(pathlib.Path({str(tmp_path)!r}), '0').hold():\n"
+                f"    pathlib.Path({str(held)!r}).touch()\n"
+                f"    while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.02)\n"
+            ),
+        ]
     )
     while not held.exists():
         assert holder.poll() is None
@@ -288,8 +349,8 @@ def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
     """The reference's trials and the candidate's trials run under the GPU's lock; the candidate's build does not.
     (On the CPU there is no lease; one is put in by hand, and its hold log is the record.)"""
     from kernelfix.tools.gpu.lease import DeviceLease
-    from kernelfix.tools.judge import Judge
     from kernelfix.tools.handles import sandboxing
+    from kernelfix.tools.judge import Judge
 
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
     assert sandboxing.env("candidate", tmp_path / "w", "cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"
@@ -304,7 +365,9 @@ def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
     log = [json.loads(line) for line in (tmp_path / "locks" / "gpu-3.log").read_text().splitlines()]
     holds = [h for h in log if h["mode"] != "room"]  # (room for each stage's memory is logged beside its holds)
     # The survey, then each trial (3: two, and the in-place check), shared: none needs the GPU alone.
-    assert [(h["what"], h["mode"]) for h in holds] == [("relu reference", "shared")] + [("relu correctness", "shared")] * 3
+    assert [(h["what"], h["mode"]) for h in holds] == [("relu reference", "shared")] + [
+        ("relu correctness", "shared")
+    ] * 3
     assert [h["what"] for h in log if h["mode"] == "room"] == ["relu reference", "relu correctness"]
     assert holds[1]["got"] >= compiled_at  # the build was done before the candidate's trials held the GPU
     assert all(a["released"] <= b["got"] for a, b in zip(holds, holds[1:]))  # one evaluation: one at a time
@@ -315,8 +378,18 @@ def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
 
 def _row(name, *, correct=True, timed=True, eager=None, compile_=None, first=False, ttc=None):
     return TaskOutcome(
-        name=name, task=name, session_dir="/x", run="new", status="finished", timed=timed, correct=correct,
-        first_turn_correct=first, turns_to_first_correct=ttc, speedup_eager=eager, speedup_compile=compile_, model_turns=3,
+        name=name,
+        task=name,
+        session_dir="/x",
+        run="new",
+        status="finished",
+        timed=timed,
+        correct=correct,
+        first_turn_correct=first,
+        turns_to_first_correct=ttc,
+        speedup_eager=eager,
+        speedup_compile=compile_,
+        model_turns=3,
         categories=["ok" if correct else "correctness_error:numerical"],
     )
 
@@ -346,6 +419,11 @@ def test_fast_p_by_kernelbench_allclose_leaves_out_kernels_passed_by_the_float64
     rows[0].kernelbench_allclose = False  # closer to float64 than the reference, outside its atol/rtol
     rows[1].kernelbench_allclose = True
     s = summarize(rows)
-    assert s.fast_p_eager == {"0": round(2 / 3, 4), "1.0": round(2 / 3, 4), "1.5": round(1 / 3, 4), "2.0": round(1 / 3, 4)}
+    assert s.fast_p_eager == {
+        "0": round(2 / 3, 4),
+        "1.0": round(2 / 3, 4),
+        "1.5": round(1 / 3, 4),
+        "2.0": round(1 / 3, 4),
+    }
     assert s.fast_p_eager_kernelbench == {"0": round(1 / 3, 4), "1.0": round(1 / 3, 4), "1.5": 0.0, "2.0": 0.0}
     assert "| eager, KernelBench allclose only | 33.3% | 33.3% | 0.0% | 0.0% |" in markdown(s, [])

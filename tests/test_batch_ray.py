@@ -7,26 +7,30 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
-from proc_support import lock_holder
-from test_batch import SCALE, SCALE_REPLAY, batch_cli, settings
 from kernelfix.agent.batch.plan import plan
 from kernelfix.agent.batch.ray_backend import LOOPBACK_ENV, gpu_share
+from proc_support import lock_holder
+from test_batch import SCALE, SCALE_REPLAY, batch_cli, settings
 
 # Loopback only (no traffic to the machine's network address), no usage report to Ray's servers, and the
 # cluster's auth token given here (Ray would otherwise read or write one in ~/.ray).
-RAY_ENV = {LOOPBACK_ENV: "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+RAY_ENV = {
+    LOOPBACK_ENV: "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(32),
+}
 
 
 def _free_port() -> int:
@@ -54,14 +58,27 @@ def ray_cluster():
     temp = Path(tempfile.mkdtemp(prefix="kf-ray-"))  # short: Ray's unix socket paths must fit 107 bytes
     port = _free_port()
     argv = [
-        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--disable-usage-stats",
-        "--node-ip-address=127.0.0.1", f"--port={port}", f"--temp-dir={temp}",
-        "--num-cpus=2", "--num-gpus=2",  # fake GPUs: Ray assigns them (CUDA_VISIBLE_DEVICES) as it would real ones
-        "--include-dashboard=false", f"--dashboard-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        f"--temp-dir={temp}",
+        "--num-cpus=2",
+        "--num-gpus=2",  # fake GPUs: Ray assigns them (CUDA_VISIBLE_DEVICES) as it would real ones
+        "--include-dashboard=false",
+        f"--dashboard-port={_free_port()}",
+        f"--dashboard-agent-listen-port={_free_port()}",
         f"--object-store-memory={100 << 20}",
     ]
     log = open(temp / "ray_start.log", "w+")
-    head = subprocess.Popen(argv, env={**os.environ, **RAY_ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen(
+        argv, env={**os.environ, **RAY_ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while "Ray runtime started" not in (temp / "ray_start.log").read_text():
         assert head.poll() is None and time.monotonic() < deadline, (temp / "ray_start.log").read_text()[-3000:]
@@ -90,19 +107,42 @@ def ray_batch(*args: str) -> subprocess.Popen:
 
 def test_ray_backend_gives_the_same_per_task_results(tmp_path, ray_cluster):
     """The per-task function as a Ray task: same turns and outcome as the local runner."""
-    replay = write_replay(tmp_path / "scale.jsonl", [reply("triton_relu_ok.py", "Wrong kernel for this task."), json.loads(SCALE_REPLAY.read_text())])
-    common = [str(SCALE), "--model", f"replay:{replay}", "--device", "cpu", "--no-shape-block", "--trials", "2", "--json"]
+    replay = write_replay(
+        tmp_path / "scale.jsonl",
+        [reply("triton_relu_ok.py", "Wrong kernel for this task."), json.loads(SCALE_REPLAY.read_text())],
+    )
+    common = [
+        str(SCALE),
+        "--model",
+        f"replay:{replay}",
+        "--device",
+        "cpu",
+        "--no-shape-block",
+        "--trials",
+        "2",
+        "--json",
+    ]
     found = {}
     for name, extra in (("local", []), ("ray", ["--ray", ray_cluster, "--workers", "1"])):
         proc = ray_batch(*common, "--out", str(tmp_path / name), *extra)
         stdout, stderr = proc.communicate(timeout=400)
         assert proc.returncode == 0, stderr
         (row,) = json.loads(stdout)["rows"]
-        found[name] = {k: row[k] for k in ("status", "correct", "categories", "turns_to_first_correct", "model_turns", "best_turn")}
-    assert found["ray"] == found["local"] == {
-        "status": "finished", "correct": True, "categories": ["correctness_error:numerical", "ok"],
-        "turns_to_first_correct": 2, "model_turns": 2, "best_turn": 2,
-    }
+        found[name] = {
+            k: row[k] for k in ("status", "correct", "categories", "turns_to_first_correct", "model_turns", "best_turn")
+        }
+    assert (
+        found["ray"]
+        == found["local"]
+        == {
+            "status": "finished",
+            "correct": True,
+            "categories": ["correctness_error:numerical", "ok"],
+            "turns_to_first_correct": 2,
+            "model_turns": 2,
+            "best_turn": 2,
+        }
+    )
 
 
 def test_a_ray_worker_killed_mid_job_is_resumed_by_the_rerun(tmp_path, ray_cluster):
@@ -110,8 +150,21 @@ def test_a_ray_worker_killed_mid_job_is_resumed_by_the_rerun(tmp_path, ray_clust
     replays.mkdir()
     write_replay(replays / "relu.jsonl", [reply("triton_wrong_values.py"), reply("triton_relu_ok.py")])
     out = tmp_path / "out"
-    args = [str(TASK), "--model", f"replay:{replays}", "--device", "cpu", "--no-shape-block", "--trials", "2", "--out", str(out),
-            "--ray", ray_cluster, "--json"]
+    args = [
+        str(TASK),
+        "--model",
+        f"replay:{replays}",
+        "--device",
+        "cpu",
+        "--no-shape-block",
+        "--trials",
+        "2",
+        "--out",
+        str(out),
+        "--ray",
+        ray_cluster,
+        "--json",
+    ]
     (job,) = plan([str(TASK)], settings(out.resolve(), model=f"replay:{replays}"))
     relu = job.session_dir
     proc = ray_batch(*args)
@@ -165,8 +218,13 @@ def test_ray_jobs_land_on_every_gpu(tmp_path, ray_cluster):
         "print(json.dumps([r.model_dump() for r in runner.run(jobs)]))\n"
     )
     run = subprocess.run(
-        [sys.executable, "-P", "-c", script], input=json.dumps([j.model_dump_json() for j in jobs]), cwd=REPO,
-        env={**os.environ, **RAY_ENV}, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-P", "-c", script],
+        input=json.dumps([j.model_dump_json() for j in jobs]),
+        cwd=REPO,
+        env={**os.environ, **RAY_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.splitlines()[-1])

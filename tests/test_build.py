@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import classify
 from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline
@@ -31,10 +30,22 @@ HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").
 
 ANSWER = 'extern "C" int kf_answer() { return 42; }\n'
 # <regex> makes the TU take a second or two: long enough for concurrent builds to overlap.
-SLOW_ANSWER = '#include <regex>\nextern "C" int kf_answer() { return std::regex_match("42", std::regex("[0-9]+")) ? 42 : 0; }\n'
+SLOW_ANSWER = (
+    '#include <regex>\nextern "C" int kf_answer() { return std::regex_match("42", std::regex("[0-9]+")) ? 42 : 0; }\n'
+)
 
 
-def _probe(tmp: Path, cache: Path, *, kwargs: dict, name: str = "p", options: dict | None = None, call: str = "load_inline", go_file: Path | None = None, start: bool = False):
+def _probe(
+    tmp: Path,
+    cache: Path,
+    *,
+    kwargs: dict,
+    name: str = "p",
+    options: dict | None = None,
+    call: str = "load_inline",
+    go_file: Path | None = None,
+    start: bool = False,
+):
     spec = {
         "build_root": str(tmp / f"build-{name}"),
         "device": "cpu",
@@ -48,7 +59,9 @@ def _probe(tmp: Path, cache: Path, *, kwargs: dict, name: str = "p", options: di
     spec_path = tmp / f"spec-{name}.json"
     spec_path.write_text(json.dumps(spec))
     env = {**os.environ, "KERNELFIX_CACHE": str(cache)}
-    proc = subprocess.Popen([sys.executable, str(PROBE), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(PROBE), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     if start:
         return proc
     return _result(proc)
@@ -112,7 +125,9 @@ def test_any_change_that_matters_misses_the_cache(tmp_path):
 def test_concurrent_identical_builds_compile_once(tmp_path):
     cache = tmp_path / "cache"
     go = tmp_path / "go"
-    procs = [_probe(tmp_path, cache, kwargs=_inline(SLOW_ANSWER), name=f"c{i}", go_file=go, start=True) for i in range(3)]
+    procs = [
+        _probe(tmp_path, cache, kwargs=_inline(SLOW_ANSWER), name=f"c{i}", go_file=go, start=True) for i in range(3)
+    ]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not all((tmp_path / f"ready-c{i}").exists() for i in range(3)):
         assert all(p.poll() is None for p in procs), "a probe died before building"
@@ -134,7 +149,12 @@ def test_unchanged_translation_unit_is_reused(tmp_path):
     (src / "b.cpp").write_text('extern "C" int kf_a();\nextern "C" int kf_answer() { return kf_a() + 2; }\n')
 
     def load(name: str) -> dict:
-        kwargs = {"name": "kf_two", "sources": [str(src / "a.cpp"), str(src / "b.cpp")], "is_python_module": False, "build_directory": str(tmp_path / f"bd-{name}")}
+        kwargs = {
+            "name": "kf_two",
+            "sources": [str(src / "a.cpp"), str(src / "b.cpp")],
+            "is_python_module": False,
+            "build_directory": str(tmp_path / f"bd-{name}"),
+        }
         Path(kwargs["build_directory"]).mkdir()
         return _probe(tmp_path, cache, kwargs=kwargs, name=name, call="load")
 
@@ -158,7 +178,21 @@ def test_failed_build_reads_like_ninja_and_is_classified(tmp_path):
     r = _probe(tmp_path, tmp_path / "cache", kwargs=_inline('extern "C" int kf_answer() { return 42 }\n'))
     assert r["value"] is None and "Error building extension 'kf_probe_ext'" in r["error"]
     assert "FAILED: main.o" in r["error"] and "ninja: build stopped" in r["error"]
-    outcome = ChildOutcome(argv=[], returncode=3, wall_s=1.0, messages=[{"type": "hello"}, {"type": "error", "kind": "exception", "phase": "import_candidate", "exc_type": "RuntimeError", "message": r["error"]}])
+    outcome = ChildOutcome(
+        argv=[],
+        returncode=3,
+        wall_s=1.0,
+        messages=[
+            {"type": "hello"},
+            {
+                "type": "error",
+                "kind": "exception",
+                "phase": "import_candidate",
+                "exc_type": "RuntimeError",
+                "message": r["error"],
+            },
+        ],
+    )
     f = classify("compile", outcome, timeout_s=60)
     assert f.category == Category.HOST_CXX
     assert any("error: expected" in line and "main.cpp:1:" in line for line in f.details), f.details
@@ -222,21 +256,53 @@ def _nvcc() -> str:
 @pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
 def test_split_nvcc_object_matches_plain_nvcc(tmp_path):
     (tmp_path / "k.cu").write_text(BARE_CU)
-    flags = ["-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr", "-gencode=arch=compute_90,code=sm_90", "--compiler-options", "-fPIC", "-std=c++17"]
-    plain = subprocess.run([_nvcc(), *flags, "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "plain.o")], capture_output=True, text=True)
+    flags = [
+        "-D__CUDA_NO_HALF_OPERATORS__",
+        "--expt-relaxed-constexpr",
+        "-gencode=arch=compute_90,code=sm_90",
+        "--compiler-options",
+        "-fPIC",
+        "-std=c++17",
+    ]
+    plain = subprocess.run(
+        [_nvcc(), *flags, "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "plain.o")], capture_output=True, text=True
+    )
     assert plain.returncode == 0, plain.stderr
-    r = nvcc_pipeline.compile_split([_nvcc(), "-MD", "-MF", str(tmp_path / "k.d"), *flags, "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "split.o")], tmp_path, dict(os.environ))
+    r = nvcc_pipeline.compile_split(
+        [
+            _nvcc(),
+            "-MD",
+            "-MF",
+            str(tmp_path / "k.d"),
+            *flags,
+            "-c",
+            str(tmp_path / "k.cu"),
+            "-o",
+            str(tmp_path / "split.o"),
+        ],
+        tmp_path,
+        dict(os.environ),
+    )
     assert r.ok and r.mode == "split", (r.note, r.output)
     assert {s.tool for s in r.steps} >= {"pre_host", "cudafe", "pre_dev", "cicc", "ptxas", "fatbinary", "host_cc"}
     # nvcc names its temp files after its pid, and that name reaches one static-init symbol: mask it
-    assert _TMP_NAMES.sub(b"tmp", (tmp_path / "split.o").read_bytes()) == _TMP_NAMES.sub(b"tmp", (tmp_path / "plain.o").read_bytes())
+    assert _TMP_NAMES.sub(b"tmp", (tmp_path / "split.o").read_bytes()) == _TMP_NAMES.sub(
+        b"tmp", (tmp_path / "plain.o").read_bytes()
+    )
 
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
 def test_split_nvcc_errors_read_like_nvcc(tmp_path):
     (tmp_path / "bad.cu").write_text(BARE_CU.replace("return (int)cudaGetLastError();", "return undefined_thing;"))
-    argv = [_nvcc(), "-gencode=arch=compute_90,code=sm_90", "-c", str(tmp_path / "bad.cu"), "-o", str(tmp_path / "bad.o")]
+    argv = [
+        _nvcc(),
+        "-gencode=arch=compute_90,code=sm_90",
+        "-c",
+        str(tmp_path / "bad.cu"),
+        "-o",
+        str(tmp_path / "bad.o"),
+    ]
     plain = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
     r = nvcc_pipeline.compile_split(argv, tmp_path, dict(os.environ))
     assert plain.returncode != 0 and not r.ok
@@ -245,7 +311,7 @@ def test_split_nvcc_errors_read_like_nvcc(tmp_path):
 
 
 _BINDING_BODY = (
-    "torch::Tensor twice(torch::Tensor x) { TORCH_CHECK(x.numel() > 0, \"empty\"); return x + x; }\n"
+    'torch::Tensor twice(torch::Tensor x) { TORCH_CHECK(x.numel() > 0, "empty"); return x + x; }\n'
     "#define KF_STR2(x) #x\n#define KF_STR(x) KF_STR2(x)\n"
     'extern "C" const char kf_where[] = "where:" __FILE__ ":" KF_STR(__LINE__);\n'  # the TU's line numbers, readable in the object
     'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("twice", torch::wrap_pybind_function(twice), "twice");\n}'
@@ -254,7 +320,8 @@ _BINDING_BODY = (
 # candidate's cpp_sources as a model writes them, a raw string opened on the line before.
 BINDING_TUS = {
     "implicit": "#include <torch/extension.h>\n" + _BINDING_BODY,
-    "no_implicit_headers": "\n// the torch-facing wrapper\n/* served precompiled */\n#include <torch/extension.h>  // first\n\n" + _BINDING_BODY,
+    "no_implicit_headers": "\n// the torch-facing wrapper\n/* served precompiled */\n#include <torch/extension.h>  // first\n\n"
+    + _BINDING_BODY,
 }
 
 
@@ -264,7 +331,10 @@ BINDING_TUS = {
         ("#include <torch/extension.h>\nint f();", True),
         ("\n\n  // binding\n/* a\n b */\n#include <torch/extension.h> // x\nint f();", True),
         ("#  include <torch/extension.h>", True),
-        ("#define TORCH_ASSERT_ONLY_METHOD_OPERATORS\n#include <torch/extension.h>\n", False),  # changes what the headers mean
+        (
+            "#define TORCH_ASSERT_ONLY_METHOD_OPERATORS\n#include <torch/extension.h>\n",
+            False,
+        ),  # changes what the headers mean
         ("#include <cuda_runtime.h>\n#include <torch/extension.h>\n", False),
         ("// continued \\\n#include <torch/extension.h>\n", False),  # the include is part of the comment
         ('#include "torch/extension.h"\n', False),  # quotes search the build directory first
@@ -291,7 +361,9 @@ def test_host_pch_gives_the_same_object(tmp_path):
 
     bd = tmp_path / "bd"
     bd.mkdir()
-    inc = " ".join(f"-isystem {shlex.quote(p)}" for p in [*ce.include_paths(), __import__("sysconfig").get_path("include")])
+    inc = " ".join(
+        f"-isystem {shlex.quote(p)}" for p in [*ce.include_paths(), __import__("sysconfig").get_path("include")]
+    )
     store = Store(Path(os.environ["KERNELFIX_CACHE"]) / "build" / "pch")
     uses = []
     for tag, text in BINDING_TUS.items():
@@ -300,11 +372,15 @@ def test_host_pch_gives_the_same_object(tmp_path):
         base = f"c++ -MMD -MF {tag}.o.d -DTORCH_EXTENSION_NAME=kf_twice -DTORCH_API_INCLUDE_EXTENSION_H {inc} -fPIC -std=c++20 -c {src} -o"
         use = host_pch.include_args(f"{base} {tag}-pch.o", src, store)
         assert use and use.args[0] == "-include" and Path(use.args[1] + ".gch").is_file()
-        used = subprocess.run(f"{base} {tag}-pch.o {shlex.join(use.args)} -H", shell=True, cwd=bd, capture_output=True, text=True)
+        used = subprocess.run(
+            f"{base} {tag}-pch.o {shlex.join(use.args)} -H", shell=True, cwd=bd, capture_output=True, text=True
+        )
         assert used.returncode == 0, used.stderr[-2000:]
         assert f"! {use.args[1]}.gch" in used.stderr, f"{tag}: gcc did not use the PCH"
         line = next(i for i, t in enumerate(text.splitlines(), 1) if "kf_where" in t)
-        assert f"where:{src}:{line}".encode() in (bd / f"{tag}-pch.o").read_bytes(), f"{tag}: line numbers moved under the PCH"
+        assert f"where:{src}:{line}".encode() in (bd / f"{tag}-pch.o").read_bytes(), (
+            f"{tag}: line numbers moved under the PCH"
+        )
         if tag == "implicit":
             plain = subprocess.run(f"{base} {tag}-plain.o", shell=True, cwd=bd, capture_output=True, text=True)
             assert plain.returncode == 0, plain.stderr[-2000:]

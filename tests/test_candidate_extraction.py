@@ -3,7 +3,9 @@
 from kernelfix.tools.candidate import check_code, code_blocks, detect_backend, from_file_text, from_reply
 from kernelfix.tools.verdict import Category
 
-GOOD = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+GOOD = (
+    "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+)
 
 
 def test_last_complete_python_block_wins():

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError, Untraceable
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.output_tolerance import tolerance_for
 from kernelfix.capture.pipeline import capture
-from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
+
+from kernelfix.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "models" / "tiny_transformer.py"
 
@@ -48,7 +48,10 @@ def _rerun_captured(files: CaptureFiles):
 
 def test_transformer_block_captured_at_two_submodules(tmp_path):
     """The example transformer, captured at its attention and at its MLP: both tasks reproduce their call."""
-    for path, ops in (("model.blocks.0.attn", {"aten.linear", "aten.softmax", "aten.masked_fill"}), ("model.blocks.1.mlp", {"aten.linear", "aten.silu"})):
+    for path, ops in (
+        ("model.blocks.0.attn", {"aten.linear", "aten.softmax", "aten.masked_fill"}),
+        ("model.blocks.1.mlp", {"aten.linear", "aten.silu"}),
+    ):
         files = CaptureFiles(tmp_path / f"{path.split('.')[-1]}.py")
         m = capture(EXAMPLE, path, files.task).manifest
         assert m.check.ok and m.check.captured.ok, m.check
@@ -57,9 +60,15 @@ def test_transformer_block_captured_at_two_submodules(tmp_path):
         got, want = _rerun_captured(files)
         assert torch.allclose(got, want, atol=1e-6, rtol=0)
         source = files.task.read_text()
-        assert "torch.ops.aten.linear.default(" in source and "tiny_transformer.py:" in source  # readable, with its source lines
+        assert (
+            "torch.ops.aten.linear.default(" in source and "tiny_transformer.py:" in source
+        )  # readable, with its source lines
         weights = torch.load(files.weights, weights_only=True)
-        assert set(weights) >= {"qkv.weight", "proj.bias"} if "attn" in path else {"fc.weight", "fc.bias", "proj.weight", "proj.bias"}
+        assert (
+            set(weights) >= {"qkv.weight", "proj.bias"}
+            if "attn" in path
+            else {"fc.weight", "fc.bias", "proj.weight", "proj.bias"}
+        )
         assert json.loads(files.manifest.read_text())["module_path"] == path
     attn_weights = torch.load(tmp_path / "attn.weights.pt", weights_only=True)
     assert attn_weights["causal"].dtype == torch.bool  # the non-persistent buffer travels too
@@ -67,7 +76,9 @@ def test_transformer_block_captured_at_two_submodules(tmp_path):
 
 def test_get_inputs_draws_fresh_values_in_the_captured_ranges(tmp_path):
     """Shapes, dtypes, strides and ranges as captured; the captured values appear nowhere in the task."""
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Mix(nn.Module):
             def forward(self, x, t, idx, flags):
                 return x * t.sum() + idx.float().mean() + flags.float().mean()
@@ -84,7 +95,8 @@ def test_get_inputs_draws_fresh_values_in_the_captured_ranges(tmp_path):
 
         model = Net()
         model(torch.full((3,), 2.5))
-    """)
+    """,
+    )
     files = CaptureFiles(tmp_path / "mix.py")
     m = capture(script, "model.mix", files.task).manifest
     specs = {i.name: i.tensor for i in m.inputs}
@@ -104,7 +116,9 @@ def test_get_inputs_draws_fresh_values_in_the_captured_ranges(tmp_path):
 
 def test_data_dependent_output_shape(tmp_path):
     """Boolean masking and nonzero: export's unbacked sizes; the task reproduces and runs on fresh draws."""
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Select(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -115,7 +129,8 @@ def test_data_dependent_output_shape(tmp_path):
         torch.manual_seed(0)
         model = nn.Sequential(Select())
         model(torch.randn(5, 7))
-    """)
+    """,
+    )
     files = CaptureFiles(tmp_path / "select.py")
     m = capture(script, "model.0", files.task).manifest
     assert m.check.ok and "aten.nonzero" in m.graph_ops
@@ -131,7 +146,9 @@ def test_data_dependent_output_shape(tmp_path):
 
 def test_buffers_taken_before_the_call_and_updated_in_place(tmp_path):
     """Persistent, non-persistent and updated buffers; the second call is captured with the state it started from."""
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Counter(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -146,7 +163,8 @@ def test_buffers_taken_before_the_call_and_updated_in_place(tmp_path):
         model = Counter()
         for _ in range(3):
             model(torch.randn(8, 4))
-    """)
+    """,
+    )
     files = CaptureFiles(tmp_path / "counter.py")
     m = capture(script, "model", files.task, call=2).manifest
     assert m.check.ok and m.training
@@ -165,7 +183,9 @@ def test_buffers_taken_before_the_call_and_updated_in_place(tmp_path):
 
 def test_keyword_arguments_and_fixed_values(tmp_path):
     """Tensors passed by keyword become inputs; None, ints and flags are fixed into the graph and recorded."""
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Scaled(nn.Module):
             def forward(self, x, *, scale, bias=None, causal=False, power=1):
                 y = x * scale
@@ -182,7 +202,8 @@ def test_keyword_arguments_and_fixed_values(tmp_path):
 
         model = Net()
         model(torch.arange(16.0).reshape(4, 4))
-    """)
+    """,
+    )
     files = CaptureFiles(tmp_path / "scaled.py")
     m = capture(script, "model.inner", files.task).manifest
     by_path = {i.path: i for i in m.inputs}
@@ -194,7 +215,9 @@ def test_keyword_arguments_and_fixed_values(tmp_path):
 
 
 def test_untraceable_module_names_the_construct(tmp_path, capsys):
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Gate(nn.Module):
             def forward(self, x):
                 if x.sum() > 0:
@@ -203,7 +226,8 @@ def test_untraceable_module_names_the_construct(tmp_path, capsys):
 
         model = nn.Sequential(nn.Linear(4, 4), Gate())
         model(torch.randn(2, 4))
-    """)
+    """,
+    )
     out = tmp_path / "gate.py"
     with pytest.raises(Untraceable) as e:
         capture(script, "model.1", out)
@@ -216,7 +240,9 @@ def test_untraceable_module_names_the_construct(tmp_path, capsys):
 
 
 def test_a_value_read_into_python_is_named(tmp_path):
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Head(nn.Module):
             def forward(self, x):
                 n = int(x.max().item())
@@ -224,17 +250,21 @@ def test_a_value_read_into_python_is_named(tmp_path):
 
         model = nn.Sequential(Head())
         model(torch.full((4, 4), 2.0))
-    """)
+    """,
+    )
     with pytest.raises(Untraceable, match=r"a read of a tensor's value into Python \(\.item\(\), int\(\)") as e:
         capture(script, "model.0", tmp_path / "head.py")
     assert e.value.code == "n = int(x.max().item())"
 
 
 def test_dropout_in_training_takes_its_masks_as_inputs(tmp_path):
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Dropout(0.0))   # left in training mode
         model(torch.randn(64, 4))
-    """)
+    """,
+    )
     m = capture(script, "model", tmp_path / "drop.py").manifest
     assert [(r.name, r.p) for r in m.random] == [("dropout_0", 0.5)]  # p = 0 draws nothing
     assert m.check.ok
@@ -244,31 +274,42 @@ def test_dropout_in_training_takes_its_masks_as_inputs(tmp_path):
     x, keep = torch.randn(64, 4), torch.rand(64, 4) < 0.5
     out = task.Model(*task.get_init_inputs())(x, keep)
     lin = task.Model(*task.get_init_inputs()).p_0_weight
-    assert torch.allclose(out, torch.nn.functional.linear(x, lin, task.Model(*task.get_init_inputs()).p_0_bias) * keep * 2.0)
+    assert torch.allclose(
+        out, torch.nn.functional.linear(x, lin, task.Model(*task.get_init_inputs()).p_0_bias) * keep * 2.0
+    )
 
 
 def test_other_random_draws_are_refused(tmp_path):
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Noisy(nn.Module):
             def forward(self, x):
                 return x + torch.randn_like(x)
 
         model = nn.Sequential(Noisy())
         model(torch.randn(2, 4))
-    """)
-    with pytest.raises(CaptureFailed, match=r"draws random numbers \(aten\.randn_like \(user_model\.py:\d+\)\) other than dropout's masks"):
+    """,
+    )
+    with pytest.raises(
+        CaptureFailed,
+        match=r"draws random numbers \(aten\.randn_like \(user_model\.py:\d+\)\) other than dropout's masks",
+    ):
         capture(script, "model.0", tmp_path / "noisy.py")
 
 
 def test_device_literals_follow_the_inputs(tmp_path):
-    script = _script(tmp_path, """
+    script = _script(
+        tmp_path,
+        """
         class Pos(nn.Module):
             def forward(self, x):
                 return x + torch.arange(x.shape[-1], device=x.device)
 
         model = Pos()
         model(torch.zeros(2, 3))
-    """)
+    """,
+    )
     files = CaptureFiles(tmp_path / "pos.py")
     capture(script, "model", files.task)
     source = files.task.read_text()
@@ -278,18 +319,35 @@ def test_device_literals_follow_the_inputs(tmp_path):
 @pytest.mark.parametrize(
     ("module", "body", "message"),
     [
-        ("model.blocks.9", "model = nn.Sequential()\nmodel.add_module('blocks', nn.ModuleList([nn.Linear(2, 2)]))\nmodel.blocks[0](torch.ones(2))",
-         "model.blocks (ModuleList) has no submodule '9'; it has: 0"),
-        ("model.0", "model = nn.Sequential(nn.Linear(2, 2))\nprint('built, never run')", "ran to its end without calling model.0"),
+        (
+            "model.blocks.9",
+            "model = nn.Sequential()\nmodel.add_module('blocks', nn.ModuleList([nn.Linear(2, 2)]))\nmodel.blocks[0](torch.ones(2))",
+            "model.blocks (ModuleList) has no submodule '9'; it has: 0",
+        ),
+        (
+            "model.0",
+            "model = nn.Sequential(nn.Linear(2, 2))\nprint('built, never run')",
+            "ran to its end without calling model.0",
+        ),
         ("model.0", "model = nn.Sequential(nn.Linear(2, 2))\nmodel(torch.ones(3))", "raised RuntimeError"),
-        ("model.0", "model = nn.Sequential(nn.Linear(2, 2))\nmodel(torch.ones(2))", "called model.0 (Linear) 1 time, not 2"),
+        (
+            "model.0",
+            "model = nn.Sequential(nn.Linear(2, 2))\nmodel(torch.ones(2))",
+            "called model.0 (Linear) 1 time, not 2",
+        ),
     ],
 )
 def test_bad_input_is_named(tmp_path, module, body, message):
     script = _script(tmp_path, body)
     with pytest.raises(CaptureInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         capture(script, module, tmp_path / "t.py", call=2 if "not 2" in message else 1)
-    assert main(["capture", str(script), "--module", module, "--out", str(tmp_path / "t.py")] + (["--call", "2"] if "not 2" in message else [])) == 2
+    assert (
+        main(
+            ["capture", str(script), "--module", module, "--out", str(tmp_path / "t.py")]
+            + (["--call", "2"] if "not 2" in message else [])
+        )
+        == 2
+    )
 
 
 def test_help_explains_itself(capsys):
@@ -303,11 +361,18 @@ def test_help_explains_itself(capsys):
 
 def test_cli_json_and_script_arguments(tmp_path, capsys):
     out = tmp_path / "mlp.py"
-    assert main(["capture", str(EXAMPLE), "--module", "model.blocks.1.mlp", "--out", str(out), "--json", "--", "--seq", "5"]) == 0
+    assert (
+        main(
+            ["capture", str(EXAMPLE), "--module", "model.blocks.1.mlp", "--out", str(out), "--json", "--", "--seq", "5"]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["manifest"]["inputs"][0]["tensor"]["shape"] == [2, 5, 32]
     assert report["manifest"]["script_args"] == ["--seq", "5"]
-    assert main(["capture", str(EXAMPLE), "--module", "model.blocks.1.mlp", "--out", str(out)]) == 2  # exists; --force replaces
+    assert (
+        main(["capture", str(EXAMPLE), "--module", "model.blocks.1.mlp", "--out", str(out)]) == 2
+    )  # exists; --force replaces
 
 
 def test_tolerance_for():
@@ -332,4 +397,7 @@ def test_half_precision_outputs_are_judged_against_the_exact_result():
         assert not check.ok  # element-wise, both fail
         judged = truth_rule(got, want, truth, JudgeConfig(), check)
         assert judged.ok is ok
-    assert "as close to the exact result" in truth_rule(close, want, truth, JudgeConfig(), compare_outputs(close, want, JudgeConfig())).summary()
+    assert (
+        "as close to the exact result"
+        in truth_rule(close, want, truth, JudgeConfig(), compare_outputs(close, want, JudgeConfig())).summary()
+    )

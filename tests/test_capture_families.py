@@ -41,7 +41,9 @@ CASES = [  # family, mode, module: the targets tune puts on top for each family,
 ]
 
 
-@pytest.mark.parametrize("family,mode,module", CASES, ids=[f"{f}-{m}-{p.rsplit('.', 2)[-2]}.{p.rsplit('.', 1)[-1]}" for f, m, p in CASES])
+@pytest.mark.parametrize(
+    "family,mode,module", CASES, ids=[f"{f}-{m}-{p.rsplit('.', 2)[-2]}.{p.rsplit('.', 1)[-1]}" for f, m, p in CASES]
+)
 def test_capture_takes_the_family(tmp_path, family, mode, module):
     out = tmp_path / "task.py"
     m = capture(SCRIPT, module, out, script_args=["--family", family, "--mode", mode]).manifest
@@ -49,12 +51,16 @@ def test_capture_takes_the_family(tmp_path, family, mode, module):
     task = import_file(out, f"task_{family}")
     with torch.no_grad():
         task.Model(*task.get_init_inputs())(*task.get_inputs())
-    assert all(op.split(".")[0] in ("aten", "prims") or "." not in op for op in m.graph_ops)  # torch's own operators only
+    assert all(
+        op.split(".")[0] in ("aten", "prims") or "." not in op for op in m.graph_ops
+    )  # torch's own operators only
     decoder_attention = family in ("llama", "qwen3", "gpt2") and module.endswith(("self_attn", "attn"))
     if decoder_attention:  # the cache: what the call wrote into it is an output, keyed as the task says
         (state,) = m.state
         assert state.type.endswith("DynamicCache") and state.units[0].outputs == ["keys", "values"]
-        assert state.units[0].index_attr == "layer_idx" and not state.units[0].inputs  # an empty cache before the prefill
+        assert (
+            state.units[0].index_attr == "layer_idx" and not state.units[0].inputs
+        )  # an empty cache before the prefill
         assert any(o.path.startswith("[1]['kf_state']['cache_layers_0_") for o in m.outputs)
         assert "kf_state" in out.read_text()
     else:
@@ -74,7 +80,9 @@ def _session(tmp_path: Path, task: Path) -> Path:
     """A session whose best kernel is the task's own Model: what a swap does is what is tested here (the judge's
     Triton kernels for these tasks are tested in test_hf_kernels.py)."""
     d = tmp_path / f"session_{task.stem}"
-    SessionDir.create(d, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cpu"))
+    SessionDir.create(
+        d, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cpu")
+    )
     (d / "best.py").write_text(task.read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
     return d
 
@@ -112,7 +120,9 @@ def test_a_swapped_attention_writes_the_cache_as_the_module_does(tmp_path):
         got = model.generate(ids, max_new_tokens=12, do_sample=False)
     assert torch.equal(got, want)
     assert len(ran) == 1 and swapped.fallbacks == 11  # the prefill, then 11 decode steps
-    assert any("layers[1].is_initialized is True where the captured call found it False" in str(w.message) for w in caught)
+    assert any(
+        "layers[1].is_initialized is True where the captured call found it False" in str(w.message) for w in caught
+    )
 
 
 def test_the_cache_swap_compiles_whole(tmp_path):

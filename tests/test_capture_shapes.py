@@ -79,7 +79,11 @@ def test_capture_all_calls_then_the_swap_compiles_fullgraph(tmp_path):
     script.write_text(USER)
     run = subprocess.run(
         [sys.executable, "-P", str(script), str(task), str(session), str(_honest_kernel(tmp_path)), str(EXAMPLE)],
-        capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        timeout=300,
+        cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     r = json.loads(run.stdout.splitlines()[-1])
@@ -91,7 +95,12 @@ def test_capture_all_calls_then_the_swap_compiles_fullgraph(tmp_path):
     source = task.read_text()
     assert "def get_input_sets():" in source and "_normal([3, 520]" in source and "_normal([4, 200]" in source
     # the swap: checked at both captured calls, a custom operator, one graph, no break, the original's output
-    assert r["checks"] == [["captured_call", 1, True], ["original_module", 1, True], ["captured_call", 2, True], ["original_module", 2, True]]
+    assert r["checks"] == [
+        ["captured_call", 1, True],
+        ["original_module", 1, True],
+        ["captured_call", 2, True],
+        ["original_module", 2, True],
+    ]
     assert r["op"].startswith("kernelfix::swap_model_gate_")
     assert r["graph_breaks"] == 0 and r["graphs"] == 1 and r["dynamo_breaks"] == {}
     assert r["unique_graphs"] == 1 and r["fallbacks"] == 0

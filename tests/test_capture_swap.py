@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import kernelfix
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
 from kernelfix.agent.session import Session
@@ -28,9 +26,11 @@ from kernelfix.capture.errors import CallMismatch, SwapCheckFailed
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.pipeline import capture
 from kernelfix.capture.swap import attribute_path
-from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
+
+import kernelfix
+from kernelfix.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "models" / "tiny_transformer.py"
@@ -91,7 +91,9 @@ def _user_model(script: Path):
 
 def _session(tmp_path: Path, task: Path, best: str | None) -> Path:
     d = tmp_path / "session"
-    SessionDir.create(d, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cpu"))
+    SessionDir.create(
+        d, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cpu")
+    )
     if best is not None:
         (d / "best.py").write_text(textwrap.dedent(best))
     return d
@@ -116,7 +118,9 @@ def test_load_best_replaces_the_module_and_checks_it(tmp_path):
     bare = kernelfix.load_best(session)
     # torch.compile's path was checked (an aot_eager compile) at the first load; another instance of the kernel takes it
     assert swapped.compile_path.kind == "traced" and swapped.compile_path.checks
-    assert bare.compile_path.kind == "traced" and bare.compile_path.note.startswith("as every instance of this kind: checked compiled")
+    assert bare.compile_path.kind == "traced" and bare.compile_path.note.startswith(
+        "as every instance of this kind: checked compiled"
+    )
     with pytest.raises(CallMismatch, match=r"args\[0\] is float32\[2, 4\]; the kernel was judged on float32\[4, 4\]"):
         bare(torch.randn(2, 4), scale=s, causal=True)
 
@@ -146,7 +150,10 @@ def test_swap_cli(tmp_path, capsys):
     (session / "best.py").write_text(KERNEL.format(wrong=""))
     assert main(["swap", str(session)]) == 0
     out = capsys.readouterr().out
-    assert f"model.inner = kernelfix.load_best({str(session)!r}, model.inner)" in out and "check against the captured call: ok" in out
+    assert (
+        f"model.inner = kernelfix.load_best({str(session)!r}, model.inner)" in out
+        and "check against the captured call: ok" in out
+    )
     relu = _session(tmp_path / "other", ROOT / "examples" / "tasks" / "relu.py", "")
     assert main(["swap", str(relu)]) == 2  # not a captured task
     assert "was not made by `kernelfix capture`" in capsys.readouterr().err
@@ -182,15 +189,24 @@ def test_capture_optimize_swap_on_cpu(tmp_path):
     replay = tmp_path / "mlp.jsonl"  # the example replay's correct turn only, to keep the test short
     replay.write_text((ROOT / "examples" / "replays" / "tiny_mlp.jsonl").read_text().splitlines()[1] + "\n")
     session = Session.create(
-        tmp_path / "session", task_path=task, model=make_model(f"replay:{replay}", AgentConfig()),
-        agent=AgentConfig(max_turns=1, shape_block=False), judge_config=JudgeConfig(device="cpu", trials=2),
+        tmp_path / "session",
+        task_path=task,
+        model=make_model(f"replay:{replay}", AgentConfig()),
+        agent=AgentConfig(max_turns=1, shape_block=False),
+        judge_config=JudgeConfig(device="cpu", trials=2),
     )
     outcome = session.run()
     assert outcome.success and outcome.best_turn == 1
     # The user's side, in a process of its own: Triton runs on the CPU only when its interpreter is chosen at import.
     script = tmp_path / "use_kernel.py"
     script.write_text(SWAP.format(models=str(EXAMPLE.parent), session=str(tmp_path / "session")))
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["checks"] == [True, True] and result["fallbacks"] == 0 and result["kernel"] == "ModelNew"
@@ -255,7 +271,6 @@ def test_a_none_in_the_output_stays_none_through_the_custom_operator():
     """A transformers attention returns (output, None): the operator returns only the tensors, and the rebuilt output
     puts None back where the module had it, in a tuple and in a dict, eager and under torch.compile."""
     import torch.nn as nn
-
     from kernelfix.capture.calls import output_layout, rebuild
     from kernelfix.capture.custom_op import meta_reference, register
 
@@ -267,11 +282,16 @@ def test_a_none_in_the_output_stays_none_through_the_custom_operator():
         def forward(self, x):
             return x + x, None, {"weights": None, "cache": 1 + x}
 
-    op, spec, tensor_at = register(Kernel(), meta_reference(Attention()), "model.attn", [torch.empty(3, 4, device="meta")])
+    op, spec, tensor_at = register(
+        Kernel(), meta_reference(Attention()), "model.attn", [torch.empty(3, 4, device="meta")]
+    )
     assert tensor_at == [0, 3]  # the leaves (out, None, None, cache): two tensors
     layout = output_layout(spec, tensor_at)
     x = torch.randn(3, 4)
-    for call in (lambda t: rebuild(layout, op([t])), torch.compile(lambda t: rebuild(layout, op([t])), backend="eager", fullgraph=True)):
+    for call in (
+        lambda t: rebuild(layout, op([t])),
+        torch.compile(lambda t: rebuild(layout, op([t])), backend="eager", fullgraph=True),
+    ):
         out, weights, rest = call(x)
         assert torch.equal(out, x * 2) and weights is None
         assert rest["weights"] is None and torch.equal(rest["cache"], x + 1)

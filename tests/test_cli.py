@@ -14,7 +14,9 @@ CANDS = ROOT / "tests/corpus/candidates"
 
 
 def kernelfix(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelfix", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelfix", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def test_help_explains_commands_and_exit_codes():
@@ -28,7 +30,16 @@ def test_ok_verdict_as_json_exits_zero():
     out = kernelfix("eval", str(TASK), str(CANDS / "triton_relu_ok.py"), "--device", "cpu", "--json")
     assert out.returncode == 0, out.stderr
     v = json.loads(out.stdout)
-    for field in ("category", "compiled", "correct", "legal", "speedup_eager", "speedup_compile", "timings", "feedback"):
+    for field in (
+        "category",
+        "compiled",
+        "correct",
+        "legal",
+        "speedup_eager",
+        "speedup_compile",
+        "timings",
+        "feedback",
+    ):
         assert field in v
     assert v["category"] == "ok" and v["compiled"] and v["correct"] and v["legal"]
     assert v["speedup_eager"] is None  # nothing is timed on cpu

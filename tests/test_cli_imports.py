@@ -49,7 +49,12 @@ json.dump({"results": results, "modules": sorted(sys.modules)}, open(out, "w"))
 def _child(code: str, out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     return subprocess.run(
-        [sys.executable, "-c", code, str(out), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", code, str(out), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -77,7 +82,14 @@ def test_a_real_eval_loads_no_heavy_library_in_the_parent(tmp_path):
     """The judge's workers (separate processes) import torch; the process the user started does not."""
     out = tmp_path / "modules.json"
     done = _child(
-        WRAPPER, out, "eval", "examples/tasks/relu.py", "examples/candidates/relu_triton.py", "--device", "cpu", "--json",
+        WRAPPER,
+        out,
+        "eval",
+        "examples/tasks/relu.py",
+        "examples/candidates/relu_triton.py",
+        "--device",
+        "cpu",
+        "--json",
         timeout=300,
     )
     assert done.returncode == 0, done.stderr

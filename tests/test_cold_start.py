@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from kernelfix.cli import eval as eval_command
 from kernelfix.sandbox import fork_server, scrubbed_env, zygote
 from kernelfix.sandbox.process import _import_path, _spawn
 from kernelfix.tools.cache_dir import CACHE_ENV
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.handles import sandboxing
+
+from kernelfix.cli import eval as eval_command
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = REPO / "examples/tasks/relu.py"
@@ -32,13 +32,18 @@ def test_the_early_fork_servers_are_the_ones_the_workers_use(tmp_path, device, g
     source = TRITON.read_text()
     early = sandboxing.fork_server_kinds(JudgeConfig(), source, device, gpu)
     assert [k for k, _ in early] == ["reference", "triton"]
-    worker_kinds = {"reference": ("reference", tmp_path / "reference"), "triton": ("candidate", tmp_path / "evals" / "abc")}
+    worker_kinds = {
+        "reference": ("reference", tmp_path / "reference"),
+        "triton": ("candidate", tmp_path / "evals" / "abc"),
+    }
     for kind, env in early:
         role, workdir = worker_kinds[kind]
         worker_env = sandboxing.env(role, workdir, device, gpu)  # what Reference / CandidateRun give the worker
         assert zygote.key(sys.executable, env, kind) == zygote.key(sys.executable, worker_env, kind)
     assert sandboxing.fork_server_kinds(JudgeConfig(), CUDA_SOURCE, device, gpu)[1][0] == "cuda"
-    assert [k for k, _ in sandboxing.fork_server_kinds(JudgeConfig(), None, device, gpu)] == ["reference"]  # a reply: its code not known yet
+    assert [k for k, _ in sandboxing.fork_server_kinds(JudgeConfig(), None, device, gpu)] == [
+        "reference"
+    ]  # a reply: its code not known yet
     assert sandboxing.fork_server_kinds(JudgeConfig(fork_server=False), source, device, gpu) == []
 
 
@@ -48,7 +53,9 @@ def _args(task: Path, candidate: Path) -> argparse.Namespace:
 
 def test_eval_starts_its_fork_servers_only_for_what_the_judge_will_judge(tmp_path, monkeypatch):
     started: list[tuple[str | None, str | None]] = []
-    monkeypatch.setattr(sandboxing, "start_fork_servers", lambda cfg, code, gpu=None: started.append((cfg.device, code)))
+    monkeypatch.setattr(
+        sandboxing, "start_fork_servers", lambda cfg, code, gpu=None: started.append((cfg.device, code))
+    )
     cfg = JudgeConfig(device="cpu")
     eval_command._start_fork_servers(_args(TASK, TRITON), cfg)
     assert started == [("cpu", TRITON.read_text())]
@@ -94,7 +101,9 @@ def test_the_fork_servers_bytecode_goes_to_the_judges_cache_where_the_install_ta
     # PYTHONDONTWRITEBYTECODE: the module's bytecode lands in the cache, nothing beside its source.
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     env = {**scrubbed_env(), CACHE_ENV: str(cache)}
-    z = zygote.Zygote(sys.executable, env, [str(lib), *map(str, _import_path())], str(tmp_path), _spawn, ("kf_bytecode_probe",))
+    z = zygote.Zygote(
+        sys.executable, env, [str(lib), *map(str, _import_path())], str(tmp_path), _spawn, ("kf_bytecode_probe",)
+    )
     assert z.ready.wait(60)  # it exits by itself: no torch
     assert "kf_bytecode_probe" in z.info.get("imports", {})
     assert list((cache / "bytecode").rglob("kf_bytecode_probe.*.pyc")), sorted(map(str, cache.rglob("*")))

@@ -3,7 +3,6 @@
 import math
 
 import torch
-
 from kernelfix.tools.correctness.compare import compare, inputs_mutated
 from kernelfix.tools.verdict import Category
 

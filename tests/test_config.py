@@ -1,15 +1,17 @@
 """Config files: kernelfix.toml or [tool.kernelfix], per-task overrides, typos rejected."""
 
 import pytest
+from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 
 from kernelfix.config_file import ConfigError, load_config
-from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 
 
 def test_defaults_without_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = load_config()
-    assert cfg.judge.trials == 5 and cfg.judge.atol is None and cfg.judge.rtol is None and cfg.judge.timing_runs == 100  # by dtype
+    assert (
+        cfg.judge.trials == 5 and cfg.judge.atol is None and cfg.judge.rtol is None and cfg.judge.timing_runs == 100
+    )  # by dtype
 
 
 def test_kernelfix_toml_and_task_overrides(tmp_path, monkeypatch):
@@ -63,7 +65,9 @@ def test_interactive_sessions_profile_by_default_unless_told_not_to(tmp_path, mo
     args = argparse.Namespace(config=None, device=None, trials=None, atol=None, rtol=None, profile=None)
     assert _judge_config(args, profile_by_default=True).profile is True
     assert _judge_config(args).profile is False  # eval, batch
-    assert _judge_config(argparse.Namespace(**{**vars(args), "profile": False}), profile_by_default=True).profile is False
+    assert (
+        _judge_config(argparse.Namespace(**{**vars(args), "profile": False}), profile_by_default=True).profile is False
+    )
     (tmp_path / "kernelfix.toml").write_text("[judge]\nprofile = false\n")
     assert _judge_config(args, profile_by_default=True).profile is False
 

@@ -10,7 +10,6 @@ but not run); CUDA cases are marked ``gpu`` and run on the device.
 from __future__ import annotations
 
 import pytest
-
 from conftest import load_cases
 from kernelfix.tools.verdict import Category
 
@@ -33,11 +32,15 @@ def test_candidate_gets_its_category(case, device, verdicts):
     verdict = verdicts(case, device)
     expected = Category(case.expect[device])
     print(f"\n[{device}] {case.id}: {verdict.category.value} (expected {expected.value}): {verdict.message}")
-    assert verdict.category == expected, f"{case.id}: got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
+    assert verdict.category == expected, (
+        f"{case.id}: got {verdict.category.value}: {verdict.message}\n{verdict.feedback}"
+    )
     assert verdict.feedback.strip()
     precision_warning = verdict.correctness.precision_warning if verdict.correctness else None
     if "precision" in case.warns:
-        assert precision_warning and any(w.startswith("precision:") for w in verdict.warnings), f"{case.id}: no precision warning"
+        assert precision_warning and any(w.startswith("precision:") for w in verdict.warnings), (
+            f"{case.id}: no precision warning"
+        )
         assert "float64" in verdict.feedback
     elif expected == Category.OK:
         assert precision_warning is None, f"{case.id}: false alarm: {precision_warning}"
@@ -48,8 +51,10 @@ def test_candidate_gets_its_category(case, device, verdicts):
             t = verdict.timings
             assert t is not None and t.candidate is not None and t.eager is not None
             assert t.candidate.runs >= 100 and verdict.speedup_eager and verdict.speedup_eager > 0
-            print(f"\n{case.id} on {t.gpu}: candidate {t.candidate.median_ms:.4f} ms, eager {t.eager.median_ms:.4f} ms, "
-                  f"compile {t.compiled.median_ms if t.compiled else None}, speedup {verdict.speedup_eager:.2f}x / {verdict.speedup_compile}")
+            print(
+                f"\n{case.id} on {t.gpu}: candidate {t.candidate.median_ms:.4f} ms, eager {t.eager.median_ms:.4f} ms, "
+                f"compile {t.compiled.median_ms if t.compiled else None}, speedup {verdict.speedup_eager:.2f}x / {verdict.speedup_compile}"
+            )
     else:
         assert verdict.message, "a failing verdict says what failed"
         assert verdict.speedup_eager is None and verdict.speedup_compile is None
@@ -65,9 +70,18 @@ def test_candidate_gets_its_category(case, device, verdicts):
 
 def test_corpus_covers_every_category_the_issue_names():
     named = {
-        "ok", "compile_error:syntax", "compile_error:nvcc", "correctness_error:numerical", "correctness_error:shape",
-        "runtime_error:timeout", "runtime_error:crash", "cheating:disallowed_aten", "cheating:fallback",
-        "cheating:side_stream", "cheating:output_caching", "cheating:input_mutation",
+        "ok",
+        "compile_error:syntax",
+        "compile_error:nvcc",
+        "correctness_error:numerical",
+        "correctness_error:shape",
+        "runtime_error:timeout",
+        "runtime_error:crash",
+        "cheating:disallowed_aten",
+        "cheating:fallback",
+        "cheating:side_stream",
+        "cheating:output_caching",
+        "cheating:input_mutation",
         "correctness_error:input_dependent",
     }
     covered = {c.expect.get("cpu") for c in CASES} | {c.expect.get("cuda") for c in CASES}

@@ -12,7 +12,6 @@ import textwrap
 
 import pytest
 import torch
-
 from conftest import case_named
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness import input_variants
@@ -113,7 +112,8 @@ def test_variants_change_floating_tensors_only_and_are_seeded():
 
 def _write_task(tmp_path, name: str, forward: str, inputs: str):
     path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         import torch
         import torch.nn as nn
 
@@ -126,7 +126,8 @@ def _write_task(tmp_path, name: str, forward: str, inputs: str):
 
         def get_init_inputs():
             return []
-    """))
+    """)
+    )
     return path
 
 
@@ -165,7 +166,9 @@ def test_zeros_verdict_names_the_vacuous_tolerance_and_the_norm(verdicts):
     first = next(t for t in v.correctness.trials if not t.ok)
     assert first.mismatches == 0 and first.rel_error_norm > 1  # every element within atol: the norm caught it
     assert v.correctness.vacuous_tolerance and "all-zeros" in v.correctness.vacuous_tolerance
-    assert f"trial {first.trial}" in v.feedback and "relative error norm" in v.feedback and "prove nothing" in v.feedback
+    assert (
+        f"trial {first.trial}" in v.feedback and "relative error norm" in v.feedback and "prove nothing" in v.feedback
+    )
 
 
 @pytest.mark.parametrize("name", ["loss_expected_value.py", "standardize_hardcoded.py"])
@@ -192,7 +195,9 @@ def test_fp16_inside_fp32_warns_by_default(verdicts):
 
 def test_fp16_inside_fp32_fails_when_configured(judges):
     case = case_named("linear_fp16.py")
-    v = judges(case.task, "cpu", {**case.config, "precision": "fail"}).evaluate(case.path.read_text(), filename=case.path.name)
+    v = judges(case.task, "cpu", {**case.config, "precision": "fail"}).evaluate(
+        case.path.read_text(), filename=case.path.name
+    )
     assert v.category == Category.PRECISION and v.correct is False
     bad = [t for t in v.correctness.trials if not t.ok]
     assert bad and bad[0].category == Category.PRECISION
@@ -206,6 +211,9 @@ def test_each_trial_run_knows_the_one_after_it_whatever_runs_are_skipped():
     from kernelfix.tools.transport.protocol import TrialPlan
 
     own = [TrialPlan(index=i, seed=i, purpose="correctness", float64=i == 0) for i in range(4)]
-    varied = [TrialPlan(index=5 + k, seed=9, purpose="varied", variant=v, variant_of=k, float64=True) for k, v in enumerate(["scaled", "shifted"])]
+    varied = [
+        TrialPlan(index=5 + k, seed=9, purpose="varied", variant=v, variant_of=k, float64=True)
+        for k, v in enumerate(["scaled", "shifted"])
+    ]
     after = {k: t.index for k, t in _after([*own, TrialPlan(index=4, seed=4, purpose="fresh"), *varied]).items()}
     assert after == {(0, False): 1, (1, False): 1, (1, True): 2, (2, False): 3, (3, False): 5, (5, False): 6}

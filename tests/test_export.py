@@ -8,16 +8,16 @@ import time
 from pathlib import Path
 
 import pytest
-
 from agent_support import TASK
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.export import tokens
 from kernelfix.agent.export.sft_records import dedup_key, normalize, word_jaccard
 from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
+
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 
 SOURCE = TASK.read_text()
 
@@ -41,9 +41,19 @@ def trajectory(
     done: list[Turn] = []
     for i, (cat, speed, reasoning) in enumerate(turns, 1):
         ok = cat == "ok"
-        v = Verdict(category=Category(cat), task="relu", device=device, correct=ok, legal=ok, speedup_eager=speed, speedup_compile=speed and speed / 2)
+        v = Verdict(
+            category=Category(cat),
+            task="relu",
+            device=device,
+            correct=ok,
+            legal=ok,
+            speedup_eager=speed,
+            speedup_compile=speed and speed / 2,
+        )
         tag = tag or session_id
-        content = answer if (answer is not None and i == len(turns)) else f"Turn {i} of {tag}.\n\n{kernel(f'{tag}_{i}')}"
+        content = (
+            answer if (answer is not None and i == len(turns)) else f"Turn {i} of {tag}.\n\n{kernel(f'{tag}_{i}')}"
+        )
         t = Turn(
             index=i,
             source="model",
@@ -78,7 +88,11 @@ def save(root: Path, traj: Trajectory) -> None:
 
 
 R = "Think it through step by step. "
-PERFECT = [("compile_error:nvcc", None, R * 9), ("ok", 1.0, R * 9), ("ok", 1.5, R * 3)]  # correct, gain 1.5x, short reasoning
+PERFECT = [
+    ("compile_error:nvcc", None, R * 9),
+    ("ok", 1.0, R * 9),
+    ("ok", 1.5, R * 3),
+]  # correct, gain 1.5x, short reasoning
 
 
 @pytest.fixture
@@ -90,8 +104,12 @@ def sessions(tmp_path) -> Path:
     save(root, trajectory("untimed", [("ok", None, R)], device="cpu"))  # no timing, no gain to show
     save(root, trajectory("long", [("ok", 1.0, R), ("ok", 2.0, R * 40)]))  # same task as keep, longer final reasoning
     # the task again, once with Windows newlines, once indented with tabs: two task ids, one text once normalized
-    save(root, trajectory("dup1", [("ok", 1.0, R), ("ok", 1.3, R)], task_source=SOURCE.replace("\n", "\r\n"), tag="dup"))
-    save(root, trajectory("dup2", [("ok", 1.0, R), ("ok", 1.3, R)], task_source=SOURCE.replace("    ", "\t"), tag="dup"))
+    save(
+        root, trajectory("dup1", [("ok", 1.0, R), ("ok", 1.3, R)], task_source=SOURCE.replace("\n", "\r\n"), tag="dup")
+    )
+    save(
+        root, trajectory("dup2", [("ok", 1.0, R), ("ok", 1.3, R)], task_source=SOURCE.replace("    ", "\t"), tag="dup")
+    )
     return root
 
 
@@ -104,12 +122,20 @@ def test_records_are_openai_chat_with_loss_flags_and_metadata(sessions, tmp_path
     assert [m.get("weight") for m in msgs if m["role"] == "assistant"] == [0, 0, 1]  # loss on the final answer only
     assert all("weight" not in m for m in msgs if m["role"] != "assistant")
     assert msgs[-1]["reasoning_content"] == R * 3  # the final answer keeps its reasoning
-    assert all("reasoning_content" not in m for m in msgs[:-1]) and sum(R in m["content"] for m in msgs) == 0  # earlier reasoning gone
+    assert (
+        all("reasoning_content" not in m for m in msgs[:-1]) and sum(R in m["content"] for m in msgs) == 0
+    )  # earlier reasoning gone
     assert "feedback on turn 1: compile_error:nvcc" in msgs[3]["content"]
     assert meta["task"] == "relu" and meta["session_id"] == "keep"
     assert [t["category"] for t in meta["turns"]] == ["compile_error:nvcc", "ok", "ok"]
-    assert meta["final_speedup_eager"] == 1.5 and meta["final_speedup_compile"] == 0.75 and meta["first_correct_speedup_eager"] == 1.0
-    assert meta["reasoning_tokens"] == tokens.count(R * 3) > 0 and meta["reasoning_tokens_all_turns"] == tokens.count(R * 9) * 2 + tokens.count(R * 3)
+    assert (
+        meta["final_speedup_eager"] == 1.5
+        and meta["final_speedup_compile"] == 0.75
+        and meta["first_correct_speedup_eager"] == 1.0
+    )
+    assert meta["reasoning_tokens"] == tokens.count(R * 3) > 0 and meta["reasoning_tokens_all_turns"] == tokens.count(
+        R * 9
+    ) * 2 + tokens.count(R * 3)
     assert meta["tokenizer"] == "cl100k_base"  # the encoding litellm ships, offline
     assert (tmp_path / "data" / "ANALYSIS.json").is_file() and (tmp_path / "data" / "ANALYSIS.md").is_file()
 
@@ -151,12 +177,30 @@ def test_repair_sessions_are_kept_whatever_their_gain_and_analysis_says_why(sess
     """A session that began failing and ended correct teaches the repair: the gain filter is for optimization sessions."""
     other = SOURCE + "\n# another task\n"
     # broken -> wrong -> correct, judged where nothing is timed: the README's demo session
-    save(sessions, trajectory("repair_cpu", [("compile_error:nvcc", None, R), ("correctness_error:numerical", None, R), ("ok", None, R)], device="cpu", task_source=other))
+    save(
+        sessions,
+        trajectory(
+            "repair_cpu",
+            [("compile_error:nvcc", None, R), ("correctness_error:numerical", None, R), ("ok", None, R)],
+            device="cpu",
+            task_source=other,
+        ),
+    )
     # repaired, then slower: no gain, still a repair
-    save(sessions, trajectory("repair_slow", [("runtime_error:illegal_memory_access", None, R), ("ok", 1.3, R), ("ok", 1.0, R)], task_source=other + "#2\n"))
+    save(
+        sessions,
+        trajectory(
+            "repair_slow",
+            [("runtime_error:illegal_memory_access", None, R), ("ok", 1.3, R), ("ok", 1.0, R)],
+            task_source=other + "#2\n",
+        ),
+    )
     out = tmp_path / "sft.jsonl"
     assert main(["export", str(sessions), "--out", str(out)]) == EXIT_OK
-    kept = {json.loads(line)["metadata"]["session_id"]: json.loads(line)["metadata"] for line in out.read_text().splitlines()}
+    kept = {
+        json.loads(line)["metadata"]["session_id"]: json.loads(line)["metadata"]
+        for line in out.read_text().splitlines()
+    }
     assert sorted(kept) == ["dup1", "keep", "repair_cpu", "repair_slow"]
     assert kept["repair_cpu"]["kind"] == kept["keep"]["kind"] == "repair" and kept["dup1"]["kind"] == "optimization"
     a = json.loads((tmp_path / "ANALYSIS.json").read_text())
@@ -164,17 +208,34 @@ def test_repair_sessions_are_kept_whatever_their_gain_and_analysis_says_why(sess
     assert sorted(gain["dropped_sessions"]) == ["slow", "untimed"]  # optimization sessions only
     rules = {f["session"]: (f["kind"], f["kept"], f["rule"]) for f in a["sessions"]}
     assert len(rules) == 9
-    assert rules["repair_cpu"] == ("repair", True, "speedup_gain: repair session (turn 1 compile_error:nvcc, correct at turn 3): kept whatever its gain")
+    assert rules["repair_cpu"] == (
+        "repair",
+        True,
+        "speedup_gain: repair session (turn 1 compile_error:nvcc, correct at turn 3): kept whatever its gain",
+    )
     assert rules["dup1"] == ("optimization", True, "speedup_gain: gain 1.30x >= 1.2x")
     assert rules["untimed"] == ("optimization", False, "speedup_gain: not timed")
     assert rules["slow"] == ("optimization", False, "speedup_gain: gain below 1.2x")
     assert rules["wrong"] == ("optimization", False, "correct: final turn correctness_error:numerical")
-    assert rules["long"] == ("optimization", False, f"shortest: final reasoning {tokens.count(R * 40)} tokens, 2 of 2 sessions of its task (keeps 1)")
+    assert rules["long"] == (
+        "optimization",
+        False,
+        f"shortest: final reasoning {tokens.count(R * 40)} tokens, 2 of 2 sessions of its task (keeps 1)",
+    )
     assert rules["dup2"][1:] == (False, "dedup: duplicate")
     steps = next(f for f in a["sessions"] if f["session"] == "keep")["steps"]
-    assert [(st["filter"], st["kept"]) for st in steps] == [("correct", True), ("speedup_gain", True), ("shortest", True), ("dedup", True), ("leakage", True)]
+    assert [(st["filter"], st["kept"]) for st in steps] == [
+        ("correct", True),
+        ("speedup_gain", True),
+        ("shortest", True),
+        ("dedup", True),
+        ("leakage", True),
+    ]
     md = (tmp_path / "ANALYSIS.md").read_text()
-    assert "| repair_cpu | relu | repair | yes | speedup_gain: repair session (turn 1 compile_error:nvcc, correct at turn 3): kept whatever its gain |" in md
+    assert (
+        "| repair_cpu | relu | repair | yes | speedup_gain: repair session (turn 1 compile_error:nvcc, correct at turn 3): kept whatever its gain |"
+        in md
+    )
     assert "| untimed | relu | optimization | no | speedup_gain: not timed |" in md
 
     # an unusable session has its row too
@@ -182,8 +243,12 @@ def test_repair_sessions_are_kept_whatever_their_gain_and_analysis_says_why(sess
     (sessions / "broken" / "trajectory.json").write_text("{not json")
     assert main(["export", str(sessions), "--out", str(out), "--min-speedup-gain", "0"]) == EXIT_OK
     a = json.loads((tmp_path / "ANALYSIS.json").read_text())
-    assert a["sessions"][-1]["rule"].startswith("unusable: unreadable trajectory.json") and not a["sessions"][-1]["kept"]
-    assert next(f for f in a["sessions"] if f["session"] == "untimed")["rule"] == "passed every filter (speedup_gain off)"
+    assert (
+        a["sessions"][-1]["rule"].startswith("unusable: unreadable trajectory.json") and not a["sessions"][-1]["kept"]
+    )
+    assert (
+        next(f for f in a["sessions"] if f["session"] == "untimed")["rule"] == "passed every filter (speedup_gain off)"
+    )
 
 
 def test_leakage_is_flagged_and_dropped_on_request(tmp_path):
@@ -239,7 +304,9 @@ def test_a_turn_the_machine_failed_to_judge_is_never_a_model_mistake(tmp_path):
     from kernelfix.agent.export import rl
     from kernelfix.agent.export.sft_records import record
 
-    traj = trajectory("faulted", [("compile_error:nvcc", None, R), ("ok", 1.2, R), ("infra:gpu_busy", None, R), ("ok", 1.5, R)])
+    traj = trajectory(
+        "faulted", [("compile_error:nvcc", None, R), ("ok", 1.2, R), ("infra:gpu_busy", None, R), ("ok", 1.5, R)]
+    )
     rec = record(traj, session_dir="x")
     assert rec.metadata.final_turn == 2 and rec.metadata.final_category == "ok"
     assert all("infra" not in (m.content or "") for m in rec.messages)

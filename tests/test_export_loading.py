@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
-
 from agent_support import REPO
-from test_export import PERFECT, R, SOURCE, save, trajectory
+from test_export import PERFECT, SOURCE, R, save, trajectory
 from tiny_model import save_tiny_qwen3
+
 from kernelfix.cli import EXIT_OK, main
 
 datasets = pytest.importorskip("datasets")  # in the dev extra: CI runs these
@@ -30,10 +30,25 @@ def exported(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("export")
     sessions = root / "sessions"
     save(sessions, trajectory("repair", PERFECT))  # nvcc error, then correct, then faster
-    save(sessions, trajectory("repair_cpu", [("compile_error:nvcc", None, R), ("correctness_error:numerical", None, "Ünïcode — ok? " * 3), ("ok", None, R)],
-                              device="cpu", task_source=SOURCE + "\n# b\n"))
+    save(
+        sessions,
+        trajectory(
+            "repair_cpu",
+            [
+                ("compile_error:nvcc", None, R),
+                ("correctness_error:numerical", None, "Ünïcode — ok? " * 3),
+                ("ok", None, R),
+            ],
+            device="cpu",
+            task_source=SOURCE + "\n# b\n",
+        ),
+    )
     save(sessions, trajectory("optimized", [("ok", 1.0, R), ("ok", 1.6, R * 2)], task_source=SOURCE + "\n# c\n"))
-    files = {"jsonl": root / "final" / "sft.jsonl", "parquet": root / "final" / "sft.parquet", "all": root / "all" / "sft.jsonl"}
+    files = {
+        "jsonl": root / "final" / "sft.jsonl",
+        "parquet": root / "final" / "sft.parquet",
+        "all": root / "all" / "sft.jsonl",
+    }
     assert main(["export", str(sessions), "--out", str(files["jsonl"])]) == EXIT_OK
     assert main(["export", str(sessions), "--out", str(files["parquet"])]) == EXIT_OK
     assert main(["export", str(sessions), "--out", str(files["all"]), "--loss", "all-assistant"]) == EXIT_OK
@@ -41,7 +56,12 @@ def exported(tmp_path_factory) -> dict[str, Path]:
 
 
 def _load(path: Path):
-    return datasets.load_dataset("parquet" if path.suffix == ".parquet" else "json", data_files=str(path), split="train", cache_dir=str(path.parent / "hf-cache"))
+    return datasets.load_dataset(
+        "parquet" if path.suffix == ".parquet" else "json",
+        data_files=str(path),
+        split="train",
+        cache_dir=str(path.parent / "hf-cache"),
+    )
 
 
 def test_datasets_loads_jsonl_and_parquet_alike(exported):
@@ -78,7 +98,9 @@ def test_apply_chat_template_renders_a_record(exported, tiny_model):
     final = msgs[-1]
     # Qwen3's template strips newlines (only) around the reasoning
     expected_tail = f"<|im_start|>assistant\n<think>\n{final['reasoning_content'].strip(chr(10))}\n</think>\n\n{final['content']}<|im_end|>\n"
-    assert text.startswith(f"<|im_start|>system\n{msgs[0]['content']}<|im_end|>\n<|im_start|>user\n{msgs[1]['content']}<|im_end|>\n")
+    assert text.startswith(
+        f"<|im_start|>system\n{msgs[0]['content']}<|im_end|>\n<|im_start|>user\n{msgs[1]['content']}<|im_end|>\n"
+    )
     assert text.endswith(expected_tail)
     for m in msgs[2:-1]:  # earlier answers and the judge's feedback, in order, no reasoning
         assert f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" in text
@@ -96,7 +118,9 @@ def recipe(model: Path, data: Path) -> str:
     block = next(b for b in re.findall(r"```python\n(.*?)```", RECIPE_DOC.read_text(), re.S) if "SFTTrainer(" in b)
     block, n = re.subn(r'^MODEL = ".*"$', f"MODEL = {str(model)!r}", block, flags=re.M)
     block, m = re.subn(r'^DATA = ".*".*$', f"DATA = {str(data)!r}", block, flags=re.M)
-    block, c = re.subn(r"^args = SFTConfig\($", "args = SFTConfig(use_cpu=True, bf16=False, max_steps=1,", block, flags=re.M)
+    block, c = re.subn(
+        r"^args = SFTConfig\($", "args = SFTConfig(use_cpu=True, bf16=False, max_steps=1,", block, flags=re.M
+    )
     assert n == m == c == 1, "the recipe's MODEL, DATA and SFTConfig lines"
     return block
 
@@ -140,15 +164,30 @@ def test_trl_trains_on_the_final_answer_only(exported, tiny_model, tmp_path, mon
         assert full.startswith(prompt)  # the prompt renders the same alone: the completion starts where it ends
         assert tok.decode(ex["input_ids"]) == full  # nothing cut
         # weight 1 on the final answer only = loss on exactly its rendering: reasoning, content, end of turn
-        assert trained_spans(ex, tok) == [full[len(prompt):]]
-        assert msgs[-1]["content"] in full[len(prompt):] and [m.get("weight") for m in msgs if m["role"] == "assistant"][-1] == 1
+        assert trained_spans(ex, tok) == [full[len(prompt) :]]
+        assert (
+            msgs[-1]["content"] in full[len(prompt) :]
+            and [m.get("weight") for m in msgs if m["role"] == "assistant"][-1] == 1
+        )
 
 
 def test_trl_trains_on_every_answer_with_loss_all_assistant(exported, tiny_model, tmp_path, monkeypatch):
     from trl.data_utils import is_conversational
 
     parquet = exported["all"].with_suffix(".parquet")  # the parquet loader in this path
-    assert main(["export", str(exported["jsonl"].parent.parent / "sessions"), "--out", str(parquet), "--loss", "all-assistant"]) == EXIT_OK
+    assert (
+        main(
+            [
+                "export",
+                str(exported["jsonl"].parent.parent / "sessions"),
+                "--out",
+                str(parquet),
+                "--loss",
+                "all-assistant",
+            ]
+        )
+        == EXIT_OK
+    )
     ns = run_recipe(tiny_model, parquet, tmp_path, monkeypatch)
     trainer = ns["trainer"]
     assert trainer.state.global_step >= 1 and math.isfinite(trainer.state.log_history[-1]["train_loss"])
@@ -162,7 +201,9 @@ def test_trl_trains_on_every_answer_with_loss_all_assistant(exported, tiny_model
         spans = trained_spans(ex, tok)
         assert len(spans) == len(answers)  # one trained span per answer
         for span, m in zip(spans, answers):
-            assert span.startswith("<think>\n") and m["content"] in span and span.endswith("<|im_end|>\n")  # the training template marks the newline too
+            assert (
+                span.startswith("<think>\n") and m["content"] in span and span.endswith("<|im_end|>\n")
+            )  # the training template marks the newline too
             assert (m.get("reasoning_content") or "").strip() in span
         others = [m["content"] for m in msgs if m["role"] != "assistant"]
         assert not any(o[:200] in s for o in others for s in spans)  # no system or user text carries loss

@@ -9,11 +9,22 @@ from pathlib import Path
 
 from agent_support import TASK
 from kernelfix.agent.agent_config import AgentConfig
-from kernelfix.agent.state import ChatMessage, Outcome, RoundRecord, Settings, TaskInfo, Trajectory, Turn, path_to, totals
-from kernelfix.cli import EXIT_OK, main
+from kernelfix.agent.state import (
+    ChatMessage,
+    Outcome,
+    RoundRecord,
+    Settings,
+    TaskInfo,
+    Trajectory,
+    Turn,
+    path_to,
+    totals,
+)
 from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
+
+from kernelfix.cli import EXIT_OK, main
 
 # (turn, parent, branch, round, category, speedup): round one drew 1 and 2, round two continued both
 TREE = [
@@ -34,17 +45,35 @@ def search_trajectory() -> Trajectory:
         v = Verdict(category=Category(cat), task="relu", device="cuda", correct=ok, legal=ok, speedup_eager=speed)
         turns.append(
             Turn(
-                index=index, source="model", parent=parent, branch=branch, round=rnd, code="...", verdict=v, started_at=time.time(),
+                index=index,
+                source="model",
+                parent=parent,
+                branch=branch,
+                round=rnd,
+                code="...",
+                verdict=v,
+                started_at=time.time(),
                 messages=prompts.build_messages(system, task_msg, path_to(turns, parent)),
                 reply=ChatMessage(role="assistant", content=f"answer {index}", reasoning_content=f"reasoning {index}"),
                 feedback=f"feedback on turn {index}: {cat}",
             )
         )
-    rounds = [RoundRecord(round=r, started_at=0.0, wall_s=10.0, judge_s=15.0, slots=[], kept=kept) for r, kept in ((1, [1, 2]), (2, [3, 5]))]
+    rounds = [
+        RoundRecord(round=r, started_at=0.0, wall_s=10.0, judge_s=15.0, slots=[], kept=kept)
+        for r, kept in ((1, [1, 2]), (2, [3, 5]))
+    ]
     return Trajectory(
-        kernelfix_version="0", session_id="tree", task=TaskInfo(name="relu", path=str(TASK), sha1="t", source=TASK.read_text()),
-        model="replay:x", settings=Settings(agent=AgentConfig(width=3, keep=2), judge=JudgeConfig()), device="cuda",
-        created_at=0.0, updated_at=0.0, turns=turns, totals=totals(turns, rounds), rounds=rounds,
+        kernelfix_version="0",
+        session_id="tree",
+        task=TaskInfo(name="relu", path=str(TASK), sha1="t", source=TASK.read_text()),
+        model="replay:x",
+        settings=Settings(agent=AgentConfig(width=3, keep=2), judge=JudgeConfig()),
+        device="cuda",
+        created_at=0.0,
+        updated_at=0.0,
+        turns=turns,
+        totals=totals(turns, rounds),
+        rounds=rounds,
         outcome=Outcome(finished=True, success=True, best_turn=3, best_speedup_eager=1.5),
     )
 
@@ -80,10 +109,18 @@ def test_rl_jsonl_one_record_per_judged_candidate_with_its_reward(tmp_path):
     session, out = write(tmp_path / "s"), tmp_path / "rl.jsonl"
     assert main(["export", str(session), "--out", str(out), "--format", "rl-jsonl"]) == EXIT_OK
     recs = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [(r["metadata"]["turn"], r["metadata"]["reward"]) for r in recs] == [(1, 1.0), (2, 0.0), (3, 1.5), (4, 0.0), (5, 0.0)]
+    assert [(r["metadata"]["turn"], r["metadata"]["reward"]) for r in recs] == [
+        (1, 1.0),
+        (2, 0.0),
+        (3, 1.5),
+        (4, 0.0),
+        (5, 0.0),
+    ]
     r3 = recs[2]
     assert r3["completion"] == {"role": "assistant", "content": "answer 3", "reasoning_content": "reasoning 3"}
-    assert [m["role"] for m in r3["prompt"]] == ["system", "user", "assistant", "user"] and r3["prompt"][2]["content"] == "answer 1"
+    assert [m["role"] for m in r3["prompt"]] == ["system", "user", "assistant", "user"] and r3["prompt"][2][
+        "content"
+    ] == "answer 1"
     assert (r3["metadata"]["parent"], r3["metadata"]["branch"], r3["metadata"]["round"]) == (1, "b1", 2)
     a = json.loads((tmp_path / "ANALYSIS.json").read_text())
     assert a["records_out"] == 5 and a["rewards"] == {"0": 3, "1 and above": 2}

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category
@@ -62,7 +61,10 @@ def test_a_half_precision_reference_is_judged_by_the_float64_rule_too(tmp_path):
         t = v.correctness.trials[0]
         assert t.passed_by == "float64" and t.truth.error_max == 0 and t.truth.reference_error_max > 1e-2
         zeros = verdict(j, "cancel_zeros_triton")
-        assert zeros.category == Category.NUMERICAL and "float64" in next(t for t in zeros.correctness.trials if not t.ok).problem
+        assert (
+            zeros.category == Category.NUMERICAL
+            and "float64" in next(t for t in zeros.correctness.trials if not t.ok).problem
+        )
 
 
 def test_a_half_precision_kernel_closer_to_the_truth_than_its_reference_passes_however_far_both_are():
@@ -70,7 +72,6 @@ def test_a_half_precision_kernel_closer_to_the_truth_than_its_reference_passes_h
     kernel 0.11; the fixed 1e-2 cap failed the better of the two. The cap rises to three times the reference's own, never
     to half the signal: zeros, a constant, and a kernel far past the reference still fail."""
     import torch
-
     from kernelfix.tools.correctness.compare import relative_cap, truth_check
 
     g = torch.Generator().manual_seed(0)
@@ -86,4 +87,8 @@ def test_a_half_precision_kernel_closer_to_the_truth_than_its_reference_passes_h
         assert not bad.passed and "against float64" in bad.why, bad.why
     far = check(truth + 0.45 * noise.flip(0))  # within 8x the reference's error, past three times it
     assert not far.passed and "relative error norm against float64 0.4" in far.why and "above 0.36" in far.why, far.why
-    assert relative_cap(1e-2, 0.0) == 1e-2 and relative_cap(1e-2, 0.12) == pytest.approx(0.36) and relative_cap(1e-2, 0.4) == 0.5
+    assert (
+        relative_cap(1e-2, 0.0) == 1e-2
+        and relative_cap(1e-2, 0.12) == pytest.approx(0.36)
+        and relative_cap(1e-2, 0.4) == 0.5
+    )

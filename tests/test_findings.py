@@ -12,9 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tools.profile import bottleneck, findings, kernel_counters, memory_findings, ncu, ncu_csv, ncu_source
-from kernelfix.tools.verdict import TimingStats, Timings
+from kernelfix.tools.verdict import Timings, TimingStats
 
 FIX = Path(__file__).parent / "fixtures" / "ncu" / "feedback"
 CANDIDATES = Path(__file__).parent / "feedback" / "candidates"
@@ -28,7 +27,10 @@ TASKS = {  # task: (matmul/conv FLOPs, inputs + outputs bytes, dtypes)
     "channel_affine": (None, 2 * 16 * 64 * 256 * 256 * 4 + 2 * 64 * 4, ["float32"]),
     "matmul_fp16": (2 * 4096**3, 3 * 4096 * 4096 * 2, ["float16"]),
     "kernelbench/level1/50_conv_standard_2D__square_input__square_kernel": (
-        2 * 256 * 96 * 55 * 55 * 3 * 121, (256 * 3 * 224 * 224 + 256 * 96 * 55 * 55) * 4, ["float32"]),
+        2 * 256 * 96 * 55 * 55 * 3 * 121,
+        (256 * 3 * 224 * 224 + 256 * 96 * 55 * 55) * 4,
+        ["float32"],
+    ),
 }
 # The forward's measured time where it matters: 8192 launches of a 3 us kernel take ~20 ms.
 MEASURED_MS = {"scale_many_launches_cuda": 20.0}
@@ -45,16 +47,34 @@ def report(case: str):
     kernels = ncu_csv.parse((FIX / f"{case}.details.csv").read_text()).kernels
     sources = ncu_source.parse((FIX / f"{case}.source.csv").read_text())
     ms = MEASURED_MS.get(case)
-    timings = Timings(candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100), bytes_moved=nbytes) if ms else Timings(bytes_moved=nbytes)
-    ctx = findings.Context(task_flops=flops, min_bytes=nbytes, dtypes=dtypes, candidate_source=(CANDIDATES / f"{case}.py").read_text())
-    return bottleneck.from_ncu(kernels, timings=timings, task_flops=flops, max_launches=3 if "many_launches" in case else None, sources=sources, context=ctx)
+    timings = (
+        Timings(
+            candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100),
+            bytes_moved=nbytes,
+        )
+        if ms
+        else Timings(bytes_moved=nbytes)
+    )
+    ctx = findings.Context(
+        task_flops=flops, min_bytes=nbytes, dtypes=dtypes, candidate_source=(CANDIDATES / f"{case}.py").read_text()
+    )
+    return bottleneck.from_ncu(
+        kernels,
+        timings=timings,
+        task_flops=flops,
+        max_launches=3 if "many_launches" in case else None,
+        sources=sources,
+        context=ctx,
+    )
 
 
 CAPTURED = sorted(p.name.removesuffix(".details.csv") for p in FIX.glob("*.details.csv"))
 DEFECTS = [c for c in CAPTURED if header(c)["defect"] not in ("none", "fairness")]
 CONTROLS = [c for c in CAPTURED if header(c)["defect"] == "none"]
 # the defect each kernel was written with -> the finding kind that names it (the table the GPU proof uses)
-_proof = importlib.util.spec_from_file_location("feedback_proof", Path(__file__).parent.parent / "bench" / "feedback_proof.py")
+_proof = importlib.util.spec_from_file_location(
+    "feedback_proof", Path(__file__).parent.parent / "bench" / "feedback_proof.py"
+)
 EXPECTED = importlib.util.module_from_spec(_proof)
 _proof.loader.exec_module(EXPECTED)
 EXPECTED = EXPECTED.FIRST
@@ -130,7 +150,7 @@ def test_a_direct_convolution_in_float32_is_told_about_tf32x3_not_plain_tf32():
 
 def test_source_page_keeps_the_first_launch_of_each_kernel():
     pages = ncu_source.parse((FIX / "scale_many_launches_cuda.source.csv").read_text())
-    (name, rows), = pages.items()
+    ((name, rows),) = pages.items()
     assert name.startswith("scale_row") and len({r.line for r in rows}) == len(rows)
     triton = ncu_source.parse((FIX / "matmul_naive_triton.source.csv").read_text())
     files = {Path(r.file).name for r in triton["matmul_kernel"]}
@@ -144,11 +164,22 @@ def test_contended_atomics_name_the_atomic_line_and_leave_the_uncoalesced_fix_ou
     r = report("histogram_atomic_cuda")
     assert [f.kind for f in r.findings] == ["contended_atomics"]  # the RED's sectors no longer read as uncoalesced
     f = r.findings[0]
-    assert "2.1M global atomic instructions" in f.what and "drain" in f.what and "one address one after another" in f.what
-    assert f.where.candidate_line is not None and "atomicAdd(&hist[bin], 1.0f);" in f.where.code  # the call, not the header line
-    assert "shared memory" in f.fix and "__match_any_sync" in f.fix and "tl.histogram" in f.fix and "distributed shared memory" in f.fix
+    assert (
+        "2.1M global atomic instructions" in f.what and "drain" in f.what and "one address one after another" in f.what
+    )
+    assert (
+        f.where.candidate_line is not None and "atomicAdd(&hist[bin], 1.0f);" in f.where.code
+    )  # the call, not the header line
+    assert (
+        "shared memory" in f.fix
+        and "__match_any_sync" in f.fix
+        and "tl.histogram" in f.fix
+        and "distributed shared memory" in f.fix
+    )
     text = "\n".join(r.highlights)
-    assert "uncoalesced" not in text.lower() and "Nsight Compute says" not in text  # ncu's rule counts the atomics as uncoalesced
+    assert (
+        "uncoalesced" not in text.lower() and "Nsight Compute says" not in text
+    )  # ncu's rule counts the atomics as uncoalesced
 
 
 def test_fp64_by_accident_names_the_double_line_and_the_float_fix():
@@ -180,13 +211,19 @@ def test_mma_sync_on_hopper_points_at_the_mma_and_wgmma_not_at_plain_tensor_core
 
 def test_one_block_per_sm_is_a_small_grid_in_resident_blocks():
     f = report("scale_one_block_per_sm_cuda").findings[0]
-    assert f.kind == "small_grid" and "132 blocks for 1056 resident-block slots (132 SMs x 8)" in f.what and "0.12 waves" in f.what
+    assert (
+        f.kind == "small_grid"
+        and "132 blocks for 1056 resident-block slots (132 SMs x 8)" in f.what
+        and "0.12 waves" in f.what
+    )
     assert "132 x 8 = 1056" in f.fix and "cudaOccupancyMaxActiveBlocksPerMultiprocessor" in f.fix
 
 
 def test_memory_bound_says_roofline_only_near_the_limit():
     f = report("row_sum_tree_cuda").findings[0]  # 92% of peak DRAM
-    assert f.kind == "memory_bound" and f.what.startswith("at the memory roofline") and "near the bandwidth limit" in f.fix
+    assert (
+        f.kind == "memory_bound" and f.what.startswith("at the memory roofline") and "near the bandwidth limit" in f.fix
+    )
     k = ncu_csv.parse((FIX / "scale_coalesced_cuda.details.csv").read_text()).kernels
     below = bottleneck.condense(k[0]).model_copy(update={"dram_pct": 70.0})
     x = kernel_counters.KernelCounters(k[0], below, 100.0, [])
@@ -199,8 +236,17 @@ def _sync_ctx(case: str, ms: float, blocked: bool = True):
 
     h = header(case)
     flops, nbytes, dtypes = TASKS[h["task"]]
-    syncs = SyncReport(syncs=[HostSync(kind="stream", line=38, code="scale = m.item()")], blocked=blocked, sleep_ms=20.0, plain_ms=0.1, waited_ms=20.1)
-    timings = Timings(candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100), bytes_moved=nbytes)
+    syncs = SyncReport(
+        syncs=[HostSync(kind="stream", line=38, code="scale = m.item()")],
+        blocked=blocked,
+        sleep_ms=20.0,
+        plain_ms=0.1,
+        waited_ms=20.1,
+    )
+    timings = Timings(
+        candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100),
+        bytes_moved=nbytes,
+    )
     return timings, findings.Context(task_flops=flops, min_bytes=nbytes, dtypes=dtypes, host_syncs=syncs)
 
 
@@ -226,8 +272,13 @@ def test_a_host_sync_among_many_launches_keeps_both_findings():
 
 def test_the_torch_profiler_fallback_names_a_host_sync_too():
     timings, ctx = _sync_ctx("scale_coalesced_cuda", 0.5, blocked=False)
-    r = bottleneck.from_kernel_list([{"name": "scale_kernel", "calls": 2, "total_ms": 0.1}], timings=timings, task_flops=None,
-                                    note="ncu missing", context=ctx)
+    r = bottleneck.from_kernel_list(
+        [{"name": "scale_kernel", "calls": 2, "total_ms": 0.1}],
+        timings=timings,
+        task_flops=None,
+        note="ncu missing",
+        context=ctx,
+    )
     assert [f.kind for f in r.findings] == ["host_sync"] and "queued ahead" not in r.findings[0].what
     assert any("scale = m.item()" in line for line in r.highlights)
 
@@ -245,14 +296,26 @@ def test_sync_calls_keep_the_candidates_innermost_frame(tmp_path):
         ("device", [(judge, 99)]),  # the judge's own sync: not the candidate's
     ]
     got = sync_calls(events, str(cand))
-    assert [(s.kind, s.line, s.count, s.code) for s in got] == [("device", 12, 1, "line 12"), ("stream", 38, 2, "line 38")]
+    assert [(s.kind, s.line, s.count, s.code) for s in got] == [
+        ("device", 12, 1, "line 12"),
+        ("stream", 38, 2, "line 38"),
+    ]
 
 
 # --- the profile stage collects only what the findings read ----------------------------------------------------
 
 # The sections the judge collected before (ncu.SECTIONS was these nine): InstructionStats and SchedulerStats are gone.
-_BEFORE = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats", "ComputeWorkloadAnalysis",
-           "SourceCounters", "InstructionStats", "SchedulerStats")
+_BEFORE = (
+    "SpeedOfLight",
+    "MemoryWorkloadAnalysis",
+    "Occupancy",
+    "LaunchStats",
+    "WarpStateStats",
+    "ComputeWorkloadAnalysis",
+    "SourceCounters",
+    "InstructionStats",
+    "SchedulerStats",
+)
 _TITLES = {**ncu.SECTION_TITLES, "InstructionStats": "Instruction Statistics", "SchedulerStats": "Scheduler Statistics"}
 
 
@@ -273,7 +336,7 @@ def _as_collected(text: str, sections: tuple[str, ...]) -> list:
         elif row[sec] in titles:
             keep.append(row)
         elif row[name] == "Executed Instructions" and "InstructionStats" not in sections:
-            keep.append([*row[:sec], "Command line profiler metrics", "smsp__inst_executed.sum", *row[sec + 2:]])
+            keep.append([*row[:sec], "Command line profiler metrics", "smsp__inst_executed.sum", *row[sec + 2 :]])
     out = io.StringIO()
     csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(keep)
     return ncu_csv.parse(out.getvalue()).kernels
@@ -283,7 +346,9 @@ def _as_collected(text: str, sections: tuple[str, ...]) -> list:
 def test_the_fewer_sections_give_the_same_findings(case):
     text = (FIX / f"{case}.details.csv").read_text()
     before, after = (bottleneck.from_ncu(_as_collected(text, s), **_inputs(case)) for s in (_BEFORE, ncu.SECTIONS))
-    assert [(f.kind, f.what, f.fix, f.where) for f in after.findings] == [(f.kind, f.what, f.fix, f.where) for f in before.findings]
+    assert [(f.kind, f.what, f.fix, f.where) for f in after.findings] == [
+        (f.kind, f.what, f.fix, f.where) for f in before.findings
+    ]
     assert after.bottleneck == before.bottleneck and after.highlights == before.highlights
 
 
@@ -291,10 +356,24 @@ def _inputs(case: str) -> dict:
     h = header(case)
     flops, nbytes, dtypes = TASKS[h["task"]]
     ms = MEASURED_MS.get(case)
-    timings = Timings(candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100), bytes_moved=nbytes) if ms else Timings(bytes_moved=nbytes)
-    ctx = findings.Context(task_flops=flops, min_bytes=nbytes, dtypes=dtypes, candidate_source=(CANDIDATES / f"{case}.py").read_text())
-    return dict(timings=timings, task_flops=flops, max_launches=3 if "many_launches" in case else None,
-                sources=ncu_source.parse((FIX / f"{case}.source.csv").read_text()), context=ctx)
+    timings = (
+        Timings(
+            candidate=TimingStats(median_ms=ms, mean_ms=ms, std_ms=0, p10_ms=ms, p90_ms=ms, min_ms=ms, runs=100),
+            bytes_moved=nbytes,
+        )
+        if ms
+        else Timings(bytes_moved=nbytes)
+    )
+    ctx = findings.Context(
+        task_flops=flops, min_bytes=nbytes, dtypes=dtypes, candidate_source=(CANDIDATES / f"{case}.py").read_text()
+    )
+    return dict(
+        timings=timings,
+        task_flops=flops,
+        max_launches=3 if "many_launches" in case else None,
+        sources=ncu_source.parse((FIX / f"{case}.source.csv").read_text()),
+        context=ctx,
+    )
 
 
 def test_the_gpu_at_hand_is_named():
@@ -303,7 +382,10 @@ def test_the_gpu_at_hand_is_named():
     case = "pow_fp64_cuda"
     args = _inputs(case)
     kernels = ncu_csv.parse((FIX / f"{case}.details.csv").read_text()).kernels
-    for name, says in (("NVIDIA H200", "The NVIDIA H200 runs FP64 at half the FP32 rate"), ("NVIDIA L4", "The NVIDIA L4 runs FP64 at 1/64 of")):
+    for name, says in (
+        ("NVIDIA H200", "The NVIDIA H200 runs FP64 at half the FP32 rate"),
+        ("NVIDIA L4", "The NVIDIA L4 runs FP64 at 1/64 of"),
+    ):
         args["context"] = args["context"].model_copy(update={"gpu": specs.measured({"name": name})})
         fix = bottleneck.from_ncu(kernels, **args).findings[0].fix
         assert says in fix and "H100" not in fix, fix
@@ -311,5 +393,7 @@ def test_the_gpu_at_hand_is_named():
     assert "H100" not in bottleneck.from_ncu(kernels, **args).findings[0].fix.split("(A100, H100, H200)")[1]
     wmma = _inputs("matmul_wmma_cuda")
     wmma["context"] = wmma["context"].model_copy(update={"gpu": specs.measured({"name": "NVIDIA H200"})})
-    f = bottleneck.from_ncu(ncu_csv.parse((FIX / "matmul_wmma_cuda.details.csv").read_text()).kernels, **wmma).findings[0]
+    f = bottleneck.from_ncu(ncu_csv.parse((FIX / "matmul_wmma_cuda.details.csv").read_text()).kernels, **wmma).findings[
+        0
+    ]
     assert "on the NVIDIA H200 (sm_90) only wgmma" in f.what

@@ -18,13 +18,19 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kernelfix.tools.correctness import fused
 from kernelfix.tools.correctness.chunked import vacuous_tolerance
 from kernelfix.tools.correctness.compare import compare, truth_check
 
 HERE = Path(__file__).resolve().parent
-SUMS = {"rel_error_norm", "rel_error_tol", "error_norm", "reference_error_norm", "relative_error", "why"}  # from sums added in another order
+SUMS = {
+    "rel_error_norm",
+    "rel_error_tol",
+    "error_norm",
+    "reference_error_norm",
+    "relative_error",
+    "why",
+}  # from sums added in another order
 
 
 def both_ways(monkeypatch, fn):
@@ -53,7 +59,9 @@ def same(a: dict, b: dict) -> None:
 def interpreted() -> dict:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONWARNINGS": "ignore"}
-    run = subprocess.run([sys.executable, str(HERE / "fused_cases.py")], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(HERE / "fused_cases.py")], capture_output=True, text=True, env=env, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.splitlines()[-1])
 
@@ -62,9 +70,26 @@ def test_every_case_ran_fused(interpreted):
     assert interpreted["fused_used"] and len(interpreted["cases"]) >= 25
 
 
-@pytest.mark.parametrize("name", ["close", "nan_and_inf_in_output", "nonfinite_reference", "signed_zeros", "tied_worst", "tolerance_edge",
-                                  "tolerance_edge_rtol", "wrong_everywhere", "constant_reference", "zero_reference", "float16", "bfloat16",
-                                  "float64_overflow", "complex64", "int64"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "close",
+        "nan_and_inf_in_output",
+        "nonfinite_reference",
+        "signed_zeros",
+        "tied_worst",
+        "tolerance_edge",
+        "tolerance_edge_rtol",
+        "wrong_everywhere",
+        "constant_reference",
+        "zero_reference",
+        "float16",
+        "bfloat16",
+        "float64_overflow",
+        "complex64",
+        "int64",
+    ],
+)
 def test_compare_reports_the_same(interpreted, name):
     old, new = interpreted["cases"][f"compare/{name}"]
     same(old, new)
@@ -129,7 +154,9 @@ def test_fused_on_the_gpu_matches_the_torch_passes(monkeypatch):
     r = torch.randn(n, device="cuda", generator=g)
     r64 = r.double()
     edge = (r64 + (1e-4 + 1e-4 * r64.abs())).float()  # rounded to float32: each lands just inside or outside
-    o = torch.where(torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g))
+    o = torch.where(
+        torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g)
+    )
     o[[17, n - 3]] = float("nan")
     for out in (o, r + 1e-6, r * 1.5):
         old, new = both_ways(monkeypatch, lambda: compare(r, out, trial=0, seed=0, rel_error_tol=1e-2))
@@ -140,11 +167,20 @@ def test_fused_on_the_gpu_matches_the_torch_passes(monkeypatch):
     on_line = r64 + (1e-4 + 1e-4 * r64.abs())
     for out in (on_line, torch.nextafter(on_line, on_line + 1)):
         old, new = both_ways(monkeypatch, lambda: compare(r64, out, trial=0, seed=0, rel_error_tol=1e-2))
-        assert (old.ok, old.mismatches, old.worst_index, old.max_abs_error) == (new.ok, new.mismatches, new.worst_index, new.max_abs_error)
+        assert (old.ok, old.mismatches, old.worst_index, old.max_abs_error) == (
+            new.ok,
+            new.mismatches,
+            new.worst_index,
+            new.max_abs_error,
+        )
     truth = r64 + 1e-8 * torch.randn(n, device="cuda", generator=g, dtype=torch.float64)
     for out in (o, r + 1e-6):
         old, new = both_ways(monkeypatch, lambda: truth_check(r, truth, out, factor=8.0, rel_error_tol=1e-2))
-        assert (old.passed, old.error_max, old.reference_error_max) == (new.passed, new.error_max, new.reference_error_max)
+        assert (old.passed, old.error_max, old.reference_error_max) == (
+            new.passed,
+            new.error_max,
+            new.reference_error_max,
+        )
         assert math.isclose(old.error_norm, new.error_norm, rel_tol=1e-9)
     old, new = both_ways(monkeypatch, lambda: vacuous_tolerance(1e-7 * r))
     assert old == new and new is not None
@@ -183,7 +219,9 @@ def _edges(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r = torch.randn(n, device="cuda", generator=g)
     r64 = r.double()
     edge = (r64 + (1e-4 + 1e-4 * r64.abs())).float()
-    o = torch.where(torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g))
+    o = torch.where(
+        torch.rand(n, device="cuda", generator=g) < 0.01, edge, r + 1e-6 * torch.randn(n, device="cuda", generator=g)
+    )
     o[[17, n - 3]] = float("nan")
     o[[40, n // 2]] = float("inf")
     r[[99, n - 7]] = float("nan")
@@ -201,8 +239,11 @@ def test_the_kernels_at_32_warps_give_the_8_warp_counts_indices_and_maxima(monke
     got = {}
     for warps in (8, 32):
         monkeypatch.setattr(fused, "NUM_WARPS", warps)
-        got[warps] = (fused.pair_stats(r, o, 1e-4, 1e-4, CHUNK), fused.pair_stats(truth, o, 1e-4, 1e-4, CHUNK),
-                      fused.truth_stats(r, truth, o))
+        got[warps] = (
+            fused.pair_stats(r, o, 1e-4, 1e-4, CHUNK),
+            fused.pair_stats(truth, o, 1e-4, 1e-4, CHUNK),
+            fused.truth_stats(r, truth, o),
+        )
     assert fused.failed is None
     for old, new in zip(got[8], got[32]):
         a, b = dict(vars(old)), dict(vars(new))
@@ -232,7 +273,10 @@ def test_the_variant_kernels_give_torchs_bytes_on_the_gpu(monkeypatch):
     for dtype in (torch.float32, torch.float64):
         t = x.to(dtype)
         for variant in ("scaled", "shifted", "heavy_tailed"):
-            old, new = both_ways(monkeypatch, lambda: input_variants._vary(t, variant, torch.Generator(device="cuda").manual_seed(9), stats))
+            old, new = both_ways(
+                monkeypatch,
+                lambda: input_variants._vary(t, variant, torch.Generator(device="cuda").manual_seed(9), stats),
+            )
             bits = torch.int32 if dtype == torch.float32 else torch.int64
             assert torch.equal(old.view(bits), new.view(bits)), (variant, dtype)
     assert sorted(set(ran)) == ["vary_affine", "vary_student"] and fused.failed is None

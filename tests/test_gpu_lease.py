@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tools.gpu.lease import DeviceLease, exclusive_overlaps
 
 GiB = 2**30
@@ -45,8 +44,15 @@ class Holder:
 
     def __init__(self, lock_dir: Path, name: str, mode: str, need: int | None = None, budget: int | None = None):
         self.held, self.done = lock_dir / f"{name}.held", lock_dir / f"{name}.release"
-        args = [str(lock_dir), name, mode, str(need) if need is not None else "-", str(budget) if budget is not None else "-",
-                str(self.held), str(self.done)]
+        args = [
+            str(lock_dir),
+            name,
+            mode,
+            str(need) if need is not None else "-",
+            str(budget) if budget is not None else "-",
+            str(self.held),
+            str(self.done),
+        ]
         self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, *args])
 
     def holds(self, within: float = 10.0) -> bool:
@@ -110,7 +116,9 @@ def test_timing_waits_for_shared_holds_to_drain_and_holds_that_come_after_it_wai
     t.join(10)
     by = log_of(tmp_path)
     assert by["timing"]["mode"] == "exclusive" and by["correctness-b"]["mode"] == "shared"
-    assert by["correctness-a"]["released"] <= by["timing"]["got"] <= by["timing"]["released"] <= by["correctness-b"]["got"]
+    assert (
+        by["correctness-a"]["released"] <= by["timing"]["got"] <= by["timing"]["released"] <= by["correctness-b"]["got"]
+    )
     assert not exclusive_overlaps(list(by.values()))
 
 
@@ -160,7 +168,10 @@ def test_a_stage_of_unknown_size_has_the_memory_to_itself(tmp_path):
 def test_a_judges_reference_cache_is_counted_once_however_many_of_its_stages_have_room(tmp_path):
     mine, other = DeviceLease(tmp_path, "0"), DeviceLease(tmp_path, "0")
     budget = 10 * GiB
-    with mine.room("first", 8 * GiB, budget, cache_bytes=6 * GiB), mine.room("second", 8 * GiB, budget, cache_bytes=6 * GiB):
+    with (
+        mine.room("first", 8 * GiB, budget, cache_bytes=6 * GiB),
+        mine.room("second", 8 * GiB, budget, cache_bytes=6 * GiB),
+    ):
         assert len(mine.room_tickets()) == 2, "2 + 2 GiB of work beside one 6 GiB cache: 10 of 10"
     held = threading.Event()
 
@@ -199,7 +210,9 @@ def test_exclusive_overlaps_names_only_an_exclusive_hold_beside_another():
     timing = {"mode": "exclusive", "got": 2.5, "released": 4.0}
     assert exclusive_overlaps([*shared, timing]) == [(shared[1], timing)]
     assert exclusive_overlaps([*shared, {"mode": "room", "got": 0.0, "released": 9.0}]) == [], "room is not a hold"
-    assert exclusive_overlaps([{"got": 0.0, "released": 1.0}, {"got": 1.0, "released": 2.0}]) == []  # an older log: exclusive, back to back
+    assert (
+        exclusive_overlaps([{"got": 0.0, "released": 1.0}, {"got": 1.0, "released": 2.0}]) == []
+    )  # an older log: exclusive, back to back
 
 
 @pytest.mark.gpu
@@ -227,7 +240,12 @@ def test_judges_on_one_gpu_share_correctness_and_time_alone(tmp_path):
     log = judges[0]._share.device_lease.log  # the GPU's hold log, in the lock dir every judge of the run shares
     holds = [h for h in (json.loads(x) for x in log.read_text().splitlines()) if h["got"] >= t0]
     modes = {(h["what"].split(" ", 1)[1], h["mode"]) for h in holds if h["what"].startswith("relu ")}
-    assert {("correctness", "shared"), ("benchmark", "exclusive"), ("benchmark inputs", "shared"), ("correctness", "room")} <= modes, modes
+    assert {
+        ("correctness", "shared"),
+        ("benchmark", "exclusive"),
+        ("benchmark inputs", "shared"),
+        ("correctness", "room"),
+    } <= modes, modes
     assert not exclusive_overlaps(holds)
 
 

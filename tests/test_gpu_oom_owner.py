@@ -20,9 +20,21 @@ def _oom(asked_gib: float, process_gib: float, free_gib: float, total_gib: float
         f"CUDA out of memory. Tried to allocate {asked_gib:.2f} GiB. GPU 0 has a total capacity of {total_gib:.2f} GiB "
         f"of which {free_gib:.2f} GiB is free. Including non-PyTorch memory, this process has {process_gib:.2f} GiB memory in use."
     )
-    memory = {"free": int(free_gib * GIB), "total": int(total_gib * GIB), "allocated": int(process_gib * GIB), "reserved": int(process_gib * GIB)}
-    return {"type": "error", "kind": "exception", "phase": "time_candidate", "exc_type": "OutOfMemoryError",
-            "mro": ["OutOfMemoryError", "RuntimeError", "Exception"], "message": message, "memory": memory}
+    memory = {
+        "free": int(free_gib * GIB),
+        "total": int(total_gib * GIB),
+        "allocated": int(process_gib * GIB),
+        "reserved": int(process_gib * GIB),
+    }
+    return {
+        "type": "error",
+        "kind": "exception",
+        "phase": "time_candidate",
+        "exc_type": "OutOfMemoryError",
+        "mro": ["OutOfMemoryError", "RuntimeError", "Exception"],
+        "message": message,
+        "memory": memory,
+    }
 
 
 def _outcome(err: dict) -> ChildOutcome:
@@ -55,7 +67,9 @@ def test_the_reference_tells_a_task_too_large_from_a_busy_gpu():
     assert msg.endswith("of the GPU's 79.2 GiB")  # the fixture's phase is a candidate's: no reference step to name
     err = _oom(8.0, 72.6, 0.5) | {"phase": "time_eager"}
     large, msg = _memory_verdict(err, trial_bytes=16 * GIB)
-    assert large == Category.TOO_LARGE and msg.endswith("needed 80.6 GiB (held 72.6, asked 8.0) of the GPU's 79.2 GiB while timing eager")
+    assert large == Category.TOO_LARGE and msg.endswith(
+        "needed 80.6 GiB (held 72.6, asked 8.0) of the GPU's 79.2 GiB while timing eager"
+    )
 
 
 def test_a_candidate_that_filled_most_of_the_gpu_for_a_small_task_is_its_own_oom():
@@ -68,4 +82,7 @@ def test_a_candidate_that_filled_most_of_the_gpu_for_a_small_task_is_its_own_oom
     # A task whose trial is 6 GiB may use 60 (16x): the others' memory is still to blame.
     assert classify("correctness", bomb, timeout_s=60, trial_bytes=6 * GIB).category == Category.GPU_BUSY
     # Under half the GPU is never the candidate's excess, however small the task.
-    assert classify("correctness", _outcome(_oom(6.0, 6.0, 3.26)), timeout_s=60, trial_bytes=1 << 20).category == Category.GPU_BUSY
+    assert (
+        classify("correctness", _outcome(_oom(6.0, 6.0, 3.26)), timeout_s=60, trial_bytes=1 << 20).category
+        == Category.GPU_BUSY
+    )

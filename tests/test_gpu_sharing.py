@@ -54,7 +54,9 @@ def test_the_reference_gives_back_its_cached_trials_and_recomputes_them_alike(ju
     assert judge.ref.give_back_gpu_memory() == 0, "nothing is left to give"
     again = judge.evaluate(code)  # every trial computed anew from its seed: the same references
     assert again.category == Category.OK, again.message
-    assert [(t.trial, t.max_abs_error) for t in again.correctness.trials] == [(t.trial, t.max_abs_error) for t in first.correctness.trials]
+    assert [(t.trial, t.max_abs_error) for t in again.correctness.trials] == [
+        (t.trial, t.max_abs_error) for t in first.correctness.trials
+    ]
 
 
 def test_a_stage_that_fails_mid_trial_leaves_no_arena_in_the_reference(judges):
@@ -130,4 +132,6 @@ def test_a_trial_waits_for_its_busy_reference_before_it_takes_the_gpus_lock():
     assert compiling.wait(10)
     with shared_hold(ctx, ev, "correctness"):
         assert done.is_set()
-    assert leased == [True] and ev.breakdown["correctness.reference_busy"] > 0 and "correctness.lease_wait" in ev.breakdown
+    assert (
+        leased == [True] and ev.breakdown["correctness.reference_busy"] > 0 and "correctness.lease_wait" in ev.breakdown
+    )

@@ -17,8 +17,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-import kernelfix
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
 from kernelfix.agent.session import Session
@@ -26,6 +24,8 @@ from kernelfix.capture.files import import_file
 from kernelfix.capture.pipeline import capture
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality.allowlist import LIBRARY_GEMM_ATTENTION
+
+import kernelfix
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "examples" / "models" / "hf_decoder.py"
@@ -62,7 +62,9 @@ def test_replay_files_are_written_from_the_sources():
     """Each <ModuleClass>.jsonl is what make_replays.py writes from src/ (no hand edits that src/ lacks)."""
     make = import_file(REPLAYS / "make_replays.py", "make_replays")
     for name in make.REPLAYS:
-        assert (REPLAYS / f"{name}.jsonl").read_text() == make.replay_line(name), f"{name}.jsonl is stale: run make_replays.py"
+        assert (REPLAYS / f"{name}.jsonl").read_text() == make.replay_line(name), (
+            f"{name}.jsonl is stale: run make_replays.py"
+        )
         assert "Hand-written" in make.replay_line(name)
 
 
@@ -79,7 +81,9 @@ def test_kernel_is_judged_ok_on_its_captured_task(tasks, name):
     if name in ("mlp_train", "attn_train"):
         assert ops.get("mm"), ops  # the GEMMs are the library's
     if name == "attn_train":
-        assert verdict.legality.backward_ops.get("_scaled_dot_product_flash_attention_for_cpu_backward"), verdict.legality.backward_ops
+        assert verdict.legality.backward_ops.get("_scaled_dot_product_flash_attention_for_cpu_backward"), (
+            verdict.legality.backward_ops
+        )
     if name == "experts":
         assert ops.get("_grouped_mm") == ops.get("transpose"), ops  # both projections, nothing else of torch's computes
 
@@ -115,15 +119,19 @@ def test_attention_kernel_swapped_into_generate_keeps_the_tokens(tasks, tmp_path
     load_best into layer 0: the model's output (logits and the cache it fills) as before; generate(32 greedy tokens) gives the same tokens, and the kernel ran on the prefill (the decode steps, one token
     against a filled cache, fall back to the original module by design)."""
     session = Session.create(
-        tmp_path / "session", task_path=tasks["attn_generate"],
+        tmp_path / "session",
+        task_path=tasks["attn_generate"],
         model=make_model(f"replay:{REPLAYS / 'LlamaAttention.jsonl'}", AgentConfig()),
-        agent=AgentConfig(max_turns=1, shape_block=False), judge_config=JudgeConfig(**{**JUDGE, "device": device}),
+        agent=AgentConfig(max_turns=1, shape_block=False),
+        judge_config=JudgeConfig(**{**JUDGE, "device": device}),
     )
     outcome = session.run()
     verdicts = sorted((tmp_path / "session").glob("turns/*/verdict.json"))
     assert outcome.success and outcome.best_turn == 1, verdicts and json.loads(verdicts[-1].read_text())["message"]
     script = tmp_path / "use_kernel.py"  # in its own process: Triton takes its interpreter only when chosen at import
-    script.write_text(textwrap.dedent(USE).format(models=str(HF.parent), session=str(tmp_path / "session"), device=device))
+    script.write_text(
+        textwrap.dedent(USE).format(models=str(HF.parent), session=str(tmp_path / "session"), device=device)
+    )
     env = {**os.environ, **({"TRITON_INTERPRET": "1"} if device == "cpu" else {})}
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import HAS_CUDA
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
@@ -42,7 +41,9 @@ def test_every_shape_is_judged_and_a_wrong_one_is_named(cpu_judge):
     assert "set 2: x float32[7, 4096]: right on" in honest.feedback
 
     fixed = cpu_judge.evaluate((HERE / "softmax_fixed_block.py").read_text())
-    assert fixed.category.family.value == "correctness_error", fixed.message  # garbage past the block: NaN or wrong values
+    assert fixed.category.family.value == "correctness_error", (
+        fixed.message
+    )  # garbage past the block: NaN or wrong values
     assert fixed.message.startswith("inputs set 2: x float32[7, 4096]: trial "), fixed.message
     assert [s.ok for s in fixed.input_sets] == [True, False]  # right where get_inputs() alone would look
     assert "set 2: x float32[7, 4096]: WRONG" in fixed.feedback
@@ -82,15 +83,18 @@ def test_the_counted_size_is_the_largest_sets():
     import types
 
     import torch
-
     from kernelfix.tools.task_size import on_meta
 
     class Model(torch.nn.Module):
         def forward(self, x):
             return x.sum(dim=1)
 
-    task = types.SimpleNamespace(Model=Model, get_init_inputs=lambda: [], get_inputs=lambda: [torch.randn(8, 1000)],
-                                 get_input_sets=lambda: [[torch.randn(8, 1000)], [torch.randn(4096, 4096)]])
+    task = types.SimpleNamespace(
+        Model=Model,
+        get_init_inputs=lambda: [],
+        get_inputs=lambda: [torch.randn(8, 1000)],
+        get_input_sets=lambda: [[torch.randn(8, 1000)], [torch.randn(4096, 4096)]],
+    )
     size = on_meta(task)
     assert size.input_bytes == 4096 * 4096 * 4 and size.output_bytes == 4096 * 4
     del task.get_input_sets

@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-
 from kernelfix.tools.transport.protocol import TrialPlan
 from kernelfix.tools.workers.reference.trial_data import TrialData, Trials
 
@@ -23,12 +22,20 @@ class _Worker(Trials):
 
     def _compute(self, plan: TrialPlan, inputs_only: bool = False) -> TrialData:
         self.made.append((plan.index, inputs_only))
-        return TrialData(inputs=[torch.zeros(4)], out=torch.zeros(4), out64=None if inputs_only else torch.zeros(4, dtype=torch.float64),
-                         inputs_only=inputs_only)
+        return TrialData(
+            inputs=[torch.zeros(4)],
+            out=torch.zeros(4),
+            out64=None if inputs_only else torch.zeros(4, dtype=torch.float64),
+            inputs_only=inputs_only,
+        )
 
 
 def test_timed_inputs_skip_the_float64_truth_and_never_reach_a_check():
-    w, plan, fresh = _Worker(), TrialPlan(index=0, seed=1, purpose="correctness", float64=True), TrialPlan(index=5, seed=2, purpose="fresh")
+    w, plan, fresh = (
+        _Worker(),
+        TrialPlan(index=0, seed=1, purpose="correctness", float64=True),
+        TrialPlan(index=5, seed=2, purpose="fresh"),
+    )
     timed = w._get(plan, inputs_only=True)
     assert timed.inputs_only and timed.out64 is None
     checked = w._get(plan)  # a check (or the next verdict's trial) of the same index: made again, whole
@@ -50,7 +57,9 @@ def test_the_allocator_keeps_its_blocks_only_for_a_trial_that_takes_them_again(m
     from kernelfix.tools.workers.reference import trial_data
 
     freed: list[int] = []
-    monkeypatch.setattr(trial_data, "free", lambda cuda: freed.append(w.made[-1][0]))  # after trial N's tensors were made
+    monkeypatch.setattr(
+        trial_data, "free", lambda cuda: freed.append(w.made[-1][0])
+    )  # after trial N's tensors were made
     w = _Worker()
     # _Worker makes a float64 output for every trial but a timed one (inputs_only).
     plans = [TrialPlan(index=i, seed=i, purpose="correctness", float64=f) for i, f in enumerate([True, True, False])]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
-
 from kernelfix.prompts import feedback, knowledge
 from kernelfix.tools.kernel_source import atomics, cuda_text, races, triton_ast
 from kernelfix.tools.profile import bottleneck, findings, ncu_csv, ncu_source
@@ -24,7 +23,7 @@ RACES = [c for c in sc.cases() if c.defect == "global_race"]
 REASON = {"row_sum_split_race_cuda": "blocks", "scatter_add_race_cuda": "data", "row_sum_split_race_triton": "programs"}
 
 # Triton's three ways to accumulate, and its atomics, as fixtures of their own (the GPU cases are CUDA but one).
-TRITON = '''
+TRITON = """
 import triton
 import triton.language as tl
 
@@ -69,7 +68,7 @@ def histogram(x_ptr, h_ptr, n, BLOCK: tl.constexpr):
 def total(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
-'''
+"""
 
 CUDA = r'''
 cuda_source = r"""
@@ -135,23 +134,41 @@ def test_the_reasons_say_which_part_of_the_position_the_index_lacks():
 def test_triton_programs_accumulating_and_a_scatter_add():
     by_kernel = {r.kernel: r for r in races.find(TRITON)}
     assert set(by_kernel) == {"split_2d", "scatter"}  # own_rows: one program per output, the load-add-store is its own
-    assert by_kernel["split_2d"].reason == "programs" and "does not depend on tl.program_id(1)" in by_kernel["split_2d"].why
-    assert by_kernel["scatter"].reason == "data" and by_kernel["scatter"].code == "tl.store(out_ptr + i, old + tl.load(src_ptr + offs, mask=m), mask=m)"
+    assert (
+        by_kernel["split_2d"].reason == "programs"
+        and "does not depend on tl.program_id(1)" in by_kernel["split_2d"].why
+    )
+    assert (
+        by_kernel["scatter"].reason == "data"
+        and by_kernel["scatter"].code == "tl.store(out_ptr + i, old + tl.load(src_ptr + offs, mask=m), mask=m)"
+    )
     assert "tl.atomic_add(out_ptr + i, v, mask=mask)" in by_kernel["scatter"].fix
 
 
 def test_cuda_accumulations_that_race_and_those_with_one_writer():
     by_kernel = {r.kernel: r for r in races.find(CUDA)}
     assert set(by_kernel) == {"every_thread", "through_alias"}
-    assert by_kernel["every_thread"].reason == "threads" and "does not depend on threadIdx.x" in by_kernel["every_thread"].why
+    assert (
+        by_kernel["every_thread"].reason == "threads"
+        and "does not depend on threadIdx.x" in by_kernel["every_thread"].why
+    )
     assert "if (threadIdx.x == 0)" in by_kernel["every_thread"].fix
     alias = by_kernel["through_alias"]  # a pointer computed from y, written through *
     assert alias.reason == "blocks" and alias.target == "*out" and "atomicAdd(out, v)" in alias.fix
 
 
 def _controls() -> list[Path]:
-    dirs = ["tests/feedback/candidates", "tests/sanitizer/candidates", "tests/corpus", "tests/profile_cases", "tests/hostile",
-            "prompts/knowledge/exemplars", "bench/candidates", "bench/compile_candidates", "examples"]
+    dirs = [
+        "tests/feedback/candidates",
+        "tests/sanitizer/candidates",
+        "tests/corpus",
+        "tests/profile_cases",
+        "tests/hostile",
+        "prompts/knowledge/exemplars",
+        "bench/candidates",
+        "bench/compile_candidates",
+        "examples",
+    ]
     files = [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
     return [p for p in files if p.stem not in REASON]
 
@@ -172,9 +189,14 @@ def test_unreadable_sources_give_nothing():
 # ------------------------------------------------------------------ what an atomic is for
 
 
-@pytest.mark.parametrize("case,use", [
-    ("scale_counter_atomic_cuda", "counter"), ("histogram_atomic_cuda", "data"), ("row_sum_atomic_cuda", "one_address"),
-])
+@pytest.mark.parametrize(
+    "case,use",
+    [
+        ("scale_counter_atomic_cuda", "counter"),
+        ("histogram_atomic_cuda", "data"),
+        ("row_sum_atomic_cuda", "one_address"),
+    ],
+)
 def test_each_atomic_case_reads_as_its_use(case, use):
     path = FEEDBACK / f"{case}.py"
     header = dict(re.findall(r"^# (task|defect|line): ?(.*)$", path.read_text(), re.M))
@@ -184,16 +206,29 @@ def test_each_atomic_case_reads_as_its_use(case, use):
 
 def test_triton_and_cuda_atomics_by_use():
     assert [(u.call, u.use) for u in atomics.uses(TRITON)] == [
-        ("tl.atomic_add", "counter"), ("tl.atomic_add", "data"), ("tl.atomic_add", "one_address")]
+        ("tl.atomic_add", "counter"),
+        ("tl.atomic_add", "data"),
+        ("tl.atomic_add", "one_address"),
+    ]
     chunked = atomics.use_at(CUDA, None)
-    assert chunked is not None and chunked.use == "counter" and chunked.target == "next"  # claims a chunk: still a counter
+    assert (
+        chunked is not None and chunked.use == "counter" and chunked.target == "next"
+    )  # claims a chunk: still a counter
 
 
 def test_the_fix_follows_the_use():
     fixes = {u.use: u.fix for u in atomics.uses(TRITON)}
-    assert "grid-stride loop" in fixes["counter"] and "claim a chunk per atomic" in fixes["counter"] and "privatize" not in fixes["counter"]
+    assert (
+        "grid-stride loop" in fixes["counter"]
+        and "claim a chunk per atomic" in fixes["counter"]
+        and "privatize" not in fixes["counter"]
+    )
     assert fixes["data"].startswith("privatize") and "tl.histogram" in fixes["data"]
-    assert "__shfl_down_sync" in fixes["one_address"] and "per block" in fixes["one_address"] and "privatize" not in fixes["one_address"]
+    assert (
+        "__shfl_down_sync" in fixes["one_address"]
+        and "per block" in fixes["one_address"]
+        and "privatize" not in fixes["one_address"]
+    )
 
 
 def _histogram_profile(source: str):
@@ -202,17 +237,32 @@ def _histogram_profile(source: str):
     kernels = ncu_csv.parse((fx / "histogram_atomic_cuda.details.csv").read_text()).kernels
     sources = ncu_source.parse((fx / "histogram_atomic_cuda.source.csv").read_text())
     ctx = findings.Context(min_bytes=64 * 2**20 * 4 + 1024, dtypes=["float32"], candidate_source=source)
-    return bottleneck.from_ncu(kernels, timings=Timings(bytes_moved=64 * 2**20 * 4 + 1024), task_flops=None, max_launches=None,
-                               sources=sources, context=ctx)
+    return bottleneck.from_ncu(
+        kernels,
+        timings=Timings(bytes_moved=64 * 2**20 * 4 + 1024),
+        task_flops=None,
+        max_launches=None,
+        sources=sources,
+        context=ctx,
+    )
 
 
 def test_contended_atomics_carries_the_fix_for_the_use_its_source_shows():
     hist = _histogram_profile((FEEDBACK / "histogram_atomic_cuda.py").read_text()).findings[0]
-    assert hist.kind == "contended_atomics" and hist.use == "data" and hist.fix.startswith("privatize") and "a histogram" in hist.what
+    assert (
+        hist.kind == "contended_atomics"
+        and hist.use == "data"
+        and hist.fix.startswith("privatize")
+        and "a histogram" in hist.what
+    )
     # The same counters with the counter's source: the atomic ncu placed is the counter's line, and the fix is its own.
     counter = _histogram_profile((FEEDBACK / "scale_counter_atomic_cuda.py").read_text()).findings[0]
     assert counter.kind == "contended_atomics" and counter.use == "counter" and counter.where.candidate_line == 18
-    assert "grid-stride loop" in counter.fix and "privatize" not in counter.fix and "a counter handing out one element" in counter.what
+    assert (
+        "grid-stride loop" in counter.fix
+        and "privatize" not in counter.fix
+        and "a counter handing out one element" in counter.what
+    )
     one = _histogram_profile((FEEDBACK / "row_sum_atomic_cuda.py").read_text()).findings[0]
     assert one.use == "one_address" and "__shfl_down_sync" in one.fix
 
@@ -220,9 +270,12 @@ def test_contended_atomics_carries_the_fix_for_the_use_its_source_shows():
 def test_the_notes_follow_the_use():
     def slugs(source: str) -> list[str]:
         return [n.slug for n in knowledge.for_profile(_histogram_profile(source))]
+
     assert "contended_atomics" in slugs((FEEDBACK / "histogram_atomic_cuda.py").read_text())
     counter = slugs((FEEDBACK / "scale_counter_atomic_cuda.py").read_text())
-    assert "contended_atomics" not in counter and "persistent_grid" in counter  # the grid-stride loop's note, not privatization
+    assert (
+        "contended_atomics" not in counter and "persistent_grid" in counter
+    )  # the grid-stride loop's note, not privatization
     assert "warp_reductions" in slugs((FEEDBACK / "row_sum_atomic_cuda.py").read_text())
 
 
@@ -230,19 +283,45 @@ def test_the_notes_follow_the_use():
 
 
 def _wrong(races_found, nondeterministic: str | None) -> Verdict:
-    trial = TrialReport(trial=0, seed=1, ok=False, category=Category.NUMERICAL, problem="31 of 32 elements outside atol",
-                        max_abs_error=3e3, max_rel_error=0.7, mismatches=31, numel=32, worst_index=[3, 0], expected=4096.0, actual=1024.0)
-    san = SanitizerReport(why="correctness_error:numerical", inputs="x float32[32, 8192] (32 of 16384 rows)", reduced=True, reproduced=True,
-                          nondeterministic=nondeterministic, global_races=races_found,
-                          tools=[ToolRun(tool=t, seconds=5.0, errors=0) for t in ("memcheck", "racecheck", "synccheck", "initcheck")])
-    return Verdict(category=Category.NUMERICAL, task="row_sum", device="cuda", message="trial 0: wrong", sanitizer=san,
-                   correctness=CorrectnessReport(trials=[trial]))
+    trial = TrialReport(
+        trial=0,
+        seed=1,
+        ok=False,
+        category=Category.NUMERICAL,
+        problem="31 of 32 elements outside atol",
+        max_abs_error=3e3,
+        max_rel_error=0.7,
+        mismatches=31,
+        numel=32,
+        worst_index=[3, 0],
+        expected=4096.0,
+        actual=1024.0,
+    )
+    san = SanitizerReport(
+        why="correctness_error:numerical",
+        inputs="x float32[32, 8192] (32 of 16384 rows)",
+        reduced=True,
+        reproduced=True,
+        nondeterministic=nondeterministic,
+        global_races=races_found,
+        tools=[ToolRun(tool=t, seconds=5.0, errors=0) for t in ("memcheck", "racecheck", "synccheck", "initcheck")],
+    )
+    return Verdict(
+        category=Category.NUMERICAL,
+        task="row_sum",
+        device="cuda",
+        message="trial 0: wrong",
+        sanitizer=san,
+        correctness=CorrectnessReport(trials=[trial]),
+    )
 
 
 def test_feedback_names_the_race_the_tools_could_not():
     case = next(c for c in RACES if c.name == "row_sum_split_race_cuda")
     found = races.find(case.path.read_text())
-    lines = feedback.render(_wrong(found, "32 of 32 elements of output 0 differ between two calls on the same inputs")).splitlines()
+    lines = feedback.render(
+        _wrong(found, "32 of 32 elements of output 0 differ between two calls on the same inputs")
+    ).splitlines()
     assert "found no hazard, but two calls on the same inputs gave different outputs" in lines[0]
     assert lines[1].startswith("Cause: your source reads, adds to and writes back global memory")
     assert f"line {found[0].line} of your source, in row_sum_split_kernel: `{case.lines[0]}`" in lines[2]
@@ -253,6 +332,11 @@ def test_feedback_names_the_race_the_tools_could_not():
 
 def test_feedback_says_what_was_looked_for_where_the_source_shows_nothing():
     text = feedback.render(_wrong([], "3 of 32 elements of output 0 differ between two calls on the same inputs"))
-    assert "Your source shows no read-modify-writes of global memory without an atomic" in text and "atomics on floats" in text
-    unread = feedback.render(_wrong(None, "3 of 32 elements differ"))  # not read (an older verdict): the tools' line alone
+    assert (
+        "Your source shows no read-modify-writes of global memory without an atomic" in text
+        and "atomics on floats" in text
+    )
+    unread = feedback.render(
+        _wrong(None, "3 of 32 elements differ")
+    )  # not read (an older verdict): the tools' line alone
     assert "Your source shows" not in unread and "race on global memory" in unread

@@ -16,15 +16,25 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Verdict
 
-CONFIG = {"device": "cuda", "trials": 2, "input_variants": [], "float64_reference": False, "time_torch_compile": False, "timing_runs": 10}
+CONFIG = {
+    "device": "cuda",
+    "trials": 2,
+    "input_variants": [],
+    "float64_reference": False,
+    "time_torch_compile": False,
+    "timing_runs": 10,
+}
 FEEDBACK = Path(__file__).parent / "feedback"
 RACES = [c.name for c in sc.cases() if c.defect == "global_race"]
-ATOMICS = {"scale_counter_atomic_cuda": "counter", "histogram_atomic_cuda": "data", "row_sum_atomic_cuda": "one_address"}
+ATOMICS = {
+    "scale_counter_atomic_cuda": "counter",
+    "histogram_atomic_cuda": "data",
+    "row_sum_atomic_cuda": "one_address",
+}
 
 
 def judge(tmp_path: Path, task: Path, candidate: Path, name: str, **config) -> Verdict:

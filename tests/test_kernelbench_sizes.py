@@ -8,7 +8,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tools import task_size
 
 KB = Path(__file__).parent / "kernelbench" / "level1"

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kernelfix.prompts import knowledge
 from kernelfix.prompts.blocks import gpu_block
 from kernelfix.prompts.knowledge import FINDINGS, OPS, PARTS, Note, exemplar_source, notes, pick, render, resource
@@ -42,16 +41,32 @@ def _backend(rel: str) -> str:
 
 
 def test_there_are_notes_for_every_named_technique():
-    wanted = {"coalescing", "smem_tiling_padding", "tensor_cores", "split_k", "online_softmax_welford", "warp_reductions",
-              "persistent_grid", "epilogue_fusion", "occupancy", "launch_overhead", "hopper_tma_wgmma", "memory_bound", "latency_bound",
-              "contended_atomics", "compute_pipe"}
+    wanted = {
+        "coalescing",
+        "smem_tiling_padding",
+        "tensor_cores",
+        "split_k",
+        "online_softmax_welford",
+        "warp_reductions",
+        "persistent_grid",
+        "epilogue_fusion",
+        "occupancy",
+        "launch_overhead",
+        "hopper_tma_wgmma",
+        "memory_bound",
+        "latency_bound",
+        "contended_atomics",
+        "compute_pipe",
+    }
     assert wanted <= set(BY_SLUG), wanted - set(BY_SLUG)
 
 
 @pytest.mark.parametrize("note", NOTES, ids=lambda n: n.slug)
 def test_note_is_complete(note: Note):
     assert note.title and note.findings and note.ops
-    kinds = {f.split(":", 1)[0] for f in note.findings}  # "contended_atomics:counter": a kind and the use the source shows
+    kinds = {
+        f.split(":", 1)[0] for f in note.findings
+    }  # "contended_atomics:counter": a kind and the use the source shows
     assert kinds <= set(FINDINGS), kinds - set(FINDINGS)
     assert set(note.ops) <= set(OPS), set(note.ops) - set(OPS)
     assert note.backend in ("triton", "cuda")
@@ -62,7 +77,9 @@ def test_note_is_complete(note: Note):
     for rel in (note.exemplar, note.naive, note.task):
         assert rel and resource(rel).is_file(), f"{note.slug}: no file {rel}"
     assert note.claim is not None and note.claim > 1.0
-    assert note.claim_eager is not None and note.claim_eager > 0  # held against eager on the GPU (tests/test_knowledge_gpu.py)
+    assert (
+        note.claim_eager is not None and note.claim_eager > 0
+    )  # held against eager on the GPU (tests/test_knowledge_gpu.py)
     assert _backend(note.exemplar) == note.backend
     assert exemplar_source(note) == resource(note.exemplar).read_text()
 
@@ -110,7 +127,9 @@ def test_pick_takes_the_note_made_for_the_finding_of_issue_32():
     assert pick(["compute_pipe"], ops=["elementwise"])[0].slug == "compute_pipe"
     assert pick(["mma_sync_on_hopper"], ops=["matmul"])[0].slug == "hopper_tma_wgmma"
     assert pick(["host_sync"], ops=["elementwise"])[0].slug == "launch_overhead"
-    assert "reaches 0.6x its speed" in render([BY_SLUG["tensor_cores"]], max_chars=20000)  # said where eager stays faster
+    assert "reaches 0.6x its speed" in render(
+        [BY_SLUG["tensor_cores"]], max_chars=20000
+    )  # said where eager stays faster
 
 
 def test_pick_takes_the_note_made_for_the_finding():
@@ -168,7 +187,7 @@ def test_render_drops_the_code_of_later_notes_first():
 # --- the kernels: Triton in the interpreter, CUDA through nvcc -------------------------------------
 
 # Small inputs per task (the tasks' own sizes are for the GPU), chosen to leave partial blocks.
-_INTERPRET = r'''
+_INTERPRET = r"""
 import importlib.util, json, sys, traceback
 import torch
 KN = sys.argv[1]
@@ -205,7 +224,7 @@ for i, (rel, task_rel) in enumerate(json.loads(sys.argv[2])):
     except Exception:
         out.update(ok=False, error=traceback.format_exc()[-3000:])
     print("RESULT " + json.dumps(out), flush=True)
-'''
+"""
 
 _TRITON = [(slug, which, rel) for slug, which, rel in _kernel_files() if _backend(rel) == "triton"]
 _CUDA = [(slug, which, rel) for slug, which, rel in _kernel_files() if _backend(rel) == "cuda"]
@@ -216,12 +235,17 @@ def interpreted() -> dict[str, dict]:
     """Every Triton exemplar and naive version run once, in one interpreter subprocess."""
     pairs = [(rel, BY_SLUG[slug].task) for slug, _, rel in _TRITON]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-c", _INTERPRET, str(KNOWLEDGE), json.dumps(pairs)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", _INTERPRET, str(KNOWLEDGE), json.dumps(pairs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     results = {}
     for line in run.stdout.splitlines():
         if line.startswith("RESULT "):
-            r = json.loads(line[len("RESULT "):])
+            r = json.loads(line[len("RESULT ") :])
             results[r["file"]] = r
     assert results, f"the interpreter run printed nothing:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
     return results
@@ -236,9 +260,16 @@ def test_triton_kernel_is_correct_in_the_interpreter(slug, which, rel, interpret
 
 def _cuda_source(rel: str) -> str:
     tree = ast.parse(resource(rel).read_text())
-    strings = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
-               for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value.value, str)}
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and any(k.arg == "cuda_sources" for k in n.keywords))
+    strings = {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name) and isinstance(n.value.value, str)
+    }
+    call = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and any(k.arg == "cuda_sources" for k in n.keywords)
+    )
     value = next(k.value for k in call.keywords if k.arg == "cuda_sources")
     return strings[value.id] if isinstance(value, ast.Name) else value.value
 
@@ -264,8 +295,12 @@ def nvcc_builds(tmp_path_factory) -> dict[str, subprocess.Popen]:
         cu = out / (Path(rel).stem + ".cu")
         cu.write_text(_cuda_source(rel))
         assert "torch" not in cu.read_text(), f"{rel}: the .cu must be torch-free (the fast layout)"
-        procs[rel] = subprocess.Popen([nvcc, "-arch=sm_90", "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs[rel] = subprocess.Popen(
+            [nvcc, "-arch=sm_90", "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     return procs
 
 
@@ -303,10 +338,16 @@ def test_gpu_lookup_knows_the_h100_and_friends():
 
 def test_measured_lets_the_driver_win():
     props = {
-        "name": "NVIDIA H100 80GB HBM3", "multi_processor_count": 66, "total_memory": 85e9, "L2_cache_size": 40 * 2**20,
-        "shared_memory_per_block_optin": 232448, "shared_memory_per_multiprocessor": 233472,
-        "regs_per_multiprocessor": 65536, "max_threads_per_multi_processor": 2048,
-        "memory_clock_khz": 2_619_000, "memory_bus_width": 5120,
+        "name": "NVIDIA H100 80GB HBM3",
+        "multi_processor_count": 66,
+        "total_memory": 85e9,
+        "L2_cache_size": 40 * 2**20,
+        "shared_memory_per_block_optin": 232448,
+        "shared_memory_per_multiprocessor": 233472,
+        "regs_per_multiprocessor": 65536,
+        "max_threads_per_multi_processor": 2048,
+        "memory_clock_khz": 2_619_000,
+        "memory_bus_width": 5120,
     }
     spec = gpu_specs.measured(props)
     assert spec.sms == 66 and spec.l2_bytes == 40 * 2**20 and spec.smem_per_block_bytes == 232448

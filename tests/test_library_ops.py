@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality.allowlist import LIBRARY_GEMM_ATTENTION, is_allowed, make_allowed
 from kernelfix.tools.legality.static_checks import check
@@ -21,11 +20,23 @@ def _warnings(code: str, **cfg) -> list[str]:
     return [f.message for f in check(PRELUDE + code, JudgeConfig(**cfg)) if f.severity == "warning"]
 
 
-@pytest.mark.parametrize("expr", [
-    "F.linear(x, w)", "torch.nn.functional.linear(x, w)", "torch.matmul(x, w)", "x @ w", "x.matmul(w)", "torch.mm(x, w)",
-    "x.mm(w)", "torch.addmm(x, x, w)", "torch.bmm(x, w)", "x.bmm(w)", "torch._grouped_mm(x, w, offs=w)",
-    "F.scaled_dot_product_attention(x, w, w, is_causal=True, enable_gqa=True)",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "F.linear(x, w)",
+        "torch.nn.functional.linear(x, w)",
+        "torch.matmul(x, w)",
+        "x @ w",
+        "x.matmul(w)",
+        "torch.mm(x, w)",
+        "x.mm(w)",
+        "torch.addmm(x, x, w)",
+        "torch.bmm(x, w)",
+        "x.bmm(w)",
+        "torch._grouped_mm(x, w, offs=w)",
+        "F.scaled_dot_product_attention(x, w, w, is_causal=True, enable_gqa=True)",
+    ],
+)
 def test_static_check_accepts_a_library_call_only_where_allowed(expr):
     code = FORWARD.format(expr=expr)
     assert _warnings(code), "without the library ops a torch compute call in the forward is a warning"
@@ -33,12 +44,16 @@ def test_static_check_accepts_a_library_call_only_where_allowed(expr):
 
 
 def test_static_check_nn_linear_is_linear():
-    code = ("class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
-            "    def forward(self, x):\n        return self.lin(x)\n")
+    code = (
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        return self.lin(x)\n"
+    )
     assert _warnings(code) and not _warnings(code, extra_allowed_ops=["linear"])
 
 
-@pytest.mark.parametrize("expr", ["F.softmax(x, -1)", "torch.relu(x)", "x.sum()", "torch.mul(x, w)", "torch.cat([x, w])", "torch.topk(x, 2)"])
+@pytest.mark.parametrize(
+    "expr", ["F.softmax(x, -1)", "torch.relu(x)", "x.sum()", "torch.mul(x, w)", "torch.cat([x, w])", "torch.topk(x, 2)"]
+)
 def test_static_check_other_compute_still_warned(expr):
     assert _warnings(FORWARD.format(expr=expr), extra_allowed_ops=list(LIBRARY_GEMM_ATTENTION))
 
@@ -67,9 +82,17 @@ CASES = {
     "linear": (lambda x, w: F.linear(x, w), torch.randn(2, 8, 16), torch.randn(32, 16)),
     "matmul": (lambda x, w: torch.matmul(x, w.t()), torch.randn(2, 8, 16), torch.randn(32, 16)),
     "bmm": (lambda x, w: torch.bmm(x, w), torch.randn(2, 8, 16), torch.randn(2, 16, 8)),
-    "sdpa_gqa": (lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True), q, kv, kv.clone()),
-    "grouped_mm": (lambda x, w: torch._grouped_mm(x, w.transpose(-2, -1), offs=torch.tensor([16, 32, 48, 64], dtype=torch.int32)),
-                   torch.randn(64, 16), torch.randn(4, 32, 16)),
+    "sdpa_gqa": (
+        lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True),
+        q,
+        kv,
+        kv.clone(),
+    ),
+    "grouped_mm": (
+        lambda x, w: torch._grouped_mm(x, w.transpose(-2, -1), offs=torch.tensor([16, 32, 48, 64], dtype=torch.int32)),
+        torch.randn(64, 16),
+        torch.randn(4, 32, 16),
+    ),
 }
 
 
@@ -77,8 +100,12 @@ CASES = {
 def test_runtime_library_calls_allowed_forward_and_backward(name):
     fn, *inputs = CASES[name]
     fwd, bwd = _record(fn, *inputs)
-    assert _refused(fwd, make_allowed()) and not _refused(fwd, LIBRARY), fwd  # refused by default, allowed with the library
-    assert not _refused(bwd, LIBRARY), bwd  # its own backward (torch's formula or the backend's X_backward) comes with it
+    assert _refused(fwd, make_allowed()) and not _refused(fwd, LIBRARY), (
+        fwd
+    )  # refused by default, allowed with the library
+    assert not _refused(bwd, LIBRARY), (
+        bwd
+    )  # its own backward (torch's formula or the backend's X_backward) comes with it
     if name == "sdpa_gqa":
         assert "_scaled_dot_product_flash_attention_for_cpu_backward" in bwd
 
@@ -87,7 +114,12 @@ def test_runtime_what_autograd_adds_around_a_library_call_stays_the_candidates()
     # a bias's gradient is a sum; a tensor read by two GEMMs gets its gradients added: torch compute, not the library's
     _, bwd = _record(lambda x, w, b: F.linear(x, w, b), torch.randn(8, 16), torch.randn(32, 16), torch.randn(32))
     assert _refused(bwd, LIBRARY) == {"sum"}
-    fwd, bwd = _record(lambda x, w1, w2: torch.addmm(torch.mm(x, w1), x, w2), torch.randn(8, 16), torch.randn(16, 4), torch.randn(16, 4))
+    fwd, bwd = _record(
+        lambda x, w1, w2: torch.addmm(torch.mm(x, w1), x, w2),
+        torch.randn(8, 16),
+        torch.randn(16, 4),
+        torch.randn(16, 4),
+    )
     assert not _refused(fwd, LIBRARY) and _refused(bwd, LIBRARY) == {"add"}
 
 

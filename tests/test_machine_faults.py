@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from agent_support import TASK, candidate_code, check_session_dir, reply, replay_session
+from agent_support import TASK, candidate_code, check_session_dir, replay_session, reply
 from kernelfix.agent.events import Notice
 from kernelfix.agent.session import Session
 from kernelfix.agent.state import Trajectory
@@ -78,7 +77,11 @@ def test_a_fault_that_persists_stops_the_session_and_a_resume_judges_again(tmp_p
     outcome = Session.open(s.store.path, s.model, judge=cpu_judge).run()
     (t1,) = check_session_dir(s.store.path).turns
     # the fault the session stopped on is the one a resume starts from: judged again, and listed
-    assert outcome.success and t1.verdict.category == Category.OK and t1.verdict.infra_retries == [f"infra:gpu_busy: {BUSY}"]
+    assert (
+        outcome.success
+        and t1.verdict.category == Category.OK
+        and t1.verdict.infra_retries == [f"infra:gpu_busy: {BUSY}"]
+    )
 
 
 def test_eval_retries_and_says_so_unless_told_not_to(tmp_path, faults, capsys):

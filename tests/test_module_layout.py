@@ -35,7 +35,9 @@ def _modules() -> dict[str, Path]:
     for package, d in dirs.items():
         for path in (REPO / d).rglob("*.py"):
             rel = path.relative_to(REPO / d)
-            if "exemplars" in rel.parts or (package == "kernelfix" and len(rel.parts) > 1 and f"kernelfix.{rel.parts[0]}" in dirs):
+            if "exemplars" in rel.parts or (
+                package == "kernelfix" and len(rel.parts) > 1 and f"kernelfix.{rel.parts[0]}" in dirs
+            ):
                 continue  # the knowledge base's candidates; a folder mapped on its own
             parts = [*package.split("."), *rel.with_suffix("").parts]
             out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
@@ -132,14 +134,21 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the stages", ("kernelfix.tools.stages",)),
     ("the handles on the children", ("kernelfix.tools.handles",)),
     ("the children's code", ("kernelfix.tools.workers",)),
-    ("the concerns' libraries", tuple(f"kernelfix.tools.{c}" for c in ("compile", "correctness", "legality", "timing", "profile", "sanitizer"))),
+    (
+        "the concerns' libraries",
+        tuple(f"kernelfix.tools.{c}" for c in ("compile", "correctness", "legality", "timing", "profile", "sanitizer")),
+    ),
     ("the base: gpu/, transport/ and the loose modules", ("kernelfix.tools",)),
 )
 # What the judge may import from outside tools/: the sandbox, the verdict's renderer (prompts/feedback.py
 # and what it uses), kernelfix's leaf modules. Nothing above it: agent/, capture/, tui/, the CLI, the API.
 TOOLS_MAY_IMPORT = (
-    "kernelfix.sandbox", "kernelfix.prompts.feedback", "kernelfix.prompts.build_feedback", "kernelfix.prompts.knowledge",
-    "kernelfix.atomic", "kernelfix.version",
+    "kernelfix.sandbox",
+    "kernelfix.prompts.feedback",
+    "kernelfix.prompts.build_feedback",
+    "kernelfix.prompts.knowledge",
+    "kernelfix.atomic",
+    "kernelfix.version",
 )
 
 
@@ -150,17 +159,27 @@ def _layer(module: str) -> int:
 def test_the_judges_folders_import_down_the_layers_only():
     upward = [
         f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
-        for m in TOOLS_MODULES for t in sorted(GRAPH[m]) if t in TOOLS_MODULES and _layer(t) < _layer(m)
+        for m in TOOLS_MODULES
+        for t in sorted(GRAPH[m])
+        if t in TOOLS_MODULES and _layer(t) < _layer(m)
     ]
     assert not upward, upward
-    outside = [f"{m} imports {t}" for m in TOOLS_MODULES for t in sorted(GRAPH[m])
-               if t not in TOOLS_MODULES and not any(_within(t, p) for p in TOOLS_MAY_IMPORT)]
+    outside = [
+        f"{m} imports {t}"
+        for m in TOOLS_MODULES
+        for t in sorted(GRAPH[m])
+        if t not in TOOLS_MODULES and not any(_within(t, p) for p in TOOLS_MAY_IMPORT)
+    ]
     assert not outside, outside
 
 
 def test_nothing_the_judge_uses_imports_it_back():
     used = _reach(JUDGE) - {JUDGE}
-    assert {"kernelfix.tools.stages.compile", "kernelfix.tools.stages.correctness", "kernelfix.tools.stages.benchmark"} <= used
+    assert {
+        "kernelfix.tools.stages.compile",
+        "kernelfix.tools.stages.correctness",
+        "kernelfix.tools.stages.benchmark",
+    } <= used
     back = sorted(m for m in used if JUDGE in GRAPH[m])
     assert not back, f"imported by the judge and importing it back: {back}"
 
@@ -180,7 +199,10 @@ SHORTHANDS = {"any": set(PROCESSES), "workers": set(CHILDREN)}
 @functools.cache
 def _runs_in() -> dict[str, frozenset[str]]:
     """The processes that import each tools/ module; a package's, those of its modules."""
-    starts = {"judge": [m for m in MODULES if m not in TOOLS_MODULES] + [JUDGE], **{k: list(v) for k, v in CHILDREN.items()}}
+    starts = {
+        "judge": [m for m in MODULES if m not in TOOLS_MODULES] + [JUDGE],
+        **{k: list(v) for k, v in CHILDREN.items()},
+    }
     reached = {p: _reach(*s) for p, s in starts.items()}
     out = {}
     for m in TOOLS_MODULES:
@@ -206,8 +228,11 @@ def test_every_tools_file_says_which_process_runs_it_and_the_imports_agree():
     runs_in = _runs_in()
     untagged = [str(MODULES[m].relative_to(REPO)) for m in TOOLS_MODULES if _tag(MODULES[m]) is None]
     assert not untagged, f"no [process] at the start of the docstring: {untagged}"
-    wrong = {str(MODULES[m].relative_to(REPO)): {"says": sorted(_tag(MODULES[m])), "imported by": sorted(runs_in[m])}
-             for m in TOOLS_MODULES if _tag(MODULES[m]) != set(runs_in[m])}
+    wrong = {
+        str(MODULES[m].relative_to(REPO)): {"says": sorted(_tag(MODULES[m])), "imported by": sorted(runs_in[m])}
+        for m in TOOLS_MODULES
+        if _tag(MODULES[m]) != set(runs_in[m])
+    }
     assert not wrong, wrong
 
 
@@ -221,12 +246,16 @@ def test_the_judge_imports_no_workers_code():
 MAX_LINES = 400
 LONG = {
     "tools/verdict.py": "the verdict's schema: the result taxonomy and every stage's typed report, read in one place as the "
-                        "file format every trajectory stores",
+    "file format every trajectory stores",
 }
 
 
 def test_no_module_in_tools_is_over_400_lines():
-    long = {str(MODULES[m].relative_to(REPO)): n for m in TOOLS_MODULES if (n := len(MODULES[m].read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(MODULES[m].relative_to(REPO)): n
+        for m in TOOLS_MODULES
+        if (n := len(MODULES[m].read_text().splitlines())) > MAX_LINES
+    }
     assert set(long) == set(LONG), long
 
 
@@ -257,14 +286,25 @@ def _method(path: Path, cls: str, name: str) -> ast.FunctionDef:
 
 
 def _calls(fn: ast.AST, callee: str) -> list[ast.Call]:
-    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == callee]
+    return [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == callee
+    ]
 
 
 def test_judge_finish_builds_the_verdict_without_copying_fields_one_by_one():
     finish = _method(TOOLS / "judge.py", "Judge", "finish")
-    assert not _calls(finish, "Verdict") and _calls(finish, "verdict"), "Judge.finish leaves the verdict to Evaluation.verdict"
+    assert not _calls(finish, "Verdict") and _calls(finish, "verdict"), (
+        "Judge.finish leaves the verdict to Evaluation.verdict"
+    )
     build = _method(TOOLS / "evaluation.py", "Evaluation", "verdict")
-    copied = [kw.arg for call in _calls(build, "Verdict") for kw in call.keywords if isinstance(kw.value, ast.Attribute) and kw.value.attr == kw.arg]
+    copied = [
+        kw.arg
+        for call in _calls(build, "Verdict")
+        for kw in call.keywords
+        if isinstance(kw.value, ast.Attribute) and kw.value.attr == kw.arg
+    ]
     assert not copied, f"copied one by one (evaluation.CARRIED carries them): {copied}"
 
 
@@ -283,9 +323,22 @@ def test_every_package_is_installed():
 
 def test_the_public_face_names_the_supported_api_where_it_is_defined():
     tree = ast.parse(MODULES["kernelfix"].read_text())
-    lazy = next(n.value for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in n.targets))
+    lazy = next(
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in n.targets)
+    )
     table = {k.value: (v.elts[0].value, v.elts[1].value) for k, v in zip(lazy.keys, lazy.values)}
-    assert {"Judge", "Verdict", "Task", "load_best"} <= table.keys()  # issue 34: the judge, its verdict, the task loader, load_best
+    assert {
+        "Judge",
+        "Verdict",
+        "Task",
+        "load_best",
+    } <= table.keys()  # issue 34: the judge, its verdict, the task loader, load_best
     for name, (module, attr) in table.items():
-        defined = {n.name for n in ast.parse(MODULES[module].read_text()).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        defined = {
+            n.name
+            for n in ast.parse(MODULES[module].read_text()).body
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef))
+        }
         assert attr in defined, f"kernelfix.{name}: {module} defines no {attr}"

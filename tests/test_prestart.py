@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS
 from kernelfix.agent import judging
 from kernelfix.agent.agent_config import AgentConfig
@@ -75,7 +74,9 @@ def test_a_dropped_standby_ends_at_once(tmp_path, started):
 def test_a_retried_turn_keeps_the_worker_started_for_it(tmp_path, started):
     """A model call that fails and is tried again calls prestart again for the same turn: the worker already
     waiting there, and the files in its workdir, stay."""
-    store = SessionDir.create(tmp_path / "session", task=Task.load(TASK), model="replay:none", agent=AgentConfig(), judge=_config())
+    store = SessionDir.create(
+        tmp_path / "session", task=Task.load(TASK), model="replay:none", agent=AgentConfig(), judge=_config()
+    )
     with Judge(TASK, _config(), workdir=tmp_path / "judge") as j:
         judging.prestart(store, j, 1)
         judging.prestart(store, j, 1)

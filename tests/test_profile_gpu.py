@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict
@@ -23,7 +22,14 @@ from kernelfix.tools.verdict import Category, Verdict
 CASES = Path(__file__).parent / "profile_cases"
 # Large tensors: fewer trials, no varied inputs and no float64 reference keep the judge's disk traffic and
 # time down; neither they nor torch.compile's baseline are what is tested here.
-CONFIG = {"device": "cuda", "profile": True, "trials": 2, "input_variants": [], "float64_reference": False, "time_torch_compile": False}
+CONFIG = {
+    "device": "cuda",
+    "profile": True,
+    "trials": 2,
+    "input_variants": [],
+    "float64_reference": False,
+    "time_torch_compile": False,
+}
 
 
 def judge_case(tmp_path: Path, label: str, task: str, candidate: str, **config) -> Verdict:
@@ -71,7 +77,9 @@ def test_ncu_profile_classifies_the_bottleneck(tmp_path, task, candidate, expect
     assert p.launches >= 1 and p.candidate_ms and p.min_bytes
     assert any(line.startswith("Profile (Nsight Compute") for line in v.feedback.splitlines())
     if expected == "memory-bound":
-        assert k.memory_unit == "DRAM" and p.dram_bytes and p.dram_bytes >= 0.5 * p.min_bytes  # written data still in L2 at the end is not counted
+        assert (
+            k.memory_unit == "DRAM" and p.dram_bytes and p.dram_bytes >= 0.5 * p.min_bytes
+        )  # written data still in L2 at the end is not counted
     else:
         assert p.task_flops == pytest.approx(2 * 4096**3) and p.achieved_tflops and p.achieved_tflops > 50
 

@@ -7,10 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-
 from kernelfix.prompts import feedback
 from kernelfix.tools.profile import bottleneck, ncu, ncu_csv
-from kernelfix.tools.verdict import Category, CorrectnessReport, TimingStats, Timings, TrialReport, Verdict
+from kernelfix.tools.verdict import Category, CorrectnessReport, Timings, TimingStats, TrialReport, Verdict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 
@@ -73,7 +72,9 @@ def test_units_normalize_to_base(value, unit, expected, base):
 
 
 def test_text_without_a_table_keeps_ncus_messages():
-    out = ncu_csv.parse("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\nhello from the candidate\n")
+    out = ncu_csv.parse(
+        "==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\nhello from the candidate\n"
+    )
     assert out.page == "none" and out.kernels == [] and out.problems() == ["==WARNING== No kernels were profiled."]
 
 
@@ -117,7 +118,9 @@ def test_many_tiny_kernels_are_launch_bound():
 
 
 def test_a_capped_capture_says_more_launches_were_not_profiled():
-    r = bottleneck.from_ncu(capture("ncu_many_small_details.csv").kernels, timings=None, task_flops=None, max_launches=12)
+    r = bottleneck.from_ncu(
+        capture("ncu_many_small_details.csv").kernels, timings=None, task_flops=None, max_launches=12
+    )
     assert r.launches_capped and "(or more)" in r.summary and "more not profiled" in r.highlights[0]
 
 
@@ -159,21 +162,34 @@ def test_stall_and_flop_metrics_from_the_command_line_are_used_when_present():
 
 def test_torch_profiler_kernel_list_tells_launch_and_memory_bound():
     timings = Timings(candidate=stats(0.2), bytes_moved=512_000_000, bandwidth_gbps=3000.0)
-    mem = bottleneck.from_kernel_list([{"name": "relu_kernel", "calls": 1, "total_ms": 0.19}], timings=timings, task_flops=None, note="x")
+    mem = bottleneck.from_kernel_list(
+        [{"name": "relu_kernel", "calls": 1, "total_ms": 0.19}], timings=timings, task_flops=None, note="x"
+    )
     assert mem.source == "torch_profiler" and mem.bottleneck == "memory-bound" and "2,695 GB/s" in mem.summary
     many = [{"name": "tiny", "calls": 40, "total_ms": 0.12}]
     launch = bottleneck.from_kernel_list(many, timings=timings, task_flops=None, note="x")
     assert launch.bottleneck == "launch-bound" and launch.kernels[0].calls == 40
-    slow = bottleneck.from_kernel_list([{"name": "k", "calls": 1, "total_ms": 1.9}], timings=Timings(candidate=stats(2.0), bytes_moved=512_000_000, bandwidth_gbps=3000.0), task_flops=None, note="x")
+    slow = bottleneck.from_kernel_list(
+        [{"name": "k", "calls": 1, "total_ms": 1.9}],
+        timings=Timings(candidate=stats(2.0), bytes_moved=512_000_000, bandwidth_gbps=3000.0),
+        task_flops=None,
+        note="x",
+    )
     assert slow.bottleneck is None and "no counters" in slow.summary
 
 
 def test_the_profile_goes_into_the_feedback_and_the_verdict_json():
     r = bottleneck.from_ncu(capture("ncu_relu_details.csv").kernels, timings=None, task_flops=None)
     v = Verdict(
-        category=Category.OK, task="relu", device="cuda", correct=True, legal=True,
+        category=Category.OK,
+        task="relu",
+        device="cuda",
+        correct=True,
+        legal=True,
         correctness=CorrectnessReport(atol=0.01, rtol=0.01, trials=[TrialReport(trial=0, seed=1, ok=True)]),
-        timings=Timings(candidate=stats(0.2), eager=stats(0.2)), speedup_eager=1.0, profile=r,
+        timings=Timings(candidate=stats(0.2), eager=stats(0.2)),
+        speedup_eager=1.0,
+        profile=r,
     )
     text = feedback.render(v)
     assert text.splitlines()[0].startswith("Correct (1/1 trials) and legal.")
@@ -186,8 +202,22 @@ def test_ncu_command_profiles_only_the_candidates_range():
     argv = ncu.command("/usr/bin/ncu", Path("/tmp/x/ncu-report"), 32)
     joined = " ".join(argv)
     assert argv[0] == "/usr/bin/ncu" and "--export /tmp/x/ncu-report --force-overwrite --import-source yes" in joined
-    assert ncu.import_command("ncu", Path("r.ncu-rep"), "details") == ["ncu", "--import", "r.ncu-rep", "--csv", "--page", "details", "--print-units", "base"]
-    assert ncu.import_command("ncu", Path("r.ncu-rep"), "source")[-4:] == ["--page", "source", "--print-source", "cuda,sass"]
+    assert ncu.import_command("ncu", Path("r.ncu-rep"), "details") == [
+        "ncu",
+        "--import",
+        "r.ncu-rep",
+        "--csv",
+        "--page",
+        "details",
+        "--print-units",
+        "base",
+    ]
+    assert ncu.import_command("ncu", Path("r.ncu-rep"), "source")[-4:] == [
+        "--page",
+        "source",
+        "--print-source",
+        "cuda,sass",
+    ]
     assert f"--nvtx --nvtx-include {ncu.NVTX_RANGE}/ --target-processes all --launch-count 32" in joined
     assert all(f"--section {s}" in joined for s in ncu.SECTIONS) and "--metrics" in argv
     assert "--metrics" not in ncu.command("ncu", Path("l"), 1, extra_metrics=False)

@@ -9,7 +9,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS
 from kernelfix.tools.profile import ncu
 from kernelfix.tools.stages import profile as profile_stage
@@ -106,13 +105,19 @@ def test_a_real_capture_through_a_replaying_ncu_becomes_the_report(judged, tmp_p
     log = (Path(ev.workdir) / "logs" / "profile_ncu.log").read_text()
     assert f"--nvtx-include {ncu.NVTX_RANGE}/" in log and "kernelfix.tools.workers.profile_target" in log
     # Only the sections the findings read, and where the stage's seconds went.
-    assert "--section InstructionStats" not in log and "--section SchedulerStats" not in log and "--section SourceCounters" in log
+    assert (
+        "--section InstructionStats" not in log
+        and "--section SchedulerStats" not in log
+        and "--section SourceCounters" in log
+    )
     assert {"profile.ncu_run", "profile.pages", "profile.findings"} <= set(done.breakdown), done.breakdown
 
 
 def test_a_refused_metric_is_retried_without_the_extra_metrics(judged, tmp_path, monkeypatch):
     judge, ev = judged
-    path = fake_ncu(tmp_path, "export REFUSE_METRICS=smsp__x\n" + REPLAY.format(fixture=FIXTURES / "ncu_matmul_details.csv"))
+    path = fake_ncu(
+        tmp_path, "export REFUSE_METRICS=smsp__x\n" + REPLAY.format(fixture=FIXTURES / "ncu_matmul_details.csv")
+    )
     done = profile_with(judge, ev, monkeypatch, ncu_path=path)
     assert done.profile.source == "ncu" and done.profile.bottleneck == "compute-bound"
 
@@ -136,7 +141,7 @@ def test_without_a_profile_the_turn_goes_on_and_says_why_once(judged, tmp_path, 
     if body is not None:
         config = {"ncu_path": fake_ncu(tmp_path, body), **config}
     done = profile_with(judge, ev, monkeypatch, **config)
-    new = done.warnings[len(ev.warnings):]
+    new = done.warnings[len(ev.warnings) :]
     assert len(new) == 1 and new[0].startswith("no Nsight Compute profile:") and says in new[0], new
     assert done.category is None  # the verdict does not change
     # the torch.profiler fallback ran; here, without CUDA, it cannot list kernels either, and says so
@@ -165,10 +170,23 @@ def test_the_profiled_runs_phases_go_into_the_breakdown(tmp_path):
     profile_stage._phases(ev, started, outcome, tmp_path / "none.json", outcome.wall_s)
     b = ev.breakdown
     assert b["profile.ncu.loaded"] == 1.5 and b["profile.ncu.profiled_forward"] == 6.5 and b["profile.ncu.done"] == 9.0
-    assert b["profile.ncu_run"] == 10.0 and b["profile.ncu.after_target"] == 1.0  # ncu's exit: rules, the report written
-    bad = ChildOutcome(argv=["ncu"], returncode=0, wall_s=2.0, messages=[{"type": "result", "phase_times": {"x": 1001.0, "done": "later", "warmup": 9e9}}])
-    profile_stage._phases(ev, started, bad, tmp_path / "none.json", bad.wall_s)  # forged readings: no key of their own, no failure
-    assert ev.breakdown["profile.ncu_run"] == 12.0 and "profile.ncu.x" not in ev.breakdown and ev.breakdown["profile.ncu.warmup"] == 6.0
+    assert (
+        b["profile.ncu_run"] == 10.0 and b["profile.ncu.after_target"] == 1.0
+    )  # ncu's exit: rules, the report written
+    bad = ChildOutcome(
+        argv=["ncu"],
+        returncode=0,
+        wall_s=2.0,
+        messages=[{"type": "result", "phase_times": {"x": 1001.0, "done": "later", "warmup": 9e9}}],
+    )
+    profile_stage._phases(
+        ev, started, bad, tmp_path / "none.json", bad.wall_s
+    )  # forged readings: no key of their own, no failure
+    assert (
+        ev.breakdown["profile.ncu_run"] == 12.0
+        and "profile.ncu.x" not in ev.breakdown
+        and ev.breakdown["profile.ncu.warmup"] == 6.0
+    )
 
 
 def test_a_run_started_ahead_waits_for_its_go_and_a_cancel_ends_it(judged, tmp_path, monkeypatch):
@@ -189,8 +207,12 @@ def test_a_run_started_ahead_waits_for_its_go_and_a_cancel_ends_it(judged, tmp_p
     ctx = dataclasses.replace(judge.stage_context(), device="cuda", room=free, lease=free)
     spec, run = profile_prestart.spec, profile_prestart.one_shot.run
     monkeypatch.setattr(profile_prestart, "spec", lambda *a: spec(*a) | {"device": "cpu"})
-    page = profile_stage._page  # the processes in a CPU's sandbox: a GPU's, asked for on a machine without one, is slow to refuse
-    monkeypatch.setattr(profile_prestart.one_shot, "run", lambda c, *a, **k: run(dataclasses.replace(c, device="cpu"), *a, **k))
+    page = (
+        profile_stage._page
+    )  # the processes in a CPU's sandbox: a GPU's, asked for on a machine without one, is slow to refuse
+    monkeypatch.setattr(
+        profile_prestart.one_shot, "run", lambda c, *a, **k: run(dataclasses.replace(c, device="cpu"), *a, **k)
+    )
     monkeypatch.setattr(profile_stage, "_page", lambda c, *a: page(dataclasses.replace(c, device="cpu"), *a))
     mine = ev.model_copy(deep=True)
     profile_prestart.start(ctx, mine)
@@ -205,7 +227,12 @@ def test_a_run_started_ahead_waits_for_its_go_and_a_cancel_ends_it(judged, tmp_p
 
     def stand_in(ctx, ev, stage, module, spec, timeout_s, **kw):
         go = handoff.wait(Path(spec["go_file"]), spec["wait_s"])
-        return ChildOutcome(argv=[module], returncode=0, wall_s=0.0, messages=[{"type": "result", "cancelled": not (go or {}).get("go")}])
+        return ChildOutcome(
+            argv=[module],
+            returncode=0,
+            wall_s=0.0,
+            messages=[{"type": "result", "cancelled": not (go or {}).get("go")}],
+        )
 
     monkeypatch.setattr(profile_prestart.one_shot, "run", stand_in)
     other = ev.model_copy(deep=True, update={"id": "other", "workdir": str(tmp_path / "other")})

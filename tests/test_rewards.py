@@ -15,11 +15,11 @@ import json
 import math
 
 import pytest
+from conftest import CORPUS, REPO_ROOT
+from kernelfix.tools.verdict import InputSetReport, Timings, TimingStats, Verdict
 from pydantic import ValidationError
 
-from conftest import CORPUS, REPO_ROOT
 from kernelfix.rewards import RewardConfig, speedup_view
-from kernelfix.tools.verdict import InputSetReport, Timings, TimingStats, Verdict
 
 H100 = {r["task"]: r for r in json.loads((REPO_ROOT / "docs" / "data" / "baseline_h100.json").read_text())["rows"]}
 TASK = (CORPUS / "tasks" / "relu.py").read_text()
@@ -30,8 +30,14 @@ def timed(task: str, **fields) -> Verdict:
     """An ok verdict whose candidate is torch.compile of ``task`` against its eager, as timed on the H100."""
     row = H100[task]
     eager, compiled = TimingStats(**row["eager"]), TimingStats(**row["compiled"])
-    return Verdict(category="ok", task=task, device="cuda", timings=Timings(candidate=compiled, eager=eager),
-                   speedup_eager=eager.median_ms / compiled.median_ms, **fields)
+    return Verdict(
+        category="ok",
+        task=task,
+        device="cuda",
+        timings=Timings(candidate=compiled, eager=eager),
+        speedup_eager=eager.median_ms / compiled.median_ms,
+        **fields,
+    )
 
 
 def test_a_speedup_within_the_timings_noise_counts_as_none():
@@ -53,17 +59,30 @@ def test_beyond_the_noise_the_reward_is_the_speedup_the_timings_vouch_for():
     assert speedup_view(slower).effective == speedup_view(slower).high < 1
     assert cfg.score(slower) == pytest.approx(0.5)  # clipped at 0.5x: an ok kernel still beats a failed one (0)
     assert cfg.score(timed("40_LayerNorm")) == pytest.approx(2.5)  # 18x, clipped at 8x
-    assert RewardConfig(noise_scale=0).explain(softmax).speedup.effective == pytest.approx(softmax.speedup_eager)  # medians alone
+    assert RewardConfig(noise_scale=0).explain(softmax).speedup.effective == pytest.approx(
+        softmax.speedup_eager
+    )  # medians alone
     assert RewardConfig(speedup_term="linear").score(softmax) == pytest.approx(1.0 + 0.5 * (view.low - 1))
     assert RewardConfig(speedup_term="none").score(softmax) == 1.0
 
 
 def test_input_sets_the_baseline_and_an_untimed_ok():
     a, b = timed("23_Softmax"), timed("5_Matrix_scalar_multiplication")
-    sets = Verdict(category="ok", task="t", device="cuda", input_sets=[
-        InputSetReport(index=1, shapes="x", timings=a.timings), InputSetReport(index=2, shapes="x", timings=b.timings)])
-    assert speedup_view(sets).effective == pytest.approx(math.sqrt(speedup_view(a).effective * 1.0))  # geometric mean of each set's
-    over_compile = timed("23_Softmax").model_copy(update={"timings": a.timings.model_copy(update={"compiled": a.timings.candidate})})
+    sets = Verdict(
+        category="ok",
+        task="t",
+        device="cuda",
+        input_sets=[
+            InputSetReport(index=1, shapes="x", timings=a.timings),
+            InputSetReport(index=2, shapes="x", timings=b.timings),
+        ],
+    )
+    assert speedup_view(sets).effective == pytest.approx(
+        math.sqrt(speedup_view(a).effective * 1.0)
+    )  # geometric mean of each set's
+    over_compile = timed("23_Softmax").model_copy(
+        update={"timings": a.timings.model_copy(update={"compiled": a.timings.candidate})}
+    )
     assert RewardConfig(baseline="compile").explain(over_compile).speedup.effective == 1.0  # itself: no speedup
     assert RewardConfig(baseline="compile").explain(a).speedup.baseline == "eager"  # no torch.compile timing: eager
     cpu = Verdict(category="ok", task="t", device="cpu")
@@ -113,24 +132,50 @@ def test_verl_compute_score_as_its_reward_managers_call_it():
     # self.compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)
     # (Verdicts that need no trial here; an ok kernel's score through verl's call: tests/test_serve.py.)
     extra = {"task_name": "relu", "num_turns": None}  # verl adds num_turns (and rollout_reward_scores) itself
-    bad = compute_score(data_source="kernelbench", solution_str="import os\nclass ModelNew: pass", ground_truth=TASK, extra_info=extra)
+    bad = compute_score(
+        data_source="kernelbench", solution_str="import os\nclass ModelNew: pass", ground_truth=TASK, extra_info=extra
+    )
     # the reward loop adds these where a reward model router exists: accepted, not ours
-    routed = compute_score(data_source="kernelbench", solution_str="```python\nimport kernelfix\nclass ModelNew: pass\n```", ground_truth=TASK, extra_info=extra,
-                           reward_router_address=None, reward_model_tokenizer=None)
-    assert bad == {"score": 0.0, "ok": 0.0, "effective_speedup": 0.0, "category": "format_error:no_code"}  # the keys of every sample
+    routed = compute_score(
+        data_source="kernelbench",
+        solution_str="```python\nimport kernelfix\nclass ModelNew: pass\n```",
+        ground_truth=TASK,
+        extra_info=extra,
+        reward_router_address=None,
+        reward_model_tokenizer=None,
+    )
+    assert bad == {
+        "score": 0.0,
+        "ok": 0.0,
+        "effective_speedup": 0.0,
+        "category": "format_error:no_code",
+    }  # the keys of every sample
     assert routed == {"score": -1.0, "ok": 0.0, "effective_speedup": 0.0, "category": "cheating:tampering"}
     # verl/workers/reward_manager/batch.py: self.compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=, **reward_kwargs)
-    scores = module.compute_score_batch(data_sources=["kb", "kb"], solution_strs=["```python\nimport kernelfix\nclass ModelNew: pass\n```", "nothing"],
-                                        ground_truths=[TASK, TASK], extra_infos=[None, None], device="cpu", cheating=-1.0)
-    assert [(s["score"], s["category"]) for s in scores] == [(-1.0, "cheating:tampering"), (0.0, "format_error:no_code")]
+    scores = module.compute_score_batch(
+        data_sources=["kb", "kb"],
+        solution_strs=["```python\nimport kernelfix\nclass ModelNew: pass\n```", "nothing"],
+        ground_truths=[TASK, TASK],
+        extra_infos=[None, None],
+        device="cpu",
+        cheating=-1.0,
+    )
+    assert [(s["score"], s["category"]) for s in scores] == [
+        (-1.0, "cheating:tampering"),
+        (0.0, "format_error:no_code"),
+    ]
     with pytest.raises(ValidationError, match="speedup_wieght"):
-        compute_score(data_source="kb", solution_str=OK_REPLY, ground_truth=TASK, speedup_wieght=2.0)  # a typo is an error, not a default
+        compute_score(
+            data_source="kb", solution_str=OK_REPLY, ground_truth=TASK, speedup_wieght=2.0
+        )  # a typo is an error, not a default
     from kernelfix.rewards.backend import _shared
 
     assert len(_shared) == 1  # every call above used one in-process judge, kept for the process
 
 
-def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_kernel(relu_cpu_judge, tmp_path_factory, monkeypatch):
+def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_kernel(
+    relu_cpu_judge, tmp_path_factory, monkeypatch
+):
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
     from tiny_model import save_tiny_qwen3
@@ -140,15 +185,30 @@ def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_ker
     root = tmp_path_factory.mktemp("grpo")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(root / "hf-cache"))
     model = save_tiny_qwen3(root / "model")
-    data = datasets.Dataset.from_dict({"prompt": ["Write ModelNew for this ReLU.", "Make it fast."], "task": [TASK, TASK]})
-    from kernelfix.judge_pool import JudgePool
-    from kernelfix.rewards.backend import InProcess
+    data = datasets.Dataset.from_dict(
+        {"prompt": ["Write ModelNew for this ReLU.", "Make it fast."], "task": [TASK, TASK]}
+    )
     from kernelfix.tools.config import JudgeConfig
 
+    from kernelfix.judge_pool import JudgePool
+    from kernelfix.rewards.backend import InProcess
+
     pool = JudgePool(JudgeConfig(device="cpu"), queue=None, make_judge=lambda req, gpu, root: Lent(relu_cpu_judge))
-    reward = KernelReward(backend=InProcess(pool=pool))  # in process, as KernelReward() judges; the session's warm judge
-    args = trl.GRPOConfig(output_dir=str(root / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
-                          max_completion_length=8, max_steps=1, report_to="none", save_strategy="no", logging_steps=1)
+    reward = KernelReward(
+        backend=InProcess(pool=pool)
+    )  # in process, as KernelReward() judges; the session's warm judge
+    args = trl.GRPOConfig(
+        output_dir=str(root / "out"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+    )
     trainer = trl.GRPOTrainer(model=str(model), reward_funcs=[reward], train_dataset=data, args=args)
     trainer.train()  # a random model writes no code block: every reward 0, and the step runs through
     logged = trainer.state.log_history[0]

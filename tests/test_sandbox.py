@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kernelfix.sandbox import Isolation, Limits, probe, run_child, scrubbed_env
 from kernelfix.sandbox.channel import ChildChannel, MessageReader, new_token
 
@@ -48,7 +47,9 @@ def test_timeout_kills_the_whole_group(tmp_path):
 
 
 def test_huge_output_is_drained_and_capped(tmp_path):
-    out = py("import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 100000)\n", tmp_path, output_tail_bytes=1000)
+    out = py(
+        "import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 100000)\n", tmp_path, output_tail_bytes=1000
+    )
     assert out.returncode == 0 and out.stdout_bytes == 200_000_000
     assert len(out.stdout_tail) == 1000
 
@@ -76,9 +77,24 @@ def test_garbage_on_the_pipe_is_recorded_not_fatal(tmp_path):
 
 
 def test_env_is_scrubbed_of_secrets():
-    env = scrubbed_env({"KERNELFIX_X": "1"}, base={"PATH": "/bin", "OPENAI_API_KEY": "sk-1", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0", "GITHUB_TOKEN": "t", "TRITON_API_TOKEN": "t"})
+    env = scrubbed_env(
+        {"KERNELFIX_X": "1"},
+        base={
+            "PATH": "/bin",
+            "OPENAI_API_KEY": "sk-1",
+            "HOME": "/root",
+            "CUDA_VISIBLE_DEVICES": "0",
+            "GITHUB_TOKEN": "t",
+            "TRITON_API_TOKEN": "t",
+        },
+    )
     assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0" and env["KERNELFIX_X"] == "1"
-    assert "OPENAI_API_KEY" not in env and "GITHUB_TOKEN" not in env and "TRITON_API_TOKEN" not in env and "HOME" not in env
+    assert (
+        "OPENAI_API_KEY" not in env
+        and "GITHUB_TOKEN" not in env
+        and "TRITON_API_TOKEN" not in env
+        and "HOME" not in env
+    )
 
 
 def test_launch_failure_is_reported(tmp_path):
@@ -135,9 +151,9 @@ def test_filesystem_is_read_only_outside_the_writable_dirs(tmp_path):
         f"""
         import os, errno
         results = []
-        for action in (lambda: open({str(outside / 'canary')!r}, 'a').write('x'),
-                       lambda: os.remove({str(outside / 'canary')!r}),
-                       lambda: open({str(outside / 'new')!r}, 'w'),
+        for action in (lambda: open({str(outside / "canary")!r}, 'a').write('x'),
+                       lambda: os.remove({str(outside / "canary")!r}),
+                       lambda: open({str(outside / "new")!r}, 'w'),
                        lambda: os.mkdir('/var/tmp/kernelfix-escape'),
                        lambda: open('/etc/kernelfix-escape', 'w')):
             try:
@@ -257,7 +273,9 @@ def test_proc_lets_a_thread_name_itself_but_not_the_host_be_changed(tmp_path):
 
     lines = out.stdout_tail.splitlines()
     assert lines[:2] == ["kf-probe", f"/proc/sys/kernel/hostname {errno.EROFS}"], out.stdout_tail + out.stderr_tail
-    assert lines[2] in (f"/proc/sysrq-trigger {errno.EROFS}", f"/proc/sysrq-trigger {errno.ENOENT}"), lines[2]  # absent on some kernels
+    assert lines[2] in (f"/proc/sysrq-trigger {errno.EROFS}", f"/proc/sysrq-trigger {errno.ENOENT}"), lines[
+        2
+    ]  # absent on some kernels
     assert lines[3] == "0", "kallsyms is hidden"
 
 
@@ -417,7 +435,7 @@ def test_message_reader_keeps_the_launcher_report_only_before_the_child_speaks()
     assert reader.forged == ["no token at all"]
 
 
-_GPU_PROBE = r'''
+_GPU_PROBE = r"""
 import json, os, subprocess, sys, tempfile
 out = {}
 import torch
@@ -442,7 +460,7 @@ out["nvcc_ok"] = r.returncode == 0 and os.path.exists(src + ".o")
 out["nvcc_err"] = r.stderr[-300:]
 out["devices"] = sorted(os.listdir("/dev"))
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -452,7 +470,9 @@ def test_cuda_triton_and_nvcc_work_inside_the_full_sandbox(tmp_path):
 
     (tmp_path / "tmp").mkdir()
     (tmp_path / "cache").mkdir()
-    env = scrubbed_env({"HOME": str(tmp_path / "tmp"), "TMPDIR": str(tmp_path / "tmp"), "TRITON_CACHE_DIR": str(tmp_path / "cache")})
+    env = scrubbed_env(
+        {"HOME": str(tmp_path / "tmp"), "TMPDIR": str(tmp_path / "tmp"), "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    )
     probe = tmp_path / "tmp" / "probe.py"  # a file, not -c: Triton's @jit reads its function's source
     probe.write_text(_GPU_PROBE)
     out = run_child(
@@ -468,7 +488,12 @@ def test_cuda_triton_and_nvcc_work_inside_the_full_sandbox(tmp_path):
     print(f"inside: {res}")
     assert res["cuda"] and res["sum_ok"] and res["triton_ok"], res
     assert res["nvcc_ok"], res["nvcc_err"]
-    assert out.isolation.get("network") and out.isolation.get("pid") and out.isolation.get("filesystem") and out.isolation.get("capabilities"), out.sandbox_notes
+    assert (
+        out.isolation.get("network")
+        and out.isolation.get("pid")
+        and out.isolation.get("filesystem")
+        and out.isolation.get("capabilities")
+    ), out.sandbox_notes
 
 
 def test_without_privileges_each_layer_falls_back_with_a_note(tmp_path):
@@ -478,10 +503,27 @@ def test_without_privileges_each_layer_falls_back_with_a_note(tmp_path):
         pytest.skip("needs root and setpriv to take the capabilities away")
     corpus = Path(__file__).parent / "corpus"
     r = subprocess.run(
-        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
-         sys.executable, "-m", "kernelfix", "eval", str(corpus / "tasks" / "relu.py"), str(corpus / "candidates" / "triton_relu_ok.py"),
-         "--device", "cpu", "--trials", "2", "--json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            "setpriv",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            sys.executable,
+            "-m",
+            "kernelfix",
+            "eval",
+            str(corpus / "tasks" / "relu.py"),
+            str(corpus / "candidates" / "triton_relu_ok.py"),
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "KERNELFIX_CACHE": str(tmp_path / "cache")},
     )
     verdict = json.loads(r.stdout)
@@ -498,7 +540,9 @@ def test_stale_cgroups_of_dead_judges_are_swept():
     from kernelfix.sandbox import cgroup
 
     cg, _ = cgroup.Cgroup.create(memory_bytes=1 << 30, max_pids=16)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = [d.parent / f"{cgroup.PREFIX}{dead}-0000" for d in cg.dirs.values()]
     for d in stale:
         d.mkdir()
@@ -516,14 +560,23 @@ def test_a_stage_dies_with_its_judge(tmp_path, isolated):
     """kill -9 of the judge mid-stage: the stage's processes go too, they do not run on unowned."""
     marker = f"{time.time_ns() % 10**9}.25"
     iso = "Isolation(writable=[d])" if isolated else "Isolation.off()"
-    judge = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    judge = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys
         from kernelfix.sandbox import Isolation, Limits, run_child
         d = {str(tmp_path)!r}
         run_child(["sleep", {marker!r}], cwd=d, env={{"PATH": "/usr/bin:/bin"}}, limits=Limits(wall_s=120), isolation={iso})
-        """)])
+        """),
+        ]
+    )
     deadline = time.monotonic() + 30
-    while not subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).stdout and time.monotonic() < deadline:
+    while (
+        not subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).stdout
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     judge.kill()
     judge.wait()
@@ -548,7 +601,13 @@ def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
     monkeypatch.setattr(probes, "_cuda_runs", fake_cuda_runs)
     probes._gpu_known.clear()
     chosen, note = probes.for_gpu(Isolation(writable=["/w"]), python="py-a")
-    assert (chosen.network, chosen.capabilities, chosen.cgroup, chosen.pid, chosen.filesystem) == (True, True, True, False, False)
+    assert (chosen.network, chosen.capabilities, chosen.cgroup, chosen.pid, chosen.filesystem) == (
+        True,
+        True,
+        True,
+        False,
+        False,
+    )
     assert chosen.writable == ["/w"]
     assert "without its pid, filesystem layer(s)" in note and "Error 304" in note
     n = len(tried)
@@ -559,7 +618,9 @@ def test_gpu_settings_keep_every_layer_that_cuda_survives(monkeypatch):
     probes._gpu_known.clear()
     assert probes.for_gpu(Isolation(), python="py-b") == (Isolation(), None)
 
-    monkeypatch.setattr(probes, "_cuda_runs", lambda iso, python: (not any(getattr(iso, k) for k in isolation.LAYERS), "no"))
+    monkeypatch.setattr(
+        probes, "_cuda_runs", lambda iso, python: (not any(getattr(iso, k) for k in isolation.LAYERS), "no")
+    )
     probes._gpu_known.clear()
     chosen, note = probes.for_gpu(Isolation(), python="py-c")
     assert not any(getattr(chosen, k) for k in isolation.LAYERS) and "without isolation" in note

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from kernelfix.sandbox import Limits, run_child, scrubbed_env
 from proc_support import alive
 

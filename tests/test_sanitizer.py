@@ -11,17 +11,31 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
-
-from kernelfix.cli.verdict_view import sanitizer_summary
 from kernelfix.prompts import feedback
 from kernelfix.tools.sanitizer import hazards, parse, reduce, tool
-from kernelfix.tools.verdict import Category, CorrectnessReport, Hazard, SanitizerReport, SourceAt, ToolRun, TrialReport, Verdict
+from kernelfix.tools.verdict import (
+    Category,
+    CorrectnessReport,
+    Hazard,
+    SanitizerReport,
+    SourceAt,
+    ToolRun,
+    TrialReport,
+    Verdict,
+)
+
+from kernelfix.cli.verdict_view import sanitizer_summary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sanitizer"
 # initcheck sees global memory only; a race on global memory no tool sees (tests/test_kernel_source.py reads it from the source)
 FOUND = [c for c in sc.cases() if c.defect not in ("uninitialized_shared", "global_race")]
-TOOL_OF = {"shared_race": "racecheck", "out_of_bounds": "memcheck", "misaligned": "memcheck", "divergent_barrier": "synccheck",
-           "uninitialized_read": "initcheck"}
+TOOL_OF = {
+    "shared_race": "racecheck",
+    "out_of_bounds": "memcheck",
+    "misaligned": "memcheck",
+    "divergent_barrier": "synccheck",
+    "uninitialized_read": "initcheck",
+}
 
 
 def report(case: str, tool_name: str) -> parse.Report:
@@ -42,14 +56,17 @@ def sources(case: sc.SanitizerCase, tmp_path: Path) -> hazards.Sources:
 # ------------------------------------------------------------------ the reports, as the H100 printed them
 
 
-@pytest.mark.parametrize("case,tool_name,kind,line,errors", [
-    ("row_sum_warp_race_cuda", "racecheck", "shared_race", 23, 1),
-    ("row_sum_divergent_barrier_cuda", "synccheck", "divergent_barrier", 15, 512),
-    ("row_sum_uninit_cuda", "initcheck", "uninitialized_read", 16, 32),
-    ("scale_misaligned_cuda", "memcheck", "misaligned", 10, 258),
-    ("scale_oob_write_cuda", "memcheck", "out_of_bounds", 7, 71),
-    ("scale_oob_triton", "memcheck", "out_of_bounds", 17, 20),
-])
+@pytest.mark.parametrize(
+    "case,tool_name,kind,line,errors",
+    [
+        ("row_sum_warp_race_cuda", "racecheck", "shared_race", 23, 1),
+        ("row_sum_divergent_barrier_cuda", "synccheck", "divergent_barrier", 15, 512),
+        ("row_sum_uninit_cuda", "initcheck", "uninitialized_read", 16, 32),
+        ("scale_misaligned_cuda", "memcheck", "misaligned", 10, 258),
+        ("scale_oob_write_cuda", "memcheck", "out_of_bounds", 7, 71),
+        ("scale_oob_triton", "memcheck", "out_of_bounds", 17, 20),
+    ],
+)
 def test_each_report_is_read(case, tool_name, kind, line, errors):
     r = report(case, tool_name)
     assert r.errors == errors  # the summary's count, not "... N errors were not printed"
@@ -68,11 +85,18 @@ def test_race_pair_and_count():
 def test_memcheck_access_details():
     r = report("scale_oob_write_cuda", "memcheck")
     first = r.records[0]
-    assert (first.memory, first.access, first.size_bytes) == ("global", "read", 4)  # memcheck stops the kernel at its first wild access
+    assert (first.memory, first.access, first.size_bytes) == (
+        "global",
+        "read",
+        4,
+    )  # memcheck stops the kernel at its first wild access
     assert first.address == "out of bounds, 1 bytes after the nearest allocation at 0x7f65dfa00000 of size 12,012 bytes"
     assert (first.thread, first.block) == ("187,0,0", "11,0,0")
     mis = report("scale_misaligned_cuda", "memcheck").records[0]
-    assert (mis.kind, mis.size_bytes) == ("misaligned", 16)  # "Access to 0x... is misaligned": a float4 on a 4-byte boundary
+    assert (mis.kind, mis.size_bytes) == (
+        "misaligned",
+        16,
+    )  # "Access to 0x... is misaligned": a float4 on a 4-byte boundary
 
 
 def test_clean_reports_have_nothing():
@@ -88,7 +112,10 @@ def test_both_location_layouts():
     assert (new.kernel, new.file, new.line) == ("row_sum_kernel", "cuda.cu", 23)
     assert (old.kernel, old.file, old.line) == ("threadDivergence", "/dir/divergence.cu", 50)
     assert (bare.kernel, bare.file, bare.line) == ("k", None, None)
-    assert parse.short_name("void at::native::vectorized_elementwise_kernel<4, (anonymous)>(int, float *)") == "at::native::vectorized_elementwise_kernel<4, (anonymous)>"
+    assert (
+        parse.short_name("void at::native::vectorized_elementwise_kernel<4, (anonymous)>(int, float *)")
+        == "at::native::vectorized_elementwise_kernel<4, (anonymous)>"
+    )
 
 
 # ------------------------------------------------------------------ hazards: kind, the candidate's line, the fix
@@ -130,7 +157,15 @@ def test_an_uninitialized_read_at_a_wild_access_is_left_out(tmp_path):
 
 
 def test_repeated_line_is_placed_by_its_neighbours():
-    cu = ["__global__ void k(float* p) {", "    p[0] = 1;", "    __syncthreads();", "    p[1] = p[0];", "    __syncthreads();", "    p[2] = p[1];", "}"]
+    cu = [
+        "__global__ void k(float* p) {",
+        "    p[0] = 1;",
+        "    __syncthreads();",
+        "    p[1] = p[0];",
+        "    __syncthreads();",
+        "    p[2] = p[1];",
+        "}",
+    ]
     cand = ["import torch", 'src = r"""', *cu, '"""']
     assert hazards.candidate_line(cu, 5, cand) == 7  # the second __syncthreads(): after p[1] = p[0]
     assert hazards.candidate_line(cu, 3, cand) == 5
@@ -140,8 +175,11 @@ def test_repeated_line_is_placed_by_its_neighbours():
 
 def test_kernels_not_the_candidates_are_never_blamed(tmp_path):
     case = sc.load(sc.CANDIDATES / "row_sum_uninit_cuda.py")
-    rec = parse.Record(kind="out_of_bounds", header="Invalid __global__ read of size 4 bytes",
-                       frames=[parse.Loc(function="void at::native::reduce_kernel<512, 1>(float *)", file="Reduce.cuh", line=900)])
+    rec = parse.Record(
+        kind="out_of_bounds",
+        header="Invalid __global__ read of size 4 bytes",
+        frames=[parse.Loc(function="void at::native::reduce_kernel<512, 1>(float *)", file="Reduce.cuh", line=900)],
+    )
     (h,) = hazards.from_records("memcheck", [rec], sources(case, tmp_path))
     assert not h.in_candidate and h.kernel == "at::native::reduce_kernel<512, 1>"
 
@@ -156,7 +194,10 @@ def test_reduced_input_keeps_rows_and_tails():
     (first, whole) = reduce.plans([(4099, 1001)], 1 << 18)
     assert first.rows == 3 and (3 * 1001) % 4096 == (4099 * 1001) % 4096 and not whole.reduced
     shared = reduce.plans([(1024, 1024), (1024, 1024), None], 1 << 18)
-    assert [(x.rows, x.which) for x in shared[:2]] == [(256, [0, 1]), (256, [0])]  # a shared batch first, then the largest alone
+    assert [(x.rows, x.which) for x in shared[:2]] == [
+        (256, [0, 1]),
+        (256, [0]),
+    ]  # a shared batch first, then the largest alone
     assert reduce.plans([(8, 4)], 1 << 18) == [reduce.Plan()]  # small already: the whole trial
     assert reduce.plans([None], 10) == [reduce.Plan()]
     assert reduce.describe(p[0], [(16384, 8192)], ["x"], ["float32"]) == "x float32[32, 8192] (32 of 16384 rows)"
@@ -167,20 +208,50 @@ def test_reduced_input_keeps_rows_and_tails():
 
 def _race_verdict(tmp_path) -> Verdict:
     case = sc.load(sc.CANDIDATES / "row_sum_warp_race_cuda.py")
-    found = hazards.ordered(hazards.from_records("racecheck", report(case.name, "racecheck").records, sources(case, tmp_path)))
-    trial = TrialReport(trial=0, seed=1, ok=False, category=Category.NUMERICAL, problem="16384 of 16384 elements outside atol",
-                        max_abs_error=3.7e3, max_rel_error=0.9, mismatches=16384, numel=16384, worst_index=[8379, 0], expected=4176.09, actual=441.0)
-    san = SanitizerReport(why="correctness_error:numerical", hazards=found, inputs="x float32[32, 8192] (32 of 16384 rows)", reduced=True,
-                          reproduced=True, tools=[ToolRun(tool=t, seconds=5.0, errors=1 if t == "racecheck" else 0) for t in tool.ORDER])
-    return Verdict(category=Category.NUMERICAL, task="row_sum", device="cuda", message="trial 0: 16384 of 16384 elements outside atol",
-                   correctness=CorrectnessReport(trials=[trial]), sanitizer=san)
+    found = hazards.ordered(
+        hazards.from_records("racecheck", report(case.name, "racecheck").records, sources(case, tmp_path))
+    )
+    trial = TrialReport(
+        trial=0,
+        seed=1,
+        ok=False,
+        category=Category.NUMERICAL,
+        problem="16384 of 16384 elements outside atol",
+        max_abs_error=3.7e3,
+        max_rel_error=0.9,
+        mismatches=16384,
+        numel=16384,
+        worst_index=[8379, 0],
+        expected=4176.09,
+        actual=441.0,
+    )
+    san = SanitizerReport(
+        why="correctness_error:numerical",
+        hazards=found,
+        inputs="x float32[32, 8192] (32 of 16384 rows)",
+        reduced=True,
+        reproduced=True,
+        tools=[ToolRun(tool=t, seconds=5.0, errors=1 if t == "racecheck" else 0) for t in tool.ORDER],
+    )
+    return Verdict(
+        category=Category.NUMERICAL,
+        task="row_sum",
+        device="cuda",
+        message="trial 0: 16384 of 16384 elements outside atol",
+        correctness=CorrectnessReport(trials=[trial]),
+        sanitizer=san,
+    )
 
 
 def test_feedback_gives_the_hazard_first_and_keeps_the_category(tmp_path):
     v = _race_verdict(tmp_path)
     lines = feedback.render(v).splitlines()
     assert lines[0].startswith("Cause: compute-sanitizer (racecheck on x float32[32, 8192]")
-    assert "shared-memory race in row_sum_kernel" in lines[1] and "line 36 of your source" in lines[1] and "3968 hazards" in lines[1]
+    assert (
+        "shared-memory race in row_sum_kernel" in lines[1]
+        and "line 36 of your source" in lines[1]
+        and "3968 hazards" in lines[1]
+    )
     assert lines[2].strip().startswith("Fix:") and "__shfl_down_sync" in lines[2]
     assert lines[3].startswith("Wrong output on trial 0")  # the numbers after the cause
     assert v.category == Category.NUMERICAL and v.correct is None  # the verdict is the judge's, unchanged
@@ -193,21 +264,46 @@ def test_feedback_without_a_hazard(tmp_path):
     v = _race_verdict(tmp_path)
     clean = v.sanitizer.model_copy(update={"hazards": []})
     text = feedback.render(v.model_copy(update={"sanitizer": clean}))
-    assert text.splitlines()[0].startswith("compute-sanitizer (memcheck, racecheck, synccheck, initcheck on x float32") and "index math" in text
-    drifting = clean.model_copy(update={"nondeterministic": "12 of 32 elements of output 0 differ between two calls on the same inputs"})
+    assert (
+        text.splitlines()[0].startswith("compute-sanitizer (memcheck, racecheck, synccheck, initcheck on x float32")
+        and "index math" in text
+    )
+    drifting = clean.model_copy(
+        update={"nondeterministic": "12 of 32 elements of output 0 differ between two calls on the same inputs"}
+    )
     assert "race on global memory" in feedback.render(v.model_copy(update={"sanitizer": drifting})).splitlines()[0]
     cut = clean.model_copy(update={"tools": [ToolRun(tool="racecheck", seconds=60, finished=False)]})
-    assert feedback.render(v.model_copy(update={"sanitizer": cut})).startswith("Wrong output")  # a partial run proves nothing
-    noted = SanitizerReport(why="correctness_error:numerical", note="not sanitized: compute-sanitizer needs a CUDA GPU (device cpu)")
-    assert feedback.render(v.model_copy(update={"sanitizer": noted})).startswith("Wrong output")  # the note is the user's, not the model's
+    assert feedback.render(v.model_copy(update={"sanitizer": cut})).startswith(
+        "Wrong output"
+    )  # a partial run proves nothing
+    noted = SanitizerReport(
+        why="correctness_error:numerical", note="not sanitized: compute-sanitizer needs a CUDA GPU (device cpu)"
+    )
+    assert feedback.render(v.model_copy(update={"sanitizer": noted})).startswith(
+        "Wrong output"
+    )  # the note is the user's, not the model's
     assert sanitizer_summary(noted) == noted.note
 
 
 def test_correct_kernel_with_a_hazard():
-    h = Hazard(tool="memcheck", kind="out_of_bounds", kernel="scale_kernel", what="Invalid __global__ write of size 4 bytes", memory="global",
-               access="write", size_bytes=4, where=SourceAt(file="cuda.cu", line=7, code="y[i] = x[i] * 2.0f + 1.0f;", candidate_line=19),
-               count=64, fix=hazards.fix("out_of_bounds", "global", "cuda"))
-    v = Verdict(category=Category.OK, task="scale_odd", device="cuda", sanitizer=SanitizerReport(why="--sanitize", hazards=[h], tools=[ToolRun(tool="memcheck", seconds=4)]))
+    h = Hazard(
+        tool="memcheck",
+        kind="out_of_bounds",
+        kernel="scale_kernel",
+        what="Invalid __global__ write of size 4 bytes",
+        memory="global",
+        access="write",
+        size_bytes=4,
+        where=SourceAt(file="cuda.cu", line=7, code="y[i] = x[i] * 2.0f + 1.0f;", candidate_line=19),
+        count=64,
+        fix=hazards.fix("out_of_bounds", "global", "cuda"),
+    )
+    v = Verdict(
+        category=Category.OK,
+        task="scale_odd",
+        device="cuda",
+        sanitizer=SanitizerReport(why="--sanitize", hazards=[h], tools=[ToolRun(tool="memcheck", seconds=4)]),
+    )
     lines = feedback.render(v).splitlines()
     assert lines[0].startswith("Correct on every trial, but compute-sanitizer (memcheck)")
     assert "out-of-bounds global write of 4 bytes in scale_kernel at line 19" in lines[1] and "if (i < n)" in lines[2]
@@ -220,9 +316,14 @@ def test_no_gpu_says_so_in_one_line(judges, verdicts):
     from conftest import CORPUS, case_named
 
     judge = judges("relu", "cpu", {"sanitize": True})
-    wrong = judge.evaluate((CORPUS / "candidates" / "triton_wrong_values.py").read_text(), filename="triton_wrong_values.py")
+    wrong = judge.evaluate(
+        (CORPUS / "candidates" / "triton_wrong_values.py").read_text(), filename="triton_wrong_values.py"
+    )
     assert wrong.category == Category.NUMERICAL and wrong.failed_stage == "correctness"  # kept
-    assert wrong.sanitizer.note == "not sanitized: compute-sanitizer needs a CUDA GPU (device cpu)" and not wrong.sanitizer.tools
+    assert (
+        wrong.sanitizer.note == "not sanitized: compute-sanitizer needs a CUDA GPU (device cpu)"
+        and not wrong.sanitizer.tools
+    )
     assert wrong.sanitizer.why == "correctness_error:numerical" and "sanitize" not in wrong.stage_seconds
     assert "compute-sanitizer" not in wrong.feedback
     ok = judge.evaluate((CORPUS / "candidates" / "triton_relu_ok.py").read_text(), filename="triton_relu_ok.py")
@@ -231,8 +332,15 @@ def test_no_gpu_says_so_in_one_line(judges, verdicts):
     assert plain.category == Category.OK and plain.sanitizer is None
     # Per call (a served request's, a reward's): False turns the stage off, --sanitize's correct kernels included;
     # True sanitizes a failure on a judge whose config does not (the conftest's judges: sanitize_failures off).
-    assert judge.evaluate((CORPUS / "candidates" / "triton_relu_ok.py").read_text(), filename="ok.py", sanitize=False).sanitizer is None
-    asked = judges("relu", "cpu").evaluate((CORPUS / "candidates" / "triton_wrong_values.py").read_text(), filename="w.py", sanitize=True)
+    assert (
+        judge.evaluate(
+            (CORPUS / "candidates" / "triton_relu_ok.py").read_text(), filename="ok.py", sanitize=False
+        ).sanitizer
+        is None
+    )
+    asked = judges("relu", "cpu").evaluate(
+        (CORPUS / "candidates" / "triton_wrong_values.py").read_text(), filename="w.py", sanitize=True
+    )
     assert asked.category == Category.NUMERICAL and "CUDA GPU" in asked.sanitizer.note
 
 
@@ -346,7 +454,9 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
             all_ready.set()
         plan = handoff.wait(Path(spec["plan_file"]), 30.0, poll_s=0.002)
         log.append((stage, held == [], plan, list(held)))
-        (Path(spec["outdir"]) / f"{stage.removeprefix('sanitize_')}.log").write_text("========= ERROR SUMMARY: 0 errors\n")
+        (Path(spec["outdir"]) / f"{stage.removeprefix('sanitize_')}.log").write_text(
+            "========= ERROR SUMMARY: 0 errors\n"
+        )
         return ChildOutcome(argv=[], returncode=0, wall_s=0.1)
 
     monkeypatch.setattr(one_shot, "run", fake_run)
@@ -354,10 +464,22 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
     (wd / "logs").mkdir(parents=True)
     (wd / "c.py").write_text("import triton\n")
     cfg = JudgeConfig(sanitizer_path="/bin/true", sanitize_failures=True)
-    ctx = types.SimpleNamespace(config=cfg, device="cuda", seed=1, ref=types.SimpleNamespace(trials=[]), lease=lease,
-                                room=room)
-    ev = types.SimpleNamespace(workdir=str(wd), candidate_path=wd / "c.py", category=Category.NUMERICAL, correctness=None, failed=True,
-                               compiled=True, code="", backend="triton", breakdown={}, sanitizer=None, stages_done=[])
+    ctx = types.SimpleNamespace(
+        config=cfg, device="cuda", seed=1, ref=types.SimpleNamespace(trials=[]), lease=lease, room=room
+    )
+    ev = types.SimpleNamespace(
+        workdir=str(wd),
+        candidate_path=wd / "c.py",
+        category=Category.NUMERICAL,
+        correctness=None,
+        failed=True,
+        compiled=True,
+        code="",
+        backend="triton",
+        breakdown={},
+        sanitizer=None,
+        stages_done=[],
+    )
     sanitize._run(ctx, ev, None)
     return ev, log, wd
 
@@ -365,13 +487,25 @@ def _fake_stage(tmp_path, monkeypatch, probe_plan):
 def test_the_tools_start_before_the_room_and_get_their_input_under_the_lock(tmp_path, monkeypatch):
     """The tool runs start with the stage (their imports beside its wait for room), start CUDA once it has room, are
     ready before the probe ends, and get the probe's plan only under the tools' hold of the GPU's lock."""
-    ev, log, wd = _fake_stage(tmp_path, monkeypatch, {"plan": {"rows": 3}, "inputs": "x float32[3, 8]", "saved": "/in.pt"})
+    ev, log, wd = _fake_stage(
+        tmp_path, monkeypatch, {"plan": {"rows": 3}, "inputs": "x float32[3, 8]", "saved": "/in.pt"}
+    )
     assert ("probe", True, "triton") in log  # from the candidate worker's fork server, warm already
     tools = sorted(r for r in log if r[0] != "probe")
-    assert [r[0] for r in tools] == ["sanitize_initcheck", "sanitize_memcheck", "sanitize_racecheck", "sanitize_synccheck"]
+    assert [r[0] for r in tools] == [
+        "sanitize_initcheck",
+        "sanitize_memcheck",
+        "sanitize_racecheck",
+        "sanitize_synccheck",
+    ]
     for _, _, plan, held in tools:  # each got the probe's plan, and only once the tools' lock was taken
         assert plan == {"plan": {"rows": 3}, "inputs_file": "/in.pt"} and held == ["sanitize"]
-    assert ev.sanitizer.inputs == "x float32[3, 8]" and [t.tool for t in ev.sanitizer.tools] == ["memcheck", "racecheck", "synccheck", "initcheck"]
+    assert ev.sanitizer.inputs == "x float32[3, 8]" and [t.tool for t in ev.sanitizer.tools] == [
+        "memcheck",
+        "racecheck",
+        "synccheck",
+        "initcheck",
+    ]
     assert {"sanitize.probe", "sanitize.tools_start", "sanitize.lease_wait", "sanitize.tools"} <= set(ev.breakdown)
     assert not (wd / "sanitize_plan.json").exists() and not (wd / "sanitize_room.json").exists()
 

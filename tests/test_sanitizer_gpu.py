@@ -16,13 +16,19 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict
 
 # Two trials and no varied inputs or float64 reference: the judge's other checks are not what is tested here.
-CONFIG = {"device": "cuda", "trials": 2, "input_variants": [], "float64_reference": False, "time_torch_compile": False, "timing_runs": 10}
+CONFIG = {
+    "device": "cuda",
+    "trials": 2,
+    "input_variants": [],
+    "float64_reference": False,
+    "time_torch_compile": False,
+    "timing_runs": 10,
+}
 
 
 def judge_case(tmp_path: Path, case: sc.SanitizerCase, **config) -> Verdict:
@@ -47,9 +53,13 @@ def keep(v: Verdict, name: str) -> None:
 def show(v: Verdict) -> None:
     r = v.sanitizer
     parts = {k.removeprefix("sanitize."): x for k, x in v.breakdown.items() if k.startswith("sanitize.")}
-    print(f"\n[cuda] {v.candidate_sha1 and v.task}: {v.category.value}; sanitize {v.stage_seconds.get('sanitize')} s {parts}")
+    print(
+        f"\n[cuda] {v.candidate_sha1 and v.task}: {v.category.value}; sanitize {v.stage_seconds.get('sanitize')} s {parts}"
+    )
     if r is not None:
-        print(f"  inputs {r.inputs}; reproduced {r.reproduced}; tools {[(t.tool, t.seconds, t.errors, t.finished, t.problem) for t in r.tools]}")
+        print(
+            f"  inputs {r.inputs}; reproduced {r.reproduced}; tools {[(t.tool, t.seconds, t.errors, t.finished, t.problem) for t in r.tools]}"
+        )
         print(f"  note: {r.note}; version {r.version}")
     print(f"--- feedback ---\n{v.feedback}")
 
@@ -86,7 +96,11 @@ def test_honest_reduction_gets_no_hazard_under_sanitize(tmp_path):
     v = judge_case(tmp_path, case, sanitize=True)
     assert v.category == Category.OK
     r = v.sanitizer
-    assert r is not None and r.why == "--sanitize" and {t.tool for t in r.tools} == {"memcheck", "racecheck", "synccheck", "initcheck"}
+    assert (
+        r is not None
+        and r.why == "--sanitize"
+        and {t.tool for t in r.tools} == {"memcheck", "racecheck", "synccheck", "initcheck"}
+    )
     assert all(t.problem is None and t.finished for t in r.tools), r.tools
     assert not r.causes, r.hazards
     assert "found no out-of-bounds" in v.feedback
@@ -100,8 +114,14 @@ def test_correct_kernel_is_not_sanitized_without_the_flag(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [c.name for c in sc.cases() if c.defect not in ("uninitialized_shared", "global_race")
-                                  and c.name != "row_sum_warp_race_cuda"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        c.name
+        for c in sc.cases()
+        if c.defect not in ("uninitialized_shared", "global_race") and c.name != "row_sum_warp_race_cuda"
+    ],
+)
 def test_each_defect_is_named_on_its_line(tmp_path, name):
     case = sc.load(sc.CANDIDATES / f"{name}.py")
     v = judge_case(tmp_path, case, sanitize=True)

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS
 from kernelfix.tools.cache_dir import BUILD_CACHE
 from kernelfix.tools.config import JudgeConfig
@@ -29,7 +28,8 @@ assert RELU_OK_BIG_BLOCKS.count("65536") == 2  # the grid and the block
 
 def _task(tmp_path: Path, name: str, inputs: str) -> Path:
     path = tmp_path / f"{name}.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         import torch
         import torch.nn as nn
 
@@ -42,7 +42,8 @@ def _task(tmp_path: Path, name: str, inputs: str) -> Path:
 
         def get_init_inputs():
             return []
-    """))
+    """)
+    )
     return path
 
 
@@ -120,7 +121,10 @@ def _fill(mnt: Path) -> None:
 
 
 # Honest scratch space at import, on what will be a full disk (its TMPDIR is in the evaluation's directory).
-WRITES_SCRATCH = RELU_OK + "\n\nimport tempfile\n\nwith open(tempfile.gettempdir() + '/scratch', 'wb') as _f:\n    _f.write(b'0' * (4 << 20))\n"
+WRITES_SCRATCH = (
+    RELU_OK
+    + "\n\nimport tempfile\n\nwith open(tempfile.gettempdir() + '/scratch', 'wb') as _f:\n    _f.write(b'0' * (4 << 20))\n"
+)
 
 
 def test_a_full_disk_is_the_machines_fault(tmp_path, small_disk):
@@ -149,7 +153,9 @@ def test_a_claimed_full_disk_is_not_believed(tmp_path):
 def test_a_task_too_large_for_the_machine_says_its_size_and_the_limit(tmp_path):
     """Counted on the meta device before anything is allocated: refused at once, its sizes named."""
     task = _task(tmp_path, "huge", "torch.rand(256, 1024, 1024)")  # 1 GiB of inputs, 1 GiB of outputs
-    with Judge(task, JudgeConfig(device="cpu", trials=1, input_variants=[], memory_limit_gb=0.75), workdir=tmp_path / "j") as j:
+    with Judge(
+        task, JudgeConfig(device="cpu", trials=1, input_variants=[], memory_limit_gb=0.75), workdir=tmp_path / "j"
+    ) as j:
         v = j.evaluate(RELU_OK)
     assert v.category == Category.TOO_LARGE, (v.category, v.message)
     assert "inputs 1 GiB, outputs 1 GiB" in v.message and "needs 2 GiB" in v.message, v.message
@@ -160,7 +166,9 @@ def test_a_task_too_large_for_the_machine_says_its_size_and_the_limit(tmp_path):
 def test_a_task_the_meta_device_cannot_count_is_measured_by_its_real_run(tmp_path):
     """``.item()`` has no value on the meta device: no count, and the real run meets the limit and says so."""
     task = _task(tmp_path, "huge_uncounted", "torch.rand(int(torch.tensor(256).item()), 1024, 1024)")
-    with Judge(task, JudgeConfig(device="cpu", trials=1, input_variants=[], memory_limit_gb=0.75), workdir=tmp_path / "j") as j:
+    with Judge(
+        task, JudgeConfig(device="cpu", trials=1, input_variants=[], memory_limit_gb=0.75), workdir=tmp_path / "j"
+    ) as j:
         v = j.evaluate(RELU_OK)
     assert v.category == Category.TOO_LARGE, (v.category, v.message)
     assert "of the 0.75 GiB limit" in v.message and "GiB" in v.message.split("reached")[1], v.message

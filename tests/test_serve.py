@@ -20,14 +20,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import CORPUS, REPO_ROOT
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.verdict import Verdict
+
 from kernelfix.cli import build_parser
 from kernelfix.cli.serve import bind_warning, listen
 from kernelfix.judge_pool import JudgePool, gpu_slots
 from kernelfix.serve.app import GPU_HEADER, create_app
-from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.verdict import Verdict
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -80,8 +80,19 @@ def body(candidate: str, task: str = TASK, **extra) -> dict:
 
 def test_every_request_needs_the_token(served):
     bare = httpx.Client(base_url=served.url, timeout=60)
-    for method, path in (("GET", "/v1/health"), ("POST", "/v1/evaluate"), ("POST", "/v1/batch"), ("GET", "/nowhere"), ("GET", "/docs")):
-        for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}):
+    for method, path in (
+        ("GET", "/v1/health"),
+        ("POST", "/v1/evaluate"),
+        ("POST", "/v1/batch"),
+        ("GET", "/nowhere"),
+        ("GET", "/docs"),
+    ):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong-token-wrong-token"},
+            {"Authorization": f"Basic {TOKEN}"},
+            {"Authorization": TOKEN},
+        ):
             r = bare.request(method, path, headers=headers, json=body(OK))
             assert r.status_code == 401 and r.json()["error"] == "unauthorized", (method, path, headers)
             assert r.headers["www-authenticate"].startswith("Bearer")
@@ -110,25 +121,37 @@ def test_a_verdict_per_request_and_one_warm_judge_per_task(served):
     assert r.status_code == 200, r.text
     v = Verdict.model_validate(r.json())
     assert v.ok and v.task == "relu" and v.logs_dir is None  # the server's files are not the client's
-    with JudgeClient(served.url, token=TOKEN) as client:  # paths read on the client's side, sent as text, named by the file
+    with JudgeClient(
+        served.url, token=TOKEN
+    ) as client:  # paths read on the client's side, sent as text, named by the file
         again = client.evaluate(CORPUS / "tasks" / "relu.py", str(CANDS / "triton_wrong_values.py"), kind="code")
         assert again.category.value == "correctness_error:numerical" and again.task == "relu"
         # One request: no verdict is the call's error. A batch: each item its Outcome, a verdict or its own error.
         with pytest.raises(ServeError, match="422 task_error: task 'broken_import': ModuleNotFoundError"):
             client.evaluate(CORPUS / "tasks" / "broken_import.py", OK_PATH)
-        good, bad = client.evaluate_many([(CORPUS / "tasks" / "relu.py", OK_PATH), (CORPUS / "tasks" / "broken_import.py", OK_PATH)])
+        good, bad = client.evaluate_many(
+            [(CORPUS / "tasks" / "relu.py", OK_PATH), (CORPUS / "tasks" / "broken_import.py", OK_PATH)]
+        )
         assert good.verdict.ok and good.error is None and bad.verdict is None and bad.error.code == "task_error"
     slot = served.http.get("/v1/health").json()["slots"][0]
     assert slot["judges"].count("relu") == 1  # the second request found the first's judge warm
 
 
 def test_a_batch_answers_each_item_in_order(served):
-    items = [body(OK, task_name="relu"), body((CANDS / "syntax_error.py").read_text(), task_name="relu"), body(OK, task=BROKEN_TASK)]
+    items = [
+        body(OK, task_name="relu"),
+        body((CANDS / "syntax_error.py").read_text(), task_name="relu"),
+        body(OK, task=BROKEN_TASK),
+    ]
     r = served.http.post("/v1/batch", json={"items": items})
     assert r.status_code == 200, r.text
     ok, syntax, broken = r.json()["results"]
     assert ok["verdict"]["category"] == "ok" and syntax["verdict"]["category"] == "compile_error:syntax"
-    assert broken["error"]["code"] == "task_error" and broken["error"]["status"] == 422 and "this_module_does_not_exist" in broken["error"]["message"]
+    assert (
+        broken["error"]["code"] == "task_error"
+        and broken["error"]["status"] == 422
+        and "this_module_does_not_exist" in broken["error"]["message"]
+    )
     assert broken["error"]["message"].startswith("task (sent as text): ")  # no file the client never had
     too_many = served.http.post("/v1/batch", json={"items": [body("x")] * 9})
     assert too_many.status_code == 422 and too_many.json()["error"] == "batch_too_large"
@@ -146,10 +169,16 @@ def test_bad_input_is_a_clear_4xx_and_the_server_stays_up(served):
     assert r.status_code == 422
     r = post("/v1/evaluate", content=b"x" * (10 << 20), headers={"Content-Type": "application/json"})  # 10 MB
     assert r.status_code == 413 and r.json()["error"] == "too_large"
-    r = post("/v1/evaluate", content=(b"y" * (256 << 10) for _ in range(8)), headers={"Content-Type": "application/json"})  # chunked, 2 MB
+    r = post(
+        "/v1/evaluate", content=(b"y" * (256 << 10) for _ in range(8)), headers={"Content-Type": "application/json"}
+    )  # chunked, 2 MB
     assert r.status_code == 413
     r = post("/v1/evaluate", json=body(OK, task=BROKEN_TASK))
-    assert r.status_code == 422 and r.json()["error"] == "task_error" and "this_module_does_not_exist" in r.json()["message"]
+    assert (
+        r.status_code == 422
+        and r.json()["error"] == "task_error"
+        and "this_module_does_not_exist" in r.json()["message"]
+    )
     assert "kernelfix-pool" not in r.json()["message"]  # no path of the server's
     r = post("/v1/evaluate", json=body(OK, task="import torch\nx = 1\n"))
     assert r.status_code == 422 and "lacks Model" in r.json()["message"]
@@ -158,14 +187,21 @@ def test_bad_input_is_a_clear_4xx_and_the_server_stays_up(served):
 
 def test_a_path_sent_as_a_task_or_candidate_is_text_never_read(served):
     r = served.http.post("/v1/evaluate", json=body("/etc/hostname"))
-    assert r.status_code == 200 and r.json()["category"] == "compile_error:syntax" and "which looks like a file path" in r.json()["message"]
+    assert (
+        r.status_code == 200
+        and r.json()["category"] == "compile_error:syntax"
+        and "which looks like a file path" in r.json()["message"]
+    )
     r = served.http.post("/v1/evaluate", json=body(OK, task="/etc/hostname"))
     assert r.status_code == 422 and "not valid Python" in r.json()["message"]
 
 
 def test_a_hostile_candidate_is_held_by_the_sandbox(served):
     hostile = Path(__file__).parent / "hostile" / "candidates"
-    for name, category in (("forge_channel.py", "cheating:tampering"), ("kill_parent.py", "cheating:tampering")):  # caught running, caught reading
+    for name, category in (
+        ("forge_channel.py", "cheating:tampering"),
+        ("kill_parent.py", "cheating:tampering"),
+    ):  # caught running, caught reading
         r = served.http.post("/v1/evaluate", json=body((hostile / name).read_text(), task_name="relu"))
         assert r.status_code == 200 and r.json()["category"] == category, (name, r.text[:300])
     r = served.http.post("/v1/evaluate", json=body(OK, task_name="relu"))
@@ -182,12 +218,21 @@ def test_the_trl_and_verl_rewards_judge_through_the_server(served):
     reply = f"```python\n{OK}```"
     reward = KernelReward(url=served.url, token=TOKEN)
     logged = {}
-    got = reward(prompts=["p", "p"], completions=[[{"role": "assistant", "content": reply}], "no code here"], task=[TASK, TASK],
-                 log_extra=lambda column, values: logged.setdefault(column, values))
+    got = reward(
+        prompts=["p", "p"],
+        completions=[[{"role": "assistant", "content": reply}], "no code here"],
+        task=[TASK, TASK],
+        log_extra=lambda column, values: logged.setdefault(column, values),
+    )
     assert got == [1.0, 0.0] and logged["kernelfix_category"] == ["ok", "format_error:no_code"]
     reward.close()
     score = compute_score("kernelbench", reply, TASK, {"task_name": "relu"}, url=served.url, token=TOKEN)
-    assert score == {"score": 1.0, "ok": 1.0, "effective_speedup": 1.0, "category": "ok"}  # the one verl sees for an ok kernel
+    assert score == {
+        "score": 1.0,
+        "ok": 1.0,
+        "effective_speedup": 1.0,
+        "category": "ok",
+    }  # the one verl sees for an ok kernel
 
 
 # --------------------------------------------------------------------------- the queue and the GPUs, requests held by the test
@@ -210,8 +255,14 @@ class HeldJudge:
 
 def held_server(gpus, *, per_gpu=1, queue=1, judges_per_gpu=4):
     gate, made = threading.Event(), []
-    pool = JudgePool(JudgeConfig(device="cpu"), gpus=gpus, per_gpu=per_gpu, queue=queue, judges_per_gpu=judges_per_gpu,
-                     make_judge=lambda req, gpu, root: HeldJudge(gpu, gate, made))
+    pool = JudgePool(
+        JudgeConfig(device="cpu"),
+        gpus=gpus,
+        per_gpu=per_gpu,
+        queue=queue,
+        judges_per_gpu=judges_per_gpu,
+        make_judge=lambda req, gpu, root: HeldJudge(gpu, gate, made),
+    )
     s = Served(create_app(pool, token=TOKEN))
     s.pool, s.gate, s.made = pool, gate, made
     return s
@@ -242,7 +293,9 @@ def test_a_full_queue_is_503_with_retry_after_and_no_request_is_lost():
         c = s.http.post("/v1/evaluate", json=body("c"))
         assert c.status_code == 503 and c.json()["error"] == "busy" and int(c.headers["Retry-After"]) >= 1
         assert s.http.post("/v1/batch", json={"items": [body("d")]}).status_code == 503
-        assert s.http.post("/v1/batch", json={"items": [body("e")] * 3}).json()["error"] == "batch_too_large"  # never fits
+        assert (
+            s.http.post("/v1/batch", json={"items": [body("e")] * 3}).json()["error"] == "batch_too_large"
+        )  # never fits
         health = s.http.get("/v1/health").json()  # answered while the judge is full
         assert health["pending"] == 2 and health["rejected"] == 2
         s.gate.set()
@@ -298,7 +351,13 @@ def test_the_sanitizer_is_a_per_request_choice_and_the_rewards_judge_without_it(
     from kernelfix.serve.client import JudgeClient, _body, request
 
     calls: list = []
-    pool = JudgePool(JudgeConfig(device="cpu"), gpus=[None], per_gpu=1, queue=4, make_judge=lambda req, gpu, root: RecordingJudge(calls))
+    pool = JudgePool(
+        JudgeConfig(device="cpu"),
+        gpus=[None],
+        per_gpu=1,
+        queue=4,
+        make_judge=lambda req, gpu, root: RecordingJudge(calls),
+    )
     s = Served(create_app(pool, token=TOKEN))
     try:
         assert s.http.post("/v1/evaluate", json=body("a", sanitize=False)).status_code == 200
@@ -308,7 +367,9 @@ def test_the_sanitizer_is_a_per_request_choice_and_the_rewards_judge_without_it(
         client = JudgeClient(s.url, token=TOKEN)
         client.evaluate(TASK, "x = 1", kind="code", sanitize=True)
         client.evaluate(TASK, "x = 1", kind="code")
-        assert "sanitize" not in _body(request(TASK, "x = 1", kind="code"))  # unset: left out, as a server of an earlier version takes it
+        assert "sanitize" not in _body(
+            request(TASK, "x = 1", kind="code")
+        )  # unset: left out, as a server of an earlier version takes it
         client.close()
         reward = KernelReward(url=s.url, token=TOKEN)
         assert reward(prompts=["p"], completions=["x"], task=[TASK]) == [1.0]
@@ -322,7 +383,9 @@ def test_the_sanitizer_is_a_per_request_choice_and_the_rewards_judge_without_it(
 
 
 def test_gpu_slots_and_a_judge_pinned_to_its_gpu(tmp_path):
-    assert gpu_slots(None, "cpu") == [None] and gpu_slots("0,1", "cpu") == ["0", "1"] and gpu_slots(["2"], "cuda") == ["2"]
+    assert (
+        gpu_slots(None, "cpu") == [None] and gpu_slots("0,1", "cpu") == ["0", "1"] and gpu_slots(["2"], "cuda") == ["2"]
+    )
     with pytest.raises(ValueError):
         gpu_slots("0,0", "cuda")
     pool = JudgePool(JudgeConfig(device="cpu"), gpus=["0", "1"])
@@ -342,8 +405,13 @@ def test_gpu_slots_and_a_judge_pinned_to_its_gpu(tmp_path):
 def test_the_command_makes_its_token_serves_and_stops_on_sigterm(tmp_path):
     token_file = tmp_path / "cfg" / "token"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "kernelfix", "serve", "--port", "0", "--device", "cpu", "--token-file", str(token_file)],
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelfix", "serve", "--port", "0", "--device", "cpu", "--token-file", str(token_file)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         url = None
         for line in proc.stderr:
@@ -358,7 +426,9 @@ def test_the_command_makes_its_token_serves_and_stops_on_sigterm(tmp_path):
         assert httpx.get(f"{url}/v1/health", headers={"Authorization": f"Bearer {token}"}).json()["status"] == "ok"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == -signal.SIGTERM  # uvicorn ends by the signal it got, once it has shut down
-        assert "Application shutdown complete" in proc.stderr.read()  # graceful: the requests under way answered, the pool closed
+        assert (
+            "Application shutdown complete" in proc.stderr.read()
+        )  # graceful: the requests under way answered, the pool closed
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -380,13 +450,16 @@ def _answers(url: str) -> bool:
 
 def test_the_default_token_is_hidden_from_candidates(tmp_path, monkeypatch):
     from kernelfix.sandbox import credential_paths
+
     from kernelfix.serve.auth import default_token_file, load_or_make
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("KERNELFIX_TOKEN_FILE", raising=False)
     token, path, made, warning = load_or_make()
-    assert path == default_token_file() == tmp_path / ".config" / "kernelfix" / "serve-token" and made and warning is None
+    assert (
+        path == default_token_file() == tmp_path / ".config" / "kernelfix" / "serve-token" and made and warning is None
+    )
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and len(token) >= 40
     assert str(path.parent) in credential_paths(home=tmp_path)  # the judge hides it from every candidate, like ~/.ssh
     assert load_or_make() == (token, path, False, None)  # the next start reads the same token

@@ -1,7 +1,6 @@
 """The static layer of legality: what is refused before anything runs, and what is only a warning."""
 
 import pytest
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality.static_checks import check, errors
 from kernelfix.tools.verdict import Category
@@ -67,7 +66,9 @@ def test_fallback_reached_through_a_helper_is_refused():
 
 
 def test_streams_and_threads_refused_unless_allowed():
-    stream = "class ModelNew(nn.Module):\n    def forward(self, x):\n        s = torch.cuda.Stream()\n        return x\n"
+    stream = (
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        s = torch.cuda.Stream()\n        return x\n"
+    )
     assert Category.SIDE_STREAM in cats(stream)
     assert cats(stream, allow_streams=True) == set()
     assert Category.THREADS in cats("import threading")
@@ -125,7 +126,11 @@ def test_host_syncs_in_the_forward_path_are_warnings_with_their_line():
     assert all(f.severity == "warning" for f in found) and cats(code) == set()
     lines = {f.line: f.message for f in found}
     first = PRELUDE.count("\n")
-    assert ".item()" in lines[first + 8] and "host sync" in lines[first + 8] and "keep the value on the GPU" in lines[first + 8]
+    assert (
+        ".item()" in lines[first + 8]
+        and "host sync" in lines[first + 8]
+        and "keep the value on the GPU" in lines[first + 8]
+    )
     assert "torch.cuda.synchronize()" in lines[first + 9]
     assert '.to("cpu")' in lines[first + 10] or ".tolist()" in lines[first + 10]
     assert ".synchronize()" in lines[first + 11] and ".cpu()" in lines[first + 2]
@@ -136,4 +141,8 @@ def test_host_syncs_in_cxx_are_warnings():
     code = "src = '''void f(float* d, float* h) { k<<<1, 1>>>(d); cudaDeviceSynchronize(); cudaMemcpy(h, d, 4, cudaMemcpyDeviceToHost); }'''"
     w = [f for f in check(PRELUDE + code) if f.rule == "host_sync"]
     assert len(w) == 1 and "cudaDeviceSynchronize()" in w[0].message and w[0].severity == "warning"
-    assert not [f for f in check(PRELUDE + "src = '''cudaMemcpyAsync(h, d, 4, cudaMemcpyDeviceToHost, stream);'''") if f.rule == "host_sync"]
+    assert not [
+        f
+        for f in check(PRELUDE + "src = '''cudaMemcpyAsync(h, d, 4, cudaMemcpyDeviceToHost, stream);'''")
+        if f.rule == "host_sync"
+    ]

@@ -13,11 +13,11 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-
-import kernelfix
 from kernelfix.capture.calls import call_key
 from kernelfix.capture.errors import CallMismatch
 from test_capture_swap import KERNEL, _capture, _session
+
+import kernelfix
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,10 @@ def test_the_call_check_runs_once_per_kind_of_call(swapped_session):
         assert swapped.calls.full_checks == start  # the load's own check already answered this kind of call
         for _ in range(3):  # keywords in another order: a kind of its own, checked once, the tensors put in order
             got = swapped(x, causal=True, scale=s * 2)
-        assert torch.equal(got["y"], model.inner(x, scale=s * 2, causal=True)["y"]) and swapped.calls.full_checks == start + 1
+        assert (
+            torch.equal(got["y"], model.inner(x, scale=s * 2, causal=True)["y"])
+            and swapped.calls.full_checks == start + 1
+        )
         # another value where export fixed one: checked once, warned once, handed to the original every time
         with pytest.warns(UserWarning, match=r"kwargs\['causal'\] is False; the capture fixed it to True"):
             swapped(x, scale=s, causal=False)
@@ -95,13 +98,17 @@ def test_compiled_call_of_another_shape_runs_the_original(swapped_session):
         checked = swapped.calls.full_checks
         with torch.no_grad():
             got = torch.compile(Host(swapped), fullgraph=True, backend=backend)(x, x2)
-        assert swapped.calls.full_checks == checked  # the compiled path never runs the eager check (its messages are str())
+        assert (
+            swapped.calls.full_checks == checked
+        )  # the compiled path never runs the eager check (its messages are str())
         assert all(torch.allclose(g, w) for g, w in zip(got, want))
         ops = {t for t in _targets(graphs) if t.startswith("kernelfix.")}
         if trace is None:  # traced: the kernel's own ops in the graph, no opaque operator
             assert swapped.compile_path.kind == "traced" and ops == set()
         else:
-            assert swapped.compile_path.kind == "custom_op" and ops == {f"kernelfix.{swapped.op_name.split('::')[1]}.default"}
+            assert swapped.compile_path.kind == "custom_op" and ops == {
+                f"kernelfix.{swapped.op_name.split('::')[1]}.default"
+            }
         assert len(graphs) == 1 and swapped.fallbacks == 0  # the compiled fallback is not counted (no Python state)
 
 
@@ -109,7 +116,9 @@ def test_compiled_call_of_another_shape_without_the_original_refuses_clearly(swa
     session, _ = swapped_session
     bare = kernelfix.load_best(session)
     x, x2 = torch.randn(4, 4), torch.randn(2, 4)
-    with pytest.raises(Exception, match="torch.compile traced a call unlike every captured one, and there is no original module"):
+    with pytest.raises(
+        Exception, match="torch.compile traced a call unlike every captured one, and there is no original module"
+    ):
         torch.compile(Host(bare), fullgraph=True, backend="eager")(x, x2)
     torch._dynamo.reset()
     # without fullgraph Dynamo breaks the graph there and the call runs eager: the full check names the difference
@@ -174,13 +183,30 @@ def test_a_triton_kernel_is_traced_not_an_opaque_operator(tmp_path):
     (tmp_path / "best.py").write_text(kernel_source("triton"))
     (tmp_path / "trace.py").write_text(TRACE_TRITON)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-P", str(tmp_path / "trace.py"), str(tmp_path / "user.py"), str(tmp_path / "act.py"), str(tmp_path / "best.py")],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            str(tmp_path / "trace.py"),
+            str(tmp_path / "user.py"),
+            str(tmp_path / "act.py"),
+            str(tmp_path / "best.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     r = json.loads(run.stdout.splitlines()[-1])
     assert r["graphs"] == 1 and r["kernels"] == ["triton:relu_kernel"]
-    assert "triton_kernel_wrapper_mutation" in r["targets"] and not any(t.startswith("kernelfix.") for t in r["targets"])
-    assert any(t.startswith("<function relu ") for t in r["targets"])  # the uncaptured call: the original nn.ReLU, in the graph
+    assert "triton_kernel_wrapper_mutation" in r["targets"] and not any(
+        t.startswith("kernelfix.") for t in r["targets"]
+    )
+    assert any(
+        t.startswith("<function relu ") for t in r["targets"]
+    )  # the uncaptured call: the original nn.ReLU, in the graph
 
 
 # --------------------------------------------------------------------------- on the GPU
@@ -203,7 +229,9 @@ def _gpu_session(tmp_path, kind: str):
     script, task, session = tmp_path / "user.py", tmp_path / "act.py", tmp_path / f"session_{kind}"
     script.write_text(SCRIPT)
     capture(script, "model.act", task, calls="all", script_args=["cuda", "64x1024", "512x2048"], force=True)
-    SessionDir.create(session, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cuda"))
+    SessionDir.create(
+        session, task=Task.load(task), model="replay:none", agent=AgentConfig(), judge=JudgeConfig(device="cuda")
+    )
     (session / "best.py").write_text(kernel_source(kind))
     return session
 
@@ -236,7 +264,11 @@ def test_on_the_gpu_the_swap_is_traced_and_runs_in_cuda_graphs(tmp_path, kind):
         assert p.kernels == ["triton:relu_kernel"]
     else:
         assert len(p.kernels) == 1 and p.kernels[0].startswith("kernelfix_") and p.kernels[0].endswith("relu_cuda")
-    xs = [torch.randn(64, 1024, device="cuda"), torch.randn(512, 2048, device="cuda"), torch.randn(64, 256, device="cuda")]
+    xs = [
+        torch.randn(64, 1024, device="cuda"),
+        torch.randn(512, 2048, device="cuda"),
+        torch.randn(64, 256, device="cuda"),
+    ]
     want = Shapes(nn.ReLU())(*xs)
     opaque = kernelfix.load_best(session, nn.ReLU(), trace=False)
     for module in (swapped, opaque):
@@ -265,13 +297,18 @@ def test_a_trace_that_fails_on_an_fp64_scalar_says_why_and_how_to_fix_it():
 
     try:
         try:
-            raise AssertionError("at 18:8:\n    o = tl.dot(p, v)\n        ^\nBoth operands must be same dtype. Got fp64 and fp32")
+            raise AssertionError(
+                "at 18:8:\n    o = tl.dot(p, v)\n        ^\nBoth operands must be same dtype. Got fp64 and fp32"
+            )
         except AssertionError as inner:
             raise RuntimeError("backend='inductor' raised:\nCompilationError") from inner
     except RuntimeError as e:
         why = _trace_failure(e)
     assert "Got fp64 and fp32" in why and "tl.constexpr" in why
-    assert _trace_failure(ValueError("plain")) == "Dynamo cannot trace the kernel's forward with fullgraph=True (ValueError: plain)"
+    assert (
+        _trace_failure(ValueError("plain"))
+        == "Dynamo cannot trace the kernel's forward with fullgraph=True (ValueError: plain)"
+    )
 
 
 class _KernelHost(nn.Module):
@@ -331,4 +368,11 @@ def test_a_compiled_swap_adds_no_graph_node_and_no_python_guard(swapped_session)
     # The match's guards: the signature (one EQUALS_MATCH on it, its length and type), the module's own
     # type and dict, the builtins and functions the match calls; none per element, none per call.
     assert sum(extra.values()) <= 30, (dict(extra), swap_guards)
-    assert set(k for k, v in extra.items() if v > 0) <= {"ID_MATCH", "TYPE_MATCH", "DICT_CONTAINS", "EQUALS_MATCH", "LENGTH_CHECK", "NONE_MATCH"}, dict(extra)
+    assert set(k for k, v in extra.items() if v > 0) <= {
+        "ID_MATCH",
+        "TYPE_MATCH",
+        "DICT_CONTAINS",
+        "EQUALS_MATCH",
+        "LENGTH_CHECK",
+        "NONE_MATCH",
+    }, dict(extra)

@@ -19,19 +19,28 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from agent_support import TASK, write_replay
 from conftest import CORPUS, REPO_ROOT
-from kernelfix.cli import build_parser, main
 from kernelfix.tools.gpu.lease import cuda_available
+
+from kernelfix.cli import build_parser, main
 
 CANDS = CORPUS / "candidates"
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 ENV.pop("COLUMNS", None)
 
 
-def run(*args: str, cwd: Path = REPO_ROOT, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelfix", *args], capture_output=True, text=True, cwd=cwd, env=env or ENV, timeout=timeout)
+def run(
+    *args: str, cwd: Path = REPO_ROOT, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelfix", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env or ENV,
+        timeout=timeout,
+    )
 
 
 def one_error(argv: list[str], capsys) -> str:
@@ -49,24 +58,34 @@ def one_error(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.skipif(cuda_available(), reason="torch sees a GPU here")
-@pytest.mark.parametrize("argv", [
-    ["eval", str(TASK), str(CANDS / "triton_relu_ok.py")],
-    ["optimize", str(TASK), "--model", "replay:x.jsonl"],
-    ["batch", str(TASK), "--model", "replay:x.jsonl"],
-    ["baseline", str(TASK)],
-    ["serve", "--port", "0"],
-    ["tune", "examples/models/tiny_transformer.py", "--rank-only"],
-    ["swap", "sessions/none"],
-], ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", str(TASK), str(CANDS / "triton_relu_ok.py")],
+        ["optimize", str(TASK), "--model", "replay:x.jsonl"],
+        ["batch", str(TASK), "--model", "replay:x.jsonl"],
+        ["baseline", str(TASK)],
+        ["serve", "--port", "0"],
+        ["tune", "examples/models/tiny_transformer.py", "--rank-only"],
+        ["swap", "sessions/none"],
+    ],
+    ids=lambda a: a[0],
+)
 def test_a_gpu_torch_cannot_see_is_refused_before_anything_runs(argv, capsys):
     line = one_error([*argv, "--device", "cuda"], capsys)
-    assert line.startswith("kernelfix: error: --device cuda: torch ") and "sees no GPU" in line and "use --device cpu" in line
+    assert (
+        line.startswith("kernelfix: error: --device cuda: torch ")
+        and "sees no GPU" in line
+        and "use --device cpu" in line
+    )
 
 
 @pytest.mark.skipif(cuda_available(), reason="torch sees a GPU here")
 def test_the_real_command_says_it_in_one_line_at_once():
     out = run("eval", str(TASK), str(CANDS / "triton_relu_ok.py"), "--device", "cuda", timeout=60)
-    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1 and "sees no GPU" in out.stderr
+    assert (
+        out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1 and "sees no GPU" in out.stderr
+    )
 
 
 def test_what_torch_sees_is_said_for_each_cause(monkeypatch):
@@ -85,8 +104,9 @@ def test_what_torch_sees_is_said_for_each_cause(monkeypatch):
 def test_bad_flags_and_config_keys_are_said_in_the_users_words(tmp_path, monkeypatch, capsys):
     ok = [str(TASK), str(CANDS / "triton_relu_ok.py")]
     assert one_error(["eval", *ok, "--trials", "0"], capsys) == "kernelfix: error: --trials 0: must be at least 1"
-    assert one_error(["optimize", str(TASK), "--model", "replay:x.jsonl", "--max-turns", "0", "--device", "cpu"], capsys).endswith(
-        "--max-turns 0: must be at least 1")
+    assert one_error(
+        ["optimize", str(TASK), "--model", "replay:x.jsonl", "--max-turns", "0", "--device", "cpu"], capsys
+    ).endswith("--max-turns 0: must be at least 1")
     assert one_error(["tune", "x.py", "--top", "0", "--rank-only"], capsys).endswith("--top 0: must be at least 1")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "kernelfix.toml").write_text("[judge]\ntrails = 3\n")
@@ -97,7 +117,10 @@ def test_bad_flags_and_config_keys_are_said_in_the_users_words(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert "pydantic" not in err and "validation error" not in err
     assert "[judge] precision = 'loud': must be one of 'warn', 'fail' or 'off'" in err
-    assert "[judge.build] cahce: no such setting; did you mean cache?" in err and "[jduge]: no such setting; did you mean judge?" in err
+    assert (
+        "[judge.build] cahce: no such setting; did you mean cache?" in err
+        and "[jduge]: no such setting; did you mean judge?" in err
+    )
     (tmp_path / "kernelfix.toml").unlink()
     (tmp_path / "m.jsonl").write_text('{"taks": "a.py"}\n')
     assert main(["batch", "m.jsonl", "--model", "replay:x", "--device", "cpu"]) == 2
@@ -117,8 +140,17 @@ def evals(tmp_path_factory):
         "wrong -v": ["eval", str(TASK), str(CANDS / "triton_wrong_values.py"), "--device", "cpu", "-v"],
         "no ModelNew -q": ["eval", str(TASK), str(CANDS / "no_model_new.py"), "--device", "cpu", "-q"],
     }
-    procs = {k: subprocess.Popen([sys.executable, "-m", "kernelfix", *a], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k, a in argv.items()}
+    procs = {
+        k: subprocess.Popen(
+            [sys.executable, "-m", "kernelfix", *a],
+            cwd=cwd,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k, a in argv.items()
+    }
     outs = {}
     for k, p in procs.items():
         out, err = p.communicate(timeout=600)
@@ -143,7 +175,11 @@ def test_a_failing_verdict_with_v_has_every_check_the_timers_and_the_models_feed
     assert out.returncode == 1, out.stderr
     text = out.stdout
     assert "correctness_error:numerical" in text and "inside stages" in text and "correctness.forward" in text
-    assert "feedback (what the model reads next)" in text and "rel error norm" in text and "Wrong output on trial 0" in text
+    assert (
+        "feedback (what the model reads next)" in text
+        and "rel error norm" in text
+        and "Wrong output on trial 0" in text
+    )
     kept = re.search(r"files\s+(\S+) \(logs and build files\)", text)
     assert kept and Path(kept.group(1)).is_dir()  # kept: the verdict is not ok
 
@@ -155,12 +191,27 @@ def test_q_prints_the_category_alone(evals):
 
 def test_every_command_takes_v_and_q_and_says_what_they_change():
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert {"eval", "optimize", "resume", "sessions", "batch", "export", "capture", "swap", "baseline", "serve", "tune"} <= set(sub.choices)
+    assert {
+        "eval",
+        "optimize",
+        "resume",
+        "sessions",
+        "batch",
+        "export",
+        "capture",
+        "swap",
+        "baseline",
+        "serve",
+        "tune",
+    } <= set(sub.choices)
     for name, parser in sub.choices.items():
         flags = {s: a for a in parser._actions for s in a.option_strings}
         assert {"-v", "--verbose", "-q", "--quiet"} <= set(flags), name
         assert flags["-v"].help.startswith("more detail: ") and flags["-q"].help.startswith("less: "), name
-    assert sub.choices["serve"].parse_args(["-q"]).verbosity == -1 and sub.choices["serve"].parse_args(["-v"]).verbosity == 1
+    assert (
+        sub.choices["serve"].parse_args(["-q"]).verbosity == -1
+        and sub.choices["serve"].parse_args(["-v"]).verbosity == 1
+    )
 
 
 # --------------------------------------------------------------------------- 5, 6. turn lines and tables: whole words, unwrapped pipes
@@ -170,14 +221,31 @@ def test_every_command_takes_v_and_q_and_says_what_they_change():
 def long_message_session(tmp_path_factory):
     """A headless session of one turn whose verdict's message is longer than a turn line shows."""
     root = tmp_path_factory.mktemp("sessions")
-    words = "this line of plain words is no python at all and it goes on well past the hundred characters a turn line shows"
+    words = (
+        "this line of plain words is no python at all and it goes on well past the hundred characters a turn line shows"
+    )
     replay = write_replay(root / "r.jsonl", [f"Here.\n\n```python\nimport torch\n{words}\n```\n"] * 2)
     return root, replay, words
 
 
 def _headless(root: Path, replay: Path, name: str, *flags: str, capsys) -> str:
-    rc = main(["optimize", str(TASK), "--model", f"replay:{replay}", "--headless", "--device", "cpu", "--no-shape-block", "--max-turns", "1",
-               "--session-dir", str(root / name), *flags])
+    rc = main(
+        [
+            "optimize",
+            str(TASK),
+            "--model",
+            f"replay:{replay}",
+            "--headless",
+            "--device",
+            "cpu",
+            "--no-shape-block",
+            "--max-turns",
+            "1",
+            "--session-dir",
+            str(root / name),
+            *flags,
+        ]
+    )
     assert rc == 1
     return capsys.readouterr().out
 
@@ -198,8 +266,14 @@ def test_turn_lines_cut_between_words_and_v_and_q(long_message_session, capsys):
 def _on_a_terminal(argv: list[str], columns: int) -> str:
     """The command's stdout on a pseudo-terminal ``columns`` wide, escape codes removed."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "kernelfix", *argv], cwd=REPO_ROOT, env={**ENV, "COLUMNS": str(columns), "TERM": "xterm"},
-                            stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelfix", *argv],
+        cwd=REPO_ROOT,
+        env={**ENV, "COLUMNS": str(columns), "TERM": "xterm"},
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -250,12 +324,17 @@ def test_tunes_lines_name_the_statistic_that_decided_and_agree_with_it():
     after = [b * 1.001 for b in before[:6]] + [50.0] * 4
     eager = compare("eager", before, after, 3, cfg)
     compiled = compare("compiled", before, [0.9 * b for b in before], 3, cfg)
-    assert eager.after.median_ms < eager.before.median_ms and eager.speedup < 1  # the medians and the decisive ratio disagree
+    assert (
+        eager.after.median_ms < eager.before.median_ms and eager.speedup < 1
+    )  # the medians and the decisive ratio disagree
     kept, why = explain(eager, compiled, cfg)
     assert not kept and why.startswith("slower eager in most paired rounds (round-by-round speedup's median below 1x)")
     assert f"median {eager.speedup:.4g}x" in why and "1x eager" not in why
     line = comparison_line(eager, cfg)
-    assert "112.500 ms -> 92.593 ms median of 10 rounds" in line and f"round-by-round speedup: median {eager.speedup:.4g}x" in line
+    assert (
+        "112.500 ms -> 92.593 ms median of 10 rounds" in line
+        and f"round-by-round speedup: median {eager.speedup:.4g}x" in line
+    )
     assert f"{eager.speedup:.4g}" == "0.999"
 
 
@@ -263,8 +342,12 @@ def test_tunes_lines_name_the_statistic_that_decided_and_agree_with_it():
 
 
 def test_outputs_are_ignored_and_the_readme_opens_as_an_introduction():
-    ignored = subprocess.run(["git", "check-ignore", "kernelfix-tune/report.json", "kernelfix-batch/x", "sessions/x", "sft/data.jsonl"],
-                             cwd=REPO_ROOT, capture_output=True, text=True)
+    ignored = subprocess.run(
+        ["git", "check-ignore", "kernelfix-tune/report.json", "kernelfix-batch/x", "sessions/x", "sft/data.jsonl"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert ignored.stdout.split() == ["kernelfix-tune/report.json", "kernelfix-batch/x", "sessions/x", "sft/data.jsonl"]
     readme = (REPO_ROOT / "README.md").read_text().splitlines()
     assert len(readme) <= 200

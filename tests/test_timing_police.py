@@ -22,13 +22,18 @@ def _stats(ms: float) -> dict:
 
 def _judge(events_ms: float, wall_ms: float, issued_ms: float | None, calls: int = 1000, *, extra_issued: bool = False):
     t0 = 100.0
-    messages = [{"type": "candidate_timing", "candidate": _stats(events_ms)}, {"type": "wall_start", "calls": calls, "_t": t0}]
+    messages = [
+        {"type": "candidate_timing", "candidate": _stats(events_ms)},
+        {"type": "wall_start", "calls": calls, "_t": t0},
+    ]
     if issued_ms is not None:
         messages.append({"type": "wall_issued", "_t": t0 + issued_ms * calls / 1e3})
     if extra_issued:
         messages.append({"type": "wall_issued", "_t": t0 + 1e-6})
     messages.append({"type": "wall_end", "calls": calls, "_t": t0 + wall_ms * calls / 1e3})
-    ev = Evaluation(id="e1", task="loss", device="cuda", workdir="/nonexistent", timings=Timings(eager=TimingStats(**_stats(0.05))))
+    ev = Evaluation(
+        id="e1", task="loss", device="cuda", workdir="/nonexistent", timings=Timings(eager=TimingStats(**_stats(0.05)))
+    )
     return _police(SimpleNamespace(config=JudgeConfig()), ev, messages, None)
 
 
@@ -46,7 +51,10 @@ def test_gpu_work_the_events_did_not_see_is_still_manipulation():
 
 def test_a_missing_or_doubled_issue_stamp_counts_as_no_host_bound_excuse():
     assert _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=None).category == Category.TIMING_MANIPULATION
-    assert _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=0.108, extra_issued=True).category == Category.TIMING_MANIPULATION
+    assert (
+        _judge(events_ms=0.0103, wall_ms=0.1095, issued_ms=0.108, extra_issued=True).category
+        == Category.TIMING_MANIPULATION
+    )
 
 
 def test_events_that_agree_with_the_wall_clock_pass_untouched():
@@ -69,12 +77,20 @@ def test_a_copy_measured_under_contention_never_makes_an_honest_kernel_a_cheat()
         base = Baseline(eager=TimingStats(**_stats(0.544)), bytes_moved=536_870_912, bandwidth_gbps=measured_gbps)
         ev = Evaluation(id="e1", task="t", device="cuda", workdir="/nonexistent", timings=_timings(base, True, 3350.0))
         t0, calls = 100.0, 1000  # the wall clock agrees with the events: only the floor can object
-        messages = [{"type": "candidate_timing", "candidate": _stats(candidate_ms)}, {"type": "wall_start", "calls": calls, "_t": t0},
-                    {"type": "wall_issued", "_t": t0 + 0.001}, {"type": "wall_end", "calls": calls, "_t": t0 + candidate_ms * calls / 1e3}]
+        messages = [
+            {"type": "candidate_timing", "candidate": _stats(candidate_ms)},
+            {"type": "wall_start", "calls": calls, "_t": t0},
+            {"type": "wall_issued", "_t": t0 + 0.001},
+            {"type": "wall_end", "calls": calls, "_t": t0 + candidate_ms * calls / 1e3},
+        ]
         return _police(SimpleNamespace(config=JudgeConfig()), ev, messages, None)
 
     honest = verdict(0.2001, 1130.0)
-    assert honest.category is None and honest.timings.bandwidth_gbps == 2512.5 and round(honest.timings.floor_ms, 3) == 0.214
+    assert (
+        honest.category is None
+        and honest.timings.bandwidth_gbps == 2512.5
+        and round(honest.timings.floor_ms, 3) == 0.214
+    )
     assert verdict(0.2001, 2980.0).category is None
     cheat = verdict(0.05, 1130.0)  # under half the floor at the clamped bandwidth: no copy's noise explains it
     assert cheat.category == Category.EXCESSIVE_SPEEDUP
@@ -92,8 +108,12 @@ def test_a_kernel_under_the_floor_is_caught_even_when_its_launches_set_the_pace(
     def verdict(events_ms: float, wall_ms: float) -> Evaluation:
         ev = Evaluation(id="e1", task="t", device="cuda", workdir="/nonexistent", timings=_timings(base, True, 3350.0))
         t0, calls = 100.0, 2000  # the host issued nearly all of the wall time: host-bound, not hidden work
-        messages = [{"type": "candidate_timing", "candidate": _stats(events_ms)}, {"type": "wall_start", "calls": calls, "_t": t0},
-                    {"type": "wall_issued", "_t": t0 + 0.99 * wall_ms * calls / 1e3}, {"type": "wall_end", "calls": calls, "_t": t0 + wall_ms * calls / 1e3}]
+        messages = [
+            {"type": "candidate_timing", "candidate": _stats(events_ms)},
+            {"type": "wall_start", "calls": calls, "_t": t0},
+            {"type": "wall_issued", "_t": t0 + 0.99 * wall_ms * calls / 1e3},
+            {"type": "wall_end", "calls": calls, "_t": t0 + wall_ms * calls / 1e3},
+        ]
         return _police(SimpleNamespace(config=JudgeConfig()), ev, messages, None)
 
     cheat = verdict(0.003264, 0.0699)

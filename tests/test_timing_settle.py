@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.timing import baselines, clock
 
@@ -49,7 +48,9 @@ def scripted(monkeypatch):
         monkeypatch.setattr(clock.Cuda, "sync", staticmethod(lambda: None), raising=False)
         monkeypatch.setattr(clock.Cuda, "Event", Event, raising=False)
         monkeypatch.setattr(clock.Cuda, "record", staticmethod(record), raising=False)
-        monkeypatch.setattr(clock.Cuda, "elapsed", staticmethod(lambda s, e: recorded[e.id] - recorded[s.id]), raising=False)
+        monkeypatch.setattr(
+            clock.Cuda, "elapsed", staticmethod(lambda s, e: recorded[e.id] - recorded[s.id]), raising=False
+        )
         monkeypatch.setattr(clock.Cuda, "stream", None, raising=False)
         stats = clock.time_cuda(fn, settings, None)
         return stats, len(made)

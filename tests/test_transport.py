@@ -9,7 +9,6 @@ import weakref
 
 import pytest
 import torch
-
 from kernelfix.tools.transport import Arena, UnsupportedValue, flatten, layout, unflatten
 from kernelfix.tools.transport.tree import contiguous_spec, read, spec_of, write, write_values
 
@@ -25,7 +24,14 @@ def _share(tensors):
 
 def test_views_cross_with_their_strides_and_offsets():
     base = torch.randn(6, 8)
-    inputs = [base.t(), base[1:4, 2:7], torch.arange(10)[::3], torch.ones(()), base.new_empty(0), torch.rand(1, 5).expand(4, 5)]
+    inputs = [
+        base.t(),
+        base[1:4, 2:7],
+        torch.arange(10)[::3],
+        torch.ones(()),
+        base.new_empty(0),
+        torch.rand(1, 5).expand(4, 5),
+    ]
     skel, tensors = flatten([*inputs, 7, "s", None, torch.float16, (1.5, {"k": 2})])
     owner, other, specs = _share(tensors)
     got = unflatten(skel, [read(other, s) for s in specs])

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from kernelfix.tui.app import KernelfixApp
 
 REPO = Path(__file__).parent.parent
@@ -50,4 +49,6 @@ def test_session_reply_tab_with_reasoning_unfolded(snap_compare):
 
 def test_search_tree(snap_compare):
     # a width-3, keep-2 search (tests/fixtures/tui/search): the turn list is the tree, the best path marked
-    assert snap_compare(KernelfixApp(sessions_root=Path("tests/fixtures/tui/search")), terminal_size=SIZE, press=["enter"])
+    assert snap_compare(
+        KernelfixApp(sessions_root=Path("tests/fixtures/tui/search")), terminal_size=SIZE, press=["enter"]
+    )

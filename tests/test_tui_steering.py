@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from textual.widgets import Input, TextArea
-from textual.widgets.text_area import Selection
-
 from agent_support import NO_CODE, check_session_dir, reply, write_replay
 from kernelfix.tui.app import KernelfixApp
 from kernelfix.tui.screens.session_screen import SessionScreen
 from kernelfix.tui.screens.sessions_screen import SessionsScreen
+from textual.widgets import Input, TextArea
+from textual.widgets.text_area import Selection
 from tui_support import SIZE, live_app, screen_text, shown, sync, until
 
 
@@ -102,10 +101,16 @@ async def test_hint_goes_into_the_next_prompt(tmp_path, judge):
 @sync
 async def test_accept_takes_the_best_and_leaves(tmp_path, judge):
     # untimed_goal off: on CPU a correct kernel would otherwise end the session by itself
-    app, model, session = live_app(tmp_path, judge, [reply("triton_relu_ok.py"), NO_CODE, NO_CODE], max_turns=3, untimed_goal=False)
+    app, model, session = live_app(
+        tmp_path, judge, [reply("triton_relu_ok.py"), NO_CODE, NO_CODE], max_turns=3, untimed_goal=False
+    )
     async with app.run_test(size=SIZE) as pilot:
         model.release()
-        await until(pilot, lambda: len(view_of(app).turns) == 1 and model.waiting.is_set(), "turn 1 judged, turn 2 asks the model")
+        await until(
+            pilot,
+            lambda: len(view_of(app).turns) == 1 and model.waiting.is_set(),
+            "turn 1 judged, turn 2 asks the model",
+        )
         assert view_of(app).best_turn == 1
         await pilot.press("a")
         await shown(pilot, app, "[accepting the best after this turn, then leaving]")
@@ -135,16 +140,24 @@ async def test_stop_ends_the_session_and_keeps_the_ui(tmp_path, judge):
 
 @sync
 async def test_sessions_screen_opens_a_history_and_resumes_it(tmp_path, judge):
+    from agent_support import TASK
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
     from kernelfix.agent.session import Session
+
     from kernelfix.cli.optimize import _open_for_resume
-    from agent_support import TASK
 
     root = tmp_path / "sessions"
     for name in ("a", "b"):  # each stops on its one model turn; the replay has a second
         replay = write_replay(tmp_path / f"{name}.jsonl", [NO_CODE, reply("triton_relu_ok.py")])
-        s = Session.create(root / name, task_path=TASK, model=ReplayModel(replay), agent=AgentConfig(shape_block=False, max_turns=1), judge_config=judge.config, judge=judge)
+        s = Session.create(
+            root / name,
+            task_path=TASK,
+            model=ReplayModel(replay),
+            agent=AgentConfig(shape_block=False, max_turns=1),
+            judge_config=judge.config,
+            judge=judge,
+        )
         assert s.run().stop_kind == "max_turns"
     limits = argparse.Namespace(max_turns=2)  # what `kernelfix sessions --max-turns 2` passes
     app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, limits, sink))
@@ -161,7 +174,9 @@ async def test_sessions_screen_opens_a_history_and_resumes_it(tmp_path, judge):
         assert app.screen is not history and isinstance(app.screen, SessionsScreen)
 
         await pilot.press("r")  # resume it, with --max-turns 2
-        await until(pilot, lambda: isinstance(app.screen, SessionScreen) and app.outcome is not None, "the resumed session ends")
+        await until(
+            pilot, lambda: isinstance(app.screen, SessionScreen) and app.outcome is not None, "the resumed session ends"
+        )
         resumed = app.screen.view
         assert [t.index for t in resumed.turns] == [1, 2] and resumed.best_turn == 2
         await shown(pilot, app, "✓  2 model untimed ★best")

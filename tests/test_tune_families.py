@@ -5,7 +5,6 @@ and the table a person reads."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,9 @@ import pytest
 pytest.importorskip("transformers")
 
 from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
-from kernelfix.cli import main  # noqa: E402
 from kernelfix.tools.config import JudgeConfig  # noqa: E402
+
+from kernelfix.cli import main  # noqa: E402
 from kernelfix.tune.flow import Tune, TuneOptions  # noqa: E402
 from kernelfix.tune.tune_config import TuneConfig  # noqa: E402
 from kernelfix.tune.tune_report import label  # noqa: E402
@@ -26,22 +26,35 @@ CFG = TuneConfig(profile_steps=3, min_share=0.01)
 
 def rank(tmp_path: Path, script: Path, args: list[str], *, backward: bool | None = None, top: int = 3):
     lines: list[str] = []
-    opts = TuneOptions(script=script, out=tmp_path / "tuned", llm="(none: --rank-only)", top=top, cfg=CFG, judge=JudgeConfig(device="cpu"),
-                       agent=AgentConfig(), script_args=args, backward=backward, rank_only=True)
+    opts = TuneOptions(
+        script=script,
+        out=tmp_path / "tuned",
+        llm="(none: --rank-only)",
+        top=top,
+        cfg=CFG,
+        judge=JudgeConfig(device="cpu"),
+        agent=AgentConfig(),
+        script_args=args,
+        backward=backward,
+        rank_only=True,
+    )
     r = Tune(opts, say=lines.append, run_sessions=lambda jobs: {}).run()
     return r, "\n".join(lines)
 
 
-@pytest.mark.parametrize("family,mode,trains,why", [
-    ("llama", "no-grad", False, "inference: under torch.no_grad()"),
-    ("llama", "eval", False, "inference: the script never calls backward() on its result"),
-    ("qwen3", "inference", False, "inference: under torch.inference_mode()"),
-    ("gpt2", "train", True, "a training step: backward() on its result at hf_decoder.py:"),
-    ("qwen3_moe", "generate", False, "inference: under torch.no_grad()"),
-    ("bert", "train", True, "a training step: backward() on its result"),
-    ("vit", "eval", False, "inference: the script never calls backward()"),
-    ("mixtral", "no-grad", False, "inference"),
-])
+@pytest.mark.parametrize(
+    "family,mode,trains,why",
+    [
+        ("llama", "no-grad", False, "inference: under torch.no_grad()"),
+        ("llama", "eval", False, "inference: the script never calls backward() on its result"),
+        ("qwen3", "inference", False, "inference: under torch.inference_mode()"),
+        ("gpt2", "train", True, "a training step: backward() on its result at hf_decoder.py:"),
+        ("qwen3_moe", "generate", False, "inference: under torch.no_grad()"),
+        ("bert", "train", True, "a training step: backward() on its result"),
+        ("vit", "eval", False, "inference: the script never calls backward()"),
+        ("mixtral", "no-grad", False, "inference"),
+    ],
+)
 def test_each_family_is_ranked_for_what_the_script_does_and_its_targets_captured(tmp_path, family, mode, trains, why):
     r, text = rank(tmp_path, SCRIPT, ["--family", family, "--mode", mode])
     assert r.backward is trains and r.why.startswith(why)
@@ -52,7 +65,9 @@ def test_each_family_is_ranked_for_what_the_script_does_and_its_targets_captured
     captured = [m for m in chosen if m.capture == "ok"]
     assert captured and all(m.selected and Path(m.task).is_file() for m in captured)
     assert len(captured) == min(3, len(chosen)) or any(m.capture not in (None, "ok") for m in chosen)
-    for line in text.splitlines():  # the table a person reads: 120 columns (a task's path may run over), no profiler chatter
+    for (
+        line
+    ) in text.splitlines():  # the table a person reads: 120 columns (a task's path may run over), no profiler chatter
         assert len(line) <= 120 or "tasks/" in line, line
     assert "USDT" not in text and "profiler_start" not in text
 
@@ -73,7 +88,9 @@ def test_copies_of_a_layer_are_one_target_and_a_parent_beats_its_norms(tmp_path)
     # attention itself) is most of its time.
     norms = [m for m in r.modules if m.module.endswith(("q_norm", "k_norm"))]
     assert norms and all(not m.candidate for m in norms)
-    assert attn.chosen_because.startswith(("chosen over Qwen3RMSNorm inside it", "chosen: no smaller target"))  # (norms under 1% here)
+    assert attn.chosen_because.startswith(
+        ("chosen over Qwen3RMSNorm inside it", "chosen: no smaller target")
+    )  # (norms under 1% here)
     # A decoder layer adds two residual adds to its parts: the time is in the parts, tuned through them.
     layer = next(m for m in r.modules if m.module_class == "Qwen3DecoderLayer")
     assert not layer.candidate and layer.reason.endswith("tuned through them") and len(layer.instances) == 2
@@ -130,7 +147,10 @@ def test_a_target_capture_refuses_is_marked_and_what_it_holds_takes_its_place(tm
     block = next(m for m in r.modules if m.module == "model.block")
     router = next(m for m in r.modules if m.module == "model.block.router")
     assert not block.candidate and block.reason.startswith("capture cannot take it: cannot capture model.block:")
-    assert "torch.export cannot trace a read of a tensor's value into Python (.tolist()" in block.reason and "net.py:" in block.reason
+    assert (
+        "torch.export cannot trace a read of a tensor's value into Python (.tolist()" in block.reason
+        and "net.py:" in block.reason
+    )
     assert block.reason in r.uncapturable.values()
     # The router holds the same loop: refused too, and no session was planned for either.
     assert not router.candidate and router.reason.startswith("capture cannot take it")

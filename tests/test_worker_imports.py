@@ -62,7 +62,11 @@ COUNT = textwrap.dedent(r"""
 def test_the_meta_counts_need_no_dynamo_and_give_the_same_sizes_and_flops():
     """torch's meta-device decompositions import torch._dynamo at their first call (1-3 s on the
     reference's way to its first trial); the counts run without it, then with it, alike."""
-    paths = [TASKS / "50_conv_standard_2D__square_input__square_kernel.py", TASKS / "88_MinGPTNewGelu.py", TASKS / "23_Softmax.py"]
+    paths = [
+        TASKS / "50_conv_standard_2D__square_input__square_kernel.py",
+        TASKS / "88_MinGPTNewGelu.py",
+        TASKS / "23_Softmax.py",
+    ]
     out = subprocess.run([sys.executable, "-c", COUNT, *map(str, paths)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])

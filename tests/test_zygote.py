@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kernelfix.sandbox import Isolation, Limits, fork_server, probe, scrubbed_env, zygote
 from kernelfix.sandbox.process import Child, run_child
 
 # What a worker sees of its own start: everything here must be the same forked or exec'd.
-PROBE = r'''
+PROBE = r"""
 import json, os, resource, signal, socket, sys, tempfile
 fd = int(os.environ["KERNELFIX_MSG_FD"])
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
@@ -52,17 +51,26 @@ info = {
     "preloaded": "torch" in sys.modules,
 }
 os.write(fd, (json.dumps({"type": "probe", **info}) + "\n").encode())
-'''
+"""
 
 SECRET = "sk-zygote-test-do-not-leak"
 
 
-def _start(tmp_path: Path, *, fork: bool, isolation: Isolation | None = None, code: str = PROBE, wall_s: float = 60.0, **extra):
+def _start(
+    tmp_path: Path, *, fork: bool, isolation: Isolation | None = None, code: str = PROBE, wall_s: float = 60.0, **extra
+):
     (tmp_path / "probe_mod.py").write_text(code)
     env = scrubbed_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "TRITON_CACHE_DIR": str(tmp_path / "triton")})
     iso = isolation if isolation is not None else Isolation(writable=[str(tmp_path)])
-    return Child([sys.executable, "-m", "probe_mod", "arg1"], cwd=tmp_path, env=env, limits=Limits(wall_s=wall_s, memory_bytes=4 << 30),
-                 isolation=iso, fork=fork, **extra)
+    return Child(
+        [sys.executable, "-m", "probe_mod", "arg1"],
+        cwd=tmp_path,
+        env=env,
+        limits=Limits(wall_s=wall_s, memory_bytes=4 << 30),
+        isolation=iso,
+        fork=fork,
+        **extra,
+    )
 
 
 def _probe(tmp_path: Path, fork: bool, isolation: Isolation | None = None) -> dict:
@@ -174,14 +182,20 @@ def test_a_dead_zygote_ends_its_children_and_is_replaced(tmp_path):
 def test_a_forked_worker_dies_with_its_judge(tmp_path):
     """kill -9 of the judge: its zygote dies, and with it every worker forked from it."""
     pidfile = tmp_path / "worker.pid"
-    judge = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    judge = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys
         from kernelfix.sandbox import Isolation, Limits, run_child, scrubbed_env
         d = {str(tmp_path)!r}
         code = "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
         run_child([sys.executable, "-c", code], cwd=d, env=scrubbed_env({{"HOME": d, "TMPDIR": d}}), limits=Limits(wall_s=120),
                   isolation=Isolation.off(), fork=True)
-        """)])
+        """),
+        ]
+    )
     deadline = time.monotonic() + 60
     while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -202,7 +216,9 @@ def test_a_forked_worker_dies_with_its_judge(tmp_path):
 
 
 def test_what_the_zygote_cannot_run_starts_by_exec(tmp_path):
-    out = run_child(["/bin/sh", "-c", "echo plain"], cwd=tmp_path, env=scrubbed_env(), limits=Limits(wall_s=30), fork=True)
+    out = run_child(
+        ["/bin/sh", "-c", "echo plain"], cwd=tmp_path, env=scrubbed_env(), limits=Limits(wall_s=30), fork=True
+    )
     assert out.returncode == 0 and out.stdout_tail == "plain\n"
 
 
@@ -221,11 +237,11 @@ def test_no_preload_starts_the_cuda_driver(monkeypatch):
     assert asked == [] and cuda.is_available is original
 
 
-MODULES_PROBE = r'''
+MODULES_PROBE = r"""
 import json, os, sys
 wanted = ["torch", "triton", "torch.utils.cpp_extension", "torch._dynamo"]
 os.write(int(os.environ["KERNELFIX_MSG_FD"]), (json.dumps({"type": "modules", **{m: m in sys.modules for m in wanted}}) + "\n").encode())
-'''
+"""
 
 
 @pytest.mark.parametrize("kind", ["triton", "cuda"])

@@ -48,7 +48,9 @@ class GatedModel(ChatModel):
         return self.replay.complete(messages, call_index=call_index, on_delta=on_delta, on_retry=on_retry)
 
 
-def live_app(tmp_path: Path, judge, lines: list, name: str = "session", **agent) -> tuple[KernelfixApp, GatedModel, Session]:
+def live_app(
+    tmp_path: Path, judge, lines: list, name: str = "session", **agent
+) -> tuple[KernelfixApp, GatedModel, Session]:
     model = GatedModel(ReplayModel(write_replay(tmp_path / f"{name}.jsonl", lines)))
     relay = EventRelay()
     session = Session.create(

@@ -11,12 +11,13 @@ import ast
 import hashlib
 import re
 
-from pydantic import BaseModel, ConfigDict
-
 from kernelfix.tools import pysource
 from kernelfix.tools.verdict import Backend, Category
+from pydantic import BaseModel, ConfigDict
 
-_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
+_FENCE = re.compile(
+    r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S
+)
 _PY_LANGS = {"python", "py", "python3", "py3"}
 
 

@@ -15,15 +15,45 @@ from kernelfix.tools.task_size import size_text
 from kernelfix.tools.verdict import Category
 
 _CUDA_PATTERNS: list[tuple[re.Pattern[str], Category, str]] = [
-    (re.compile(r"illegal memory access|misaligned address|address space|address out of bounds|cudaErrorIllegalAddress", re.I), Category.ILLEGAL_MEMORY_ACCESS, "illegal memory access"),
+    (
+        re.compile(
+            r"illegal memory access|misaligned address|address space|address out of bounds|cudaErrorIllegalAddress",
+            re.I,
+        ),
+        Category.ILLEGAL_MEMORY_ACCESS,
+        "illegal memory access",
+    ),
     # not "device-side assertions": torch appends that hint to every CUDA error
-    (re.compile(r"device-side assert triggered|device side assert triggered|cudaErrorAssert", re.I), Category.DEVICE_ASSERT, "device-side assert"),
-    (re.compile(r"unspecified launch failure|too many resources requested for launch|invalid configuration argument|no kernel image is available|launch timed out|named symbol not found", re.I), Category.LAUNCH_FAILURE, "kernel launch failure"),
-    (re.compile(r"CUDA out of memory|out of memory|OutOfMemoryError|can.t allocate memory|Cannot allocate memory", re.I), Category.OOM, "out of memory"),
-    (re.compile(r"CUDA error|CUDA driver error|cudaError|AcceleratorError|Triton Error \[CUDA\]", re.I), Category.CUDA_ERROR, "CUDA error"),
+    (
+        re.compile(r"device-side assert triggered|device side assert triggered|cudaErrorAssert", re.I),
+        Category.DEVICE_ASSERT,
+        "device-side assert",
+    ),
+    (
+        re.compile(
+            r"unspecified launch failure|too many resources requested for launch|invalid configuration argument|no kernel image is available|launch timed out|named symbol not found",
+            re.I,
+        ),
+        Category.LAUNCH_FAILURE,
+        "kernel launch failure",
+    ),
+    (
+        re.compile(
+            r"CUDA out of memory|out of memory|OutOfMemoryError|can.t allocate memory|Cannot allocate memory", re.I
+        ),
+        Category.OOM,
+        "out of memory",
+    ),
+    (
+        re.compile(r"CUDA error|CUDA driver error|cudaError|AcceleratorError|Triton Error \[CUDA\]", re.I),
+        Category.CUDA_ERROR,
+        "CUDA error",
+    ),
 ]
 
-_ERROR_LINE = re.compile(r"(error|undefined reference|undefined symbol|cannot find -l|multiple definition|ld returned)", re.I)
+_ERROR_LINE = re.compile(
+    r"(error|undefined reference|undefined symbol|cannot find -l|multiple definition|ld returned)", re.I
+)
 _LOCATED = re.compile(r"(?P<file>[^\s:()]+\.(?:cu|cpp|cc|cuh|h))(?:\((?P<l1>\d+)\)|:(?P<l2>\d+)(?::\d+)?)")
 
 
@@ -114,7 +144,14 @@ def _build_category(text: str) -> Category:
     return Category.HOST_CXX
 
 
-def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: Path | None = None, trial_bytes: int | None = None) -> Failure:
+def classify(
+    stage: str,
+    outcome: ChildOutcome,
+    *,
+    timeout_s: float,
+    build_dir: Path | None = None,
+    trial_bytes: int | None = None,
+) -> Failure:
     """Why the stage's child did not deliver a result."""
     if outcome.launch_error:
         return Failure(Category.SANDBOX, f"could not start the {stage} worker: {outcome.launch_error}")
@@ -127,9 +164,15 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
         )
     if outcome.output_exceeded:
         total = (outcome.stdout_bytes + outcome.stderr_bytes) / 2**20
-        return Failure(Category.RESOURCE_LIMIT, f"printed {total:.0f} MiB to stdout/stderr during {_phase(outcome) or stage}, over the output limit (killed)")
+        return Failure(
+            Category.RESOURCE_LIMIT,
+            f"printed {total:.0f} MiB to stdout/stderr during {_phase(outcome) or stage}, over the output limit (killed)",
+        )
     if outcome.process_limit_hit:
-        return Failure(Category.RESOURCE_LIMIT, f"tried to run more processes or threads than the limit allows during {_phase(outcome) or stage} (a fork bomb, or a thread per element?)")
+        return Failure(
+            Category.RESOURCE_LIMIT,
+            f"tried to run more processes or threads than the limit allows during {_phase(outcome) or stage} (a fork bomb, or a thread per element?)",
+        )
     if outcome.timed_out:
         # A hang (no progress, no compiler running) is the code's runtime fault even at import;
         # a build that outran the compile limit is a compile timeout.
@@ -139,7 +182,9 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
     if fault is not None:
         return fault
     if outcome.memory_exceeded:
-        return Failure(Category.OOM, f"host memory use passed the limit (peak {outcome.peak_rss_bytes / 2**30:.1f} GiB); killed")
+        return Failure(
+            Category.OOM, f"host memory use passed the limit (peak {outcome.peak_rss_bytes / 2**30:.1f} GiB); killed"
+        )
     err = outcome.last("error")
     if err is not None:
         return _from_error(stage, err, build_dir)
@@ -152,9 +197,15 @@ def classify(stage: str, outcome: ChildOutcome, *, timeout_s: float, build_dir: 
     if cuda is not None:
         return Failure(cuda[0], f"{cuda[1]}: {_last_cuda_line(stderr)}")
     if outcome.signal:
-        return Failure(Category.CRASH, f"the process died of {outcome.signal}" + (f" during {_phase(outcome)}" if _phase(outcome) else ""))
+        return Failure(
+            Category.CRASH,
+            f"the process died of {outcome.signal}" + (f" during {_phase(outcome)}" if _phase(outcome) else ""),
+        )
     if outcome.last("hello") is None:
-        return Failure(Category.WORKER, f"the {stage} worker failed before it started: {_first_line(stderr) or f'exit code {outcome.returncode}'}")
+        return Failure(
+            Category.WORKER,
+            f"the {stage} worker failed before it started: {_first_line(stderr) or f'exit code {outcome.returncode}'}",
+        )
     return Failure(
         Category.EXIT,
         f"the process exited (code {outcome.returncode}) during {_phase(outcome) or stage} without reporting: "
@@ -196,14 +247,19 @@ def disk_full(e: BaseException, where: Path) -> Failure | None:
     import errno
 
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) and min_free_space([where]) < DISK_FREE_MIN:
-        return Failure(Category.DISK_FULL, f"the judge could not write {getattr(e, 'filename', None) or where}: no space left on the disk (not the code's fault)")
+        return Failure(
+            Category.DISK_FULL,
+            f"the judge could not write {getattr(e, 'filename', None) or where}: no space left on the disk (not the code's fault)",
+        )
     return None
 
 
 _ALLOC = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)")
 _PROCESS_HOLDS = re.compile(r"this process has ([\d.]+) (GiB|MiB|KiB) memory in use")
 _UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
-OWN_DEMAND_X = 16  # a candidate may hold this many times one trial's tensors (workspace, im2col) before an OOM is its own
+OWN_DEMAND_X = (
+    16  # a candidate may hold this many times one trial's tensors (workspace, im2col) before an OOM is its own
+)
 
 
 def is_oom(err: dict) -> bool:
@@ -265,7 +321,10 @@ def machine_fault(outcome: ChildOutcome, disk: Path | None = None, trial_bytes: 
     if _NO_SPACE.search(text):
         free = min_free_space([disk, Path(outcome.argv[-1]).parent if outcome.argv else None])
         if free < DISK_FREE_MIN:
-            return Failure(Category.DISK_FULL, f"a write failed for lack of disk space ({free >> 20} MiB free where the judge works): the machine's fault, not the code's")
+            return Failure(
+                Category.DISK_FULL,
+                f"a write failed for lack of disk space ({free >> 20} MiB free where the judge works): the machine's fault, not the code's",
+            )
     if outcome.signal == "SIGKILL" and not outcome.killed_by_us and outcome.oom_kills_during:
         return Failure(
             Category.HOST_MEMORY,
@@ -303,15 +362,25 @@ def _from_error(stage: str, err: dict, build_dir: Path | None) -> Failure:
     if kind == "no_model_new":
         return Failure(Category.NO_MODEL_NEW, text)
     if kind == "exit":
-        return Failure(Category.EXIT, f"the candidate raised SystemExit({text}) during {phase}: it must return, not exit")
+        return Failure(
+            Category.EXIT, f"the candidate raised SystemExit({text}) during {phase}: it must return, not exit"
+        )
     if "Error building extension" in text:
         cat = _build_category(text)
         errors = build_errors(text, build_dir)
         n = sum(1 for e in errors if not e.startswith("    "))
-        tool = {Category.NVCC: "nvcc", Category.HOST_CXX: "the host C++ compiler", Category.LINK: "the linker"}.get(cat, "the build")
+        tool = {Category.NVCC: "nvcc", Category.HOST_CXX: "the host C++ compiler", Category.LINK: "the linker"}.get(
+            cat, "the build"
+        )
         return Failure(cat, f"{tool} reported {n} error{'s' if n != 1 else ''}" if n else "the build failed", errors)
-    if "CompilationError" in mro or exc in ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"):
-        return Failure(Category.TRITON_COMPILE, f"Triton failed to compile a kernel: {_first_line(text, 600)}", _tail(tb, 6))
+    if "CompilationError" in mro or exc in (
+        "CompilationError",
+        "CompileTimeAssertionFailure",
+        "UnsupportedLanguageConstruct",
+    ):
+        return Failure(
+            Category.TRITON_COMPILE, f"Triton failed to compile a kernel: {_first_line(text, 600)}", _tail(tb, 6)
+        )
     if exc == "ImportError" and "undefined symbol" in text:
         return Failure(Category.LINK, f"the extension does not load: {_first_line(text)}")
     cuda = cuda_category(f"{exc}: {text}")
@@ -332,7 +401,9 @@ def _tail(tb: str, n: int) -> list[str]:
         if line.lstrip().startswith("File "):
             in_candidate = "candidate.py" in line
             if in_candidate:
-                keep.append(line.strip().replace(line.strip().split('"')[1], "candidate.py") if '"' in line else line.strip())
+                keep.append(
+                    line.strip().replace(line.strip().split('"')[1], "candidate.py") if '"' in line else line.strip()
+                )
         elif in_candidate:
             keep.append(line.rstrip())
     if lines and (not keep or keep[-1].strip() != lines[-1].strip()):

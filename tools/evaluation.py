@@ -6,8 +6,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kernelfix.tools.verdict import (
     Backend,
     Category,
@@ -21,6 +19,7 @@ from kernelfix.tools.verdict import (
     Timings,
     Verdict,
 )
+from pydantic import BaseModel, ConfigDict, Field
 
 # sanitize runs after a failure too (its own rule: tools/stages/sanitize.py), so it comes last.
 STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile", "sanitize")
@@ -127,6 +126,7 @@ class Evaluation(BaseModel):
 # What a verdict takes from its evaluation as it is: every field of the same name and meaning. The rest it works
 # out (Evaluation.verdict): the category, correct, legal, the speedups (an ok candidate's only), the warnings.
 CARRIED: tuple[str, ...] = tuple(
-    name for name in Evaluation.model_fields if name in Verdict.model_fields
-    and name not in {"category", "speedup_eager", "speedup_compile", "warnings"}
+    name
+    for name in Evaluation.model_fields
+    if name in Verdict.model_fields and name not in {"category", "speedup_eager", "speedup_compile", "warnings"}
 )

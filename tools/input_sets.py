@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from kernelfix.tools import trials as trial_plan
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.transport.protocol import TrialPlan
-
 from kernelfix.tools.verdict import InputSetReport
 
 if TYPE_CHECKING:
@@ -66,7 +65,7 @@ def sets_of(trials: list[TrialPlan]) -> list[int | None]:
 
 
 def label(shapes: list[str] | None, input_set: int | None) -> str:
-    """"inputs set 2: x float32[7, 4096]", or "" for a task without sets."""
+    """ "inputs set 2: x float32[7, 4096]", or "" for a task without sets."""
     if input_set is None:
         return ""
     shape = shapes[input_set - 1] if shapes and 0 < input_set <= len(shapes) else "?"
@@ -85,7 +84,9 @@ def reports(shapes: list[str] | None, trials: list["TrialReport"]) -> list[Input
     out = []
     for k, shape in enumerate(shapes, start=1):
         mine = [t for t in trials if t.input_set == k]
-        out.append(InputSetReport(index=k, shapes=shape, trials=len(mine), ok=all(t.ok for t in mine) if mine else None))
+        out.append(
+            InputSetReport(index=k, shapes=shape, trials=len(mine), ok=all(t.ok for t in mine) if mine else None)
+        )
     return out
 
 
@@ -116,7 +117,9 @@ def pick(task: Any, input_set: int | None) -> list:
 def _all(task: Any) -> list:
     sets = getattr(task, FUNCTION)()
     if not isinstance(sets, (list, tuple)) or not sets or not all(isinstance(s, (list, tuple)) for s in sets):
-        raise InputSetsProblem(f"{FUNCTION}() must return a non-empty list of input lists (one per call), not {type(sets).__name__}")
+        raise InputSetsProblem(
+            f"{FUNCTION}() must return a non-empty list of input lists (one per call), not {type(sets).__name__}"
+        )
     if len(sets) > MAX_SETS:
         raise InputSetsProblem(f"{FUNCTION}() returned {len(sets)} sets; at most {MAX_SETS} are judged")
     return list(sets)
@@ -158,7 +161,7 @@ def forward_names(task: Any) -> list[str]:
 
 
 def describe(inputs: list, names: list[str]) -> str:
-    """"x float32[7, 4096], mask bool[7]": each tensor input, by the forward's name for it."""
+    """ "x float32[7, 4096], mask bool[7]": each tensor input, by the forward's name for it."""
     import torch
 
     parts = []

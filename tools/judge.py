@@ -39,13 +39,8 @@ from typing import TYPE_CHECKING
 
 from kernelfix.prompts import feedback
 from kernelfix.sandbox import credential_paths
-from kernelfix.tools import candidate as candidate_mod, retry
-from kernelfix.tools.legality import static_checks
-from kernelfix.tools.legality.allowlist import make_allowed
-from kernelfix.tools.stages import (
-    benchmark as timing_stage, compile as compile_stage, correctness as correctness_stage, legality as legality_stage,
-    profile as profile_stage, profile_prestart, sanitize as sanitizer_stage,
-)
+from kernelfix.tools import candidate as candidate_mod
+from kernelfix.tools import retry
 from kernelfix.tools.cache_dir import lock_root
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
@@ -56,6 +51,29 @@ from kernelfix.tools.handles.gpu_share import GpuShare
 from kernelfix.tools.handles.reference import Reference
 from kernelfix.tools.handles.worker_context import WorkerContext
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
+from kernelfix.tools.legality import static_checks
+from kernelfix.tools.legality.allowlist import make_allowed
+from kernelfix.tools.stages import (
+    benchmark as timing_stage,
+)
+from kernelfix.tools.stages import (
+    compile as compile_stage,
+)
+from kernelfix.tools.stages import (
+    correctness as correctness_stage,
+)
+from kernelfix.tools.stages import (
+    legality as legality_stage,
+)
+from kernelfix.tools.stages import (
+    profile as profile_stage,
+)
+from kernelfix.tools.stages import (
+    profile_prestart,
+)
+from kernelfix.tools.stages import (
+    sanitize as sanitizer_stage,
+)
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.task import Task
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
@@ -80,7 +98,12 @@ class Judge:
     """Judges candidates for one task. Thread-safe; the reference is computed once."""
 
     def __init__(
-        self, task: Task | str | Path, config: JudgeConfig | None = None, *, workdir: str | Path | None = None, gpu: str | None = None
+        self,
+        task: Task | str | Path,
+        config: JudgeConfig | None = None,
+        *,
+        workdir: str | Path | None = None,
+        gpu: str | None = None,
     ):
         """``gpu``: the CUDA device (as CUDA_VISIBLE_DEVICES names it) this judge's workers use; default the first visible."""
         self.task = task if isinstance(task, Task) else Task.load(task)
@@ -101,7 +124,9 @@ class Judge:
         # The reference runs from the judge's own copy: what the candidate may do to the user's file changes nothing.
         self._task_copy = self._private / "task.py"
         self._task_copy.write_text(self.task.source)
-        self._credentials = credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
+        self._credentials = (
+            credential_paths(extra_dirs=[self.task.path.parent, Path.cwd()]) if self.config.hide_credentials else []
+        )
         self.ref = Reference(self._worker_context())
         self._runs = CandidateRuns(self._worker_context)
         # A server's: verdicts go back before the worker's exit (0.1 s on the H100), then ``after_exit(workdir)``.
@@ -137,8 +162,18 @@ class Judge:
 
     def _context_fields(self) -> dict[str, object]:
         return dict(
-            task=self.task, config=self.config, device=self.device, gpu=self.gpu, seed=self.seed, root=self.root, private=self._private,
-            task_copy=self._task_copy, credentials=self._credentials, lease=self.lease, room=self.room, note_sandbox=self._note_sandbox,
+            task=self.task,
+            config=self.config,
+            device=self.device,
+            gpu=self.gpu,
+            seed=self.seed,
+            root=self.root,
+            private=self._private,
+            task_copy=self._task_copy,
+            credentials=self._credentials,
+            lease=self.lease,
+            room=self.room,
+            note_sandbox=self._note_sandbox,
             trial_bytes=self._trial_bytes,
         )
 
@@ -149,7 +184,11 @@ class Judge:
     def stage_context(self) -> StageContext:
         """What a stage gets of this judge; built for each stage, so it sees the judge's config as it is then."""
         return StageContext(
-            **self._context_fields(), allowed_ops=self.allowed_ops, ref=self.ref, reference=self.reference, run_for=self.run_for,
+            **self._context_fields(),
+            allowed_ops=self.allowed_ops,
+            ref=self.ref,
+            reference=self.reference,
+            run_for=self.run_for,
             release=self.release,
         )
 
@@ -172,7 +211,9 @@ class Judge:
         arrives, and the reference starts too. An evaluation of another workdir ignores it."""
         self.ref.start_background()
         run = self._runs.start_ahead(Path(workdir), self.task.source)
-        if run is not None and wait:  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
+        if (
+            run is not None and wait
+        ):  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
             try:
                 run.handle.expect(["standby"], Deadline("standby", self.config.import_timeout_s))
             except WorkerGone:
@@ -193,7 +234,15 @@ class Judge:
 
         def relay(msg: dict) -> None:
             if on_event is not None:
-                on_event(StageEvent(stage=stage, status="progress", detail=str(msg.get("phase")), done=msg.get("done"), total=msg.get("total")))
+                on_event(
+                    StageEvent(
+                        stage=stage,
+                        status="progress",
+                        detail=str(msg.get("phase")),
+                        done=msg.get("done"),
+                        total=msg.get("total"),
+                    )
+                )
 
         return self._runs.run_for(ev, relay)
 
@@ -212,7 +261,9 @@ class Judge:
         """The task's reference, started and ready (Model built). Raises TaskError when the task does not
         import or build, ``ReferenceUnavailable`` when the machine cannot run it."""
         if on_event:
-            self.ref.on_event = lambda m: on_event(StageEvent(stage="reference", status="progress", detail=str(m.get("phase"))))
+            self.ref.on_event = lambda m: on_event(
+                StageEvent(stage="reference", status="progress", detail=str(m.get("phase")))
+            )
             on_event(StageEvent(stage="reference", status="started", detail="starting the reference"))
         self.ref.wait()
         self.ref.survey(self.lease)
@@ -238,7 +289,15 @@ class Judge:
         wd = Path(workdir) if workdir else self.root / "evals" / ev_id
         wd.mkdir(parents=True, exist_ok=True)
         ext = candidate_mod.from_file_text(source, filename)  # (its parsing is thread-safe: tools/pysource.py)
-        ev = Evaluation(id=ev_id, task=self.task.name, device=self.device, workdir=str(wd), code=ext.code, backend=ext.backend, sha1=ext.sha1)
+        ev = Evaluation(
+            id=ev_id,
+            task=self.task.name,
+            device=self.device,
+            workdir=str(wd),
+            code=ext.code,
+            backend=ext.backend,
+            sha1=ext.sha1,
+        )
         if ext.code is not None:
             try:
                 ev.candidate_path.write_text(ext.code)
@@ -263,7 +322,15 @@ class Judge:
             return ev.fail("legality", errs[0].category or Category.TAMPERING, errs[0].message)
         return ev
 
-    def _timed(self, ev: Evaluation, stage: Stage, on_event: EventSink | None, fn: Callable[[], Evaluation], *, after_failure: bool = False) -> Evaluation:
+    def _timed(
+        self,
+        ev: Evaluation,
+        stage: Stage,
+        on_event: EventSink | None,
+        fn: Callable[[], Evaluation],
+        *,
+        after_failure: bool = False,
+    ) -> Evaluation:
         """Run ``fn`` as ``stage``, timed, unless the evaluation failed before (``after_failure``: a stage that
         runs on failures too) or did the stage already."""
         if (ev.failed and not after_failure) or stage in ev.stages_done:
@@ -294,7 +361,9 @@ class Judge:
 
     def correctness(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Run ModelNew on every correctness trial (the task's inputs, then their variants) and compare."""
-        return self._timed(ev, "correctness", on_event, lambda: correctness_stage.run(self.stage_context(), ev, on_event))
+        return self._timed(
+            ev, "correctness", on_event, lambda: correctness_stage.run(self.stage_context(), ev, on_event)
+        )
 
     def legality(self, ev: Evaluation, on_event: EventSink | None = None) -> Evaluation:
         """Judge the aten ops recorded during every correctness call against the allowlist."""
@@ -308,7 +377,9 @@ class Judge:
         """Nsight Compute on one forward of a correct, legal candidate (``JudgeConfig.profile``, or ``enabled`` for this
         evaluation alone); never changes the verdict."""
         ctx = self.stage_context()
-        if enabled is not None and enabled != ctx.config.profile:  # one evaluation's choice, not the judge's (a served request's)
+        if (
+            enabled is not None and enabled != ctx.config.profile
+        ):  # one evaluation's choice, not the judge's (a served request's)
             ctx = dataclasses.replace(ctx, config=ctx.config.model_copy(update={"profile": enabled}))
         skipped = profile_stage.skip(ctx, ev)
         if skipped is not None:
@@ -338,21 +409,34 @@ class Judge:
         """The evaluation's verdict (``Evaluation.verdict``), with the sandbox's notes and the feedback the model reads."""
         t0 = time.monotonic()
         if self.exit_later:  # the notes its outcome will carry are known from its start
-            ev.warnings += [SANDBOX_NOTE + n for n in self._runs.end_after(ev, self.after_exit) if SANDBOX_NOTE + n not in ev.warnings]
+            ev.warnings += [
+                SANDBOX_NOTE + n
+                for n in self._runs.end_after(ev, self.after_exit)
+                if SANDBOX_NOTE + n not in ev.warnings
+            ]
             self.ref.release_owned(ev.id)
         else:
             self.release(ev)
             tidy(Path(ev.workdir))
-        ev.breakdown["finish.release"] = round(time.monotonic() - t0, 3)  # the worker's exit, unless it comes after the verdict
+        ev.breakdown["finish.release"] = round(
+            time.monotonic() - t0, 3
+        )  # the worker's exit, unless it comes after the verdict
         notes = [SANDBOX_NOTE + n for n in self._sandbox_notes if SANDBOX_NOTE + n not in ev.warnings]
         v = ev.verdict(notes)
         v.feedback = feedback.render(v)
         return v
 
     def evaluate_with_retries(
-        self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None,
-        on_retry: Callable[[int, float, Verdict], None] | None = None, check: Callable[[], None] | None = None,
-        profile: bool | None = None, workdir: str | Path | None = None, sanitize: bool | None = None,
+        self,
+        source: str,
+        *,
+        filename: str = "candidate.py",
+        on_event: EventSink | None = None,
+        on_retry: Callable[[int, float, Verdict], None] | None = None,
+        check: Callable[[], None] | None = None,
+        profile: bool | None = None,
+        workdir: str | Path | None = None,
+        sanitize: bool | None = None,
     ) -> Verdict:
         """``evaluate``, judged again after a pause while the verdict is a transient machine fault
         (tools/retry.py), at most ``infra_retries`` times; the verdict lists the faults met.
@@ -360,7 +444,14 @@ class Judge:
         ``workdir``: the first try's (one ``prestart`` readied); a retry gets a fresh one."""
         faults: list[str] = []
         while True:
-            v = self.evaluate(source, filename=filename, on_event=on_event, profile=profile, workdir=None if faults else workdir, sanitize=sanitize)
+            v = self.evaluate(
+                source,
+                filename=filename,
+                on_event=on_event,
+                profile=profile,
+                workdir=None if faults else workdir,
+                sanitize=sanitize,
+            )
             if not retry.should_retry(v.category, len(faults), self.config.infra_retries):
                 v.infra_retries = faults
                 return v
@@ -371,8 +462,14 @@ class Judge:
             retry.pause(wait, check)
 
     def evaluate(
-        self, source: str, *, filename: str = "candidate.py", on_event: EventSink | None = None, workdir: str | Path | None = None,
-        profile: bool | None = None, sanitize: bool | None = None,
+        self,
+        source: str,
+        *,
+        filename: str = "candidate.py",
+        on_event: EventSink | None = None,
+        workdir: str | Path | None = None,
+        profile: bool | None = None,
+        sanitize: bool | None = None,
     ) -> Verdict:
         """All stages, in order, stopping at the first failure. ``profile``, ``sanitize``: this evaluation's choices
         (None: the config's; ``sanitize`` as ``sanitize_failures``, see ``sanitize``)."""

@@ -6,9 +6,8 @@ import ast
 import hashlib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from kernelfix.tools import pysource
+from pydantic import BaseModel, ConfigDict
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 
@@ -32,7 +31,9 @@ class Task(BaseModel):
     def declares_backward(self) -> bool:
         """The task says ``BACKWARD = True`` at top level (``kernelfix capture`` of a training call writes it)."""
         for node in pysource.parse(self.source).body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BACKWARD" for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "BACKWARD" for t in node.targets
+            ):
                 return isinstance(node.value, ast.Constant) and node.value.value is True
         return False
 

@@ -104,7 +104,9 @@ def without_dynamo(fn: Callable[[], T]) -> T:
         if torch.__dict__.get("_dynamo") is stub:
             del torch._dynamo  # type: ignore[attr-defined]
         for f in stub.disabled:
-            getattr(f, "__dict__", {}).pop("__dynamo_disable", None)  # torch._disable_dynamo's cache of the stub's answer
+            getattr(f, "__dict__", {}).pop(
+                "__dynamo_disable", None
+            )  # torch._disable_dynamo's cache of the stub's answer
     return fn() if stub.touched else result
 
 

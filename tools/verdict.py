@@ -269,7 +269,9 @@ class PassTimings(_Model):
     """--backward: one callable's forward (grad enabled), backward and forward+backward (docs/backward.md)."""
 
     forward: TimingStats | None = None
-    backward_ms: float | None = None  # forward+backward's median less forward's: the backward alone, without a graph kept across calls
+    backward_ms: float | None = (
+        None  # forward+backward's median less forward's: the backward alone, without a graph kept across calls
+    )
     forward_backward: TimingStats | None = None
 
 
@@ -339,9 +341,22 @@ class KernelProfile(_Model):
 
 
 FindingKind = Literal[
-    "uncoalesced", "bank_conflicts", "occupancy", "small_grid", "tail_wave", "launch_bound", "no_reuse",
-    "tensor_cores_unused", "local_memory", "divergence", "memory_bound", "latency_bound", "contended_atomics", "compute_pipe",
-    "mma_sync_on_hopper", "host_sync",
+    "uncoalesced",
+    "bank_conflicts",
+    "occupancy",
+    "small_grid",
+    "tail_wave",
+    "launch_bound",
+    "no_reuse",
+    "tensor_cores_unused",
+    "local_memory",
+    "divergence",
+    "memory_bound",
+    "latency_bound",
+    "contended_atomics",
+    "compute_pipe",
+    "mma_sync_on_hopper",
+    "host_sync",
 ]
 
 
@@ -415,7 +430,9 @@ class SourceAt(_Model):
     file: str  # as the tool names it: the build's .cu, or the candidate's .py for Triton
     line: int  # in that file
     code: str | None = None  # the line's text, read from that file where the judge could
-    candidate_line: int | None = None  # the same line in the candidate's own source (a .cu string in it, or the .py itself)
+    candidate_line: int | None = (
+        None  # the same line in the candidate's own source (a .cu string in it, or the .py itself)
+    )
 
 
 class Hazard(_Model):
@@ -444,7 +461,9 @@ class GlobalRace(_Model):
     line: int  # in the candidate's source
     code: str  # that line
     target: str  # the element written: "y[row]", "y_ptr + row"
-    reason: Literal["threads", "blocks", "programs", "data"]  # who shares the element: a block's threads, blocks, programs, equal data
+    reason: Literal[
+        "threads", "blocks", "programs", "data"
+    ]  # who shares the element: a block's threads, blocks, programs, equal data
     why: str
     fix: str
 
@@ -517,7 +536,9 @@ class Verdict(_Model):
     # Machine faults met before this verdict, each judged again after a pause ("infra:gpu_busy: ...").
     infra_retries: list[str] = Field(default_factory=list)
     stage_seconds: dict[str, float] = Field(default_factory=dict)
-    breakdown: dict[str, float] = Field(default_factory=dict)  # seconds inside the stages (reference wait, warm-up, trials, baseline, timing)
+    breakdown: dict[str, float] = Field(
+        default_factory=dict
+    )  # seconds inside the stages (reference wait, warm-up, trials, baseline, timing)
     logs_dir: str | None = None
 
     @property

@@ -13,14 +13,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from textual.app import App
-
 from kernelfix.agent.session import Session
 from kernelfix.agent.state import Outcome
 from kernelfix.tui.relay import EventRelay
 from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
 from kernelfix.tui.screens.sessions_screen import SessionsScreen
 from kernelfix.tui.view_model import SessionView
+from textual.app import App
 
 
 class KernelfixApp(App[Outcome | None]):
@@ -71,6 +70,10 @@ class KernelfixApp(App[Outcome | None]):
 
     def on_mount(self) -> None:
         if self._session is not None:
-            self.push_screen(SessionScreen(SessionView(session_dir=str(self._session.store.path)), session=self._session, relay=self._relay))
+            self.push_screen(
+                SessionScreen(
+                    SessionView(session_dir=str(self._session.store.path)), session=self._session, relay=self._relay
+                )
+            )
         else:
             self.push_screen(SessionsScreen(self._root, resume=self._resume_factory))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from kernelfix.agent.state import Turn
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
-
-from kernelfix.agent.state import Turn
 
 LOG_TAIL_LINES = 200  # a log can be megabytes; the end says what failed
 
@@ -18,11 +17,15 @@ def candidate_view(turn: Turn) -> RenderableType:
     if turn.code is None:
         why = turn.verdict.message if turn.verdict and turn.verdict.message else "no code was extracted from the reply"
         return Text(f"no candidate: {why}", style="italic")
-    return Syntax(turn.code, "python", line_numbers=True, word_wrap=True, theme="ansi_dark")  # wrapped: no sideways scrolling at 80 columns
+    return Syntax(
+        turn.code, "python", line_numbers=True, word_wrap=True, theme="ansi_dark"
+    )  # wrapped: no sideways scrolling at 80 columns
 
 
 def diff_text(before: str, after: str, before_name: str, after_name: str) -> str:
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), before_name, after_name)
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), before_name, after_name
+    )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
@@ -66,13 +69,22 @@ def log_view(turn: Turn) -> RenderableType:
     c = v.compile
     if c is not None:
         built = "built" if c.ok else "FAILED"
-        parts.append(Text(f"\ncompile ({c.backend}): {built} in {c.seconds:.1f}s" + (", cached" if c.cached else ""), style="bold"))
+        parts.append(
+            Text(
+                f"\ncompile ({c.backend}): {built} in {c.seconds:.1f}s" + (", cached" if c.cached else ""), style="bold"
+            )
+        )
         if c.note:
             parts.append(Text(c.note))
         if c.errors:
             parts.append(Text("\n".join(c.errors)))
         for ext in c.extensions:
-            parts.append(Text(f"extension {ext.name}: {ext.seconds:.1f}s, {ext.objects_built} built, {ext.objects_reused} reused" + (" (cached)" if ext.cached else "")))
+            parts.append(
+                Text(
+                    f"extension {ext.name}: {ext.seconds:.1f}s, {ext.objects_built} built, {ext.objects_reused} reused"
+                    + (" (cached)" if ext.cached else "")
+                )
+            )
     if v.warnings:
         parts.append(Text("\nwarnings:", style="bold"))
         parts.extend(Text(f"⚠ {w}") for w in v.warnings)
@@ -83,5 +95,12 @@ def log_view(turn: Turn) -> RenderableType:
             parts.append(Text(f"\n── {log.name} ──", style="bold"))
             parts.append(Text(body))
     if v.logs_dir and not logs:
-        parts.append(Text(f"\nlogs: {v.logs_dir} (not on this machine)" if not Path(v.logs_dir).is_dir() else f"\nlogs: {v.logs_dir} (empty)", style="dim"))
+        parts.append(
+            Text(
+                f"\nlogs: {v.logs_dir} (not on this machine)"
+                if not Path(v.logs_dir).is_dir()
+                else f"\nlogs: {v.logs_dir} (empty)",
+                style="dim",
+            )
+        )
     return Group(*parts)

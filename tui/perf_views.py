@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from kernelfix.agent.state import Turn
 from kernelfix.tools.verdict import ProfileReport, TimingStats, Verdict
 from kernelfix.tui.turn_text import BEST_MARK, mark
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 BAR = "█"
 
@@ -83,12 +82,24 @@ def profile_view(v: Verdict | None) -> RenderableType:
         return Text(note, style="italic")
     parts: list[RenderableType] = [Text(f"{p.source}: {p.summary}" if p.summary else p.source, style="bold")]
     if p.kernel_ms is not None:
-        parts.append(Text(f"{p.launches} launches, {p.kernel_ms:.4g} ms in kernels" + (f" (benchmark median {p.candidate_ms:.4g} ms)" if p.candidate_ms else "")))
+        parts.append(
+            Text(
+                f"{p.launches} launches, {p.kernel_ms:.4g} ms in kernels"
+                + (f" (benchmark median {p.candidate_ms:.4g} ms)" if p.candidate_ms else "")
+            )
+        )
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("kernel", "ms", "dram", "sm", "occ", "regs"):
         t.add_column(col, no_wrap=col != "kernel", overflow="fold")
     for k in p.kernels[:8]:
-        t.add_row(k.name, "-" if k.duration_ms is None else f"{k.duration_ms:.4g}", _pct(k.dram_pct), _pct(k.compute_pct), _pct(k.achieved_occupancy_pct), "-" if k.registers_per_thread is None else str(k.registers_per_thread))
+        t.add_row(
+            k.name,
+            "-" if k.duration_ms is None else f"{k.duration_ms:.4g}",
+            _pct(k.dram_pct),
+            _pct(k.compute_pct),
+            _pct(k.achieved_occupancy_pct),
+            "-" if k.registers_per_thread is None else str(k.registers_per_thread),
+        )
     if p.kernels:
         parts.append(t)
     for k in p.kernels[:3]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from textual.message import Message
-
 from kernelfix.agent.events import SessionEvent
+from textual.message import Message
 
 
 class SessionEventMessage(Message):

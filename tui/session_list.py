@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
-
 from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
 from kernelfix.tui.view_model import is_open, short_model
+from pydantic import BaseModel, ValidationError
 
 MAX_DEPTH = 3  # sessions/X, or a batch's OUT/sessions/X
 
@@ -55,8 +54,15 @@ def summarize(path: Path) -> SessionSummary:
     try:
         settings = SessionSettings.model_validate_json((path / SETTINGS).read_text(encoding="utf-8"))
     except (OSError, ValueError, ValidationError) as e:
-        return SessionSummary(path=str(path), task="?", model="?", turns=0, status=f"unreadable: {str(e).splitlines()[0]}")
-    base = dict(path=str(path), task=Path(settings.task_path).stem, model=short_model(settings.model), updated_at=settings.created_at)
+        return SessionSummary(
+            path=str(path), task="?", model="?", turns=0, status=f"unreadable: {str(e).splitlines()[0]}"
+        )
+    base = dict(
+        path=str(path),
+        task=Path(settings.task_path).stem,
+        model=short_model(settings.model),
+        updated_at=settings.created_at,
+    )
     try:
         traj = read_trajectory(path)
     except (OSError, ValueError, ValidationError) as e:

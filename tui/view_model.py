@@ -59,7 +59,7 @@ def stage_text(e: StageEvent) -> str:
 def short_model(name: str) -> str:
     """A replay model's name without its absolute path; other names as they are."""
     if name.startswith(REPLAY_PREFIX):
-        return REPLAY_PREFIX + Path(name[len(REPLAY_PREFIX):]).name
+        return REPLAY_PREFIX + Path(name[len(REPLAY_PREFIX) :]).name
     return name
 
 
@@ -196,7 +196,9 @@ class SessionView:
     @property
     def branched(self) -> bool:
         """Whether the turns form a tree, not one chain: shown with branches and parents."""
-        return self.width > 1 or any(t.round is not None and t.parent is not None and t.branch and t.branch.startswith("b") for t in self.turns)
+        return self.width > 1 or any(
+            t.round is not None and t.parent is not None and t.branch and t.branch.startswith("b") for t in self.turns
+        )
 
     def best_path(self) -> set[int]:
         """The turns from the root to the best one."""

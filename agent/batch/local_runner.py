@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelfix import atomic
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.worker import TaskResult, died_result, finished_result, prior_state
+
+from kernelfix import atomic
 
 JobStarted = Callable[[Job], None]
 JobDone = Callable[[Job, TaskResult], None]
@@ -106,7 +107,15 @@ def default_workers(jobs: int, cpus: int, gpus: int) -> int:
 class LocalRunner:
     """N worker slots, each running one job at a time in a child process."""
 
-    def __init__(self, out: OutDir, *, workers: int, gpus: list[str], on_start: JobStarted | None = None, on_done: JobDone | None = None):
+    def __init__(
+        self,
+        out: OutDir,
+        *,
+        workers: int,
+        gpus: list[str],
+        on_start: JobStarted | None = None,
+        on_done: JobDone | None = None,
+    ):
         self.out = out
         self.workers = max(1, workers)
         self.gpus = gpus
@@ -123,7 +132,12 @@ class LocalRunner:
         for job in pending(jobs, lambda job, res: self._finish(job, res, results)):
             todo.put(job)
         slots = [
-            threading.Thread(target=self._slot, args=(todo, self.gpus[i % len(self.gpus)] if self.gpus else None, results), name=f"batch-slot-{i}", daemon=True)
+            threading.Thread(
+                target=self._slot,
+                args=(todo, self.gpus[i % len(self.gpus)] if self.gpus else None, results),
+                name=f"batch-slot-{i}",
+                daemon=True,
+            )
             for i in range(min(self.workers, todo.qsize()))
         ]
         for t in slots:
@@ -171,7 +185,15 @@ class LocalRunner:
             try:
                 result = self._run_child(job, gpu)
             except Exception as e:  # could not even start the worker: this job fails, the others go on
-                result = TaskResult(name=job.name, task=job.task, session_dir=str(job.session_dir), run="new", status="failed", error=f"cannot run the worker: {e}", gpu=gpu)
+                result = TaskResult(
+                    name=job.name,
+                    task=job.task,
+                    session_dir=str(job.session_dir),
+                    run="new",
+                    status="failed",
+                    error=f"cannot run the worker: {e}",
+                    gpu=gpu,
+                )
             self._finish(job, result, results)
 
     def _run_child(self, job: Job, gpu: str | None) -> TaskResult:
@@ -179,16 +201,37 @@ class LocalRunner:
         result_file.unlink(missing_ok=True)
         log = self.out.log_path(job.name)
         # -P and OUT as the working directory: a source checkout in the caller's cwd never shadows the installed package
-        argv = [sys.executable, "-P", "-m", "kernelfix.agent.batch.worker", "--result", str(result_file), "--log", str(log), "--parent", str(os.getpid())]
+        argv = [
+            sys.executable,
+            "-P",
+            "-m",
+            "kernelfix.agent.batch.worker",
+            "--result",
+            str(result_file),
+            "--log",
+            str(log),
+            "--parent",
+            str(os.getpid()),
+        ]
         if gpu is not None:
             argv += ["--gpu", gpu]
         t0 = time.monotonic()
         before, _ = prior_state(job.session_dir)
         with open(log, "a", encoding="utf-8") as log_f:
-            log_f.write(f"=== batch run {time.strftime('%Y-%m-%d %H:%M:%S')}: {job.name} ({job.task}){f' on GPU {gpu}' if gpu else ''}\n")
+            log_f.write(
+                f"=== batch run {time.strftime('%Y-%m-%d %H:%M:%S')}: {job.name} ({job.task}){f' on GPU {gpu}' if gpu else ''}\n"
+            )
             log_f.flush()
             # Its own session: a Ctrl-C at the terminal reaches the batch, which stops the children in order.
-            proc = subprocess.Popen(argv, cwd=self.out.path, stdin=subprocess.PIPE, stdout=log_f, stderr=log_f, text=True, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.out.path,
+                stdin=subprocess.PIPE,
+                stdout=log_f,
+                stderr=log_f,
+                text=True,
+                start_new_session=True,
+            )
             with self._guard:
                 self._procs[job.name] = proc
             try:
@@ -199,8 +242,18 @@ class LocalRunner:
         try:
             return TaskResult.model_validate_json(result_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            how = f"signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-            return died_result(job, was_new=before == "new", error=f"the worker process died ({how}); see {log}", wall_s=time.monotonic() - t0, gpu=gpu)
+            how = (
+                f"signal {signal.Signals(-proc.returncode).name}"
+                if proc.returncode < 0
+                else f"exit code {proc.returncode}"
+            )
+            return died_result(
+                job,
+                was_new=before == "new",
+                error=f"the worker process died ({how}); see {log}",
+                wall_s=time.monotonic() - t0,
+                gpu=gpu,
+            )
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

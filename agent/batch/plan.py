@@ -22,12 +22,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import REPLAY_PREFIX
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task, TaskError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST_SUFFIX = ".jsonl"
 
@@ -119,10 +118,15 @@ def _manifest(path: Path, problems: list[str]) -> list[ManifestLine]:
         except ValidationError as e:  # in the user's words: the key, the value, what is allowed
             from kernelfix.settings_errors import problems as said
 
-            problems += [f"{path} line {n}: {x}" for x in said(e, ManifestLine, lambda loc: f'"{loc[0]}"' if loc else "the line", assign=": ")]
+            problems += [
+                f"{path} line {n}: {x}"
+                for x in said(e, ManifestLine, lambda loc: f'"{loc[0]}"' if loc else "the line", assign=": ")
+            ]
             continue
         except ValueError as e:
-            problems.append(f'{path} line {n}: not a JSON object {{"task": ..., "candidate"?, "target"?, "model"?, "replay"?, "width"?, "keep"?}}: {e}')
+            problems.append(
+                f'{path} line {n}: not a JSON object {{"task": ..., "candidate"?, "target"?, "model"?, "replay"?, "width"?, "keep"?}}: {e}'
+            )
             continue
         if line.model and line.replay:
             problems.append(f"{path} line {n}: give model or replay, not both")
@@ -136,7 +140,11 @@ def _manifest(path: Path, problems: list[str]) -> list[ManifestLine]:
             model = REPLAY_PREFIX + str(base / line.replay)
         elif model and model.startswith(REPLAY_PREFIX):
             model = REPLAY_PREFIX + str(base / model[len(REPLAY_PREFIX) :])
-        out.append(line.model_copy(update={"task": rel(line.task), "candidate": rel(line.candidate), "model": model, "replay": None}))
+        out.append(
+            line.model_copy(
+                update={"task": rel(line.task), "candidate": rel(line.candidate), "model": model, "replay": None}
+            )
+        )
     return out
 
 
@@ -188,7 +196,7 @@ def plan(args: list[str], settings: BatchSettings) -> list[Job]:
             continue
         model = resolve_model(model, task.name)
         if model.startswith(REPLAY_PREFIX) and not Path(model[len(REPLAY_PREFIX) :]).is_file():
-            problems.append(f"{task.path}: no replay file {model[len(REPLAY_PREFIX):]}")
+            problems.append(f"{task.path}: no replay file {model[len(REPLAY_PREFIX) :]}")
             continue
         key = "\0".join([task.sha1, _sha1(candidate_text), repr(line.target), line.model or ""])
         if line.width is not None or line.keep is not None:  # only then: the names of earlier batches stay valid

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelfix import atomic
 from kernelfix.agent.batch.report import FAST_P, Summary, TaskOutcome, fast_fraction
+
+from kernelfix import atomic
 
 SPEEDUP, TURNS, FAST_P_CURVE = "speedup.png", "turns_to_correct.png", "fast_p.png"
 
@@ -20,7 +21,15 @@ def _pyplot():
 
 
 def _not_timed(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"{what}: not timed\n(no task ran on a CUDA GPU)", ha="center", va="center", fontsize=13, transform=ax.transAxes)
+    ax.text(
+        0.5,
+        0.5,
+        f"{what}: not timed\n(no task ran on a CUDA GPU)",
+        ha="center",
+        va="center",
+        fontsize=13,
+        transform=ax.transAxes,
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.report import TaskOutcome, task_outcome
 from kernelfix.agent.batch.worker import TaskResult
 from kernelfix.agent.session_dir import read_trajectory
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 
 def _clock(seconds: float | None) -> str:
@@ -34,7 +33,9 @@ def outcome_line(row: TaskOutcome) -> Text:
     line.append(row.status, style=style)
     if row.correct:
         if row.timed and row.speedup_eager is not None:
-            speed = f"{row.speedup_eager:.2f}x eager" + (f", {row.speedup_compile:.2f}x compile" if row.speedup_compile is not None else "")
+            speed = f"{row.speedup_eager:.2f}x eager" + (
+                f", {row.speedup_compile:.2f}x compile" if row.speedup_compile is not None else ""
+            )
         else:
             speed = "not timed"
         line.append(f", correct at turn {row.best_turn} ({speed})", style="green")
@@ -99,7 +100,9 @@ class BatchProgress:
         self.console.print(head + outcome_line(row), soft_wrap=True)
         if self.verbose:
             gpu = f" on GPU {result.gpu}" if result.gpu is not None else ""
-            self.console.print(f"  session {result.session_dir}; {result.wall_s:.0f} s{gpu} in this run", style="dim", soft_wrap=True)
+            self.console.print(
+                f"  session {result.session_dir}; {result.wall_s:.0f} s{gpu} in this run", style="dim", soft_wrap=True
+            )
         if self._bar is None:
             self.console.print(
                 f"  {self.done}/{self.total} done, {self.correct} correct so far, elapsed {_clock(time.monotonic() - self.t0)}, ETA {_clock(self.eta())}",

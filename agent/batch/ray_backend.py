@@ -53,7 +53,6 @@ def ray_module(address: str | None = None):
 def _job_on_ray(job_json: str, log_path: str) -> str:
     """The Ray task: one job, in the Ray worker's process (JSON in and out: no pickled kernelfix types)."""
     import ray
-
     from kernelfix.agent.batch.worker import run_logged
 
     job = Job.model_validate_json(job_json)
@@ -92,7 +91,9 @@ class RayRunner:
             ray = ray_module(self.address)
             # Ray's driver prints cluster errors (a worker that died) on stdout, which is `--json`'s: to stderr with them.
             with contextlib.redirect_stdout(sys.stderr):
-                ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False, include_dashboard=False)
+                ray.init(
+                    address=self.address, runtime_env={"env_vars": env}, log_to_driver=False, include_dashboard=False
+                )
                 try:
                     self._run(ray, todo, results)
                 finally:
@@ -116,7 +117,12 @@ class RayRunner:
                         res = TaskResult.model_validate_json(ray.get(ref))
                     except Exception as e:  # the worker died, or Ray lost the task: this job stops, the batch goes on
                         why = " ".join(str(e).split())[:500]
-                        res = died_result(job, was_new=fresh[job.name], error=f"Ray task failed: {type(e).__name__}: {why}", wall_s=time.monotonic() - t0)
+                        res = died_result(
+                            job,
+                            was_new=fresh[job.name],
+                            error=f"Ray task failed: {type(e).__name__}: {why}",
+                            wall_s=time.monotonic() - t0,
+                        )
                     self._finish(job, res, results)
         except BaseException:
             for ref in refs:  # Ctrl-C: the sessions record where they stopped (KeyboardInterrupt in each task)

@@ -28,12 +28,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from kernelfix import atomic
 from kernelfix.agent.batch.worker import TaskResult
 from kernelfix.agent.session_dir import read_trajectory
 from kernelfix.agent.state import Trajectory
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelfix import atomic
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_TIMED = "not timed"
@@ -80,7 +80,12 @@ class TaskOutcome(_Model):
 
 def task_outcome(result: TaskResult, traj: Trajectory | None) -> TaskOutcome:
     row = TaskOutcome(
-        name=result.name, task=Path(result.task).stem, session_dir=result.session_dir, run=result.run, status=result.status, error=result.error
+        name=result.name,
+        task=Path(result.task).stem,
+        session_dir=result.session_dir,
+        run=result.run,
+        status=result.status,
+        error=result.error,
     )
     if traj is None:
         return row
@@ -98,18 +103,24 @@ def task_outcome(result: TaskResult, traj: Trajectory | None) -> TaskOutcome:
     if traj.rounds:  # a search: rounds, not model turns
         row.first_turn_correct = any(t.correct for t in model_turns if t.round == 1)
         if first_correct is not None:
-            row.turns_to_first_correct = max((t.round or 0 for t in model_turns if t.index <= first_correct.index), default=0)
+            row.turns_to_first_correct = max(
+                (t.round or 0 for t in model_turns if t.index <= first_correct.index), default=0
+            )
     row.model_turns = len(model_turns)
     row.judged_turns = len(turns)
     row.best_turn = o.best_turn
     row.speedup_eager = o.best_speedup_eager
     row.speedup_compile = o.best_speedup_compile
     best = next((t for t in turns if t.index == o.best_turn), None)
-    row.kernelbench_allclose = best.verdict.kernelbench_allclose if best is not None and best.verdict is not None else None
+    row.kernelbench_allclose = (
+        best.verdict.kernelbench_allclose if best is not None and best.verdict is not None else None
+    )
     row.categories = [t.verdict.category.value for t in turns if t.verdict is not None]
     tot = traj.totals
     row.prompt_tokens, row.completion_tokens = tot.prompt_tokens, tot.completion_tokens
-    row.tokens_known = all(t.usage.prompt_tokens is not None and t.usage.completion_tokens is not None for t in model_turns)
+    row.tokens_known = all(
+        t.usage.prompt_tokens is not None and t.usage.completion_tokens is not None for t in model_turns
+    )
     row.cost_usd, row.cost_known, row.wall_s = tot.cost_usd, tot.cost_known, tot.wall_s
     return row
 
@@ -158,7 +169,8 @@ def fast_fraction(rows: list[TaskOutcome], key: Baseline, p: float, *, kernelben
     """Tasks whose kernel is correct, legal, timed and more than ``p`` times faster than the baseline / all tasks
     (``kernelbench``: and passed KernelBench's allclose on every trial)."""
     return sum(
-        r.correct and r.timed and (getattr(r, key) or 0.0) > p and not (kernelbench and r.kernelbench_allclose is False) for r in rows
+        r.correct and r.timed and (getattr(r, key) or 0.0) > p and not (kernelbench and r.kernelbench_allclose is False)
+        for r in rows
     ) / len(rows)
 
 
@@ -263,7 +275,7 @@ def markdown(s: Summary, plots: list[str]) -> str:
         _fast_row("torch.compile, KernelBench allclose only", s.fast_p_compile_kernelbench),
         "",
         "The judge also passes a kernel closer to the float64 truth than the float32 reference (docs/feedback.md); the "
-        "\"KernelBench allclose only\" rows count only kernels that KernelBench's own check passes, as published numbers do.",
+        '"KernelBench allclose only" rows count only kernels that KernelBench\'s own check passes, as published numbers do.',
         "",
         "## Tasks",
         "",

@@ -18,12 +18,12 @@ import traceback
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from kernelfix import atomic
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.session_dir import SETTINGS, SessionDir, SessionError, read_trajectory
 from kernelfix.agent.state import Trajectory
+from pydantic import BaseModel, ConfigDict
+
+from kernelfix import atomic
 
 Prior = Literal["new", "finished", "unfinished", "dead"]
 
@@ -69,7 +69,12 @@ def finished_result(job: Job) -> TaskResult | None:
         return None
     error = traj.outcome.stop_reason if prior == "dead" and traj else None
     return TaskResult(
-        name=job.name, task=job.task, session_dir=str(job.session_dir), run="skipped", status="finished" if prior == "finished" else "failed", error=error
+        name=job.name,
+        task=job.task,
+        session_dir=str(job.session_dir),
+        run="skipped",
+        status="finished" if prior == "finished" else "failed",
+        error=error,
     )
 
 
@@ -146,7 +151,16 @@ def run_task(job: Job, *, gpu: str | None = None, on_event=None) -> TaskResult:
     run = "new"
 
     def result(status, error=None) -> TaskResult:
-        return TaskResult(name=job.name, task=job.task, session_dir=str(path), run=run, status=status, error=error, wall_s=round(time.monotonic() - t0, 3), gpu=gpu)
+        return TaskResult(
+            name=job.name,
+            task=job.task,
+            session_dir=str(path),
+            run=run,
+            status=status,
+            error=error,
+            wall_s=round(time.monotonic() - t0, 3),
+            gpu=gpu,
+        )
 
     done = finished_result(job)
     if done is not None:
@@ -210,6 +224,7 @@ def _terminate(signum, frame):
 def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResult:
     """``run_task`` with the session's turn lines appended to ``log_path``; an interruption becomes its result."""
     from kernelfix.agent.headless import HeadlessReporter
+
     from kernelfix.terminal import console as make_console
 
     # Line-buffered: what the session printed is in the log even if the worker is killed outright.
@@ -225,7 +240,9 @@ def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResul
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kernelfix.agent.batch.worker", description="run one batch job (JSON on stdin)")
+    p = argparse.ArgumentParser(
+        prog="python -m kernelfix.agent.batch.worker", description="run one batch job (JSON on stdin)"
+    )
     p.add_argument("--result", required=True, help="write the TaskResult JSON here")
     p.add_argument("--log", required=True, help="append the session's turn lines here")
     p.add_argument("--gpu", help="CUDA device for the judge's children")

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from kernelfix.agent.export.filters import FilterReport
+from kernelfix.agent.export.sft_records import FilterStep, Record, SessionKind
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
-from kernelfix.agent.export.filters import FilterReport
-from kernelfix.agent.export.sft_records import FilterStep, Record, SessionKind
 
 # Histogram bin edges in tokens: powers of two, then everything above.
 EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -80,7 +80,18 @@ def histogram(values: list[int]) -> dict[str, int]:
     return bins
 
 
-def analyse(*, output: str, fmt: str, loss: str, tokenizer: str, sessions_found: int, unusable: list[Unusable], before: list[Record], kept: list[Record], filters: list[FilterReport]) -> Analysis:
+def analyse(
+    *,
+    output: str,
+    fmt: str,
+    loss: str,
+    tokenizer: str,
+    sessions_found: int,
+    unusable: list[Unusable],
+    before: list[Record],
+    kept: list[Record],
+    filters: list[FilterReport],
+) -> Analysis:
     m = [r.metadata for r in kept]
     kept_ids = {id(r) for r in kept}
     return Analysis(
@@ -127,8 +138,17 @@ def markdown(a: Analysis) -> str:
     if a.unusable:
         lines += ["", "## Unusable sessions", ""] + [f"- `{u.path}`: {u.why}" for u in a.unusable]
     lines += ["", "## Sessions", "", "| session | task | kind | kept | rule |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {f.session} | {f.task or '-'} | {f.kind or '-'} | {'yes' if f.kept else 'no'} | {_cell(f.rule)} |" for f in a.sessions]
-    lines += ["", "## Token lengths of the kept records", "", "| tokens | prompt | completion | reasoning |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| {f.session} | {f.task or '-'} | {f.kind or '-'} | {'yes' if f.kept else 'no'} | {_cell(f.rule)} |"
+        for f in a.sessions
+    ]
+    lines += [
+        "",
+        "## Token lengths of the kept records",
+        "",
+        "| tokens | prompt | completion | reasoning |",
+        "| --- | --- | --- | --- |",
+    ]
     h = a.histograms
     for b in h["prompt_tokens"]:
         lines.append(f"| {b} | {h['prompt_tokens'][b]} | {h['completion_tokens'][b]} | {h['reasoning_tokens'][b]} |")

@@ -12,14 +12,14 @@ import typing
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from kernelfix import atomic
 from kernelfix.agent.export import analysis, rl, tokens
 from kernelfix.agent.export.filters import FilterConfig, apply_filters
 from kernelfix.agent.export.sft_records import LossMode, Message, Metadata, Record, leaf_finals, record
 from kernelfix.agent.session_dir import SETTINGS, TRAJECTORY
 from kernelfix.agent.state import Trajectory
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelfix import atomic
 
 Format = Literal["chat-jsonl", "parquet", "rl-jsonl"]
 
@@ -81,7 +81,10 @@ def load(session: Path, loss: LossMode, all_branches: bool = False) -> list[Reco
 
 
 def _dump(r: Record) -> dict:
-    return {"messages": [m.model_dump(exclude_none=True) for m in r.messages], "metadata": r.metadata.model_dump(mode="json")}
+    return {
+        "messages": [m.model_dump(exclude_none=True) for m in r.messages],
+        "metadata": r.metadata.model_dump(mode="json"),
+    }
 
 
 def _write_atomically(out: Path, write) -> None:
@@ -111,7 +114,9 @@ def _arrow_type(pa, tp):
     if args and (origin is typing.Union or isinstance(tp, types.UnionType)):
         return _arrow_type(pa, args[0])
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return pa.struct([(name, _arrow_type(pa, f.annotation)) for name, f in tp.model_fields.items() if not f.exclude])
+        return pa.struct(
+            [(name, _arrow_type(pa, f.annotation)) for name, f in tp.model_fields.items() if not f.exclude]
+        )
     return {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}[tp]
 
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kernelfix.agent.export.sft_records import FilterStep, Record
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class FilterConfig(BaseModel):
@@ -26,7 +25,9 @@ class FilterConfig(BaseModel):
 
     require_correct: bool = True
     min_speedup_gain: float | None = Field(1.2, ge=0, description="None: off")
-    per_task: int | None = Field(1, ge=1, description="keep the K shortest-reasoning records per task; None: keep all (still ordered)")
+    per_task: int | None = Field(
+        1, ge=1, description="keep the K shortest-reasoning records per task; None: keep all (still ordered)"
+    )
     dedup: bool = True
     leakage_threshold: float = Field(0.8, ge=0, le=1)
     drop_leakage: bool = False
@@ -50,7 +51,12 @@ Verdict = Callable[[Record], str | None]  # a reason to drop the record, or None
 
 
 def _per_record(
-    name: str, enabled: bool, setting: str, records: list[Record], why: Verdict, keep_why: Callable[[Record], str] | None = None
+    name: str,
+    enabled: bool,
+    setting: str,
+    records: list[Record],
+    why: Verdict,
+    keep_why: Callable[[Record], str] | None = None,
 ) -> tuple[list[Record], FilterReport]:
     """``keep_why``: what to say of a record the filter keeps (default: that it passed)."""
     rep = FilterReport(name=name, enabled=enabled, setting=setting, seen=len(records))
@@ -60,7 +66,9 @@ def _per_record(
         reason = why(r) if enabled else None
         if reason is None:
             kept.append(r)
-            r.trail.append(FilterStep(filter=name, kept=True, why=(keep_why(r) if keep_why else "passed") if enabled else "off"))
+            r.trail.append(
+                FilterStep(filter=name, kept=True, why=(keep_why(r) if keep_why else "passed") if enabled else "off")
+            )
         else:
             reasons[reason] += 1
             rep.dropped_sessions.append(r.metadata.session_id)
@@ -103,13 +111,17 @@ def _shortest(records: list[Record], k: int | None) -> tuple[list[Record], Filte
         by_task.setdefault(r.metadata.task_sha1, []).append(r)
     kept = []
     for group in by_task.values():
-        group.sort(key=lambda r: (r.metadata.reasoning_tokens, r.metadata.reasoning_tokens_all_turns, r.metadata.session_id))
+        group.sort(
+            key=lambda r: (r.metadata.reasoning_tokens, r.metadata.reasoning_tokens_all_turns, r.metadata.session_id)
+        )
         kept += group[:k] if k else group
         for rank, r in enumerate(group, 1):
             if k and rank > k:
                 rep.dropped_sessions.append(r.metadata.session_id)
             why = f"final reasoning {r.metadata.reasoning_tokens} tokens, {rank} of {len(group)} sessions of its task"
-            r.trail.append(FilterStep(filter="shortest", kept=not k or rank <= k, why=why + (f" (keeps {k})" if k else "")))
+            r.trail.append(
+                FilterStep(filter="shortest", kept=not k or rank <= k, why=why + (f" (keeps {k})" if k else ""))
+            )
     rep.kept, rep.dropped = len(kept), len(records) - len(kept)
     if rep.dropped:
         rep.reasons = {"longer reasoning than another session of its task": rep.dropped}
@@ -134,11 +146,16 @@ def _leakage(records: list[Record], threshold: float, drop: bool) -> tuple[list[
         r.metadata.leakage = r.metadata.jaccard >= threshold
         flagged += r.metadata.leakage
     kept, rep = _per_record(
-        "leakage", drop, f"word-Jaccard(prompt, completion) >= {threshold:g}: {'dropped' if drop else 'flagged'}", records,
+        "leakage",
+        drop,
+        f"word-Jaccard(prompt, completion) >= {threshold:g}: {'dropped' if drop else 'flagged'}",
+        records,
         lambda r: "leakage" if r.metadata.leakage else None,
     )
     for r in kept:  # flagging runs even where dropping is off
-        r.trail[-1].why = f"word-Jaccard {r.metadata.jaccard:g}" + (f" >= {threshold:g}: flagged as leakage" if r.metadata.leakage else "")
+        r.trail[-1].why = f"word-Jaccard {r.metadata.jaccard:g}" + (
+            f" >= {threshold:g}: flagged as leakage" if r.metadata.leakage else ""
+        )
     rep.enabled = True
     rep.flagged = flagged
     if not drop and flagged:
@@ -148,13 +165,19 @@ def _leakage(records: list[Record], threshold: float, drop: bool) -> tuple[list[
 
 def apply_filters(records: list[Record], cfg: FilterConfig) -> tuple[list[Record], list[FilterReport]]:
     reports = []
-    records, rep = _per_record("correct", cfg.require_correct, "final turn correct and legal", records, _not_correct, lambda r: "final turn ok")
+    records, rep = _per_record(
+        "correct", cfg.require_correct, "final turn correct and legal", records, _not_correct, lambda r: "final turn ok"
+    )
     reports.append(rep)
     gain = cfg.min_speedup_gain
     records, rep = _per_record(
-        "speedup_gain", gain is not None,
-        f"optimization sessions: final / first correct speedup over eager >= {gain:g}; repair sessions kept" if gain is not None else "off",
-        records, *_gain(gain or 0.0),
+        "speedup_gain",
+        gain is not None,
+        f"optimization sessions: final / first correct speedup over eager >= {gain:g}; repair sessions kept"
+        if gain is not None
+        else "off",
+        records,
+        *_gain(gain or 0.0),
     )
     reports.append(rep)
     records, rep = _shortest(records, cfg.per_task)

@@ -15,13 +15,15 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from kernelfix.agent.export.sft_records import Message, session_fields
+from kernelfix.agent.state import Trajectory, Turn
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix import atomic
-from kernelfix.agent.export.sft_records import Message, session_fields
-from kernelfix.agent.state import Trajectory, Turn
 
-REWARD_RULE = "speedup_eager if correct, legal and timed; 0 if not correct or not legal; null if correct and legal but untimed"
+REWARD_RULE = (
+    "speedup_eager if correct, legal and timed; 0 if not correct or not legal; null if correct and legal but untimed"
+)
 
 
 class _Model(BaseModel):
@@ -62,7 +64,9 @@ def reward(turn: Turn) -> float | None:
 def machine_fault_in(messages, traj: Trajectory) -> bool:
     """Whether a prompt carries the feedback of a turn the machine failed to judge (sessions from before
     machine faults were retried recorded such turns)."""
-    faulted = [t.feedback for t in traj.turns if t.verdict is not None and t.verdict.category.machine_fault and t.feedback]
+    faulted = [
+        t.feedback for t in traj.turns if t.verdict is not None and t.verdict.category.machine_fault and t.feedback
+    ]
     return any(m.content in faulted for m in messages if m.role == "user")
 
 
@@ -77,7 +81,9 @@ def records(traj: Trajectory, *, session_dir: str) -> list[RLRecord]:
         out.append(
             RLRecord(
                 prompt=[Message(role=m.role, content=m.content) for m in t.messages],
-                completion=Message(role="assistant", content=t.reply.content, reasoning_content=t.reply.reasoning_content or None),
+                completion=Message(
+                    role="assistant", content=t.reply.content, reasoning_content=t.reply.reasoning_content or None
+                ),
                 metadata=RLMetadata(
                     **session_fields(traj, session_dir),
                     turn=t.index,

@@ -17,10 +17,9 @@ import hashlib
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kernelfix.agent.export import tokens
 from kernelfix.agent.state import Trajectory, Turn, path_to
+from pydantic import BaseModel, ConfigDict, Field
 
 LossMode = Literal["final", "all-assistant"]
 # repair: the session's first judged turn failed (a broken kernel given, or the model's first answer wrong);
@@ -133,7 +132,11 @@ def best_path_final(traj: Trajectory) -> Turn | None:
         return last
     by_index = {t.index: t for t in traj.turns}
     anchor = by_index.get(traj.outcome.best_turn) if traj.outcome.best_turn is not None else last
-    on_branch = [t for t in traj.turns if t.source == "model" and t.reply is not None and t.branch == anchor.branch and t.index >= anchor.index]
+    on_branch = [
+        t
+        for t in traj.turns
+        if t.source == "model" and t.reply is not None and t.branch == anchor.branch and t.index >= anchor.index
+    ]
     return max(on_branch, key=lambda t: t.index, default=last)
 
 
@@ -142,15 +145,28 @@ def leaf_finals(traj: Trajectory) -> list[Turn]:
     parents = {t.parent for t in traj.turns}
     finals: dict[int, Turn] = {}
     for leaf in (t for t in traj.turns if t.index not in parents):
-        final = next((t for t in reversed(path_to(traj.turns, leaf.index)) if t.source == "model" and t.reply is not None), None)
+        final = next(
+            (t for t in reversed(path_to(traj.turns, leaf.index)) if t.source == "model" and t.reply is not None), None
+        )
         if final is not None:
             finals[final.index] = final
-    return [finals[i] for i in sorted(finals)] if _searched(traj) else [t for t in [final_model_turn(traj)] if t is not None]
+    return (
+        [finals[i] for i in sorted(finals)]
+        if _searched(traj)
+        else [t for t in [final_model_turn(traj)] if t is not None]
+    )
 
 
 def session_fields(traj: Trajectory, session_dir: str) -> dict:
     """What every exported record says of its session (SFT and RL records alike)."""
-    return {"session_id": traj.session_id, "session_dir": session_dir, "task": traj.task.name, "task_sha1": traj.task.sha1, "model": traj.model, "device": traj.device}
+    return {
+        "session_id": traj.session_id,
+        "session_dir": session_dir,
+        "task": traj.task.name,
+        "task_sha1": traj.task.sha1,
+        "model": traj.model,
+        "device": traj.device,
+    }
 
 
 def _prompt_text(messages: list[Message]) -> str:
@@ -165,9 +181,14 @@ def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final", fina
         return None
     turns = path_to(traj.turns, final.index) if _searched(traj) else traj.turns
     # A turn the machine failed to judge (infra:*) is no model mistake: the record ends before it.
-    fault = next((t for t in turns if t.index <= final.index and t.verdict is not None and t.verdict.category.machine_fault), None)
+    fault = next(
+        (t for t in turns if t.index <= final.index and t.verdict is not None and t.verdict.category.machine_fault),
+        None,
+    )
     if fault is not None:
-        final = next((t for t in reversed(turns) if t.index < fault.index and t.source == "model" and t.reply is not None), None)
+        final = next(
+            (t for t in reversed(turns) if t.index < fault.index and t.source == "model" and t.reply is not None), None
+        )
         if final is None:
             return None
         turns = [t for t in turns if t.index <= final.index]
@@ -175,14 +196,19 @@ def record(traj: Trajectory, *, session_dir: str, loss: LossMode = "final", fina
     for m in context:
         if m.role == "assistant":
             m.weight = 1 if loss == "all-assistant" else 0
-    answer = Message(role="assistant", content=final.reply.content, reasoning_content=final.reply.reasoning_content or None, weight=1)
+    answer = Message(
+        role="assistant", content=final.reply.content, reasoning_content=final.reply.reasoning_content or None, weight=1
+    )
     prompt, completion = _prompt_text(context), answer.content
     first_correct = next((t for t in turns if t.correct), None)
     v = final.verdict
     meta = Metadata(
         **session_fields(traj, session_dir),
         loss=loss,
-        turns=[TurnInfo(turn=t.index, source=t.source, category=t.verdict.category.value if t.verdict else None) for t in turns],
+        turns=[
+            TurnInfo(turn=t.index, source=t.source, category=t.verdict.category.value if t.verdict else None)
+            for t in turns
+        ],
         final_turn=final.index,
         final_category=v.category.value if v else None,
         final_correct=final.correct,

@@ -23,7 +23,9 @@ def tokenizer() -> tuple[str, Callable[[str], int]]:
         import tiktoken
 
         spec = importlib.util.find_spec("litellm")
-        bundled = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers" if spec else None
+        bundled = (
+            Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers" if spec else None
+        )
         old = os.environ.get("TIKTOKEN_CACHE_DIR")
         if bundled is not None and bundled.is_dir() and not old:
             os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)

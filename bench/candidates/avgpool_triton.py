@@ -3,6 +3,7 @@ padding 0) in Triton, as nn.AvgPool2d's defaults (count_include_pad=True, ceil_m
 owns one output row of one (n, c) plane and a block of output columns, loads a [columns x kernel width]
 tile per kernel row (contiguous in memory when stride == kernel) and divides by the window's size
 counted with its padding, as PyTorch does."""
+
 import torch
 import torch.nn as nn
 import triton
@@ -23,7 +24,9 @@ def avgpool2d_kernel(x_ptr, y_ptr, H, W, OH, OW, K, S, P, BLOCK_OW: tl.constexpr
     xp = x_ptr + plane * H * W
     acc = tl.zeros([BLOCK_OW, BLOCK_K], tl.float32)
     for kh in range(0, K):
-        ih = hstart + kh + tl.zeros([BLOCK_OW, 1], tl.int32)  # a tensor, not a scalar: Triton's interpreter rejects scalar & block masks
+        ih = (
+            hstart + kh + tl.zeros([BLOCK_OW, 1], tl.int32)
+        )  # a tensor, not a scalar: Triton's interpreter rejects scalar & block masks
         m = wmask & (ih >= 0) & (ih < H)
         acc += tl.load(xp + ih.to(tl.int64) * W + iw, mask=m, other=0.0).to(tl.float32)
     # count_include_pad=True: the window clipped to the padded input, not to the input

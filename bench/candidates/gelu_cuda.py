@@ -1,5 +1,5 @@
 """88_MinGPTNewGelu (KernelBench level 1) in CUDA C++ through load_inline."""
-import torch
+
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

@@ -1,4 +1,5 @@
 """88_MinGPTNewGelu (KernelBench level 1) in Triton: one pass, tanh through the sigmoid."""
+
 import torch
 import torch.nn as nn
 import triton

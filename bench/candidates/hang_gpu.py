@@ -1,4 +1,5 @@
 """A kernel that never ends (spins on an atomic the GPU cannot elide)."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -1,4 +1,5 @@
 """An import that never finishes while no compiler runs."""
+
 import time
 
 import torch.nn as nn

@@ -1,4 +1,5 @@
 """A forward that never returns: a Python loop."""
+
 import torch.nn as nn
 
 

@@ -1,4 +1,5 @@
 """19_ReLU (KernelBench level 1, 4096 x 393216 float32: 6 GiB in, 6 GiB out) in Triton."""
+
 import torch
 import torch.nn as nn
 import triton

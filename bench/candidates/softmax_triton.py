@@ -1,4 +1,5 @@
 """23_Softmax (KernelBench level 1, 4096 x 393216 float32) in Triton: three passes per row, in blocks."""
+
 import torch
 import torch.nn as nn
 import triton

@@ -2,6 +2,7 @@
 keepdim) in Triton: the input seen as (outer, R, inner); each program owns one outer index and a block
 of inner columns and walks R in tiles, accumulating in float32 (coalesced loads along inner). A
 reduction over the last dim (inner == 1) takes a row kernel instead."""
+
 import torch
 import torch.nn as nn
 import triton
@@ -46,7 +47,7 @@ class ModelNew(nn.Module):
         for s in shape[:dim]:
             outer *= s
         inner = 1
-        for s in shape[dim + 1:]:
+        for s in shape[dim + 1 :]:
             inner *= s
         shape[dim] = 1
         y = torch.empty(shape, dtype=x.dtype, device=x.device)

@@ -27,7 +27,9 @@ import torch
 
 SIZES = {
     "tiny": dict(hidden=64, layers=2, heads=4, kv_heads=2, inter=128, vocab=256, experts=4, top_k=2, moe_inter=64),
-    "realistic": dict(hidden=2048, layers=16, heads=16, kv_heads=4, inter=5632, vocab=32000, experts=16, top_k=2, moe_inter=2816),
+    "realistic": dict(
+        hidden=2048, layers=16, heads=16, kv_heads=4, inter=5632, vocab=32000, experts=16, top_k=2, moe_inter=2816
+    ),
 }
 DECODERS = ("llama", "qwen3", "qwen3_moe", "mixtral", "gpt2")
 
@@ -36,27 +38,62 @@ def build_config(family: str, size: str):
     import transformers as tf
 
     s = SIZES[size]
-    common = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"])
+    common = dict(
+        vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"]
+    )
     if family == "llama":
-        return tf.LlamaConfig(**common, num_key_value_heads=s["kv_heads"], intermediate_size=s["inter"], max_position_embeddings=4096)
+        return tf.LlamaConfig(
+            **common, num_key_value_heads=s["kv_heads"], intermediate_size=s["inter"], max_position_embeddings=4096
+        )
     if family == "qwen3":
-        return tf.Qwen3Config(**common, num_key_value_heads=s["kv_heads"], intermediate_size=s["inter"], head_dim=s["hidden"] // s["heads"],
-                              max_position_embeddings=4096)
+        return tf.Qwen3Config(
+            **common,
+            num_key_value_heads=s["kv_heads"],
+            intermediate_size=s["inter"],
+            head_dim=s["hidden"] // s["heads"],
+            max_position_embeddings=4096,
+        )
     if family == "qwen3_moe":
-        return tf.Qwen3MoeConfig(**common, num_key_value_heads=s["kv_heads"], intermediate_size=s["inter"], head_dim=s["hidden"] // s["heads"],
-                                 num_experts=s["experts"], num_experts_per_tok=s["top_k"], moe_intermediate_size=s["moe_inter"],
-                                 max_position_embeddings=4096)
+        return tf.Qwen3MoeConfig(
+            **common,
+            num_key_value_heads=s["kv_heads"],
+            intermediate_size=s["inter"],
+            head_dim=s["hidden"] // s["heads"],
+            num_experts=s["experts"],
+            num_experts_per_tok=s["top_k"],
+            moe_intermediate_size=s["moe_inter"],
+            max_position_embeddings=4096,
+        )
     if family == "mixtral":
-        return tf.MixtralConfig(**common, num_key_value_heads=s["kv_heads"], intermediate_size=s["moe_inter"], num_local_experts=s["experts"],
-                                num_experts_per_tok=s["top_k"], max_position_embeddings=4096)
+        return tf.MixtralConfig(
+            **common,
+            num_key_value_heads=s["kv_heads"],
+            intermediate_size=s["moe_inter"],
+            num_local_experts=s["experts"],
+            num_experts_per_tok=s["top_k"],
+            max_position_embeddings=4096,
+        )
     if family == "gpt2":
-        return tf.GPT2Config(vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"], n_positions=4096)
+        return tf.GPT2Config(
+            vocab_size=s["vocab"], n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"], n_positions=4096
+        )
     if family == "bert":
-        return tf.BertConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                             intermediate_size=s["inter"])
+        return tf.BertConfig(
+            vocab_size=s["vocab"],
+            hidden_size=s["hidden"],
+            num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"],
+            intermediate_size=s["inter"],
+        )
     if family == "vit":
-        return tf.ViTConfig(hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"], intermediate_size=s["inter"],
-                            image_size=32, patch_size=8)
+        return tf.ViTConfig(
+            hidden_size=s["hidden"],
+            num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"],
+            intermediate_size=s["inter"],
+            image_size=32,
+            patch_size=8,
+        )
     raise SystemExit(f"unknown --family {family}")
 
 
@@ -111,7 +148,7 @@ def main() -> None:
     if a.mode == "generate":
         with torch.no_grad():
             tokens = model.generate(x, max_new_tokens=a.new_tokens, do_sample=False)
-        print("tokens", tokens[0, -a.new_tokens:].tolist())
+        print("tokens", tokens[0, -a.new_tokens :].tolist())
         return
     if a.mode == "no-grad":
         with torch.no_grad():

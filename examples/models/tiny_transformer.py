@@ -97,7 +97,9 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=8)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--train", action="store_true", help="one training step (next-token cross-entropy, SGD) instead of a forward")
+    p.add_argument(
+        "--train", action="store_true", help="one training step (next-token cross-entropy, SGD) instead of a forward"
+    )
     args = p.parse_args()
     model = build(args.device, args.dim, args.seq, args.layers)
     ids = tokens(args.device, args.batch, args.seq)

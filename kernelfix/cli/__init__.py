@@ -21,7 +21,16 @@ from kernelfix.cli import baseline, batch, capture, export, optimize, serve, ses
 from kernelfix.cli import eval as eval_command  # (the name `eval` stays the builtin here)
 from kernelfix.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError, logging_for
 
-__all__ = ["EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_MACHINE", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_parser", "main"]
+__all__ = [
+    "EXIT_FAIL",
+    "EXIT_INTERRUPTED",
+    "EXIT_MACHINE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "UsageError",
+    "build_parser",
+    "main",
+]
 
 # In the order `kernelfix --help` lists them.
 COMMANDS = (eval_command, optimize, sessions, batch, export, capture, baseline, serve, tune)

@@ -30,11 +30,13 @@ def add_parser(sub) -> None:
     p.add_argument("--fresh", action="store_true", help="measure again, ignoring rows in --out and the baseline cache")
     p.add_argument("--no-compile", action="store_true", help="time eager only")
     p.add_argument(
-        "--kernelbench-times", metavar="JSON",
+        "--kernelbench-times",
+        metavar="JSON",
         help="KernelBench's published reference times (results/timing/<gpu>/baseline_time_torch.json): show them beside eager",
     )
     verbosity_args(
-        p, quiet="no progress and no line per task: the table alone",
+        p,
+        quiet="no progress and no line per task: the table alone",
         verbose="each task's line also gives one reference forward's time, the memory peak, how inputs were drawn and "
         "whether the timings came from the baseline cache",
     )
@@ -49,8 +51,15 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = _judge_config(args)
     # One trial and its fresh twin are all a baseline needs: no varied inputs, no float64, nothing cached for later candidates.
-    cfg = cfg.model_copy(update={"trials": 1, "input_variants": [], "float64_reference": False, "reference_cache_gb": 0.0,
-                                 "time_torch_compile": cfg.time_torch_compile and not args.no_compile})
+    cfg = cfg.model_copy(
+        update={
+            "trials": 1,
+            "input_variants": [],
+            "float64_reference": False,
+            "reference_cache_gb": 0.0,
+            "time_torch_compile": cfg.time_torch_compile and not args.no_compile,
+        }
+    )
     paths = baseline.find_tasks(args.tasks)
     missing = [p for p in paths if not p.exists()]
     if missing:
@@ -70,17 +79,28 @@ def run(args: argparse.Namespace) -> int:
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     err = console(stderr=True, highlight=False, quiet=args.verbosity < 0)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
         bar = progress.add_task("baseline", total=len(paths))
 
         def landed(row: baseline.BaselineRow, resumed: bool) -> None:
             progress.advance(bar)
             what = "resumed" if resumed else f"{row.seconds:.0f} s"
-            progress.console.print(f"{row.task}: {row.status}{f' ({clip(row.error, 160)})' if row.error else ''} [{what}]", markup=False)
+            progress.console.print(
+                f"{row.task}: {row.status}{f' ({clip(row.error, 160)})' if row.error else ''} [{what}]", markup=False
+            )
             if args.verbosity > 0:
                 progress.console.print("  " + row_detail(row), markup=False, style="dim")
 
-        report = baseline.run(paths, cfg, out=Path(args.out) if args.out else None, workers=workers, fresh=args.fresh, on_row=landed)
+        report = baseline.run(
+            paths, cfg, out=Path(args.out) if args.out else None, workers=workers, fresh=args.fresh, on_row=landed
+        )
     if args.json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
@@ -97,7 +117,10 @@ def row_detail(r) -> str:
     """-v: what else a task's baseline measured."""
     bits = [f"one reference forward {r.ref_ms:.3g} ms" if r.ref_ms is not None else "no reference forward timed"]
     if r.peak_bytes:
-        bits.append(f"memory peak {r.peak_bytes / 2**30:.3g} GiB" + (f" ({r.trial_peak_bytes / 2**30:.3g} GiB for one trial)" if r.trial_peak_bytes else ""))
+        bits.append(
+            f"memory peak {r.peak_bytes / 2**30:.3g} GiB"
+            + (f" ({r.trial_peak_bytes / 2**30:.3g} GiB for one trial)" if r.trial_peak_bytes else "")
+        )
     if r.draw:
         bits.append(f"inputs {r.draw}")
     bits.append("timings from the baseline cache" if r.baseline_cached else "timed now")
@@ -119,7 +142,11 @@ def table(report, kb: dict[str, float]):
 
     backward = bool(report.settings.get("backward"))
     t = Table(title=f"kernelfix baseline on {report.gpu or report.device} (torch {report.torch})", show_lines=False)
-    times = ("eager fwd ms", "eager fwd+bwd ms", "compile fwd ms", "compile fwd+bwd ms") if backward else ("eager ms", "compile ms")
+    times = (
+        ("eager fwd ms", "eager fwd+bwd ms", "compile fwd ms", "compile fwd+bwd ms")
+        if backward
+        else ("eager ms", "compile ms")
+    )
     for col in ("task", "in GiB", "out GiB", "same twice", "vacuous tolerance", *times):
         t.add_column(col, overflow="fold")
     if kb:
@@ -127,24 +154,62 @@ def table(report, kb: dict[str, float]):
         t.add_column("ratio")
     for r in report.rows:
         if r.status == "no_backward":
-            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", "no backward: " + (r.error or "").split("(", 1)[-1].split(")")[0], *["-"] * len(times)]
+            cells = [
+                r.task,
+                _gib(r.input_bytes),
+                _gib(r.output_bytes),
+                "-",
+                "no backward: " + (r.error or "").split("(", 1)[-1].split(")")[0],
+                *["-"] * len(times),
+            ]
         elif r.status != "ok":
-            cells = [r.task, _gib(r.input_bytes), _gib(r.output_bytes), "-", r.category or r.status, *["-"] * len(times)]
+            cells = [
+                r.task,
+                _gib(r.input_bytes),
+                _gib(r.output_bytes),
+                "-",
+                r.category or r.status,
+                *["-"] * len(times),
+            ]
         elif backward:
             det = "yes" if r.deterministic else "no"
             cells = [
-                r.task, _gib(r.input_bytes), _gib(r.output_bytes), det, "yes" if r.vacuous else "",
-                _ms(r.eager_forward), _ms(r.eager), _ms(r.compiled_forward), _ms(r.compiled) if r.compiled else (r.compile_note or "-")[:40],
+                r.task,
+                _gib(r.input_bytes),
+                _gib(r.output_bytes),
+                det,
+                "yes" if r.vacuous else "",
+                _ms(r.eager_forward),
+                _ms(r.eager),
+                _ms(r.compiled_forward),
+                _ms(r.compiled) if r.compiled else (r.compile_note or "-")[:40],
             ]
         else:
-            det = "yes" if r.deterministic else ("inputs differ" if r.inputs_equal is False else f"no ({r.rel_error_between_runs:.1e})" if r.rel_error_between_runs else "no")
+            det = (
+                "yes"
+                if r.deterministic
+                else (
+                    "inputs differ"
+                    if r.inputs_equal is False
+                    else f"no ({r.rel_error_between_runs:.1e})"
+                    if r.rel_error_between_runs
+                    else "no"
+                )
+            )
             cells = [
-                r.task, _gib(r.input_bytes), _gib(r.output_bytes), det, "yes" if r.vacuous else "",
+                r.task,
+                _gib(r.input_bytes),
+                _gib(r.output_bytes),
+                det,
+                "yes" if r.vacuous else "",
                 f"{r.eager.median_ms:.3f}" if r.eager else "-",
                 f"{r.compiled.median_ms:.3f}" if r.compiled else (r.compile_note[:40] if r.compile_note else "-"),
             ]
         if kb:
             theirs = kb.get(Path(r.path).name)
-            cells += [f"{theirs:.3f}" if theirs else "-", f"{r.eager.median_ms / theirs:.2f}" if theirs and r.eager else "-"]
+            cells += [
+                f"{theirs:.3f}" if theirs else "-",
+                f"{r.eager.median_ms / theirs:.2f}" if theirs and r.eager else "-",
+            ]
         t.add_row(*cells)
     return t

@@ -34,7 +34,9 @@ from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.timing.baselines import timing_settings
 from kernelfix.tools.verdict import Category, TimingStats
 
-Status = Literal["ok", "task_error", "infra", "no_backward"]  # no_backward: --backward on a task with nothing to differentiate
+Status = Literal[
+    "ok", "task_error", "infra", "no_backward"
+]  # no_backward: --backward on a task with nothing to differentiate
 
 
 class BaselineRow(BaseModel):
@@ -164,13 +166,21 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
                 # Compiling holds a trial's tensors; under --backward their gradients too (inputs' and outputs' size again).
                 size = (5 if judge.config.backward else 3) * (row.input_bytes + row.output_bytes)
                 base = ref.baseline(judge.lease, warm_gate=(lambda: gate.hold(size)) if gate else None, fresh=fresh)
-                row.eager, row.compiled, row.compile_note, row.baseline_cached = base.eager, base.compiled, base.compile_note, base.cached
+                row.eager, row.compiled, row.compile_note, row.baseline_cached = (
+                    base.eager,
+                    base.compiled,
+                    base.compile_note,
+                    base.cached,
+                )
                 row.eager_forward, row.compiled_forward = base.eager_forward, base.compiled_forward
                 row.peak_bytes = None if base.cached else base.peak_bytes
     except TaskError as e:
         from kernelfix.tools.correctness.gradients import NO_BACKWARD
 
-        row.status, row.error = ("no_backward" if NO_BACKWARD in str(e) and config.backward is not False else "task_error"), str(e)
+        row.status, row.error = (
+            ("no_backward" if NO_BACKWARD in str(e) and config.backward is not False else "task_error"),
+            str(e),
+        )
     except ReferenceUnavailable as e:
         row.status, row.category, row.error = "infra", e.category.value, e.message
         counted = judge.ref.size if judge is not None else None
@@ -261,4 +271,10 @@ def run(
 def kernelbench_times(path: Path) -> dict[str, float]:
     """KernelBench's published reference times (results/timing/*/baseline_time_torch.json): file name -> mean ms."""
     data = json.loads(path.read_text())
-    return {name: float(v["mean"]) for level in data.values() if isinstance(level, dict) for name, v in level.items() if isinstance(v, dict) and "mean" in v}
+    return {
+        name: float(v["mean"])
+        for level in data.values()
+        if isinstance(level, dict)
+        for name, v in level.items()
+        if isinstance(v, dict) and "mean" in v
+    }

@@ -9,8 +9,17 @@ import time
 from pathlib import Path
 
 from kernelfix.cli.common import (
-    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _common_judge_args, _judge_config, _limit_args,
-    _load_config, _search_args, verbosity_args,
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    _agent_config,
+    _common_judge_args,
+    _judge_config,
+    _limit_args,
+    _load_config,
+    _search_args,
+    verbosity_args,
 )
 
 
@@ -26,20 +35,48 @@ def add_parser(sub) -> None:
         ),
         epilog="Exit codes: 0 every session finished, 1 some did not (failed or unfinished), 2 bad usage or input, 130 interrupted.",
     )
-    p.add_argument("tasks", nargs="+", metavar="TASKS", help="task files, directories of task files, or manifests (.jsonl)")
-    p.add_argument("--model", metavar="M", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<task stem>.jsonl per task)")
-    p.add_argument("--out", metavar="DIR", default="kernelfix-batch", help="where sessions, logs and the report go (default ./kernelfix-batch)")
-    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time (default: half the CPU cores, at least one per GPU); with --ray, at most this many per GPU")
+    p.add_argument(
+        "tasks", nargs="+", metavar="TASKS", help="task files, directories of task files, or manifests (.jsonl)"
+    )
+    p.add_argument(
+        "--model",
+        metavar="M",
+        help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<task stem>.jsonl per task)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default="kernelfix-batch",
+        help="where sessions, logs and the report go (default ./kernelfix-batch)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="sessions at a time (default: half the CPU cores, at least one per GPU); with --ray, at most this many per GPU",
+    )
     p.add_argument("--json", action="store_true", help="print summary.json on stdout (progress stays on stderr)")
-    p.add_argument("--ray", metavar="ADDRESS", help="run the sessions as Ray tasks on this cluster (auto, ray://host:10001, local); needs kernelfix[ray]")
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the sessions as Ray tasks on this cluster (auto, ray://host:10001, local); needs kernelfix[ray]",
+    )
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
-    p.add_argument("--target-speedup", type=float, metavar="X", help="goal per task: this speedup over eager (a manifest's target wins)")
+    p.add_argument(
+        "--target-speedup",
+        type=float,
+        metavar="X",
+        help="goal per task: this speedup over eager (a manifest's target wins)",
+    )
     _limit_args(p)  # each per session
     _search_args(p)  # a manifest's width/keep win
-    p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
+    p.add_argument(
+        "--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt"
+    )
     _common_judge_args(p)
     verbosity_args(
-        p, quiet="no progress and no line per task: the summary alone",
+        p,
+        quiet="no progress and no line per task: the summary alone",
         verbose="under each finished task's line, its session folder and the time it took",
     )
     p.set_defaults(func=run)
@@ -47,9 +84,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kernelfix.agent.batch import plots, report
+    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
     from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
     from kernelfix.agent.batch.progress import BatchProgress
-    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
     from kernelfix.terminal import console
     from kernelfix.tools.judge import resolve_device
 
@@ -84,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[yellow]note:[/] {notice}")
     gpus = visible_gpus() if device == "cuda" else []
     workers = args.workers or default_workers(len(jobs), os.cpu_count() or 2, len(gpus))
-    where = f"Ray cluster {args.ray}" if args.ray else f"{workers} workers" + (f", GPUs {','.join(gpus)}" if gpus else f" on {device}")
+    where = (
+        f"Ray cluster {args.ray}"
+        if args.ray
+        else f"{workers} workers" + (f", GPUs {','.join(gpus)}" if gpus else f" on {device}")
+    )
     err.print(f"kernelfix batch: {len(jobs)} tasks, {where}; sessions in {out.path / 'sessions'}")
     out.write_plan(jobs)
     started = time.time()
@@ -94,9 +135,13 @@ def run(args: argparse.Namespace) -> int:
             if args.ray:
                 from kernelfix.agent.batch.ray_backend import RayRunner
 
-                runner = RayRunner(out, address=args.ray, per_gpu=workers, cuda=device == "cuda", on_done=progress.finished)
+                runner = RayRunner(
+                    out, address=args.ray, per_gpu=workers, cuda=device == "cuda", on_done=progress.finished
+                )
             else:
-                runner = LocalRunner(out, workers=workers, gpus=gpus, on_start=progress.started, on_done=progress.finished)
+                runner = LocalRunner(
+                    out, workers=workers, gpus=gpus, on_start=progress.started, on_done=progress.finished
+                )
             results = runner.run(jobs)
     except KeyboardInterrupt:
         interrupted = True
@@ -109,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write((out.path / "summary.json").read_text())
     else:
-        console(highlight=False).print(_batch_digest(summary, out.path).splitlines()[0] if args.verbosity < 0 else _batch_digest(summary, out.path))
+        console(highlight=False).print(
+            _batch_digest(summary, out.path).splitlines()[0] if args.verbosity < 0 else _batch_digest(summary, out.path)
+        )
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if summary.finished == summary.tasks else EXIT_FAIL
@@ -131,7 +178,11 @@ def _batch_digest(s, out: Path) -> str:
     from kernelfix.agent.batch.report import FAST_P, NOT_TIMED, p_key
 
     def fast(fp) -> str:
-        return NOT_TIMED if isinstance(fp, str) else "  ".join(f"fast_{p_key(p)} {100 * fp[p_key(p)]:.0f}%" for p in FAST_P)
+        return (
+            NOT_TIMED
+            if isinstance(fp, str)
+            else "  ".join(f"fast_{p_key(p)} {100 * fp[p_key(p)]:.0f}%" for p in FAST_P)
+        )
 
     rate = "-" if s.correct_rate is None else f"{100 * s.correct_rate:.0f}%"
     return "\n".join(

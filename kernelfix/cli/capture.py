@@ -33,21 +33,39 @@ def add_parser(sub) -> None:
         ),
     )
     p.add_argument("script", metavar="SCRIPT", help="your Python script that builds the model and runs a forward")
-    p.add_argument("--module", required=True, metavar="PATH", help="the submodule to capture: VARIABLE.sub.path (model.layers.0.mlp)")
+    p.add_argument(
+        "--module",
+        required=True,
+        metavar="PATH",
+        help="the submodule to capture: VARIABLE.sub.path (model.layers.0.mlp)",
+    )
     p.add_argument("--out", metavar="TASK.py", help="the task to write (default captured/PATH_WITH_UNDERSCORES.py)")
     p.add_argument("--call", type=int, default=1, metavar="N", help="capture the module's N-th call (default 1)")
     p.add_argument(
-        "--calls", metavar="LIST|all",
+        "--calls",
+        metavar="LIST|all",
         help="capture several calls (1,3,4), or `all`: the first call of each distinct signature (shapes, dtypes); the task's "
         "get_input_sets() holds one input list per call (get_inputs() the first), each checked to reproduce its call",
     )
-    p.add_argument("--max-calls", type=int, default=8, metavar="N", help="with --calls all: at most N signatures (default 8)")
-    p.add_argument("--no-keep-call", action="store_true", help="do not keep the captured inputs and output (TASK.call.pt); swap then checks on drawn inputs")
+    p.add_argument(
+        "--max-calls", type=int, default=8, metavar="N", help="with --calls all: at most N signatures (default 8)"
+    )
+    p.add_argument(
+        "--no-keep-call",
+        action="store_true",
+        help="do not keep the captured inputs and output (TASK.call.pt); swap then checks on drawn inputs",
+    )
     p.add_argument("--force", action="store_true", help="replace an earlier capture at --out")
-    p.add_argument("--json", action="store_true", help="print the capture report (kernelfix.capture.schema.CaptureReport) as JSON")
-    p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read the judge's tolerance from")
+    p.add_argument(
+        "--json", action="store_true", help="print the capture report (kernelfix.capture.schema.CaptureReport) as JSON"
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read the judge's tolerance from"
+    )
     verbosity_args(
-        p, quiet="the task file's path alone", verbose="also where the task came from: the script and its arguments, torch's "
+        p,
+        quiet="the task file's path alone",
+        verbose="also where the task came from: the script and its arguments, torch's "
         "version, the weights file's checksum",
     )
     p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
@@ -64,10 +82,14 @@ def add_parser(sub) -> None:
         epilog="Exit codes: 0 loaded and checked, 1 no correct kernel yet or the check failed, 2 not a session of a captured task.",
     )
     p.add_argument("session_dir", metavar="SESSION_DIR")
-    p.add_argument("--device", metavar="DEVICE", help="where to run the check (default: where the module was captured, else cpu)")
+    p.add_argument(
+        "--device", metavar="DEVICE", help="where to run the check (default: where the module was captured, else cpu)"
+    )
     p.add_argument("--no-check", action="store_true", help="only load the kernel and print the snippet")
     p.add_argument("--json", action="store_true", help="print the report (kernelfix.capture.schema.SwapReport) as JSON")
-    verbosity_args(p, quiet="one line: loaded and checked, or why not", verbose="also the session's task file and folder")
+    verbosity_args(
+        p, quiet="one line: loaded and checked, or why not", verbose="also the session's task file and folder"
+    )
     p.set_defaults(func=run)
 
 
@@ -90,8 +112,16 @@ def cmd_capture(args: argparse.Namespace) -> int:
             raise UsageError(f"--calls takes call numbers (1,3) or all, not {args.calls!r}") from None
     try:
         result = capture(
-            args.script, args.module, args.out, call=args.call, calls=calls, max_calls=args.max_calls, script_args=args.script_args,
-            keep_call=not args.no_keep_call, force=args.force, config=config,
+            args.script,
+            args.module,
+            args.out,
+            call=args.call,
+            calls=calls,
+            max_calls=args.max_calls,
+            script_args=args.script_args,
+            keep_call=not args.no_keep_call,
+            force=args.force,
+            config=config,
         )
     except (CaptureInputError, CaptureFailed) as e:
         code = EXIT_USAGE if isinstance(e, CaptureInputError) else EXIT_FAIL
@@ -100,7 +130,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
         print(f"kernelfix capture: {e}", file=sys.stderr)
         return code
     if args.json:
-        report = CaptureReport(ok=True, exit_code=EXIT_OK, files=[str(f) for f in result.files], manifest=result.manifest)
+        report = CaptureReport(
+            ok=True, exit_code=EXIT_OK, files=[str(f) for f in result.files], manifest=result.manifest
+        )
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     elif args.verbosity < 0:
         print(next((f for f in result.files if f.name == result.manifest.task), result.manifest.task))
@@ -108,8 +140,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
         lines = capture_text(result.manifest, result.files).splitlines()
         if args.verbosity > 0:  # where it came from, before the last line (what to run next)
             m = result.manifest
-            lines[-1:-1] = [f"  from    python {' '.join([m.script, *m.script_args])} (torch {m.torch_version}, grad {'on' if m.grad_enabled else 'off'})",
-                            f"  weights {m.weights} sha256 {m.weights_sha256}"]
+            lines[-1:-1] = [
+                f"  from    python {' '.join([m.script, *m.script_args])} (torch {m.torch_version}, grad {'on' if m.grad_enabled else 'off'})",
+                f"  weights {m.weights} sha256 {m.weights_sha256}",
+            ]
         print("\n".join(lines))
     return EXIT_OK
 
@@ -126,8 +160,12 @@ def cmd_swap(args: argparse.Namespace) -> int:
     except SwapError as e:
         raise UsageError(str(e)) from None
     report = SwapReport(
-        ok=False, session=str(sk.store.path), task=str(sk.files.task), module_path=sk.manifest.module_path,
-        best_turn=sk.best_turn, speedup_eager=sk.speedup_eager,
+        ok=False,
+        session=str(sk.store.path),
+        task=str(sk.files.task),
+        module_path=sk.manifest.module_path,
+        best_turn=sk.best_turn,
+        speedup_eager=sk.speedup_eager,
     )
     try:
         module = load_best(args.session_dir, device=args.device, check=not args.no_check)
@@ -140,7 +178,10 @@ def cmd_swap(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     elif args.verbosity < 0:
-        print(f"{report.session}: loaded and checked" if report.ok else f"kernelfix swap: {report.error}", file=sys.stdout if report.ok else sys.stderr)
+        print(
+            f"{report.session}: loaded and checked" if report.ok else f"kernelfix swap: {report.error}",
+            file=sys.stdout if report.ok else sys.stderr,
+        )
     else:
         print(swap_text(report), file=sys.stdout if report.ok else sys.stderr)
         if args.verbosity > 0:

@@ -23,26 +23,35 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], help="where to judge (default: cuda when available, else cpu)")
     p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read (default: nearest one)")
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
-    p.add_argument("--atol", type=float, help="absolute tolerance (default: by output dtype, float32 1e-4, float16/bfloat16 1e-2)")
+    p.add_argument(
+        "--atol", type=float, help="absolute tolerance (default: by output dtype, float32 1e-4, float16/bfloat16 1e-2)"
+    )
     p.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype, as --atol)")
     p.add_argument(
-        "--profile", action=argparse.BooleanOptionalAction, default=None,
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="profile a correct, legal kernel with Nsight Compute (GPU only; default: on for optimize, off for eval and batch, unless the config sets judge.profile)",
     )
     p.add_argument(
-        "--backward", action=argparse.BooleanOptionalAction, default=None,
+        "--backward",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="judge the backward pass too: gradients of the floating inputs and parameters checked against the reference's, "
         "torch ops in backward refused, forward+backward timed and ranked (docs/backward.md; default: as the task's BACKWARD says, "
         "or judge.backward in the config)",
     )
     p.add_argument(
-        "--sanitize", action=argparse.BooleanOptionalAction, default=None,
+        "--sanitize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="run compute-sanitizer (memcheck, racecheck, synccheck, initcheck, on a reduced input) on every CUDA/Triton "
         "candidate, correct ones too; by default it runs only on a wrong or crashing one (GPU only; docs/sanitizer.md). "
         "--no-sanitize turns it off, failures included",
     )
     p.add_argument(
-        "--no-retry", action="store_true",
+        "--no-retry",
+        action="store_true",
         help="report a machine fault (an infra:* verdict: GPU memory others hold, a worker that died) at once, rather than "
         "judging the candidate again after a pause (judge.infra_retries, default 3)",
     )
@@ -64,10 +73,16 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
     from pydantic import ValidationError
 
     cfg = _load_config(args).judge
-    updates = {k: getattr(args, k) for k in ("device", "trials", "atol", "rtol", "profile", "backward") if getattr(args, k, None) is not None}
+    updates = {
+        k: getattr(args, k)
+        for k in ("device", "trials", "atol", "rtol", "profile", "backward")
+        if getattr(args, k, None) is not None
+    }
     sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
     if sol and updates.get("profile") is False:
-        raise UsageError("--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile")
+        raise UsageError(
+            "--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile"
+        )
     if getattr(args, "no_retry", False):
         updates["infra_retries"] = 0
     if getattr(args, "sanitize", None) is not None:  # --no-sanitize: not even on a failure
@@ -81,7 +96,10 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
     except ValidationError as e:
         raise settings_error(e, type(cfg), {k: "--" + k for k in updates}, "judge", args) from None
     if judge.device == "cuda":
-        check_device("cuda", "--device cuda" if getattr(args, "device", None) else 'device = "cuda" in [judge] of the config file')
+        check_device(
+            "cuda",
+            "--device cuda" if getattr(args, "device", None) else 'device = "cuda" in [judge] of the config file',
+        )
     return judge
 
 
@@ -90,7 +108,9 @@ def settings_error(e, model, flags: dict[str, str], section: str, args: argparse
     usage error in the user's words: the flag or key, the value, what is allowed (kernelfix.settings_errors)."""
     from kernelfix.settings_errors import flag_name, problems
 
-    lines = problems(e, model, flag_name(flags, section, getattr(args, "config", None) or "the config file"), assign=" ")
+    lines = problems(
+        e, model, flag_name(flags, section, getattr(args, "config", None) or "the config file"), assign=" "
+    )
     return UsageError(lines[0] if len(lines) == 1 else "invalid settings:" + "".join(f"\n  {x}" for x in lines))
 
 
@@ -128,7 +148,9 @@ def _agent_config(base, args: argparse.Namespace):
 
     from kernelfix.agent.agent_config import AgentConfig
 
-    updates = {field: getattr(args, flag) for flag, field in _AGENT_FLAGS.items() if getattr(args, flag, None) is not None}
+    updates = {
+        field: getattr(args, flag) for flag, field in _AGENT_FLAGS.items() if getattr(args, flag, None) is not None
+    }
     if getattr(args, "no_shape_block", False):
         updates["shape_block"] = False
     try:
@@ -143,7 +165,9 @@ def _model(cfg):
     from kernelfix.agent.models import ModelError, make_model
 
     if not cfg.model:
-        raise UsageError("no model: pass --model (a litellm model string, or replay:FILE.jsonl), or set [agent] model in kernelfix.toml")
+        raise UsageError(
+            "no model: pass --model (a litellm model string, or replay:FILE.jsonl), or set [agent] model in kernelfix.toml"
+        )
     api_key = None
     if cfg.api_key_env:
         api_key = os.environ.get(cfg.api_key_env)
@@ -159,7 +183,9 @@ def verbosity_args(p: argparse.ArgumentParser, *, quiet: str, verbose: str) -> N
     """-v/-q, which every command takes (``args.verbosity``: -1, 0 or 1); ``quiet`` and ``verbose`` say what
     they change for this command. -v also shows kernelfix's log messages (INFO) on stderr, -q only errors."""
     g = p.add_mutually_exclusive_group()
-    g.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help=f"more detail: {verbose}")
+    g.add_argument(
+        "-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help=f"more detail: {verbose}"
+    )
     g.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, help=f"less: {quiet}")
 
 
@@ -191,8 +217,15 @@ def _on_terminal() -> bool:
 def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
     p.add_argument("--max-turns", type=int, metavar="N", help="model turns, or rounds with --width above 1 (default 8)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="stop once this many prompt + completion tokens are spent (over every branch)")
-    p.add_argument("--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="stop once this many prompt + completion tokens are spent (over every branch)",
+    )
+    p.add_argument(
+        "--max-cost", type=float, metavar="USD", help="stop once the model cost this much (where litellm knows prices)"
+    )
     p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
 
 
@@ -204,7 +237,26 @@ def _session_args(p: argparse.ArgumentParser) -> None:
 
 def _search_args(p: argparse.ArgumentParser) -> None:
     """Width of the search (docs/search.md); each flag overrides [agent] in kernelfix.toml."""
-    p.add_argument("--width", type=int, metavar="N", help="candidates per round, drawn and judged in parallel (default 1: one chain)")
-    p.add_argument("--keep", type=int, metavar="K", help="branches each later round continues: the round's best K (default: the width)")
-    p.add_argument("--sampling", choices=["parallel", "n"], help="a round's replies to one prompt: parallel calls (default) or one call with n=")
-    p.add_argument("--stop-at-sol", type=float, metavar="F", help="stop once a correct kernel's DRAM or SM throughput reaches F (0-1) of peak (needs the profile)")
+    p.add_argument(
+        "--width",
+        type=int,
+        metavar="N",
+        help="candidates per round, drawn and judged in parallel (default 1: one chain)",
+    )
+    p.add_argument(
+        "--keep",
+        type=int,
+        metavar="K",
+        help="branches each later round continues: the round's best K (default: the width)",
+    )
+    p.add_argument(
+        "--sampling",
+        choices=["parallel", "n"],
+        help="a round's replies to one prompt: parallel calls (default) or one call with n=",
+    )
+    p.add_argument(
+        "--stop-at-sol",
+        type=float,
+        metavar="F",
+        help="stop once a correct kernel's DRAM or SM throughput reaches F (0-1) of peak (needs the profile)",
+    )

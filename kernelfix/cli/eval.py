@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--workdir", metavar="DIR", help="keep the evaluation's files (logs, builds) here")
     verbosity_args(
-        p, quiet="print the verdict's category alone (ok, correctness_error:numerical, ...), no notes",
+        p,
+        quiet="print the verdict's category alone (ok, correctness_error:numerical, ...), no notes",
         verbose="every check, the stage times and the timers inside them, and the feedback the model reads",
     )
     p.set_defaults(func=run)
@@ -45,11 +46,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = _judge_config(args)
     _start_fork_servers(args, cfg)
     from kernelfix.api import Judge, candidate_source
-    from kernelfix.tools.judge import StageEvent
     from kernelfix.cli.verdict_view import person_view, verdict_view
-    from kernelfix.tools.task import TaskError
-
     from kernelfix.terminal import console
+    from kernelfix.tools.judge import StageEvent
+    from kernelfix.tools.task import TaskError
 
     quiet, verbose = args.verbosity < 0, args.verbosity > 0
     err = console(stderr=True, quiet=quiet)
@@ -79,11 +79,15 @@ def run(args: argparse.Namespace) -> int:
             status.update(" ".join(bits) + " ...")
 
         def retrying(tried: int, wait_s: float, v) -> None:
-            err.print(f"[yellow]machine fault[/] ({v.category.value}: {(v.message or '')[:160]}): judging again in {wait_s:.0f} s "
-                      f"(try {tried + 1} of {cfg.infra_retries + 1}; --no-retry reports it at once)")
+            err.print(
+                f"[yellow]machine fault[/] ({v.category.value}: {(v.message or '')[:160]}): judging again in {wait_s:.0f} s "
+                f"(try {tried + 1} of {cfg.infra_retries + 1}; --no-retry reports it at once)"
+            )
 
         try:
-            verdict = judge.evaluate(source, kind="code" if filename.endswith(".py") else "reply", on_event=show, on_retry=retrying)
+            verdict = judge.evaluate(
+                source, kind="code" if filename.endswith(".py") else "reply", on_event=show, on_retry=retrying
+            )
         except TaskError as e:
             raise UsageError(str(e)) from None
         finally:

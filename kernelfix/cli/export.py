@@ -25,16 +25,48 @@ def add_parser(sub) -> None:
     p.add_argument("sessions", nargs="+", metavar="SESSIONS", help="session directories, or folders holding sessions")
     p.add_argument("--out", required=True, metavar="FILE", help="the data file to write (.jsonl, or .parquet)")
     p.add_argument(
-        "--format", choices=["chat-jsonl", "parquet", "rl-jsonl"],
+        "--format",
+        choices=["chat-jsonl", "parquet", "rl-jsonl"],
         help="default: parquet for a .parquet FILE, else chat-jsonl; rl-jsonl: one record per judged candidate with its reward (no filters)",
     )
-    p.add_argument("--all-branches", action="store_true", help="a search (--width above 1): one record per root-to-leaf path, not only the best path")
-    p.add_argument("--loss", choices=["final", "all-assistant"], default="final", help="which assistant messages carry loss (default final)")
-    p.add_argument("--keep-incorrect", action="store_true", help="filter off: keep sessions whose final answer is not correct and legal")
-    p.add_argument("--min-speedup-gain", type=float, default=1.2, metavar="X", help="final / first correct speedup over eager at least X (default 1.2; 0: off)")
-    p.add_argument("--per-task", type=int, default=1, metavar="K", help="keep the K sessions of each task with the shortest final reasoning (default 1; 0: all)")
+    p.add_argument(
+        "--all-branches",
+        action="store_true",
+        help="a search (--width above 1): one record per root-to-leaf path, not only the best path",
+    )
+    p.add_argument(
+        "--loss",
+        choices=["final", "all-assistant"],
+        default="final",
+        help="which assistant messages carry loss (default final)",
+    )
+    p.add_argument(
+        "--keep-incorrect",
+        action="store_true",
+        help="filter off: keep sessions whose final answer is not correct and legal",
+    )
+    p.add_argument(
+        "--min-speedup-gain",
+        type=float,
+        default=1.2,
+        metavar="X",
+        help="final / first correct speedup over eager at least X (default 1.2; 0: off)",
+    )
+    p.add_argument(
+        "--per-task",
+        type=int,
+        default=1,
+        metavar="K",
+        help="keep the K sessions of each task with the shortest final reasoning (default 1; 0: all)",
+    )
     p.add_argument("--no-dedup", action="store_true", help="filter off: keep exact duplicates")
-    p.add_argument("--leakage-threshold", type=float, default=0.8, metavar="J", help="flag word-Jaccard(prompt, completion) >= J (default 0.8)")
+    p.add_argument(
+        "--leakage-threshold",
+        type=float,
+        default=0.8,
+        metavar="J",
+        help="flag word-Jaccard(prompt, completion) >= J (default 0.8)",
+    )
     p.add_argument("--drop-leakage", action="store_true", help="drop flagged records instead of only flagging them")
     p.add_argument("--json", action="store_true", help="print ANALYSIS.json on stdout")
     verbosity_args(p, quiet="the one line that says what was written", verbose="also each unusable session with why")
@@ -44,10 +76,9 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from kernelfix.terminal import console
-
     from kernelfix.agent.export.exporter import ExportError, ExportOptions, export
     from kernelfix.agent.export.filters import FilterConfig
+    from kernelfix.terminal import console
 
     out = Path(args.out)
     fmt = args.format or ("parquet" if out.suffix == ".parquet" else "chat-jsonl")
@@ -68,8 +99,15 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as e:
         from kernelfix.settings_errors import problems
 
-        flags = {"min_speedup_gain": "--min-speedup-gain", "per_task": "--per-task", "leakage_threshold": "--leakage-threshold"}
-        zero = {"--min-speedup-gain": " (or 0: off)", "--per-task": " (or 0: every session)"}  # 0 turns these filters off
+        flags = {
+            "min_speedup_gain": "--min-speedup-gain",
+            "per_task": "--per-task",
+            "leakage_threshold": "--leakage-threshold",
+        }
+        zero = {
+            "--min-speedup-gain": " (or 0: off)",
+            "--per-task": " (or 0: every session)",
+        }  # 0 turns these filters off
         lines = problems(e, ExportOptions, lambda loc: flags.get(str(loc[-1]), ".".join(map(str, loc))), assign=" ")
         raise UsageError("; ".join(x + zero.get(x.split(" ")[0], "") for x in lines)) from None
     try:
@@ -82,13 +120,19 @@ def run(args: argparse.Namespace) -> int:
     con = console(highlight=False)
     if fmt == "rl-jsonl":
         rewards = ", ".join(f"{k}: {n}" for k, n in a.rewards.items()) or "none"
-        con.print(f"{a.records_out} judged candidates ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} (rl-jsonl); rewards {rewards}; analysis in {out.parent / 'ANALYSIS.md'}")
+        con.print(
+            f"{a.records_out} judged candidates ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} (rl-jsonl); rewards {rewards}; analysis in {out.parent / 'ANALYSIS.md'}"
+        )
     else:
-        con.print(f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}")
+        con.print(
+            f"{a.records_out} records ({a.tasks_out} tasks) of {a.sessions_found} sessions -> {out} ({a.format}); analysis in {out.parent / 'ANALYSIS.md'}"
+        )
         if args.verbosity >= 0:
             for f in a.filters:
                 extra = f", flagged {f.flagged}" if f.flagged else ""
-                con.print(f"  {f.name:<13} {'on ' if f.enabled else 'off'} in {f.seen:>4}  kept {f.kept:>4}  dropped {f.dropped:>4}{extra}")
+                con.print(
+                    f"  {f.name:<13} {'on ' if f.enabled else 'off'} in {f.seen:>4}  kept {f.kept:>4}  dropped {f.dropped:>4}{extra}"
+                )
     if a.unusable and args.verbosity > 0:
         con.print(f"  {len(a.unusable)} sessions unusable:")
         for u in a.unusable:

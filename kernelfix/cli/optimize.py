@@ -10,8 +10,21 @@ import time
 from pathlib import Path
 
 from kernelfix.cli.common import (
-    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_MACHINE, EXIT_OK, EXIT_USAGE, UsageError, _agent_config, _common_judge_args, _judge_config,
-    _load_config, _model, _on_terminal, _session_args, check_device, verbosity_args,
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_MACHINE,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    _agent_config,
+    _common_judge_args,
+    _judge_config,
+    _load_config,
+    _model,
+    _on_terminal,
+    _session_args,
+    check_device,
+    verbosity_args,
 )
 
 QUIET = "no line per judged turn and no notes: the session's summary alone (the terminal UI is unchanged)"
@@ -32,12 +45,28 @@ def add_parser(sub) -> None:
         epilog="Exit codes: 0 a correct, legal kernel was found, 1 not, 2 bad usage or input (task, model, key, session directory), 3 the machine kept failing to judge a candidate (the session is kept: resume it).",
     )
     p.add_argument("task", metavar="TASK", help="KernelBench-format task file")
-    p.add_argument("--candidate", metavar="FILE", help="a failing or slow kernel (.py, or a saved reply) to judge as turn 0 and repair")
-    p.add_argument("--model", metavar="M", help="litellm model string (openai/gpt-4o, anthropic/..., openai/NAME with --api-base), or replay:FILE.jsonl")
+    p.add_argument(
+        "--candidate",
+        metavar="FILE",
+        help="a failing or slow kernel (.py, or a saved reply) to judge as turn 0 and repair",
+    )
+    p.add_argument(
+        "--model",
+        metavar="M",
+        help="litellm model string (openai/gpt-4o, anthropic/..., openai/NAME with --api-base), or replay:FILE.jsonl",
+    )
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
-    p.add_argument("--session-dir", metavar="DIR", help="where the session lives (default sessions/TASK-DATE-TIME); must be new or empty")
-    p.add_argument("--target-speedup", type=float, metavar="X", help="goal: this speedup over eager PyTorch (default 1.0)")
-    p.add_argument("--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt")
+    p.add_argument(
+        "--session-dir",
+        metavar="DIR",
+        help="where the session lives (default sessions/TASK-DATE-TIME); must be new or empty",
+    )
+    p.add_argument(
+        "--target-speedup", type=float, metavar="X", help="goal: this speedup over eager PyTorch (default 1.0)"
+    )
+    p.add_argument(
+        "--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt"
+    )
     _session_args(p)
     _common_judge_args(p)
     verbosity_args(p, quiet=QUIET, verbose=VERBOSE)
@@ -96,7 +125,10 @@ def _left_mid_turn(app) -> None:
         from kernelfix.agent.events import SessionAborted
 
         app.running_session.record_interruption(SessionAborted("left by the user mid-turn"))
-        print(f"kernelfix: left mid-turn; continue the session with: kernelfix resume {app.running_session.store.path}", file=sys.stderr)
+        print(
+            f"kernelfix: left mid-turn; continue the session with: kernelfix resume {app.running_session.store.path}",
+            file=sys.stderr,
+        )
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
@@ -119,38 +151,56 @@ def _run_in_tui(session, relay):
 
 def _run_session(session, sink) -> int:
     """Run under the terminal UI when ``sink`` is its EventRelay, else headless."""
+    from kernelfix.agent.headless import HeadlessReporter
     from kernelfix.agent.models import ModelError
     from kernelfix.agent.session_dir import SessionError
     from kernelfix.tools.retry import MachineFault
     from kernelfix.tools.task import TaskError
 
-    from kernelfix.agent.headless import HeadlessReporter
-
     tui = not isinstance(sink, HeadlessReporter)  # no textual import for a headless run
     try:
         outcome = _run_in_tui(session, sink) if tui else session.run()
     except ModelError as e:
-        print(f"kernelfix: {e}\nkernelfix: the session is kept; continue it with: kernelfix resume {session.store.path}", file=sys.stderr)
+        print(
+            f"kernelfix: {e}\nkernelfix: the session is kept; continue it with: kernelfix resume {session.store.path}",
+            file=sys.stderr,
+        )
         if e.kind == "config":
             return EXIT_USAGE
         traj = session.store.read_trajectory()
         return EXIT_OK if traj is not None and traj.outcome.success else EXIT_FAIL
     except MachineFault as e:
-        print(f"kernelfix: {e}\nkernelfix: no turn was spent on it; the session is kept; continue it with: kernelfix resume {session.store.path}", file=sys.stderr)
+        print(
+            f"kernelfix: {e}\nkernelfix: no turn was spent on it; the session is kept; continue it with: kernelfix resume {session.store.path}",
+            file=sys.stderr,
+        )
         return EXIT_MACHINE
     except TaskError as e:
-        raise UsageError(f"{e}\n(the session directory {session.store.path} keeps its records; the task itself must be fixed)") from None
+        raise UsageError(
+            f"{e}\n(the session directory {session.store.path} keeps its records; the task itself must be fixed)"
+        ) from None
     except SessionError as e:
         raise UsageError(str(e)) from None
     except KeyboardInterrupt:
         print(f"kernelfix: continue the session with: kernelfix resume {session.store.path}", file=sys.stderr)
         raise
     except OSError as e:  # a full disk, a read-only or vanished session dir: the checkpoints hold every judged turn
-        print(f"kernelfix: the session could not write its records: {e}\nkernelfix: judged turns are kept up to the last checkpoint; fix the cause, then: kernelfix resume {session.store.path}", file=sys.stderr)
+        print(
+            f"kernelfix: the session could not write its records: {e}\nkernelfix: judged turns are kept up to the last checkpoint; fix the cause, then: kernelfix resume {session.store.path}",
+            file=sys.stderr,
+        )
         return EXIT_FAIL
     if tui and outcome is not None:
-        print(f"kernelfix: {session.store.path}: " + ("a correct, legal kernel was found" if outcome.success else "no correct, legal kernel")
-              + (f"; best is turn {outcome.best_turn}: {session.store.path}/best.py" if outcome.best_turn is not None else ""), file=sys.stderr)
+        print(
+            f"kernelfix: {session.store.path}: "
+            + ("a correct, legal kernel was found" if outcome.success else "no correct, legal kernel")
+            + (
+                f"; best is turn {outcome.best_turn}: {session.store.path}/best.py"
+                if outcome.best_turn is not None
+                else ""
+            ),
+            file=sys.stderr,
+        )
     return EXIT_OK if outcome is not None and outcome.success else EXIT_FAIL
 
 

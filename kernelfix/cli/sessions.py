@@ -21,11 +21,17 @@ def add_parser(sub) -> None:
         ),
         epilog="Exit codes: 0 listed, 1 a resumed session stopped on an error, 2 bad usage.",
     )
-    p.add_argument("root", nargs="?", default="sessions", metavar="ROOT", help="folder holding sessions (default ./sessions)")
+    p.add_argument(
+        "root", nargs="?", default="sessions", metavar="ROOT", help="folder holding sessions (default ./sessions)"
+    )
     p.add_argument("--list", action="store_true", help="print a table, even on a terminal")
     p.add_argument("--json", action="store_true", help="print the list as JSON (implies --list)")
     _limit_args(p)
-    verbosity_args(p, quiet="with --list, the session folders alone, one per line", verbose="with --list, also each session's model and why it stopped")
+    verbosity_args(
+        p,
+        quiet="with --list, the session folders alone, one per line",
+        verbose="with --list, also each session's model and why it stopped",
+    )
     p.set_defaults(func=run)
 
 
@@ -54,9 +60,29 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"{s.path}\n" for s in found))
         return EXIT_OK
     verbose = args.verbosity > 0
-    columns = ["session", "task", "turns", "status", "result", "best", "updated (UTC)", *(("model", "stopped because") if verbose else ())]
-    rows = [[s.path, s.task, str(s.turns), s.status, s.result, s.best, s.updated, *((s.model, s.stop_reason or "-") if verbose else ())]
-            for s in found]
+    columns = [
+        "session",
+        "task",
+        "turns",
+        "status",
+        "result",
+        "best",
+        "updated (UTC)",
+        *(("model", "stopped because") if verbose else ()),
+    ]
+    rows = [
+        [
+            s.path,
+            s.task,
+            str(s.turns),
+            s.status,
+            s.result,
+            s.best,
+            s.updated,
+            *((s.model, s.stop_reason or "-") if verbose else ()),
+        ]
+        for s in found
+    ]
     out = console(highlight=False)
     if rows:
         print_rows(out, columns, rows)

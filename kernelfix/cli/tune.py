@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 from kernelfix.cli.common import (
-    EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, UsageError, _agent_config, _judge_config, _limit_args, _load_config, check_device, settings_error, verbosity_args,
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    _agent_config,
+    _judge_config,
+    _limit_args,
+    _load_config,
+    check_device,
+    settings_error,
+    verbosity_args,
 )
 
 
@@ -36,23 +46,56 @@ def add_parser(sub) -> None:
         ),
     )
     p.add_argument("script", metavar="SCRIPT", help="your Python script that builds the model and calls it")
-    p.add_argument("--model", metavar="MODEL", help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<module path with _>.jsonl, else DIR/<ModuleClass>.jsonl)")
-    p.add_argument("--top", type=int, metavar="K", help="modules to optimize, largest share first (default 3, [tune] top)")
-    p.add_argument("--out", metavar="DIR", default="kernelfix-tune", help="where report.json, tasks/ and sessions/ go (default ./kernelfix-tune)")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="where the model is profiled, timed and judged: tune moves the model and its "
-                   "recorded call there (default: where the script builds it)")
-    p.add_argument("--headless", action="store_true", help="no terminal UI: the sessions run as a batch, with a progress line")
-    p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=None,
-                   help="rank and time forward+backward steps, and judge each kernel's backward (default: when the script trains)")
-    p.add_argument("--rank-only", action="store_true", help="profile and rank, then stop (no model needed): where the time goes, in report.json")
-    p.add_argument("--json", action="store_true", help="print report.json on stdout when done (the rest goes to stderr)")
+    p.add_argument(
+        "--model",
+        metavar="MODEL",
+        help="litellm model string, replay:FILE.jsonl, or replay:DIR (DIR/<module path with _>.jsonl, else DIR/<ModuleClass>.jsonl)",
+    )
+    p.add_argument(
+        "--top", type=int, metavar="K", help="modules to optimize, largest share first (default 3, [tune] top)"
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default="kernelfix-tune",
+        help="where report.json, tasks/ and sessions/ go (default ./kernelfix-tune)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        help="where the model is profiled, timed and judged: tune moves the model and its "
+        "recorded call there (default: where the script builds it)",
+    )
+    p.add_argument(
+        "--headless", action="store_true", help="no terminal UI: the sessions run as a batch, with a progress line"
+    )
+    p.add_argument(
+        "--backward",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="rank and time forward+backward steps, and judge each kernel's backward (default: when the script trains)",
+    )
+    p.add_argument(
+        "--rank-only",
+        action="store_true",
+        help="profile and rank, then stop (no model needed): where the time goes, in report.json",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print report.json on stdout when done (the rest goes to stderr)"
+    )
     p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read (default: nearest one)")
-    p.add_argument("--compile-backend", metavar="NAME", help="torch.compile backend of the compiled timing (default inductor)")
-    p.add_argument("--workers", type=int, metavar="N", help="sessions at a time with --headless (default: as kernelfix batch)")
+    p.add_argument(
+        "--compile-backend", metavar="NAME", help="torch.compile backend of the compiled timing (default inductor)"
+    )
+    p.add_argument(
+        "--workers", type=int, metavar="N", help="sessions at a time with --headless (default: as kernelfix batch)"
+    )
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
     _limit_args(p)  # each per session
     verbosity_args(
-        p, quiet="no progress lines: the summary alone", verbose="after the ranking's few, every module not worth a kernel with why",
+        p,
+        quiet="no progress lines: the summary alone",
+        verbose="after the ranking's few, every module not worth a kernel with why",
     )
     p.set_defaults(func=run, script_args=[])  # SCRIPT's own arguments: main() takes what follows --
 
@@ -72,13 +115,17 @@ def run(args: argparse.Namespace) -> int:
         try:
             tune_cfg = type(tune_cfg).model_validate({**tune_cfg.model_dump(), **updates})
         except ValidationError as e:
-            raise settings_error(e, type(tune_cfg), {k: "--" + k.replace("_", "-") for k in updates}, "tune", args) from None
+            raise settings_error(
+                e, type(tune_cfg), {k: "--" + k.replace("_", "-") for k in updates}, "tune", args
+            ) from None
     judge_cfg = _judge_config(argparse.Namespace(**{**vars(args), "backward": None}))
     agent_cfg = _agent_config(cfg.agent, args)
     if args.rank_only:
         agent_cfg = agent_cfg.model_copy(update={"model": agent_cfg.model or "(none: --rank-only)"})
     elif not agent_cfg.model:
-        raise UsageError("no model: pass --model (a litellm model string, replay:FILE.jsonl or replay:DIR), or set [agent] model in kernelfix.toml")
+        raise UsageError(
+            "no model: pass --model (a litellm model string, replay:FILE.jsonl or replay:DIR), or set [agent] model in kernelfix.toml"
+        )
     if agent_cfg.api_key_env and not os.environ.get(agent_cfg.api_key_env):
         raise UsageError(f"the environment variable {agent_cfg.api_key_env} (from --api-key-env) is not set")
     if args.workers is not None and args.workers < 1:
@@ -101,8 +148,17 @@ def run(args: argparse.Namespace) -> int:
         return run_headless(jobs, out, device=jobs[0].settings.judge.device or "cpu", workers=args.workers, console=err)
 
     opts = TuneOptions(
-        script=Path(args.script), out=out, llm=agent_cfg.model, top=tune_cfg.top, cfg=tune_cfg, judge=judge_cfg, agent=agent_cfg,
-        script_args=list(args.script_args), backward=args.backward, judge_device=args.device, rank_only=args.rank_only,
+        script=Path(args.script),
+        out=out,
+        llm=agent_cfg.model,
+        top=tune_cfg.top,
+        cfg=tune_cfg,
+        judge=judge_cfg,
+        agent=agent_cfg,
+        script_args=list(args.script_args),
+        backward=args.backward,
+        judge_device=args.device,
+        rank_only=args.rank_only,
     )
     tune = Tune(opts, say=say, run_sessions=run_sessions)
     try:
@@ -110,7 +166,10 @@ def run(args: argparse.Namespace) -> int:
     except TuneInputError as e:
         raise UsageError(str(e)) from None
     except KeyboardInterrupt:
-        err.print(f"kernelfix tune: interrupted; what is done is in {out / 'report.json'}: run the same command again to continue", style="yellow")
+        err.print(
+            f"kernelfix tune: interrupted; what is done is in {out / 'report.json'}: run the same command again to continue",
+            style="yellow",
+        )
         return EXIT_INTERRUPTED
     from kernelfix.tune.text import fit_lines, summary_text
 
@@ -168,7 +227,9 @@ def _run_in_tui(jobs):
             continue
         sink = _event_sink(True)
         api_key = os.environ.get(job.agent.api_key_env) if job.agent.api_key_env else None
-        store, _ = _open_or_create(job, prior_state(job.session_dir)[0], lambda: make_model(job.model, job.agent, api_key=api_key), sink)
+        store, _ = _open_or_create(
+            job, prior_state(job.session_dir)[0], lambda: make_model(job.model, job.agent, api_key=api_key), sink
+        )
         session = Session(store, make_model(store.settings.model, store.settings.agent, api_key=api_key), on_event=sink)
         _run_session(session, sink)
     return results

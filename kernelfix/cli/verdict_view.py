@@ -33,7 +33,10 @@ def _scale_rows(t: Table, rep: CorrectnessReport) -> None:
     norms = [r for r in rep.trials if r.rel_error_norm is not None]
     if norms:
         worst = max(norms, key=lambda r: r.rel_error_norm / (r.rel_error_tol or 1))
-        t.add_row("rel error norm", f"{worst.rel_error_norm:.3g} worst (trial {worst.trial}; limit {_fmt(worst.rel_error_tol)})")
+        t.add_row(
+            "rel error norm",
+            f"{worst.rel_error_norm:.3g} worst (trial {worst.trial}; limit {_fmt(worst.rel_error_tol)})",
+        )
     varied = [f"{r.variant} {'ok' if r.ok else 'FAIL'}" for r in rep.trials if r.variant]
     varied += [f"{k} skipped ({why})" for k, why in rep.skipped_variants.items()]
     if varied:
@@ -41,7 +44,9 @@ def _scale_rows(t: Table, rep: CorrectnessReport) -> None:
     f64 = [r for r in rep.trials if r.error_vs_float64 is not None]
     if f64:
         r = max(f64, key=lambda r: r.error_vs_float64)
-        t.add_row("vs float64", f"{r.error_vs_float64:.2g} (trial {r.trial}; reference {_fmt(r.reference_error_vs_float64)})")
+        t.add_row(
+            "vs float64", f"{r.error_vs_float64:.2g} (trial {r.trial}; reference {_fmt(r.reference_error_vs_float64)})"
+        )
     elif rep.float64_note:
         t.add_row("vs float64", Text(f"not compared: {rep.float64_note}", style="dim"))
     if rep.vacuous_tolerance:
@@ -86,14 +91,20 @@ def result_line(v: Verdict) -> str:
         return v.message or v.category.value
     rep = v.correctness
     trials = f" on {rep.passed}/{len(rep.trials)} trials" if rep and rep.trials else ""
-    return f"correct{trials} and legal" + ("" if v.speedup_eager is not None or v.device != "cpu" else "; not timed (timing needs a CUDA GPU)")
+    return f"correct{trials} and legal" + (
+        "" if v.speedup_eager is not None or v.device != "cpu" else "; not timed (timing needs a CUDA GPU)"
+    )
 
 
 def speed_line(v: Verdict) -> str | None:
     tm = v.timings
     if v.speedup_eager is None:
         return None
-    cand = f" ({tm.candidate.median_ms:.4g} ms against {tm.eager.median_ms:.4g} ms)" if tm and tm.candidate and tm.eager else ""
+    cand = (
+        f" ({tm.candidate.median_ms:.4g} ms against {tm.eager.median_ms:.4g} ms)"
+        if tm and tm.candidate and tm.eager
+        else ""
+    )
     line = ("geometric mean " if v.input_sets else "") + f"{v.speedup_eager:.2f}x vs eager{cand}"
     if v.speedup_compile is not None:
         line += f", {v.speedup_compile:.2f}x vs torch.compile"
@@ -117,17 +128,23 @@ def first_finding(v: Verdict) -> str | None:
     if fam == Family.CORRECTNESS and v.correctness:
         bad = next((r for r in v.correctness.trials if not r.ok), None)
         if bad is not None:
-            bits = [] if not bad.problem or bad.problem in (v.message or "") else [bad.problem]  # the result line says it already
+            bits = (
+                [] if not bad.problem or bad.problem in (v.message or "") else [bad.problem]
+            )  # the result line says it already
             if bad.max_abs_error is not None:
                 bits.append(f"max abs error {bad.max_abs_error:.3g}")
             if bad.worst_index is not None and bad.expected is not None and bad.actual is not None:
                 bits.append(f"worst at {tuple(bad.worst_index)}: expected {bad.expected:.6g}, got {bad.actual:.6g}")
             if bits:
-                return f"trial {bad.trial}" + (f" ({bad.variant} inputs)" if bad.variant else "") + ": " + "; ".join(bits)
+                return (
+                    f"trial {bad.trial}" + (f" ({bad.variant} inputs)" if bad.variant else "") + ": " + "; ".join(bits)
+                )
     if fam == Family.CHEATING and v.legality:
         ops = v.legality.forbidden_ops or v.legality.forbidden_backward_ops
         if ops:
-            return "torch ops doing the work: " + ", ".join(f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:6])
+            return "torch ops doing the work: " + ", ".join(
+                f"aten::{k} x{n}" for k, n in sorted(ops.items(), key=lambda kv: -kv[1])[:6]
+            )
         errs = [f for f in v.legality.static_findings if f.severity == "error"]
         if errs:
             return (f"line {errs[0].line}: " if errs[0].line else "") + errs[0].message
@@ -153,23 +170,35 @@ def verdict_view(v: Verdict, *, files: str | None = None) -> Group:
     t.add_row("legal", _flag(v.legal))
     if v.correctness and v.correctness.trials:
         worst = max(v.correctness.trials, key=lambda r: r.max_abs_error or 0)
-        t.add_row("trials", f"{v.correctness.passed}/{len(v.correctness.trials)} passed ({v.correctness.tolerance or _tol(v.correctness)}); max abs err {_fmt(worst.max_abs_error)}")
+        t.add_row(
+            "trials",
+            f"{v.correctness.passed}/{len(v.correctness.trials)} passed ({v.correctness.tolerance or _tol(v.correctness)}); max abs err {_fmt(worst.max_abs_error)}",
+        )
         _scale_rows(t, v.correctness)
         by_truth = sum(r.passed_by == "float64" for r in v.correctness.trials)
         if v.kernelbench_allclose is not None:
-            t.add_row("KernelBench allclose", "yes" if v.kernelbench_allclose else
-                      f"no: {by_truth} trial(s) passed against the float64 reference, closer to it than the reference")
+            t.add_row(
+                "KernelBench allclose",
+                "yes"
+                if v.kernelbench_allclose
+                else f"no: {by_truth} trial(s) passed against the float64 reference, closer to it than the reference",
+            )
     if v.legality and v.legality.forbidden_ops:
         t.add_row("forbidden ops", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_ops.items()))
     if v.legality and v.legality.forbidden_backward_ops:
-        t.add_row("forbidden ops (backward)", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_backward_ops.items()))
+        t.add_row(
+            "forbidden ops (backward)", ", ".join(f"{k} x{n}" for k, n in v.legality.forbidden_backward_ops.items())
+        )
     tm = v.timings
     if tm and tm.backward:  # --backward: the rows below are forward+backward
         for name, label in (("candidate", "candidate"), ("eager", "eager"), ("compiled", "torch.compile")):
             p = tm.backward.get(name)
             if p is not None and p.forward is not None and p.forward_backward is not None:
-                t.add_row(f"{label} passes", f"forward {p.forward.median_ms:.4g} ms, backward {_fmt(p.backward_ms)} ms, "
-                          f"forward+backward {p.forward_backward.median_ms:.4g} ms")
+                t.add_row(
+                    f"{label} passes",
+                    f"forward {p.forward.median_ms:.4g} ms, backward {_fmt(p.backward_ms)} ms, "
+                    f"forward+backward {p.forward_backward.median_ms:.4g} ms",
+                )
     if tm and tm.candidate:
         c = tm.candidate
         t.add_row("candidate", f"{c.median_ms:.4g} ms median (p10 {c.p10_ms:.4g}, p90 {c.p90_ms:.4g}, n={c.runs})")
@@ -182,7 +211,11 @@ def verdict_view(v: Verdict, *, files: str | None = None) -> Group:
     for line in input_set_lines(v.input_sets)[1:]:  # each shape of a get_input_sets() task
         t.add_row("input set", line.strip())
     if v.speedup_eager is not None:
-        t.add_row("speedup", ("geometric mean " if v.input_sets else "") + f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile")
+        t.add_row(
+            "speedup",
+            ("geometric mean " if v.input_sets else "")
+            + f"{v.speedup_eager:.2f}x vs eager, {_fmt(v.speedup_compile, 'x')} vs torch.compile",
+        )
     if v.profile and (v.profile.summary or v.profile.note):
         t.add_row("profile", v.profile.summary or v.profile.note or "")
     if v.sanitizer is not None:
@@ -215,10 +248,15 @@ def sanitizer_summary(r) -> str:
     if not r.tools:
         return r.note or "not run"
     causes = r.causes
-    found = ", ".join(f"{WORDS[h.kind]} in {h.kernel}" + (f" (line {h.where.candidate_line})" if h.where and h.where.candidate_line else "")
-                      for h in causes[:3])
+    found = ", ".join(
+        f"{WORDS[h.kind]} in {h.kernel}"
+        + (f" (line {h.where.candidate_line})" if h.where and h.where.candidate_line else "")
+        for h in causes[:3]
+    )
     if not found and r.global_races:  # no tool's hazard: the source's races on global memory
-        found = ", ".join(f"global-memory race in {g.kernel} (line {g.line}, read from the source)" for g in r.global_races[:3])
+        found = ", ".join(
+            f"global-memory race in {g.kernel} (line {g.line}, read from the source)" for g in r.global_races[:3]
+        )
     found = found or "no hazard"
     ran = ", ".join(f"{t.tool} {t.seconds:.0f}s" + ("" if t.finished else " (cut off)") for t in r.tools)
     return f"{found}; {ran}; on {r.inputs}" + (f"; {r.note}" if r.note else "")

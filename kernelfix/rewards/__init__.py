@@ -35,7 +35,9 @@ class SpeedupView(BaseModel):
     low: float  # the smallest and largest speedups the two timings' spreads allow
     high: float
     effective: float  # 1.0 when low <= 1 <= high, else the end of [low, high] nearest 1
-    baseline: Literal["eager", "compile"]  # the one timed (compile falls back to eager where torch.compile has no timing)
+    baseline: Literal[
+        "eager", "compile"
+    ]  # the one timed (compile falls back to eager where torch.compile has no timing)
 
     @property
     def within_noise(self) -> bool:
@@ -57,12 +59,20 @@ class RewardConfig(BaseModel):
     correct: float = Field(1.0, description="an ok verdict's reward before its speedup term")
     speedup_weight: float = Field(0.5, ge=0, description="the speedup term's weight")
     speedup_term: Literal["log2", "linear", "none"] = Field("log2", description="log2(s), s - 1, or nothing")
-    speedup_range: tuple[float, float] = Field((0.5, 8.0), description="s is clipped to this before the term (defaults: rewards 0.5 to 2.5)")
-    baseline: Literal["eager", "compile"] = Field("eager", description="speedup over eager PyTorch or over torch.compile")
-    noise_scale: float = Field(1.0, ge=0, description="widen (>1) or narrow (<1, 0: medians alone) each timing's p10-p90 spread")
+    speedup_range: tuple[float, float] = Field(
+        (0.5, 8.0), description="s is clipped to this before the term (defaults: rewards 0.5 to 2.5)"
+    )
+    baseline: Literal["eager", "compile"] = Field(
+        "eager", description="speedup over eager PyTorch or over torch.compile"
+    )
+    noise_scale: float = Field(
+        1.0, ge=0, description="widen (>1) or narrow (<1, 0: medians alone) each timing's p10-p90 spread"
+    )
     failed: float = Field(0.0, description="any verdict that is not ok, cheating or a machine fault")
     cheating: float = Field(0.0, description="cheating:* (e.g. -1 to penalize)")
-    unjudged: float | None = Field(None, description="infra:* (the machine's fault) or a task that does not run; None: no reward (TRL skips it)")
+    unjudged: float | None = Field(
+        None, description="infra:* (the machine's fault) or a task that does not run; None: no reward (TRL skips it)"
+    )
 
     @model_validator(mode="after")
     def _range(self) -> "RewardConfig":
@@ -77,10 +87,14 @@ class RewardConfig(BaseModel):
 
     def explain(self, verdict: Verdict | None) -> RewardBreakdown:
         if verdict is None:
-            return RewardBreakdown(reward=self.unjudged, category="unjudged", why="no verdict: the task does not run, or the judge failed")
+            return RewardBreakdown(
+                reward=self.unjudged, category="unjudged", why="no verdict: the task does not run, or the judge failed"
+            )
         cat = verdict.category
         if cat.family == Family.INFRA:
-            return RewardBreakdown(reward=self.unjudged, category=cat.value, why="a machine fault: the verdict says nothing of the kernel")
+            return RewardBreakdown(
+                reward=self.unjudged, category=cat.value, why="a machine fault: the verdict says nothing of the kernel"
+            )
         if cat.family == Family.CHEATING:
             return RewardBreakdown(reward=self.cheating, category=cat.value, why="cheating")
         if cat != Category.OK:
@@ -90,13 +104,22 @@ class RewardConfig(BaseModel):
         lo, hi = self.speedup_range
         c = min(max(s, lo), hi)
         term = {"log2": math.log2(c), "linear": c - 1.0, "none": 0.0}[self.speedup_term]
-        why = "ok, not timed: speedup counted as 1" if view is None else (
-            f"ok, {view.nominal:.3g}x over {view.baseline}, " + ("within the timings' noise: counted as 1" if view.within_noise else f"{s:.3g}x beyond noise")
+        why = (
+            "ok, not timed: speedup counted as 1"
+            if view is None
+            else (
+                f"ok, {view.nominal:.3g}x over {view.baseline}, "
+                + ("within the timings' noise: counted as 1" if view.within_noise else f"{s:.3g}x beyond noise")
+            )
         )
-        return RewardBreakdown(reward=self.correct + self.speedup_weight * term, category=cat.value, speedup=view, why=why)
+        return RewardBreakdown(
+            reward=self.correct + self.speedup_weight * term, category=cat.value, speedup=view, why=why
+        )
 
 
-def speedup_view(verdict: Verdict, baseline: Literal["eager", "compile"] = "eager", noise_scale: float = 1.0) -> SpeedupView | None:
+def speedup_view(
+    verdict: Verdict, baseline: Literal["eager", "compile"] = "eager", noise_scale: float = 1.0
+) -> SpeedupView | None:
     """The verdict's speedup with its noise band; None when it was not timed. With input sets, each
     set's view, combined by geometric mean (a set without timings: the verdict's own)."""
     sets = [s.timings for s in verdict.input_sets if s.timings is not None]
@@ -107,8 +130,11 @@ def speedup_view(verdict: Verdict, baseline: Literal["eager", "compile"] = "eage
         return None
     geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
     return SpeedupView(
-        nominal=geo([v.nominal for v in views]), low=geo([v.low for v in views]), high=geo([v.high for v in views]),
-        effective=geo([v.effective for v in views]), baseline=views[0].baseline,
+        nominal=geo([v.nominal for v in views]),
+        low=geo([v.low for v in views]),
+        high=geo([v.high for v in views]),
+        effective=geo([v.effective for v in views]),
+        baseline=views[0].baseline,
     )
 
 

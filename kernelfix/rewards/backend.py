@@ -23,7 +23,13 @@ class InProcess:
     """Judges in this process, on this machine's GPUs (``gpus``: None for every visible one)."""
 
     def __init__(
-        self, *, config: Any = None, device: str | None = None, gpus: Sequence[str] | None = None, per_gpu: int = 2, judges_per_gpu: int = 8,
+        self,
+        *,
+        config: Any = None,
+        device: str | None = None,
+        gpus: Sequence[str] | None = None,
+        per_gpu: int = 2,
+        judges_per_gpu: int = 8,
         pool: JudgePool | None = None,
     ):
         """``pool``: judge with this one (its settings stand) rather than make one."""
@@ -37,7 +43,9 @@ class InProcess:
         resolved, _ = resolve_device(cfg.device)
         cfg = cfg.model_copy(update={"device": resolved})
         # No bound on the queue: a trainer waits for its rewards rather than being told to come back.
-        self.pool = JudgePool(cfg, gpus=gpu_slots(gpus, resolved), per_gpu=per_gpu, queue=None, judges_per_gpu=judges_per_gpu)
+        self.pool = JudgePool(
+            cfg, gpus=gpu_slots(gpus, resolved), per_gpu=per_gpu, queue=None, judges_per_gpu=judges_per_gpu
+        )
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[Outcome]:
         return self.pool.judge(requests)
@@ -49,7 +57,14 @@ class InProcess:
 class Remote:
     """Judges on a ``kernelfix serve`` (the token: ``token``, ``token_file``, $KERNELFIX_TOKEN or the default file)."""
 
-    def __init__(self, url: str, *, token: str | None = None, token_file: str | os.PathLike[str] | None = None, **client_options: Any):
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        **client_options: Any,
+    ):
         from kernelfix.serve.client import JudgeClient
 
         self.client = JudgeClient(url, token=token, token_file=token_file, **client_options)
@@ -68,7 +83,9 @@ def make_backend(url: str | None = None, **options: Any) -> Backend:
         return InProcess(**options)
     local = sorted(set(options) - {"token", "token_file"})
     if local:
-        raise ValueError(f"{', '.join(local)}: settings of the judge in this process; a server judges with its own (kernelfix serve's flags)")
+        raise ValueError(
+            f"{', '.join(local)}: settings of the judge in this process; a server judges with its own (kernelfix serve's flags)"
+        )
     return Remote(url, **options)
 
 

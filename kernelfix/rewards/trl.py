@@ -46,7 +46,9 @@ def completion_text(completion: Any) -> str:
                 content = message.get("content") or ""
                 if isinstance(content, str):
                     return content
-                return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type", "text") == "text")
+                return "".join(
+                    p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type", "text") == "text"
+                )
     raise TypeError(f"a completion is a string or chat messages, not {type(completion).__name__}")
 
 
@@ -82,7 +84,11 @@ class KernelReward:
         self.sanitize = sanitize
         self.__name__ = name  # TRL names the reward's column and its timing after this
         if backend is None:
-            options = {"token": token, "token_file": token_file} if url else {"config": config, "device": device, "gpus": gpus, "per_gpu": per_gpu}
+            options = (
+                {"token": token, "token_file": token_file}
+                if url
+                else {"config": config, "device": device, "gpus": gpus, "per_gpu": per_gpu}
+            )
             self._settings: dict[str, Any] | None = {"url": url, **options}
             self._backend: Backend | None = None
         else:
@@ -101,15 +107,21 @@ class KernelReward:
             self._tasks[value] = task_source(value)
         return self._tasks[value]
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]:
         if completions is None:
             raise TypeError("KernelReward is called with completions= (TRL's reward-function arguments)")
         tasks = kwargs.get(self.task_column)
         if tasks is None:
-            raise KeyError(f"the dataset has no {self.task_column!r} column: each prompt's task (source text or path) goes there")
+            raise KeyError(
+                f"the dataset has no {self.task_column!r} column: each prompt's task (source text or path) goes there"
+            )
         backward = kwargs.get("backward") or [None] * len(completions)
         requests = [
-            JudgeRequest(task=self._task(t), candidate=completion_text(c), kind=self.kind, backward=b, sanitize=self.sanitize)
+            JudgeRequest(
+                task=self._task(t), candidate=completion_text(c), kind=self.kind, backward=b, sanitize=self.sanitize
+            )
             for t, c, b in zip(tasks, completions, backward, strict=True)
         ]
         outcomes = self.backend.judge(requests)

@@ -39,13 +39,18 @@ _REQUEST_DEFAULTS = {"sanitize": False}
 _VERL_KEYS = ("reward_router_address", "reward_model_tokenizer")
 
 
-def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+def compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None, **kwargs: Any
+) -> dict[str, Any]:
     """One sample (verl's naive and dapo reward managers, and its reward loop, which runs it in a thread pool)."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
 
 
 def compute_score_batch(
-    data_sources: Sequence[Any], solution_strs: Sequence[str], ground_truths: Sequence[Any], extra_infos: Sequence[Any] | None = None,
+    data_sources: Sequence[Any],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Any] | None = None,
     **kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Every sample of a batch at once, judged concurrently (verl's ``batch`` reward manager)."""
@@ -56,10 +61,16 @@ def compute_score_batch(
     for response, truth, extra in zip(solution_strs, ground_truths, extras, strict=True):
         extra = extra if isinstance(extra, Mapping) else {}
         backward = extra.get("backward")
-        requests.append(JudgeRequest(
-            task=task_source(_truth(truth)), candidate=response, kind="reply",
-            backward=bool(backward) if backward is not None else None, task_name=extra.get("task_name"), sanitize=sanitize,
-        ))
+        requests.append(
+            JudgeRequest(
+                task=task_source(_truth(truth)),
+                candidate=response,
+                kind="reply",
+                backward=bool(backward) if backward is not None else None,
+                task_name=extra.get("task_name"),
+                sanitize=sanitize,
+            )
+        )
     outcomes = shared_backend(backend_settings).judge(requests)
     return [_score(o, reward) for o in outcomes]
 
@@ -89,4 +100,9 @@ def _score(o: Outcome, reward: RewardConfig) -> dict[str, Any]:
     ok = explained.category == "ok"
     score = explained.reward if explained.reward is not None else 0.0
     speedup = (explained.speedup.effective if explained.speedup is not None else 1.0) if ok else 0.0
-    return {"score": float(score), "ok": 1.0 if ok else 0.0, "effective_speedup": float(speedup), "category": explained.category}
+    return {
+        "score": float(score),
+        "ok": 1.0 if ok else 0.0,
+        "effective_speedup": float(speedup),
+        "category": explained.category,
+    }

@@ -48,7 +48,12 @@ def error(status: int, code: str, message: str, headers: dict[str, str] | None =
 
 
 def create_app(
-    pool: JudgePool, *, token: str, max_body_bytes: int = DEFAULT_MAX_BODY, max_batch: int = DEFAULT_MAX_BATCH, close_pool: bool = True
+    pool: JudgePool,
+    *,
+    token: str,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    close_pool: bool = True,
 ):
     """The ASGI app (FastAPI inside the token and body-size guard). ``close_pool``: close the pool when the
     server shuts down (after the requests under way have their answers)."""
@@ -59,7 +64,9 @@ def create_app(
         if close_pool:
             await asyncio.to_thread(pool.close)
 
-    app = FastAPI(title="kernelfix judge", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app = FastAPI(
+        title="kernelfix judge", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
 
     def submit(items: list[JudgeRequest]):
         try:
@@ -82,7 +89,11 @@ def create_app(
     @app.post("/v1/batch")
     async def batch(req: BatchRequest) -> Response:
         if len(req.items) > max_batch:
-            return error(422, "batch_too_large", f"{len(req.items)} items in one batch; this server takes at most {max_batch}: split it")
+            return error(
+                422,
+                "batch_too_large",
+                f"{len(req.items)} items in one batch; this server takes at most {max_batch}: split it",
+            )
         futures = submit(req.items)
         outs: list[Outcome] = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         body = '{"results":[' + ",".join(o.model_dump_json(exclude_none=True) for o in outs) + "]}"
@@ -91,7 +102,9 @@ def create_app(
     @app.get("/v1/health")
     async def health() -> Response:
         stats = pool.stats().model_dump()
-        return JSONResponse({"status": "ok", "version": __version__, "max_batch": max_batch, "max_body_bytes": max_body_bytes, **stats})
+        return JSONResponse(
+            {"status": "ok", "version": __version__, "max_batch": max_batch, "max_body_bytes": max_body_bytes, **stats}
+        )
 
     @app.exception_handler(_Refused)
     async def refused(request: Request, exc: _Refused) -> JSONResponse:
@@ -99,9 +112,13 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+        problems = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()
+        ]
         if any(p["type"] == "json_invalid" for p in problems):
-            return error(400, "malformed_json", "the body is not valid JSON: " + "; ".join(p["msg"] for p in problems)[:500])
+            return error(
+                400, "malformed_json", "the body is not valid JSON: " + "; ".join(p["msg"] for p in problems)[:500]
+            )
         text = "; ".join(f"{'.'.join(str(x) for x in p['loc'])}: {p['msg']}" for p in problems)
         if any(p["loc"] == ["body"] for p in problems):
             text = "the body must be a JSON object, sent with Content-Type: application/json (" + text + ")"
@@ -135,9 +152,16 @@ class Guard:
         headers = dict(scope.get("headers") or [])
         if not authorized(headers.get(b"authorization"), self.token):
             await _drain(receive, 1 << 20)
-            return await _send_json(send, 401, {"error": "unauthorized", "message": "send Authorization: Bearer <token> (the server's token file)"},
-                                    [(b"www-authenticate", b'Bearer realm="kernelfix"')])
-        too_large = {"error": "too_large", "message": f"the body is over this server's limit of {self.max_body_bytes} bytes (--max-body-mb)"}
+            return await _send_json(
+                send,
+                401,
+                {"error": "unauthorized", "message": "send Authorization: Bearer <token> (the server's token file)"},
+                [(b"www-authenticate", b'Bearer realm="kernelfix"')],
+            )
+        too_large = {
+            "error": "too_large",
+            "message": f"the body is over this server's limit of {self.max_body_bytes} bytes (--max-body-mb)",
+        }
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await _drain(receive, _DRAIN_LIMIT)

@@ -37,7 +37,9 @@ def read_token(path: Path) -> str:
     except (OSError, UnicodeDecodeError) as e:
         raise TokenError(f"cannot read the token file {path}: {e}") from None
     if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-        raise TokenError(f"the token file {path} must hold one token of at least {MIN_TOKEN_CHARS} characters, without spaces")
+        raise TokenError(
+            f"the token file {path} must hold one token of at least {MIN_TOKEN_CHARS} characters, without spaces"
+        )
     return token
 
 
@@ -77,7 +79,9 @@ def client_token(token: str | None = None, token_file: str | os.PathLike[str] | 
         return os.environ[TOKEN_ENV].strip()
     path = default_token_file()
     if not path.exists():
-        raise TokenError(f"no token: pass token= or token_file=, set ${TOKEN_ENV}, or start the server here once (it writes {path})")
+        raise TokenError(
+            f"no token: pass token= or token_file=, set ${TOKEN_ENV}, or start the server here once (it writes {path})"
+        )
     return read_token(path)
 
 

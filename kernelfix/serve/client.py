@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 
 from kernelfix.api import CandidateKind, candidate_source, task_source
-from kernelfix.sources import file_task_name
 from kernelfix.judge_pool import JudgeRequest, Outcome
 from kernelfix.serve.auth import client_token
+from kernelfix.sources import file_task_name
 from kernelfix.tools.verdict import Verdict
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -41,15 +41,26 @@ class ServeError(Exception):
 
 
 def request(
-    task: str | os.PathLike[str], candidate: str | os.PathLike[str], *, kind: CandidateKind = "auto", backward: bool | None = None,
-    profile: bool | None = None, task_name: str | None = None, sanitize: bool | None = None,
+    task: str | os.PathLike[str],
+    candidate: str | os.PathLike[str],
+    *,
+    kind: CandidateKind = "auto",
+    backward: bool | None = None,
+    profile: bool | None = None,
+    task_name: str | None = None,
+    sanitize: bool | None = None,
 ) -> JudgeRequest:
     """A request body from paths or text, read on this side (the server takes source text only). A task file's
     stem is sent as its ``task_name`` (unless one is given), so the verdict names the task as the file does."""
     text, filename = candidate_source(candidate, kind)
     return JudgeRequest(
-        task=task_source(task), candidate=text, kind="reply" if not filename.endswith(".py") else "code",
-        backward=backward, profile=profile, task_name=task_name or file_task_name(task), sanitize=sanitize,
+        task=task_source(task),
+        candidate=text,
+        kind="reply" if not filename.endswith(".py") else "code",
+        backward=backward,
+        profile=profile,
+        task_name=task_name or file_task_name(task),
+        sanitize=sanitize,
     )
 
 
@@ -61,8 +72,14 @@ def _body(req: JudgeRequest) -> dict[str, Any]:
 
 class JudgeClient:
     def __init__(
-        self, url: str = DEFAULT_URL, *, token: str | None = None, token_file: str | os.PathLike[str] | None = None,
-        timeout_s: float = 3600.0, busy_wait_s: float = 900.0, max_batch: int = 64,
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        timeout_s: float = 3600.0,
+        busy_wait_s: float = 900.0,
+        max_batch: int = 64,
     ):
         """``timeout_s``: one verdict may take this long (builds, a loaded queue); ``busy_wait_s``: how long
         to keep asking a full server; ``max_batch``: items per batch request (the server's own cap may be lower)."""
@@ -92,7 +109,9 @@ class JudgeClient:
         with ThreadPoolExecutor(len(chunks)) as ex:
             return [o for part in ex.map(self._batch, chunks) for o in part]
 
-    def evaluate_many(self, pairs: Sequence[tuple[str | os.PathLike[str], str | os.PathLike[str]]], **options: Any) -> list[Outcome]:
+    def evaluate_many(
+        self, pairs: Sequence[tuple[str | os.PathLike[str], str | os.PathLike[str]]], **options: Any
+    ) -> list[Outcome]:
         """An ``Outcome`` per (task, candidate), in order, not a ``Verdict``: a batch's items fail one by one (one
         item's broken task must not cost the others their verdicts), so each holds its ``verdict`` or its ``error``
         (code, status, message), with the GPU that judged it and its seconds."""
@@ -113,7 +132,9 @@ class JudgeClient:
 
     # ------------------------------------------------------------------ async
 
-    async def aevaluate(self, task: str | os.PathLike[str], candidate: str | os.PathLike[str], **options: Any) -> Verdict:
+    async def aevaluate(
+        self, task: str | os.PathLike[str], candidate: str | os.PathLike[str], **options: Any
+    ) -> Verdict:
         body = request(task, candidate, **options)
         async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as http:
             return Verdict.model_validate(self._json(await self._asend(http, "POST", "/v1/evaluate", _body(body))))

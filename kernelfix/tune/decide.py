@@ -41,12 +41,17 @@ def quantile(xs: list[float], q: float) -> float:
 
 def stats(rounds_ms: list[float], calls_per_round: int) -> Stats:
     return Stats(
-        median_ms=round(statistics.median(rounds_ms), 6), p10_ms=round(quantile(rounds_ms, 0.1), 6),
-        p90_ms=round(quantile(rounds_ms, 0.9), 6), rounds=len(rounds_ms), calls_per_round=calls_per_round,
+        median_ms=round(statistics.median(rounds_ms), 6),
+        p10_ms=round(quantile(rounds_ms, 0.1), 6),
+        p90_ms=round(quantile(rounds_ms, 0.9), 6),
+        rounds=len(rounds_ms),
+        calls_per_round=calls_per_round,
     )
 
 
-def compare(mode: str, before_ms: list[float], after_ms: list[float], calls_per_round: int, cfg: TuneConfig) -> Comparison:
+def compare(
+    mode: str, before_ms: list[float], after_ms: list[float], calls_per_round: int, cfg: TuneConfig
+) -> Comparison:
     """Paired rounds of the original (before) and the swapped model (after) -> speedup and the keep test."""
     if len(before_ms) != len(after_ms) or not before_ms:
         raise ValueError("paired rounds: one time per round for each model")
@@ -54,8 +59,12 @@ def compare(mode: str, before_ms: list[float], after_ms: list[float], calls_per_
     speedup = statistics.median(ratios)
     low, high = quantile(ratios, cfg.noise_quantile), quantile(ratios, 1 - cfg.noise_quantile)
     return Comparison(
-        mode=mode, before=stats(before_ms, calls_per_round), after=stats(after_ms, calls_per_round),
-        speedup=round(speedup, 4), speedup_low=round(low, 4), speedup_high=round(high, 4),
+        mode=mode,
+        before=stats(before_ms, calls_per_round),
+        after=stats(after_ms, calls_per_round),
+        speedup=round(speedup, 4),
+        speedup_low=round(low, 4),
+        speedup_high=round(high, 4),
         faster=low > 1.0 and speedup >= 1.0 + cfg.min_gain,
     )
 

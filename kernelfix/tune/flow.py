@@ -80,7 +80,9 @@ class Tune:
         from kernelfix.tune.text import fit_lines
 
         self.o = opts
-        self.say = lambda text: say(fit_lines(text))  # every line within the terminal's 120 columns, broken between words
+        self.say = lambda text: say(
+            fit_lines(text)
+        )  # every line within the terminal's 120 columns, broken between words
         self.run_sessions = run_sessions
         self.path = opts.out / REPORT
         self._call: ModelCall | None = None
@@ -122,25 +124,43 @@ class Tune:
         sha = _sha256(o.script)
         r = read_report(o.out)
         if r is not None:
-            differs = [what for what, same in (
-                ("script", r.script == str(o.script.resolve()) and r.script_sha256 == sha), ("script arguments", r.script_args == o.script_args),
-                ("--backward", o.backward is None or o.backward == r.backward),
-            ) if not same]
+            differs = [
+                what
+                for what, same in (
+                    ("script", r.script == str(o.script.resolve()) and r.script_sha256 == sha),
+                    ("script arguments", r.script_args == o.script_args),
+                    ("--backward", o.backward is None or o.backward == r.backward),
+                )
+                if not same
+            ]
             if differs:
                 raise TuneInputError(
                     f"{o.out} holds a tune of {r.script} {' '.join(r.script_args)} (backward {r.backward}); this one differs in its "
                     f"{', '.join(differs)}: give another --out, or remove {self.path} to start over there"
                 )
             r.top, r.llm, r.done = o.top, o.llm, False
-            r.judge_device = o.judge_device or r.judge_device  # new sessions judge there; started ones keep their own settings
+            r.judge_device = (
+                o.judge_device or r.judge_device
+            )  # new sessions judge there; started ones keep their own settings
             return r
         call = self.model_call()
         now = time.time()
         r = TuneReport(
-            kernelfix_version=__version__, created_at=now, updated_at=now, script=str(o.script.resolve()), script_args=list(o.script_args),
-            script_sha256=sha, model_name=call.name, model_class=f"{type(call.module).__module__}.{type(call.module).__qualname__}",
-            inputs=call.signature(), device=str(call.device), judge_device=o.judge_device or call.device.type,
-            backward=call.trains, why=call.why, llm=o.llm, top=o.top,
+            kernelfix_version=__version__,
+            created_at=now,
+            updated_at=now,
+            script=str(o.script.resolve()),
+            script_args=list(o.script_args),
+            script_sha256=sha,
+            model_name=call.name,
+            model_class=f"{type(call.module).__module__}.{type(call.module).__qualname__}",
+            inputs=call.signature(),
+            device=str(call.device),
+            judge_device=o.judge_device or call.device.type,
+            backward=call.trains,
+            why=call.why,
+            llm=o.llm,
+            top=o.top,
         )
         o.out.mkdir(parents=True, exist_ok=True)
         self.save(r)
@@ -177,7 +197,11 @@ class Tune:
             import traceback
 
             frames = [f for f in traceback.extract_tb(e.__traceback__) if is_user_file(f.filename)]
-            where = f" at {shown_path(frames[-1].filename)}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})" if frames else ""
+            where = (
+                f" at {shown_path(frames[-1].filename)}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})"
+                if frames
+                else ""
+            )
             raise TuneInputError(
                 f"the model does not run on {device} once moved there{where}: {type(e).__name__}: {str(e).splitlines()[0][:300]}. "
                 f"A forward that makes tensors on a fixed device cannot be moved: build the model on {device} in the script "
@@ -198,14 +222,18 @@ class Tune:
 
     def rank(self, r: TuneReport) -> None:
         from kernelfix.tune.model_profile import profile_model
-        from kernelfix.tune.rank import ranking, rows
+        from kernelfix.tune.rank import ranking
 
         call = self.model_call()
         what, _, why = r.why.partition(": ")
         from kernelfix.tune.text import wrapped
 
-        self.say(wrapped(f"profiling {r.model_name} ({type(call.module).__name__}) on {call.device}, {what} ({why}): "
-                         f"{self.o.cfg.profile_steps} " + ("forward+backward steps" if r.backward else "forwards")))
+        self.say(
+            wrapped(
+                f"profiling {r.model_name} ({type(call.module).__name__}) on {call.device}, {what} ({why}): "
+                f"{self.o.cfg.profile_steps} " + ("forward+backward steps" if r.backward else "forwards")
+            )
+        )
         prof = profile_model(call, backward=r.backward, steps=self.o.cfg.profile_steps)
         self._profile = prof
         r.ranking = ranking(prof, str(call.device), backward=r.backward)
@@ -217,8 +245,14 @@ class Tune:
         from kernelfix.tune.rank import rows
 
         before = {m.kind: m for m in r.modules if m.kind}
-        r.modules = rows(self._profile, r.model_name, r.model_class.rsplit(".", 1)[-1], min_share=self.o.cfg.min_share,
-                         measure=r.ranking.measure, excluded=r.uncapturable)
+        r.modules = rows(
+            self._profile,
+            r.model_name,
+            r.model_class.rsplit(".", 1)[-1],
+            min_share=self.o.cfg.min_share,
+            measure=r.ranking.measure,
+            excluded=r.uncapturable,
+        )
         for m in r.modules:
             old = before.get(m.kind)
             if old is not None and m.candidate:
@@ -244,11 +278,21 @@ class Tune:
                     manifest = files.read_manifest()
                     note = "captured earlier"
                 else:
-                    self.say(f"capturing {label(row)} (#{row.rank}, {100 * row.share:.1f}%) from {row.module}: every signature it is called with")
+                    self.say(
+                        f"capturing {label(row)} (#{row.rank}, {100 * row.share:.1f}%) from {row.module}: every signature it is called with"
+                    )
                     try:
                         manifest = capture(
-                            self.o.script, row.module, files.task, calls="all", max_calls=self.o.cfg.max_calls, script_args=self.o.script_args,
-                            force=True, config=self.o.judge, with_grad=r.backward, backward=r.backward,
+                            self.o.script,
+                            row.module,
+                            files.task,
+                            calls="all",
+                            max_calls=self.o.cfg.max_calls,
+                            script_args=self.o.script_args,
+                            force=True,
+                            config=self.o.judge,
+                            with_grad=r.backward,
+                            backward=r.backward,
                         ).manifest
                     except (CaptureFailed, CaptureInputError) as e:
                         self.release()
@@ -273,16 +317,27 @@ class Tune:
                 return
 
     def optimize(self, r: TuneReport) -> None:
-        allowed = [*self.o.judge.extra_allowed_ops, *[op for op in self.o.cfg.library_ops if op not in self.o.judge.extra_allowed_ops]]
+        allowed = [
+            *self.o.judge.extra_allowed_ops,
+            *[op for op in self.o.cfg.library_ops if op not in self.o.judge.extra_allowed_ops],
+        ]
         jobs: dict[str, Job] = {}
         for row in r.selected:
             if row.skipped:
                 continue
             # A target whose task has no backward (nothing in it needs a gradient) is judged on its forward.
             backward = r.backward and CaptureFiles(Path(row.task)).read_manifest().backward
-            settings = BatchSettings(out=str(self.o.out.resolve()), agent=self.o.agent, judge=self.o.judge.model_copy(update={
-                "device": r.judge_device, "backward": True if backward else self.o.judge.backward, "extra_allowed_ops": allowed,
-            }))
+            settings = BatchSettings(
+                out=str(self.o.out.resolve()),
+                agent=self.o.agent,
+                judge=self.o.judge.model_copy(
+                    update={
+                        "device": r.judge_device,
+                        "backward": True if backward else self.o.judge.backward,
+                        "extra_allowed_ops": allowed,
+                    }
+                ),
+            )
             try:
                 job = plan_job(row, settings, r.llm)
             except PlanError as e:
@@ -294,7 +349,9 @@ class Tune:
         self.save(r)
         if not jobs:
             return
-        self.say(f"optimizing {len(jobs)} module{'s' if len(jobs) > 1 else ''} with {r.llm}; sessions in {self.o.out / 'sessions'}")
+        self.say(
+            f"optimizing {len(jobs)} module{'s' if len(jobs) > 1 else ''} with {r.llm}; sessions in {self.o.out / 'sessions'}"
+        )
         try:
             self.run_sessions(list(jobs.values()))
         finally:  # interrupted too: what the sessions did so far
@@ -318,7 +375,9 @@ class Tune:
         for m in r.selected:
             if m.session and not m.correct and m.swap is None:
                 self.say(f"  {m.module}: no correct kernel ({m.session_status or 'not run'}): nothing to swap")
-        if self.o.cfg.trials == "together" and len(ready) > 1:  # every correct kernel at once first: one compile of the model
+        if (
+            self.o.cfg.trials == "together" and len(ready) > 1
+        ):  # every correct kernel at once first: one compile of the model
             r.combined = self._combined(r, ready)
             if r.combined is not None and r.combined.kept:
                 r.kept = [_kept(m) for m in ready]
@@ -326,16 +385,22 @@ class Tune:
             self.say("  together they are not kept: each alone")
         todo = [m for m in ready if m.swap is None or m.swap.best_turns != [m.best_turn]]
         if todo:
-            self.say(f"trying {len(todo)} swap{'s' if len(todo) > 1 else ''} in {r.model_name}: its output, and its "
-                     + ("forward+backward" if r.backward else "forward") + f" timed in {self.o.cfg.rounds} paired rounds, eager and compiled")
+            self.say(
+                f"trying {len(todo)} swap{'s' if len(todo) > 1 else ''} in {r.model_name}: its output, and its "
+                + ("forward+backward" if r.backward else "forward")
+                + f" timed in {self.o.cfg.rounds} paired rounds, eager and compiled"
+            )
         for m in todo:
             m.swap = self.trials(r).trial([(i, m.session) for i in instances(m)], [m.best_turn], targets=[label(m)])
             self.say(trial_text(m.swap, self.o.cfg))
             self.save(r)
         kept = [m for m in ready if m.swap is not None and m.swap.kept]
         # Swaps inside the noise alone but faster at the median join the kept ones: their gains add up (decide.py).
-        hopeful = [m for m in ready if m.swap is not None and not m.swap.kept
-                   and promising(m.swap.eager, m.swap.compiled, self.o.cfg)]
+        hopeful = [
+            m
+            for m in ready
+            if m.swap is not None and not m.swap.kept and promising(m.swap.eager, m.swap.compiled, self.o.cfg)
+        ]
         group = kept + hopeful if len(kept) + len(hopeful) > 1 else kept
         r.combined = self._combined(r, group)
         if r.combined is not None and r.combined.kept:
@@ -378,7 +443,9 @@ class Tune:
         if r.combined is not None and r.combined.modules == modules and r.combined.best_turns == turns:
             return r.combined
         self.say(f"trying the {len(kept)} swaps together")
-        t = self.trials(r).trial([(i, m.session) for m in kept for i in instances(m)], turns, targets=[label(m) for m in kept])
+        t = self.trials(r).trial(
+            [(i, m.session) for m in kept for i in instances(m)], turns, targets=[label(m) for m in kept]
+        )
         self.say(trial_text(t, self.o.cfg))
         return t
 
@@ -386,7 +453,14 @@ class Tune:
         from kernelfix.tune.swaps import Trials
 
         if self._trials is None:
-            self._trials = Trials(self.model_call(), model_name=r.model_name, cfg=self.o.cfg, judge_cfg=self.o.judge, backward=r.backward, say=self.say)
+            self._trials = Trials(
+                self.model_call(),
+                model_name=r.model_name,
+                cfg=self.o.cfg,
+                judge_cfg=self.o.judge,
+                backward=r.backward,
+                say=self.say,
+            )
         return self._trials
 
     def save(self, r: TuneReport) -> None:

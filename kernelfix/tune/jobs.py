@@ -38,7 +38,9 @@ def module_model(llm: str, row: ModuleRow) -> str:
         f = path / f"{name}.jsonl"
         if f.is_file():
             return f"{REPLAY_PREFIX}{f.resolve()}"
-    raise PlanError(f"no replay file for {row.module}: neither {path / (task_stem(row.module) + '.jsonl')} nor {path / (row.module_class.rsplit('.', 1)[-1] + '.jsonl')}")
+    raise PlanError(
+        f"no replay file for {row.module}: neither {path / (task_stem(row.module) + '.jsonl')} nor {path / (row.module_class.rsplit('.', 1)[-1] + '.jsonl')}"
+    )
 
 
 def plan_job(row: ModuleRow, settings: BatchSettings, llm: str) -> Job:
@@ -53,8 +55,8 @@ def run_headless(jobs: list[Job], out: Path, *, device: str, workers: int | None
     records where it stopped) and propagates."""
     import os
 
-    from kernelfix.agent.batch.progress import BatchProgress
     from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
+    from kernelfix.agent.batch.progress import BatchProgress
 
     outdir = OutDir(out)
     try:

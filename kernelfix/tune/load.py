@@ -18,7 +18,9 @@ import torch.nn as nn
 from kernelfix.capture.errors import SwapError
 
 
-def load_tuned(tune_dir: str | Path, model: nn.Module, *, device: str | torch.device | None = None, check: bool = True) -> nn.Module:
+def load_tuned(
+    tune_dir: str | Path, model: nn.Module, *, device: str | torch.device | None = None, check: bool = True
+) -> nn.Module:
     """``model`` with every swap the tune in ``tune_dir`` kept. ``device``: where the kernels run (default: the
     model's); ``check``: each kernel against its captured call (load_best's check). Raises SwapError when the
     directory holds no tune or the model lacks a module the tune swapped."""
@@ -55,8 +57,15 @@ def load_tuned(tune_dir: str | Path, model: nn.Module, *, device: str | torch.de
             if not isinstance(original, nn.Module):
                 raise SwapError(f"{path} is not a module of this model")
             if type(original).__name__ != (cls or type(original).__name__):
-                raise SwapError(f"{path} is a {type(original).__name__}, the tune swapped a {cls} (is the tune already loaded?)")
+                raise SwapError(
+                    f"{path} is a {type(original).__name__}, the tune swapped a {cls} (is the tune already loaded?)"
+                )
             places.append((parent, attr, original, kept.session))
-    for parent, attr, original, session in places:  # each instance with its own weights (load_best builds the kernel from them)
+    for (
+        parent,
+        attr,
+        original,
+        session,
+    ) in places:  # each instance with its own weights (load_best builds the kernel from them)
         setattr(parent, attr, load_best(session, original, device=device, check=check))
     return model

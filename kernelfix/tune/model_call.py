@@ -37,7 +37,9 @@ class ModelCall:
     requires_grad: list[bool] = field(default_factory=list)  # per tensor leaf of (args, kwargs), as called
     trains: bool = False  # the script called backward() on a result of this call (or --backward said so)
     why: str = ""  # how that was decided, in words
-    state_args: list = field(default_factory=list)  # capture.state_args.Recorded: a cache passed in, as it was before the call
+    state_args: list = field(
+        default_factory=list
+    )  # capture.state_args.Recorded: a cache passed in, as it was before the call
 
     @property
     def device(self) -> torch.device:
@@ -70,7 +72,9 @@ class ModelCall:
         from kernelfix.capture.state_args import Snapshot, resolve
 
         self.module.to(device)
-        self.args, self.kwargs = pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, (self.args, self.kwargs))
+        self.args, self.kwargs = pytree.tree_map(
+            lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, (self.args, self.kwargs)
+        )
         for x in pytree.tree_leaves((self.args, self.kwargs)):
             if not isinstance(x, torch.Tensor) and hasattr(x, "__dict__") and not isinstance(x, nn.Module):
                 for path, held in Snapshot.take(x).held.items():
@@ -82,8 +86,10 @@ class ModelCall:
                         elif not isinstance(owner, tuple):
                             setattr(owner, path[-1], moved)
         for r in self.state_args:
-            r.before_values = {k: v.to(device) if isinstance(v, torch.Tensor) else (device if isinstance(v, torch.device) else v)
-                               for k, v in r.before_values.items()}
+            r.before_values = {
+                k: v.to(device) if isinstance(v, torch.Tensor) else (device if isinstance(v, torch.device) else v)
+                for k, v in r.before_values.items()
+            }
 
 
 def describe_call(args: tuple, kwargs: dict) -> list[str]:
@@ -92,8 +98,18 @@ def describe_call(args: tuple, kwargs: dict) -> list[str]:
     out = []
     for path, x in flat:
         where = pytree.keystr(path)
-        where = "args" + where[3:] if where.startswith("[0]") else "kwargs" + where[3:] if where.startswith("[1]") else where
-        out.append(f"{where}: {dtype_name(x.dtype)}[{', '.join(map(str, x.shape))}]" if isinstance(x, torch.Tensor) else f"{where}: {x!r}")
+        where = (
+            "args" + where[3:]
+            if where.startswith("[0]")
+            else "kwargs" + where[3:]
+            if where.startswith("[1]")
+            else where
+        )
+        out.append(
+            f"{where}: {dtype_name(x.dtype)}[{', '.join(map(str, x.shape))}]"
+            if isinstance(x, torch.Tensor)
+            else f"{where}: {x!r}"
+        )
     return out
 
 
@@ -111,7 +127,12 @@ def _variable_holding(module: nn.Module) -> str | None:
             library = "site-packages" in frame.f_code.co_filename or "dist-packages" in frame.f_code.co_filename
             for scope in (frame.f_locals, frame.f_globals):
                 for name, value in scope.items():
-                    if value is module and name.isidentifier() and not name.startswith("__") and name not in ("self", "cls"):
+                    if (
+                        value is module
+                        and name.isidentifier()
+                        and not name.startswith("__")
+                        and name not in ("self", "cls")
+                    ):
                         found.append((library, name))
         frame = frame.f_back
     found.sort(key=lambda x: x[0])  # stable: the innermost of the user's own frames first
@@ -119,7 +140,11 @@ def _variable_holding(module: nn.Module) -> str | None:
 
 
 def run_to_model_call(
-    script: str | Path, script_args: list[str] | tuple[str, ...] = (), *, backward: bool | None = None, need_grad: bool | None = None,
+    script: str | Path,
+    script_args: list[str] | tuple[str, ...] = (),
+    *,
+    backward: bool | None = None,
+    need_grad: bool | None = None,
 ) -> ModelCall:
     """Run ``script`` to its model's first call, then on until it shows whether that call is a training step.
 
@@ -163,9 +188,14 @@ def run_to_model_call(
         first[:1] = [module]
         kw = call_kwargs(module)
         pending.update(
-            module=module, args=detach_tree(args), kwargs=detach_tree(kw), name=_variable_holding(module), grad=torch.is_grad_enabled(),
+            module=module,
+            args=detach_tree(args),
+            kwargs=detach_tree(kw),
+            name=_variable_holding(module),
+            grad=torch.is_grad_enabled(),
             autocast=[d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)],
-            requires_grad=[x.requires_grad for x in _tensors((args, kw))], state=record_before(args, kw),
+            requires_grad=[x.requires_grad for x in _tensors((args, kw))],
+            state=record_before(args, kw),
         )
 
     def post_hook(module: nn.Module, args: tuple, *rest: Any) -> None:
@@ -181,9 +211,15 @@ def run_to_model_call(
         pending.clear()
         found.append(
             ModelCall(
-                module=module, name=p["name"] or DEFAULT_NAME, args=p["args"], kwargs=p["kwargs"] if p["kwargs"] or not kwargs else detach_tree(kwargs),
-                grad_enabled=p["grad"], trainable=any(q.requires_grad for q in module.parameters()), autocast=p["autocast"],
-                requires_grad=p["requires_grad"], state_args=p["state"],
+                module=module,
+                name=p["name"] or DEFAULT_NAME,
+                args=p["args"],
+                kwargs=p["kwargs"] if p["kwargs"] or not kwargs else detach_tree(kwargs),
+                grad_enabled=p["grad"],
+                trainable=any(q.requires_grad for q in module.parameters()),
+                autocast=p["autocast"],
+                requires_grad=p["requires_grad"],
+                state_args=p["state"],
             )
         )
         if backward is True:
@@ -194,8 +230,19 @@ def run_to_model_call(
             raise StopScript
         fns = [t.grad_fn for t in _tensors(output) if t.grad_fn is not None]
         if not p["grad"] or not fns:
-            how = "torch.inference_mode()" if torch.is_inference_mode_enabled() else "torch.no_grad()" if not p["grad"] else "no gradient"
-            decided.append((False, f"inference: under {how}" if how != "no gradient" else "inference: its result needs no gradient"))
+            how = (
+                "torch.inference_mode()"
+                if torch.is_inference_mode_enabled()
+                else "torch.no_grad()"
+                if not p["grad"]
+                else "no gradient"
+            )
+            decided.append(
+                (
+                    False,
+                    f"inference: under {how}" if how != "no gradient" else "inference: its result needs no gradient",
+                )
+            )
             raise StopScript
         outputs.extend(fns)  # run on: does the script call backward() on something computed from it?
 
@@ -238,7 +285,9 @@ def run_to_model_call(
                 f"{script} calls its model through torch.compile: tune ranks and swaps the eager model. "
                 "Give tune a script that calls the model itself (compile it after tuning)"
             )
-        call.trains, call.why = decided[0] if decided else (False, "inference: the script never calls backward() on its result")
+        call.trains, call.why = (
+            decided[0] if decided else (False, "inference: the script never calls backward() on its result")
+        )
         outputs.clear()  # the autograd graph of the watched call: its memory is not needed any more
         return call
     if first and passed_over:
@@ -246,7 +295,9 @@ def run_to_model_call(
             f"{script} calls {type(first[0]).__name__} only without gradients (torch.no_grad or inference mode): "
             "--backward ranks a training step; give the script a training step (a forward with gradients enabled)"
         )
-    raise CaptureInputError(f"{script} ran to its end without calling a module (tune needs a script that runs its model)")
+    raise CaptureInputError(
+        f"{script} ran to its end without calling a module (tune needs a script that runs its model)"
+    )
 
 
 def _user_line() -> str:
@@ -254,8 +305,6 @@ def _user_line() -> str:
     frame = sys._getframe(2)
     while frame is not None:
         if is_user_file(frame.f_code.co_filename):
-            from kernelfix.capture.script import shown_path
-
             return f" at {Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
         frame = frame.f_back
     return ""

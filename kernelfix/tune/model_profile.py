@@ -56,8 +56,12 @@ class Profile(BaseModel):
     shapes: dict[str, list[str]]  # module path -> distinct signatures, first seen first
     classes: dict[str, str]  # module path -> class name
     step_ms: float  # one step without the profiler (median)
-    kinds: dict[str, str] = {}  # module path -> its kind (class, forward code, weights' layout, call signature): one target each
-    stacks: list[str] = []  # module paths that hold a list of several modules of one kind (a model's layers): not one kernel
+    kinds: dict[
+        str, str
+    ] = {}  # module path -> its kind (class, forward code, weights' layout, call signature): one target each
+    stacks: list[
+        str
+    ] = []  # module paths that hold a list of several modules of one kind (a model's layers): not one kernel
 
 
 def step_fn(model: nn.Module, call: ModelCall, *, backward: bool) -> Callable[[], object]:
@@ -81,7 +85,9 @@ def step_fn(model: nn.Module, call: ModelCall, *, backward: bool) -> Callable[[]
         leaves = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor) and x.requires_grad]
         if cotangents is None:
             gen = torch.Generator(device="cpu").manual_seed(0)
-            cotangents = [torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.device, x.dtype) for x in leaves]
+            cotangents = [
+                torch.randn(x.shape, generator=gen, dtype=torch.float32).to(x.device, x.dtype) for x in leaves
+            ]
         torch.autograd.backward(leaves, cotangents)
         return out
 
@@ -161,10 +167,15 @@ def profile_model(call: ModelCall, *, backward: bool, steps: int) -> Profile:
         for h in handles:
             h.remove()
     return Profile(
-        events=flatten(prof.events(), cuda=device.type == "cuda"), steps=steps,
+        events=flatten(prof.events(), cuda=device.type == "cuda"),
+        steps=steps,
         measure="cuda_kernels" if device.type == "cuda" else "cpu_time",
-        calls=dict(calls), shapes=dict(shapes), classes={p: type(m).__name__ for m, p in paths.items()}, step_ms=plain_ms,
-        kinds=kinds, stacks=[p for m, p in paths.items() if _is_stack(m)],
+        calls=dict(calls),
+        shapes=dict(shapes),
+        classes={p: type(m).__name__ for m, p in paths.items()},
+        step_ms=plain_ms,
+        kinds=kinds,
+        stacks=[p for m, p in paths.items() if _is_stack(m)],
     )
 
 
@@ -186,8 +197,17 @@ def module_kind(module: nn.Module, args: tuple, kwargs: dict) -> str:
         return type(x).__qualname__
 
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    text = repr((cls.__module__, cls.__qualname__, code.co_filename if code else "", code.co_firstlineno if code else 0,
-                 weights, str(spec), [leaf(x) for x in flat]))
+    text = repr(
+        (
+            cls.__module__,
+            cls.__qualname__,
+            code.co_filename if code else "",
+            code.co_firstlineno if code else 0,
+            weights,
+            str(spec),
+            [leaf(x) for x in flat],
+        )
+    )
     return f"{cls.__qualname__}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
@@ -213,9 +233,13 @@ def flatten(events, *, cuda: bool) -> list[ProfEvent]:
         parent = index.get(id(e.cpu_parent)) if e.cpu_parent is not None else None
         out.append(
             ProfEvent(
-                name=e.name, parent=parent, cpu_us=max(0.0, float(e.self_cpu_time_total)),
+                name=e.name,
+                parent=parent,
+                cpu_us=max(0.0, float(e.self_cpu_time_total)),
                 kernel_us=_kernel_us(e) if cuda else 0.0,
-                seq=int(e.sequence_nr), thread=int(e.thread), fwd_thread=int(e.fwd_thread),
+                seq=int(e.sequence_nr),
+                thread=int(e.thread),
+                fwd_thread=int(e.fwd_thread),
             )
         )
     return out

@@ -35,7 +35,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, base_name
-from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, Profile, ProfEvent
+from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, ProfEvent, Profile
 from kernelfix.tune.tune_report import ModuleRow, Ranking
 
 BACKWARD_MARK = "autograd::engine::evaluate_function: "
@@ -48,9 +48,13 @@ class Attribution:
     total_us: float = 0.0
     inclusive: dict[str, float] = field(default_factory=dict)
     own: dict[str, float] = field(default_factory=dict)
-    ops: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # compute ops per step, the module's subtree
+    ops: dict[str, Counter] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )  # compute ops per step, the module's subtree
     outside_us: float = 0.0  # under no submodule
-    work: dict[str, float] = field(default_factory=dict)  # the ops' own time by module (not its Python, not the profiler's)
+    work: dict[str, float] = field(
+        default_factory=dict
+    )  # the ops' own time by module (not its Python, not the profiler's)
 
 
 def _is_compute_op(name: str) -> bool:
@@ -71,13 +75,17 @@ def attribute(events: list[ProfEvent], *, measure: str) -> Attribution:
     for i, e in enumerate(events):  # parents come before children in the profiler's order
         p = e.parent
         parent_chain = chains[p] if p is not None else None
-        chains[i] = (e.name[len(MODULE_MARK):], *(parent_chain or ())) if e.name.startswith(MODULE_MARK) else parent_chain
+        chains[i] = (
+            (e.name[len(MODULE_MARK) :], *(parent_chain or ())) if e.name.startswith(MODULE_MARK) else parent_chain
+        )
         if e.name == STEP_MARK:
             step_of[i], steps = steps, steps + 1
         elif p is not None:
             step_of[i] = step_of[p]
         backward_of[i] = i if e.name.startswith(BACKWARD_MARK) else (backward_of[p] if p is not None else None)
-    forward: dict[tuple[int, int], tuple[tuple[str, ...], int]] = {}  # a forward op's (thread, seq) -> its modules and step
+    forward: dict[
+        tuple[int, int], tuple[tuple[str, ...], int]
+    ] = {}  # a forward op's (thread, seq) -> its modules and step
     for i, e in enumerate(events):
         if e.seq >= 0 and step_of[i] is not None and backward_of[i] is None and chains[i]:
             forward.setdefault((e.thread, e.seq), (chains[i], step_of[i]))
@@ -112,7 +120,9 @@ def attribute(events: list[ProfEvent], *, measure: str) -> Attribution:
             own[chain[0]][step] += us
         if bw is None and chain and _is_compute_op(e.name):
             parent = events[e.parent] if e.parent is not None else None
-            if parent is None or not parent.name.startswith("aten::"):  # what the module's code called, not its decomposition
+            if parent is None or not parent.name.startswith(
+                "aten::"
+            ):  # what the module's code called, not its decomposition
                 for path in chain:
                     a.ops[path][e.name] += 1
     for c in a.ops.values():
@@ -131,8 +141,15 @@ def _sub(path: str, prefix: str) -> bool:
     return prefix == "" or path.startswith(prefix + ".")
 
 
-def rows(profile: Profile, model_name: str, model_class: str, *, min_share: float, measure: str | None = None,
-         excluded: dict[str, str] | None = None) -> list[ModuleRow]:
+def rows(
+    profile: Profile,
+    model_name: str,
+    model_class: str,
+    *,
+    min_share: float,
+    measure: str | None = None,
+    excluded: dict[str, str] | None = None,
+) -> list[ModuleRow]:
     """One row per kind of module the model called, largest share first by ``measure`` (default the profile's), the
     targets chosen and ranked, the others with why (kernelfix.tune.targets); on a GPU each row also carries its share
     of the kernel time and of the CPU time. ``excluded``: kinds capture cannot take, with why."""
@@ -140,19 +157,37 @@ def rows(profile: Profile, model_name: str, model_class: str, *, min_share: floa
 
     measure = measure or profile.measure
     a = attribute(profile.events, measure=measure)
-    both = {m: attribute(profile.events, measure=m) for m in ("cuda_kernels", "cpu_time")} if profile.measure == "cuda_kernels" else {}
+    both = (
+        {m: attribute(profile.events, measure=m) for m in ("cuda_kernels", "cpu_time")}
+        if profile.measure == "cuda_kernels"
+        else {}
+    )
     steps = profile.steps
     total = a.total_us or 1.0
     parts = {}
     for path in sorted(set(profile.calls) | {""}):
         parts[path] = Part(
-            path=path, kind=profile.kinds.get(path, path) if path else "", share=a.inclusive.get(path, 0.0) / total,
-            self_share=a.own.get(path, 0.0) / total, ms=a.inclusive.get(path, 0.0) / 1e3, work=a.work.get(path, 0.0) / total,
-            calls=profile.calls.get(path, steps) / steps, ops=a.ops.get(path, Counter()), shapes=profile.shapes.get(path, []),
-            kernel_share=_share(both.get("cuda_kernels"), path), cpu_share=_share(both.get("cpu_time"), path),
+            path=path,
+            kind=profile.kinds.get(path, path) if path else "",
+            share=a.inclusive.get(path, 0.0) / total,
+            self_share=a.own.get(path, 0.0) / total,
+            ms=a.inclusive.get(path, 0.0) / 1e3,
+            work=a.work.get(path, 0.0) / total,
+            calls=profile.calls.get(path, steps) / steps,
+            ops=a.ops.get(path, Counter()),
+            shapes=profile.shapes.get(path, []),
+            kernel_share=_share(both.get("cuda_kernels"), path),
+            cpu_share=_share(both.get("cpu_time"), path),
         )
-    return choose(parts, classes=profile.classes, model_name=model_name, model_class=model_class, min_share=min_share,
-                  stacks=set(profile.stacks), excluded=excluded)
+    return choose(
+        parts,
+        classes=profile.classes,
+        model_name=model_name,
+        model_class=model_class,
+        min_share=min_share,
+        stacks=set(profile.stacks),
+        excluded=excluded,
+    )
 
 
 def _share(a: Attribution | None, path: str) -> float | None:
@@ -168,15 +203,26 @@ def ranking(profile: Profile, device: str, *, backward: bool) -> Ranking:
     the CPU time of each module's ops, launches included. On a CPU by CPU time."""
     a = attribute(profile.events, measure=profile.measure)
     per_step_ms = a.total_us / 1e3
-    busy = round(per_step_ms / profile.step_ms, 4) if profile.measure == "cuda_kernels" and profile.step_ms > 0 else None
+    busy = (
+        round(per_step_ms / profile.step_ms, 4) if profile.measure == "cuda_kernels" and profile.step_ms > 0 else None
+    )
     measure, why = profile.measure, None
     if busy is not None and busy < LAUNCH_BOUND:
         measure = "cpu_time"
         a = attribute(profile.events, measure=measure)
-        why = (f"the GPU ran kernels {100 * busy:.0f}% of the step: launch-bound, so ranked by the CPU time of each module's ops "
-               "(launches included), where the step's time goes")
+        why = (
+            f"the GPU ran kernels {100 * busy:.0f}% of the step: launch-bound, so ranked by the CPU time of each module's ops "
+            "(launches included), where the step's time goes"
+        )
     return Ranking(
-        device=device, measure=measure, backward=backward, steps=profile.steps, step_ms=round(profile.step_ms, 6),
-        attributed_ms=round(a.total_us / 1e3, 6), kernel_ms=round(per_step_ms, 6) if busy is not None else None,
-        busy=busy, why=why, outside_modules=round(a.outside_us / (a.total_us or 1.0), 6),
+        device=device,
+        measure=measure,
+        backward=backward,
+        steps=profile.steps,
+        step_ms=round(profile.step_ms, 6),
+        attributed_ms=round(a.total_us / 1e3, 6),
+        kernel_ms=round(per_step_ms, 6) if busy is not None else None,
+        busy=busy,
+        why=why,
+        outside_modules=round(a.outside_us / (a.total_us or 1.0), 6),
     )

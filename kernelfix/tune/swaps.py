@@ -76,9 +76,24 @@ def _first_line(e: BaseException) -> str:
 class Trials:
     """Swap trials on one model and its call; the compiled original is made once and shared."""
 
-    def __init__(self, call: ModelCall, *, model_name: str, cfg: TuneConfig, judge_cfg: JudgeConfig, backward: bool,
-                 say: Callable[[str], None] = lambda s: None):
-        self.call, self.model_name, self.cfg, self.judge_cfg, self.backward, self.say = call, model_name, cfg, judge_cfg, backward, say
+    def __init__(
+        self,
+        call: ModelCall,
+        *,
+        model_name: str,
+        cfg: TuneConfig,
+        judge_cfg: JudgeConfig,
+        backward: bool,
+        say: Callable[[str], None] = lambda s: None,
+    ):
+        self.call, self.model_name, self.cfg, self.judge_cfg, self.backward, self.say = (
+            call,
+            model_name,
+            cfg,
+            judge_cfg,
+            backward,
+            say,
+        )
         self.root = call.module
         self.device = call.device
         self._compiled: nn.Module | None = None
@@ -92,11 +107,17 @@ class Trials:
 
     # ------------------------------------------------------------------ one trial
 
-    def trial(self, swaps: list[tuple[str, str]], best_turns: list[int | None] | None = None, targets: list[str] | None = None) -> SwapTrial:
+    def trial(
+        self, swaps: list[tuple[str, str]], best_turns: list[int | None] | None = None, targets: list[str] | None = None
+    ) -> SwapTrial:
         """``swaps``: (module path, session dir) pairs, tried together (every instance of a target, each with its own
         weights); ``targets``: what they are, as the table names them."""
-        t = SwapTrial(modules=[m for m, _ in swaps], sessions=list(dict.fromkeys(s for _, s in swaps)), best_turns=list(best_turns or []),
-                      targets=targets or [m for m, _ in swaps])
+        t = SwapTrial(
+            modules=[m for m, _ in swaps],
+            sessions=list(dict.fromkeys(s for _, s in swaps)),
+            best_turns=list(best_turns or []),
+            targets=targets or [m for m, _ in swaps],
+        )
         kernels: dict[str, nn.Module] = {}
         for module_path, session in swaps:
             try:
@@ -116,8 +137,11 @@ class Trials:
         if t.eager.error is None and (t.eager.output is None or t.eager.output.ok) and (t.grads is None or t.grads.ok):
             t.compiled = self._compiled_comparison(view)
         t.fallbacks = sum(getattr(k, "fallbacks", 0) for k in kernels.values())
-        t.compile_paths = {m: compile_path_text(k.compile_path) for (m, _), k in zip(swaps, kernels.values())
-                           if getattr(k, "compile_path", None) is not None}
+        t.compile_paths = {
+            m: compile_path_text(k.compile_path)
+            for (m, _), k in zip(swaps, kernels.values())
+            if getattr(k, "compile_path", None) is not None
+        }
         t.kept, t.reason = explain(t.eager, t.compiled, self.cfg)
         if t.grads is not None and not t.grads.ok:
             t.kept, t.reason = False, f"breaks the model's gradients: {t.grads.summary()}"
@@ -132,11 +156,17 @@ class Trials:
         except Exception as e:
             return Comparison(mode=mode, error=f"the swapped model raised: {_first_line(e)}")
         check = compare_outputs(_detached(got), _detached(want), self.judge_cfg)
-        if not check.ok and _half(want):  # bfloat16's rounding through a deep model: judged against the model in float32
+        if not check.ok and _half(
+            want
+        ):  # bfloat16's rounding through a deep model: judged against the model in float32
             try:
                 check = truth_rule(_detached(got), _detached(want), self._truth(), self.judge_cfg, check)
-            except Exception as e:  # the model does not run in float32 (or the copy does not fit): the element-wise check stands
-                self.notes.append(f"no float32 run of the model to judge half-precision outputs against: {_first_line(e)}")
+            except (
+                Exception
+            ) as e:  # the model does not run in float32 (or the copy does not fit): the element-wise check stands
+                self.notes.append(
+                    f"no float32 run of the model to judge half-precision outputs against: {_first_line(e)}"
+                )
         if not check.ok:
             return Comparison(mode=mode, output=check)
         fns = [step_fn(before, self.call, backward=self.backward), step_fn(after, self.call, backward=self.backward)]
@@ -183,17 +213,25 @@ class Trials:
                 step_fn(compiled, self.call, backward=False)()
                 self._compiled, self.fullgraph = compiled, fullgraph
                 if not fullgraph:
-                    self.notes.append("the original model does not compile with fullgraph=True: the compiled timings compile both without it")
+                    self.notes.append(
+                        "the original model does not compile with fullgraph=True: the compiled timings compile both without it"
+                    )
                 return compiled
             except Exception as e:
                 err = _first_line(e)
-        self.notes.append(f"the original model does not compile ({self.cfg.compile_backend}): {err}; no compiled timing")
+        self.notes.append(
+            f"the original model does not compile ({self.cfg.compile_backend}): {err}; no compiled timing"
+        )
         return None
 
     def _grads_check(self, view: nn.Module, swapped: set[str]):
         """The gradients of every parameter outside the swapped modules (shared by both models) after one step
         of each: what flows back through a swapped module's backward reaches them."""
-        names = [n for n, p in self.root.named_parameters() if p.requires_grad and not any(n == s or n.startswith(s + ".") for s in swapped if s)]
+        names = [
+            n
+            for n, p in self.root.named_parameters()
+            if p.requires_grad and not any(n == s or n.startswith(s + ".") for s in swapped if s)
+        ]
         params = dict(self.root.named_parameters())
 
         def grads(model: nn.Module) -> dict[str, torch.Tensor | None]:

@@ -41,7 +41,9 @@ class Part:
     shapes: list[str] = field(default_factory=list)
     kernel_share: float | None = None
     cpu_share: float | None = None
-    work: float = 0.0  # the share of its ops' own time (on a CPU, without the Python of its forward and the profiler's cost)
+    work: float = (
+        0.0  # the share of its ops' own time (on a CPU, without the Python of its forward and the profiler's cost)
+    )
 
     @property
     def per_call(self) -> float:
@@ -56,8 +58,16 @@ def natural(path: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path))
 
 
-def choose(parts: dict[str, Part], *, classes: dict[str, str], model_name: str, model_class: str, min_share: float,
-           stacks: set[str] = frozenset(), excluded: dict[str, str] | None = None) -> list[ModuleRow]:
+def choose(
+    parts: dict[str, Part],
+    *,
+    classes: dict[str, str],
+    model_name: str,
+    model_class: str,
+    min_share: float,
+    stacks: set[str] = frozenset(),
+    excluded: dict[str, str] | None = None,
+) -> list[ModuleRow]:
     """One row per kind of module, largest share first; the chosen targets ranked (``rank``), the others with why."""
     excluded = excluded or {}
     groups: dict[str, list[str]] = {}
@@ -112,8 +122,10 @@ def choose(parts: dict[str, Part], *, classes: dict[str, str], model_name: str, 
         largest = max(sum(parts[p].work for cc, p in inner if cc == c) for c in {c for c, _ in inner})
         if rest >= min_share and rest_per_call >= 1.5 and rest > largest:
             chosen.append(k)
-            why[k] = (f"chosen over {', '.join(names)} inside it: it adds {100 * rest:.1f}% of the step beyond them "
-                      f"({', '.join(o.removeprefix('aten::') for o, _ in rest_ops.most_common(3))}), one kernel for all of it")
+            why[k] = (
+                f"chosen over {', '.join(names)} inside it: it adds {100 * rest:.1f}% of the step beyond them "
+                f"({', '.join(o.removeprefix('aten::') for o, _ in rest_ops.most_common(3))}), one kernel for all of it"
+            )
             for c in {c for c, _ in inner}:
                 covered = [p for cc, p in inner if cc == c]
                 members[c] = [p for p in members[c] if p not in covered]
@@ -122,29 +134,49 @@ def choose(parts: dict[str, Part], *, classes: dict[str, str], model_name: str, 
                     reason[c] = f"inside {_label(groups[k], classes, model_name)}, whose kernel covers it"
                 elif share_of(members[c]) < min_share:
                     chosen.remove(c)
-                    reason[c] = (f"{len(covered)} of its instances inside {_label(groups[k], classes, model_name)}, whose kernel covers "
-                                 f"them; the other {len(members[c])} hold {100 * share_of(members[c]):.2g}% of the step")
+                    reason[c] = (
+                        f"{len(covered)} of its instances inside {_label(groups[k], classes, model_name)}, whose kernel covers "
+                        f"them; the other {len(members[c])} hold {100 * share_of(members[c]):.2g}% of the step"
+                    )
         else:
-            short = (f"under {100 * min_share:g}% of the step" if rest < min_share else
-                     "one op per call: alone it competes with the library's" if rest_per_call < 1.5 else
-                     f"less than the largest of them, {100 * largest:.2g}%: the time is in its parts")
-            reason[k] = (f"holds {', '.join(names)}, chosen; what it adds beyond them ({100 * max(rest, 0):.2g}% of the step) is not "
-                         f"worth a kernel of its own ({short}): tuned through them")
+            short = (
+                f"under {100 * min_share:g}% of the step"
+                if rest < min_share
+                else "one op per call: alone it competes with the library's"
+                if rest_per_call < 1.5
+                else f"less than the largest of them, {100 * largest:.2g}%: the time is in its parts"
+            )
+            reason[k] = (
+                f"holds {', '.join(names)}, chosen; what it adds beyond them ({100 * max(rest, 0):.2g}% of the step) is not "
+                f"worth a kernel of its own ({short}): tuned through them"
+            )
     rows = []
     for k, paths in groups.items():
         own = members[k] if k in chosen else paths
         first = parts[own[0]]
         s = share_of(own)
-        rows.append(ModuleRow(
-            module=model_name if first.path == "" else f"{model_name}.{first.path}", module_class=classes.get(first.path, model_class),
-            kind=k or None, calls=round(first.calls, 3), shapes=first.shapes[:8], share=round(s, 6),
-            self_share=round(sum(parts[p].self_share for p in own), 6), ms=round(sum(parts[p].ms for p in own), 6),
-            amdahl=None if first.path == "" or s >= 1 else round(1 / (1 - s), 4),
-            ops={o.removeprefix("aten::"): round(v) for o, v in first.ops.most_common()},
-            candidate=k in chosen, reason=None if k in chosen else reason.get(k), chosen_because=why.get(k) if k in chosen else None,
-            instances=[Instance(module=f"{model_name}.{p}", share=round(parts[p].share, 6)) for p in own] if len(own) > 1 else [],
-            kernel_share=_sum(parts, own, "kernel_share"), cpu_share=_sum(parts, own, "cpu_share"),
-        ))
+        rows.append(
+            ModuleRow(
+                module=model_name if first.path == "" else f"{model_name}.{first.path}",
+                module_class=classes.get(first.path, model_class),
+                kind=k or None,
+                calls=round(first.calls, 3),
+                shapes=first.shapes[:8],
+                share=round(s, 6),
+                self_share=round(sum(parts[p].self_share for p in own), 6),
+                ms=round(sum(parts[p].ms for p in own), 6),
+                amdahl=None if first.path == "" or s >= 1 else round(1 / (1 - s), 4),
+                ops={o.removeprefix("aten::"): round(v) for o, v in first.ops.most_common()},
+                candidate=k in chosen,
+                reason=None if k in chosen else reason.get(k),
+                chosen_because=why.get(k) if k in chosen else None,
+                instances=[Instance(module=f"{model_name}.{p}", share=round(parts[p].share, 6)) for p in own]
+                if len(own) > 1
+                else [],
+                kernel_share=_sum(parts, own, "kernel_share"),
+                cpu_share=_sum(parts, own, "cpu_share"),
+            )
+        )
     rows.sort(key=lambda r: (-r.share, natural(r.module)))
     for n, r in enumerate([r for r in rows if r.candidate], start=1):
         r.rank = n

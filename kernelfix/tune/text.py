@@ -27,8 +27,14 @@ def _fit(text: str, width: int) -> str:
 def _wrap(text: str, indent: str = "  ", width: int = WIDTH) -> list[str]:
     import textwrap
 
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
-                         break_on_hyphens=False) or [indent]
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 def wrapped(text: str) -> str:
@@ -49,7 +55,15 @@ def fit_lines(text: str) -> str:
     return "\n".join(out)
 
 
-_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64", "int32": "i32", "bool": "b8"}
+_SHORT = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "bool": "b8",
+}
 
 
 def short_call(sig: str) -> str:
@@ -70,24 +84,54 @@ def ranking_text(r: TuneReport) -> str:
     rk: Ranking = r.ranking
     what = "CUDA kernel time" if rk.measure == "cuda_kernels" else "CPU time (the profiler's own cost per op included)"
     step = "forward+backward step" if rk.backward else "forward"
-    head = _wrap(f"{r.model_name} ({r.model_class.rsplit('.', 1)[-1]}) on {rk.device}, called with {', '.join(short_call(x) for x in r.inputs[:1]) or 'no arguments'}"
-                 f"{' (' + str(len(r.inputs)) + ' arguments, all in report.json)' if len(r.inputs) > 1 else ''}", indent="")
-    head += _wrap(f"{step}: {_ms(rk.step_ms)} end to end"
-                  + (f", {_ms(rk.kernel_ms)} of CUDA kernels (the GPU busy {100 * rk.busy:.0f}%)" if rk.kernel_ms is not None and rk.busy is not None else "")
-                  + f"; ranked by {what} over {rk.steps} {step}s, {_ms(rk.attributed_ms)} per {step}")
+    head = _wrap(
+        f"{r.model_name} ({r.model_class.rsplit('.', 1)[-1]}) on {rk.device}, called with {', '.join(short_call(x) for x in r.inputs[:1]) or 'no arguments'}"
+        f"{' (' + str(len(r.inputs)) + ' arguments, all in report.json)' if len(r.inputs) > 1 else ''}",
+        indent="",
+    )
+    head += _wrap(
+        f"{step}: {_ms(rk.step_ms)} end to end"
+        + (
+            f", {_ms(rk.kernel_ms)} of CUDA kernels (the GPU busy {100 * rk.busy:.0f}%)"
+            if rk.kernel_ms is not None and rk.busy is not None
+            else ""
+        )
+        + f"; ranked by {what} over {rk.steps} {step}s, {_ms(rk.attributed_ms)} per {step}"
+    )
     if rk.why:
         head += _wrap(rk.why)
     cands = [m for m in r.modules if m.candidate]
     rows = [("#", "target", "share", "bound", "calls", "input", "capture")]
     for m in cands[:TABLE_ROWS]:
         cap = "-" if m.capture is None else "ok" if m.capture == "ok" else "no"
-        rows.append((str(m.rank), _fit(label(m), 44), f"{100 * m.share:.1f}%", f"{m.amdahl:.3f}x" if m.amdahl else "-", f"{m.calls:g}",
-                     short_call(m.shapes[0]) if m.shapes else "-", cap))
-    lines = head + ["", _fit(f"targets, largest share first (share: of the {step}, every instance included; bound: the model's "
-                             "speedup if it took no time)", WIDTH)]
+        rows.append(
+            (
+                str(m.rank),
+                _fit(label(m), 44),
+                f"{100 * m.share:.1f}%",
+                f"{m.amdahl:.3f}x" if m.amdahl else "-",
+                f"{m.calls:g}",
+                short_call(m.shapes[0]) if m.shapes else "-",
+                cap,
+            )
+        )
+    lines = head + [
+        "",
+        _fit(
+            f"targets, largest share first (share: of the {step}, every instance included; bound: the model's "
+            "speedup if it took no time)",
+            WIDTH,
+        ),
+    ]
     if len(rows) > 1:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(w) if i in (1, 5, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+        lines += [
+            "  "
+            + "  ".join(
+                c.ljust(w) if i in (1, 5, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            ).rstrip()
+            for row in rows
+        ]
         if len(cands) > TABLE_ROWS:
             lines.append(f"  ... {len(cands) - TABLE_ROWS} more in report.json")
         for m in cands[:TABLE_ROWS]:
@@ -111,7 +155,10 @@ def no_candidates_text(r: TuneReport, cfg: TuneConfig) -> str:
         if m.module != r.model_name and m.reason:
             key = m.reason.split(":")[0].split(" (")[0]
             reasons[key] = reasons.get(key, 0) + 1
-    why = "; ".join(f"{n} module{'s' if n > 1 else ''}: {k}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])) or "it calls no submodule"
+    why = (
+        "; ".join(f"{n} module{'s' if n > 1 else ''}: {k}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        or "it calls no submodule"
+    )
     skipped = [m for m in r.modules if m.skipped]
     extra = "" if not skipped else " " + "; ".join(f"{m.module} skipped: {m.skipped}" for m in skipped[:3])
     return (
@@ -126,8 +173,10 @@ def comparison_line(c: Comparison | None, cfg: TuneConfig) -> str:
         return "not measured"
     if c.error or c.before is None or c.after is None:
         return verdict(c, cfg)
-    return (f"{c.mode:8} forward {_ms(c.before.median_ms)} -> {_ms(c.after.median_ms)} median of {c.before.rounds} rounds "
-            f"(p10-p90 {_ms(c.before.p10_ms)}-{_ms(c.before.p90_ms)} -> {_ms(c.after.p10_ms)}-{_ms(c.after.p90_ms)}); {verdict(c, cfg)}")
+    return (
+        f"{c.mode:8} forward {_ms(c.before.median_ms)} -> {_ms(c.after.median_ms)} median of {c.before.rounds} rounds "
+        f"(p10-p90 {_ms(c.before.p10_ms)}-{_ms(c.before.p90_ms)} -> {_ms(c.after.p10_ms)}-{_ms(c.after.p90_ms)}); {verdict(c, cfg)}"
+    )
 
 
 def trial_text(t: SwapTrial, cfg: TuneConfig) -> str:
@@ -147,18 +196,27 @@ def summary_text(r: TuneReport, out: str, cfg: TuneConfig) -> str:
         lines.append(f"kept {len(r.kept)} swap{'s' if len(r.kept) > 1 else ''}: {', '.join(k.module for k in r.kept)}")
         if c is not None:
             lines += [f"  {comparison_line(x, cfg)}" for x in (c.eager, c.compiled) if x is not None]
-        lines += ["", "Put them in your model, after building it and before running it:", "",
-                  "    import kernelfix", f"    {r.model_name} = kernelfix.load_tuned({out!r}, {r.model_name})"]
+        lines += [
+            "",
+            "Put them in your model, after building it and before running it:",
+            "",
+            "    import kernelfix",
+            f"    {r.model_name} = kernelfix.load_tuned({out!r}, {r.model_name})",
+        ]
     elif not r.selected:
         lines.append(f"tuned nothing: no module of {r.model_name} is worth a kernel (above); the model stays as it is")
     else:
         tried = [m for m in r.selected if m.swap is not None]
         if tried:
-            lines.append(f"kept no swap: {len(tried)} tried, none made {r.model_name}'s forward faster beyond the noise "
-                         "eager and compiled with its output intact (report.json says why for each); the model stays as it is")
+            lines.append(
+                f"kept no swap: {len(tried)} tried, none made {r.model_name}'s forward faster beyond the noise "
+                "eager and compiled with its output intact (report.json says why for each); the model stays as it is"
+            )
         else:
             where = ", ".join(f"{m.module}: {m.skipped or m.session_status or 'not run'}" for m in r.selected)
-            lines.append(f"kept no swap: no session found a correct kernel ({where}); the model stays as it is; "
-                         "run the same command again to continue unfinished sessions")
+            lines.append(
+                f"kept no swap: no session found a correct kernel ({where}); the model stays as it is; "
+                "run the same command again to continue unfinished sessions"
+            )
     lines.append(f"report: {out}/report.json")
     return "\n".join(lines)

@@ -32,7 +32,9 @@ def call_ms(fn: Callable[[], object], device: torch.device) -> float:
     return 1e3 * (time.perf_counter() - t0)
 
 
-def paired_rounds(fns: list[Callable[[], object]], device: torch.device, *, rounds: int, round_ms: float) -> tuple[list[list[float]], int]:
+def paired_rounds(
+    fns: list[Callable[[], object]], device: torch.device, *, rounds: int, round_ms: float
+) -> tuple[list[list[float]], int]:
     """Per callable, its median call in each round; and the calls per round (the same for all)."""
     slowest = 0.0
     for fn in fns:

@@ -22,8 +22,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 LIBRARY_OPS = (
-    "mm", "addmm", "bmm", "linear", "matmul", "_grouped_mm", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "mm",
+    "addmm",
+    "bmm",
+    "linear",
+    "matmul",
+    "_grouped_mm",
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
 )
 
 
@@ -31,17 +40,31 @@ class TuneConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     top: int = Field(3, ge=1, description="modules to capture and optimize, in the ranking's order")
-    min_share: float = Field(0.01, ge=0, lt=1, description="below this share of the forward a module is not worth a kernel")
-    profile_steps: int = Field(10, ge=1, description="forwards (or forward+backward steps) profiled for the ranking, after 3 untimed")
+    min_share: float = Field(
+        0.01, ge=0, lt=1, description="below this share of the forward a module is not worth a kernel"
+    )
+    profile_steps: int = Field(
+        10, ge=1, description="forwards (or forward+backward steps) profiled for the ranking, after 3 untimed"
+    )
     max_calls: int = Field(8, ge=1, description="capture --calls all: at most this many signatures per module")
-    rounds: int = Field(20, ge=3, description="timing rounds of the keep decision; each times the original and the swapped model")
-    round_ms: float = Field(50.0, gt=0, description="each model's calls in a round last about this long (at least 3 calls)")
-    min_gain: float = Field(0.01, ge=0, description="a kept swap's median speedup of the forward is at least 1 + min_gain")
+    rounds: int = Field(
+        20, ge=3, description="timing rounds of the keep decision; each times the original and the swapped model"
+    )
+    round_ms: float = Field(
+        50.0, gt=0, description="each model's calls in a round last about this long (at least 3 calls)"
+    )
+    min_gain: float = Field(
+        0.01, ge=0, description="a kept swap's median speedup of the forward is at least 1 + min_gain"
+    )
     noise_quantile: float = Field(
-        0.1, gt=0, lt=0.5,
+        0.1,
+        gt=0,
+        lt=0.5,
         description="a kept swap is faster in the rounds' ratios down to this quantile: the lower end of its own spread is above 1",
     )
-    compile_backend: str = Field("inductor", description="torch.compile backend of the compiled timing (fullgraph=True)")
+    compile_backend: str = Field(
+        "inductor", description="torch.compile backend of the compiled timing (fullgraph=True)"
+    )
     trials: Literal["each", "together"] = Field(
         "each",
         description="each: every swap tried alone, then the kept and promising ones together; together: all correct swaps "

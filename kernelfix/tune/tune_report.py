@@ -37,11 +37,17 @@ class Comparison(_Model):
     before: Stats | None = None
     after: Stats | None = None
     speedup: float | None = Field(None, description="median over the rounds of original time / swapped time")
-    speedup_low: float | None = Field(None, description="that ratio's noise_quantile over the rounds (its p10 by default)")
+    speedup_low: float | None = Field(
+        None, description="that ratio's noise_quantile over the rounds (its p10 by default)"
+    )
     speedup_high: float | None = Field(None, description="its 1 - noise_quantile quantile (p90)")
     faster: bool = Field(False, description="faster beyond the noise: speedup_low > 1 and speedup >= 1 + min_gain")
-    output: OutputCheck | None = Field(None, description="the swapped model's output against the original's, in this mode")
-    error: str | None = Field(None, description="why it was not measured (it does not compile with fullgraph=True, it raised)")
+    output: OutputCheck | None = Field(
+        None, description="the swapped model's output against the original's, in this mode"
+    )
+    error: str | None = Field(
+        None, description="why it was not measured (it does not compile with fullgraph=True, it raised)"
+    )
     note: str | None = None
 
 
@@ -49,15 +55,26 @@ class SwapTrial(_Model):
     """One or more modules swapped into the model together: checked and timed end to end."""
 
     modules: list[str]
-    targets: list[str] = Field(default_factory=list, description="what was swapped, as the table names it (LlamaAttention x16)")
+    targets: list[str] = Field(
+        default_factory=list, description="what was swapped, as the table names it (LlamaAttention x16)"
+    )
     sessions: list[str]
-    best_turns: list[int | None] = Field(default_factory=list, description="each session's best turn when tried (a new best: tried again)")
+    best_turns: list[int | None] = Field(
+        default_factory=list, description="each session's best turn when tried (a new best: tried again)"
+    )
     eager: Comparison | None = None
     compiled: Comparison | None = None
-    grads: OutputCheck | None = Field(None, description="--backward: the gradients of the model's other parameters against the original's")
-    fallbacks: int = Field(0, description="calls the swapped modules handed to the original module (unlike every captured call)")
-    compile_paths: dict[str, str] = Field(default_factory=dict, description="per module, how its kernel runs under torch.compile "
-                                          "(traced by Dynamo, or the custom operator and why): capture/summary.py's line")
+    grads: OutputCheck | None = Field(
+        None, description="--backward: the gradients of the model's other parameters against the original's"
+    )
+    fallbacks: int = Field(
+        0, description="calls the swapped modules handed to the original module (unlike every captured call)"
+    )
+    compile_paths: dict[str, str] = Field(
+        default_factory=dict,
+        description="per module, how its kernel runs under torch.compile "
+        "(traced by Dynamo, or the custom operator and why): capture/summary.py's line",
+    )
     kept: bool = False
     reason: str = ""
 
@@ -73,11 +90,16 @@ class ModuleRow(_Model):
     """One target: a module, or every module of one kind (the copies of one layer), its share of the step and what
     tune did with it."""
 
-    module: str = Field(description="the path as `kernelfix capture --module` takes it (model.blocks.0.attn): the first instance")
+    module: str = Field(
+        description="the path as `kernelfix capture --module` takes it (model.blocks.0.attn): the first instance"
+    )
     module_class: str
     kind: str | None = Field(None, description="class and signature: the modules of one kind are one target")
-    instances: list[Instance] = Field(default_factory=list, description="every module of the target, with its own share "
-                                      "(empty for a target of one module); the kernel is swapped into each, with its own weights")
+    instances: list[Instance] = Field(
+        default_factory=list,
+        description="every module of the target, with its own share "
+        "(empty for a target of one module); the kernel is swapped into each, with its own weights",
+    )
     chosen_because: str | None = Field(None, description="why it was chosen over what it holds")
     capture: str | None = Field(None, description="capture's verdict on it: 'ok', or why it cannot be captured")
     calls: float = Field(description="calls per forward")
@@ -88,19 +110,25 @@ class ModuleRow(_Model):
     amdahl: float | None = Field(None, description="1 / (1 - share): the model's speedup if this module took no time")
     kernel_share: float | None = Field(None, description="GPU: its share of the CUDA kernel time")
     cpu_share: float | None = Field(None, description="GPU: its share of the CPU time (the ops' dispatch and launches)")
-    ops: dict[str, int] = Field(default_factory=dict, description="compute ops per forward its own code and its submodules call (not views)")
+    ops: dict[str, int] = Field(
+        default_factory=dict, description="compute ops per forward its own code and its submodules call (not views)"
+    )
     candidate: bool = False
     rank: int | None = Field(None, description="its place among the modules worth a kernel, by share")
     reason: str | None = Field(None, description="why it is not worth a kernel")
     # What tune did with it (the selected: the top K that capture could trace)
     selected: bool = False
-    skipped: str | None = Field(None, description="why it was passed over: capture cannot trace it, no replay file, ...")
+    skipped: str | None = Field(
+        None, description="why it was passed over: capture cannot trace it, no replay file, ..."
+    )
     task: str | None = None
     session: str | None = None
     session_status: str | None = None
     correct: bool | None = None
     best_turn: int | None = None
-    task_speedup_eager: float | None = Field(None, description="the judge's speedup of the best kernel on the captured task")
+    task_speedup_eager: float | None = Field(
+        None, description="the judge's speedup of the best kernel on the captured task"
+    )
     swap: SwapTrial | None = None
 
 
@@ -115,14 +143,20 @@ class Ranking(_Model):
     step_ms: float = Field(description="one forward (step) end to end, median, without the profiler")
     attributed_ms: float = Field(description="per step: the time the shares divide (of the measure)")
     kernel_ms: float | None = Field(None, description="GPU: CUDA kernel time per step")
-    busy: float | None = Field(None, description="GPU: kernel time / the step's time; under 0.5 the step is launch-bound")
-    outside_modules: float = Field(0.0, description="share of the time no submodule holds (the model's own code, gradient accumulation)")
+    busy: float | None = Field(
+        None, description="GPU: kernel time / the step's time; under 0.5 the step is launch-bound"
+    )
+    outside_modules: float = Field(
+        0.0, description="share of the time no submodule holds (the model's own code, gradient accumulation)"
+    )
 
 
 class KeptSwap(_Model):
     module: str
     session: str
-    instances: list[str] = Field(default_factory=list, description="every module the kernel replaces (the target's instances)")
+    instances: list[str] = Field(
+        default_factory=list, description="every module the kernel replaces (the target's instances)"
+    )
 
 
 class TuneReport(_Model):
@@ -133,7 +167,9 @@ class TuneReport(_Model):
     script: str
     script_args: list[str] = Field(default_factory=list)
     script_sha256: str
-    model_name: str = Field(description="the script's variable that holds the model: the first part of every module path")
+    model_name: str = Field(
+        description="the script's variable that holds the model: the first part of every module path"
+    )
     model_class: str
     inputs: list[str] = Field(default_factory=list, description="the model's call, as profiled and timed")
     device: str = Field(description="where the model runs (swaps are loaded and timed there)")

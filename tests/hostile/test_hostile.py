@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, Case, load_cases
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
@@ -123,7 +122,9 @@ class World:
         text = case.path.read_text()
         for key, value in {
             # The cache's locks/ and the lease's real dir ($KERNELFIX_LOCKS, shared with the run's other judges).
-            "__CANARY_DIRS__": json.dumps([str(self.home), str(self.repo), str(self.cache / "locks"), str(lock_root())]),
+            "__CANARY_DIRS__": json.dumps(
+                [str(self.home), str(self.repo), str(self.cache / "locks"), str(lock_root())]
+            ),
             "__OUTSIDE_FILE__": str(self.outside / "planted.txt"),
             "__KEY_MARK__": MARK,
             "__SECRET_FILES__": json.dumps([str(p) for p in self.secret_files]),
@@ -135,11 +136,21 @@ class World:
     def judge(self, case: Case, device: str) -> Judge:
         # The corpus is about containment, not accuracy or speed: fewer trials, no varied inputs or
         # float64 reference, short timing on the GPU, no torch.compile baseline.
-        lean = {"trials": 3, "input_variants": [], "float64_reference": False, "timing_runs": 20, "time_torch_compile": False}
+        lean = {
+            "trials": 3,
+            "input_variants": [],
+            "float64_reference": False,
+            "timing_runs": 20,
+            "time_torch_compile": False,
+        }
         cfg = JudgeConfig(**{"device": device, "run_timeout_s": 60, "compile_timeout_s": 300, **lean, **case.config})
         key = cfg.model_dump_json()
         if case.fresh_judge or key not in self.judges:
-            j = Judge(CORPUS / "tasks" / f"{case.task}.py", cfg, workdir=self.root / f"judge-{len(self.judges)}-{secrets.token_hex(3)}")
+            j = Judge(
+                CORPUS / "tasks" / f"{case.task}.py",
+                cfg,
+                workdir=self.root / f"judge-{len(self.judges)}-{secrets.token_hex(3)}",
+            )
             if case.fresh_judge:
                 return j
             j.reference()  # its files exist before the candidate runs: any change to them is the candidate's
@@ -158,7 +169,11 @@ class World:
         locks = self.cache / "locks"
         # And the judge's own cache (hidden from every candidate), which a fresh judge's reference fills
         # in the background: a slow machine made it after the first snapshot (16 test workers on the H100).
-        own = [self.cache / name for name in COMPILER_CACHES] + [*locks.glob("gpu-*.log"), *locks.glob("gpu-*.memory"), *locks.glob("gpu-*.wants")]
+        own = [self.cache / name for name in COMPILER_CACHES] + [
+            *locks.glob("gpu-*.log"),
+            *locks.glob("gpu-*.memory"),
+            *locks.glob("gpu-*.wants"),
+        ]
         own += [lock for lock in locks.glob("gpu-*.lock") if lock.name != "gpu-canary.lock"]
         own.append(self.cache / "judge")
         own.append(self.cache / BYTECODE_CACHE)  # the fork servers' bytecode (checked apart: _bytecode_is_the_judges)
@@ -230,7 +245,9 @@ def _bytecode_is_the_judges(folder: Path, before: dict[str, tuple]) -> None:
     """The fork servers' bytecode folder (sandbox/fork_server.py) only grows, and only by the bytecode of sources
     that exist: what was there is unchanged, and every entry is ``<source's dir>/<module>.<tag>.pyc`` under it."""
     after = _tree(folder, [])
-    assert not [p for p, v in before.items() if after.get(p) != v], "the fork servers' bytecode changed under a candidate"
+    assert not [p for p, v in before.items() if after.get(p) != v], (
+        "the fork servers' bytecode changed under a candidate"
+    )
     for p, v in after.items():
         if v[0] != "file":
             assert v[0] == "dir", f"{p}: {v}"
@@ -271,14 +288,20 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
         # Without a cgroup, forked copies of a torch process sum their shared pages once per
         # copy, and the RSS watchdog may fire before the task count does: killed either way.
         expected = Category.OOM
-    if case.path.stem == "memory_bomb" and verdict.category == Category.RUN_TIMEOUT and "did not finish within" in verdict.message:
+    if (
+        case.path.stem == "memory_bomb"
+        and verdict.category == Category.RUN_TIMEOUT
+        and "did not finish within" in verdict.message
+    ):
         # On the H100 host under six judges at once, zeroing 8 GiB of pages outran the 10 s hang
         # deadline once: killed for time rather than memory, the candidate's fault either way.
         expected = Category.RUN_TIMEOUT
     assert verdict.category == expected, what
     assert verdict.message or verdict.ok, what
     if verdict.ok and verdict.timings and verdict.timings.candidate:
-        assert verdict.timings.candidate.median_ms > 1e-3, f"no kernel launch takes {verdict.timings.candidate.median_ms} ms: faked timing"
+        assert verdict.timings.candidate.median_ms > 1e-3, (
+            f"no kernel launch takes {verdict.timings.candidate.median_ms} ms: faked timing"
+        )
     for stage, seconds in verdict.stage_seconds.items():
         if stage != "static":
             assert seconds <= _stage_limit(judge, stage) + GRACE_S, f"{stage} took {seconds:.0f} s: {what}"
@@ -295,14 +318,19 @@ def test_hostile_candidate_is_contained(case: Case, device: str, variant: str, w
     leaked = [
         str(p)
         for p in evaldir.rglob("*")
-        if p.is_file() and not p.is_symlink() and p.name != "candidate.py" and MARK.encode() in _read_head(p)  # its source holds MARK to search for
+        if p.is_file()
+        and not p.is_symlink()
+        and p.name != "candidate.py"
+        and MARK.encode() in _read_head(p)  # its source holds MARK to search for
     ]
     assert not leaked, f"a fake secret reached {leaked}"
     assert MARK not in verdict.model_dump_json()
     assert not world.server.hits, f"the candidate reached the network: {world.server.hits}"
     # The judge's reference worker lives as long as the judge (it serves every evaluation); nothing
     # of the candidate's may outlive its evaluation.
-    assert not [p for p in _live_processes_under(judge.root) if f"in {judge.root / 'reference'}" not in p], "a process of the candidate outlived its evaluation"
+    assert not [p for p in _live_processes_under(judge.root) if f"in {judge.root / 'reference'}" not in p], (
+        "a process of the candidate outlived its evaluation"
+    )
     references = {d for j in world.judges.values() for d in j.ref.cgroup_dirs()} | set(judge.ref.cgroup_dirs())
     assert not [c for c in _leftover_cgroups() if c not in references]
     if case.fresh_judge:
@@ -320,9 +348,23 @@ def _read_head(p: Path, limit: int = 64 << 20) -> bytes:
 
 def test_corpus_covers_every_behaviour_the_issue_names():
     named = {
-        "python_loop", "gpu_spin", "fork_bomb", "memory_bomb", "stdout_flood", "write_delete_outside",
-        "env_secrets", "network", "kill_parent", "monkeypatch", "swap_reference", "gpu_fake_timing",
-        "copy_answers", "forge_channel", "judge_traps", "gpu_memory_bomb", "gpu_illegal_access",
+        "python_loop",
+        "gpu_spin",
+        "fork_bomb",
+        "memory_bomb",
+        "stdout_flood",
+        "write_delete_outside",
+        "env_secrets",
+        "network",
+        "kill_parent",
+        "monkeypatch",
+        "swap_reference",
+        "gpu_fake_timing",
+        "copy_answers",
+        "forge_channel",
+        "judge_traps",
+        "gpu_memory_bomb",
+        "gpu_illegal_access",
     }
     assert named <= {c.path.stem for c in CASES}
 

@@ -1,4 +1,5 @@
 """A row softmax the model calls at two shapes: rows of 1000 (get_inputs, set 1) and rows of 4096 (set 2)."""
+
 import torch
 import torch.nn as nn
 

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
-from kernelfix.tools.compile import GpuRequired, ninja_build as build_runner, nvrtc as build_nvrtc
+from kernelfix.tools.compile import GpuRequired
+from kernelfix.tools.compile import ninja_build as build_runner
+from kernelfix.tools.compile import nvrtc as build_nvrtc
 from kernelfix.tools.compile.store import Store, digest
 from kernelfix.tools.compile.toolchain import find_cuda_home, tool_identity
 from kernelfix.tools.config import BuildOptions
 from kernelfix.tools.verdict import ExtensionBuild
-
 
 _STUB_LIBS = ("c10_cuda", "torch_cuda")
 
@@ -81,7 +82,11 @@ def _stub_lib_dir() -> Path:
     def fill(d: Path) -> None:
         (d / "empty.c").write_text(source)
         for lib in _STUB_LIBS:
-            subprocess.run(["cc", "-shared", "-fPIC", "-o", str(d / f"lib{lib}.so"), str(d / "empty.c")], check=True, capture_output=True)
+            subprocess.run(
+                ["cc", "-shared", "-fPIC", "-o", str(d / f"lib{lib}.so"), str(d / "empty.c")],
+                check=True,
+                capture_output=True,
+            )
 
     return store.get(key) or store.publish(key, fill)
 
@@ -116,7 +121,9 @@ def _local_arch_list() -> str | None:
 
     if not torch.cuda.is_available():
         return None
-    supported = [int("".join(re.findall(r"\d+", a.split("_")[1]))) for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
+    supported = [
+        int("".join(re.findall(r"\d+", a.split("_")[1]))) for a in torch.cuda.get_arch_list() if a.startswith("sm_")
+    ]
     if not supported:
         return None
     top = max((sm // 10, sm % 10) for sm in supported)
@@ -133,7 +140,6 @@ def install(build_root: Path, device: str, options: BuildOptions | None = None) 
     ``torch.utils.cpp_extension`` is imported (now, if it is: a Triton candidate's worker never
     imports it), and NVRTC's ``torch.cuda._compile_kernel`` now."""
     import torch
-
     from kernelfix.tools.import_hooks import after_import
 
     options = options or BuildOptions()

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
-from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline, times as build_times
+from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline
+from kernelfix.tools.compile import times as build_times
 from kernelfix.tools.compile.store import Store, digest, file_sha256
 from kernelfix.tools.compile.toolchain import python_abi, tool_identity, torch_identity
 from kernelfix.tools.config import BuildOptions
@@ -114,7 +115,9 @@ def _tools(edges: list[ninja_file.Edge]) -> list[str]:
 
 
 class _Build:
-    def __init__(self, build_dir: Path, edges: list[ninja_file.Edge], options: BuildOptions, stores: _Stores, verbose: bool):
+    def __init__(
+        self, build_dir: Path, edges: list[ninja_file.Edge], options: BuildOptions, stores: _Stores, verbose: bool
+    ):
         self.dir = build_dir
         self.edges = edges
         self.options = options
@@ -131,7 +134,13 @@ class _Build:
     def common_key(self) -> str | None:
         if self._common is None:
             headers = _header_digest(_user_include_dirs(self.edges), self.dir)
-            self._common = "" if headers is None else digest("kernelfix-build", BUILD_SCHEME, _tools(self.edges), torch_identity(), python_abi(), headers)
+            self._common = (
+                ""
+                if headers is None
+                else digest(
+                    "kernelfix-build", BUILD_SCHEME, _tools(self.edges), torch_identity(), python_abi(), headers
+                )
+            )
         return self._common or None
 
     def _normalized(self, command: str) -> str:
@@ -170,7 +179,10 @@ class _Build:
         if edge.rule == "cuda_compile" and self.options.split_nvcc:
             r = nvcc_pipeline.compile_split(shlex.split(edge.command), self.dir, dict(os.environ))
             if r.mode == "split":
-                notes.append("nvcc front ends in parallel; nvcc steps: " + ", ".join(f"{s.tool} {s.seconds:.1f}s" for s in r.steps))
+                notes.append(
+                    "nvcc front ends in parallel; nvcc steps: "
+                    + ", ".join(f"{s.tool} {s.seconds:.1f}s" for s in r.steps)
+                )
             else:
                 notes.append(r.note or "plain nvcc")
             return _EdgeResult(ok=r.ok, output=r.output, notes=notes, seconds=time.monotonic() - t0)
@@ -184,7 +196,11 @@ class _Build:
                 notes.append(no_pch)
             if pch:
                 command = f"{command} {shlex.join(pch.args)}"
-                made = f" (built it first: {pch.made_seconds:.1f}s, once per machine and flags)" if pch.made_seconds is not None else ""
+                made = (
+                    f" (built it first: {pch.made_seconds:.1f}s, once per machine and flags)"
+                    if pch.made_seconds is not None
+                    else ""
+                )
                 notes.append("precompiled torch/extension.h" + made)
         ok, output = self._run_shell(command)
         seconds = time.monotonic() - t0 - (pch.made_seconds if pch and pch.made_seconds else 0.0)
@@ -200,7 +216,12 @@ class _Build:
             text = ""
         headers = build_times.torch_includes(text)
         no_pch = r.no_pch
-        if compiler == "c++" and self.options.host_pch and "torch/extension.h" in headers and not host_pch.begins_with_torch_extension(text):
+        if (
+            compiler == "c++"
+            and self.options.host_pch
+            and "torch/extension.h" in headers
+            and not host_pch.begins_with_torch_extension(text)
+        ):
             no_pch = host_pch.NOT_FIRST
         unit = UnitBuild(
             source=source.name if source else edge.outputs[0],
@@ -265,7 +286,16 @@ class _Build:
             if output:
                 self.log.append(output.rstrip("\n"))
             if not ok:
-                raise BuildFailed("\n".join(self.log + [f"FAILED: {' '.join(e.outputs)} \n{e.command}\n{output.rstrip()}", "ninja: build stopped: subcommand failed."]) + "\n")
+                raise BuildFailed(
+                    "\n".join(
+                        self.log
+                        + [
+                            f"FAILED: {' '.join(e.outputs)} \n{e.command}\n{output.rstrip()}",
+                            "ninja: build stopped: subcommand failed.",
+                        ]
+                    )
+                    + "\n"
+                )
 
 
 def _workers() -> int:

@@ -112,6 +112,11 @@ def _parse(text: str) -> tuple[list[Edge], list[str]]:
         rule = rules.get(e.rule)
         if rule is None or "command" not in rule:
             raise Unsupported(f"unknown rule {e.rule}")
-        scope = {**glob, **{k: _expand(v, glob) for k, v in e.vars.items()}, "in": " ".join(e.inputs), "out": " ".join(e.outputs)}
+        scope = {
+            **glob,
+            **{k: _expand(v, glob) for k, v in e.vars.items()},
+            "in": " ".join(e.inputs),
+            "out": " ".join(e.outputs),
+        }
         e.command = _expand(rule["command"], scope)
     return edges, defaults

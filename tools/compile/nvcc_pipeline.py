@@ -156,7 +156,9 @@ def plan(argv: list[str], cwd: Path, env: dict[str, str], tmpdir: Path) -> _Plan
     for s in device:
         if s.kind == "cicc" and _option(s.command, "--module_id_file_name") != module_id:
             return "cicc does not read cudafe++'s module id"
-    return _Plan(env=step_env, host=host, device=device, final=final, module_id=module_id, extra_output="\n".join(driver_output))
+    return _Plan(
+        env=step_env, host=host, device=device, final=final, module_id=module_id, extra_output="\n".join(driver_output)
+    )
 
 
 def _option(command: str, name: str) -> str | None:
@@ -196,7 +198,12 @@ class _Runner:
                 if self.cancelled:
                     return
                 self.proc = subprocess.Popen(
-                    ["/bin/sh", "-c", s.command], cwd=self.cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                    ["/bin/sh", "-c", s.command],
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             out, _ = self.proc.communicate()
             s.seconds = time.monotonic() - t0
@@ -229,7 +236,13 @@ def _output(plan: _Plan, upto: list[_Step]) -> str:
 def run_plain(argv: list[str], cwd: Path, env: dict[str, str], note: str | None = None) -> NvccResult:
     t0 = time.monotonic()
     r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return NvccResult(ok=r.returncode == 0, output=r.stdout.decode("utf-8", "replace"), mode="nvcc", seconds=time.monotonic() - t0, note=note)
+    return NvccResult(
+        ok=r.returncode == 0,
+        output=r.stdout.decode("utf-8", "replace"),
+        mode="nvcc",
+        seconds=time.monotonic() - t0,
+        note=note,
+    )
 
 
 def compile_split(argv: list[str], cwd: Path, env: dict[str, str]) -> NvccResult:

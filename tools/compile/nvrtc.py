@@ -28,7 +28,9 @@ from typing import Any
 from kernelfix.tools.verdict import ExtensionBuild
 
 
-def install(build_root: Path, cpu_only: bool, record: Callable[[ExtensionBuild], None], gpu_required: type[Exception]) -> None:
+def install(
+    build_root: Path, cpu_only: bool, record: Callable[[ExtensionBuild], None], gpu_required: type[Exception]
+) -> None:
     """Wrap ``torch.cuda._compile_kernel`` where this torch has it."""
     import torch.cuda
 
@@ -38,7 +40,9 @@ def install(build_root: Path, cpu_only: bool, record: Callable[[ExtensionBuild],
 
     def compile_kernel(kernel_source: str, kernel_name: str, *args: Any, **kwargs: Any):
         if cpu_only:
-            raise gpu_required(f"NVRTC kernel {kernel_name!r} (torch.cuda._compile_kernel) compiles and runs only on a CUDA GPU")
+            raise gpu_required(
+                f"NVRTC kernel {kernel_name!r} (torch.cuda._compile_kernel) compiles and runs only on a CUDA GPU"
+            )
         t0 = time.monotonic()
         try:
             return original(kernel_source, kernel_name, *args, **kwargs)
@@ -47,7 +51,9 @@ def install(build_root: Path, cpu_only: bool, record: Callable[[ExtensionBuild],
                 raise
             raise RuntimeError(_as_build_error(build_root, kernel_source, kernel_name, str(e))) from None
         except OSError as e:  # torch loads libnvrtc by an unversioned name some installs lack
-            raise RuntimeError(f"NVRTC is not available on this machine ({e}); build the kernel with load_inline instead") from None
+            raise RuntimeError(
+                f"NVRTC is not available on this machine ({e}); build the kernel with load_inline instead"
+            ) from None
         finally:
             record(ExtensionBuild(name=kernel_name, kind="nvrtc", seconds=round(time.monotonic() - t0, 3)))
 

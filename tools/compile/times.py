@@ -22,11 +22,10 @@ import statistics
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.compile.store import digest
 from kernelfix.tools.verdict import BuildTimeRef
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # cu_torch: a .cu that includes torch headers; cu_plain: one that does not;
 # host_pch / host_torch: the binding TU with / without the precompiled torch header;
@@ -117,7 +116,9 @@ def reference(layout: Layout) -> BuildTimeRef | None:
     """This machine's median for ``layout`` when it has enough builds, else kernelfix's shipped figure."""
     got = _samples().get(layout, [])[-_WINDOW:]
     if len(got) >= MIN_SAMPLES:
-        return BuildTimeRef(seconds=round(statistics.median(got), 2), basis=f"median of {len(got)} builds on this machine")
+        return BuildTimeRef(
+            seconds=round(statistics.median(got), 2), basis=f"median of {len(got)} builds on this machine"
+        )
     if layout in SHIPPED:
         return BuildTimeRef(seconds=SHIPPED[layout], basis=_SHIPPED_BASIS)
     return None

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from kernelfix.tools.correctness import fused
 from kernelfix.tools.correctness.tolerance import tolerance
 
@@ -31,15 +30,18 @@ def leaves(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
         return out
     return [(path, obj)]
 
+
 def flat(t: torch.Tensor) -> torch.Tensor:
     t = t.detach()
     if t.is_complex():
         t = torch.view_as_real(t)
     return t.reshape(-1)
 
+
 def chunks(n: int):
     for i in range(0, n, CHUNK):
         yield i, min(n, i + CHUNK)
+
 
 @dataclass
 class Moments:
@@ -60,6 +62,7 @@ class Moments:
         self.mean += delta * k / total
         self.m2 += m2 + delta * delta * self.n * k / total
         self.n = total
+
 
 @dataclass
 class ErrorNorm:
@@ -91,6 +94,7 @@ class ErrorNorm:
             return None, 0.0
         return math.sqrt(self.sq_err) / spread, math.sqrt(self.sq_ref) / spread
 
+
 def rel_norm(r: torch.Tensor, o: torch.Tensor) -> tuple[float | None, float]:
     rf, of = flat(r), flat(o)
     st = fused.pair_stats(rf, of, 1.0, 0.0, CHUNK) if fused.usable(rf, of) else None  # only the norm's sums are used
@@ -102,6 +106,7 @@ def rel_norm(r: torch.Tensor, o: torch.Tensor) -> tuple[float | None, float]:
         acc.add(r64, o64, torch.isfinite(r64) & torch.isfinite(o64))
     return acc.result()
 
+
 def relative_error(ref: Any, out: Any) -> float | None:
     """The worst relative error norm over the floating-point outputs; None when not comparable.
 
@@ -111,7 +116,12 @@ def relative_error(ref: Any, out: Any) -> float | None:
         return None
     worst: float | None = None
     for (_, r), (_, o) in zip(ref_leaves, out_leaves):
-        if not (isinstance(r, torch.Tensor) and isinstance(o, torch.Tensor) and r.is_floating_point() and o.is_floating_point()):
+        if not (
+            isinstance(r, torch.Tensor)
+            and isinstance(o, torch.Tensor)
+            and r.is_floating_point()
+            and o.is_floating_point()
+        ):
             continue
         if r.shape != o.shape or o.device.type == "meta":
             return None
@@ -121,6 +131,7 @@ def relative_error(ref: Any, out: Any) -> float | None:
         if e is not None:
             worst = e if worst is None else max(worst, e)
     return worst
+
 
 def vacuous_tolerance(ref: Any, *, atol: float | None = None, rtol: float | None = None) -> str | None:
     """Which trivial output (zeros, the reference's mean) passes atol/rtol on every element, if one does.
@@ -169,12 +180,16 @@ def vacuous_tolerance(ref: Any, *, atol: float | None = None, rtol: float | None
             return found
     return None
 
-def _vacuous_note(path: str, a: float, rt: float, largest: float, moments: Moments, zeros_pass: bool, mean_pass: bool) -> str | None:
+
+def _vacuous_note(
+    path: str, a: float, rt: float, largest: float, moments: Moments, zeros_pass: bool, mean_pass: bool
+) -> str | None:
     if zeros_pass:
         return f"an all-zeros {path} is within atol={a:g}, rtol={rt:g} of the reference everywhere (largest |ref| {largest:.3g})"
     if mean_pass:
         return f"a constant {path} equal to the reference's mean {moments.mean:.4g} is within atol={a:g}, rtol={rt:g} of it everywhere"
     return None
+
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two views of one layout hold the same bytes over their spans (NaNs included), chunk by chunk."""

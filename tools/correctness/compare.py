@@ -22,7 +22,6 @@ import math
 from typing import Any
 
 import torch
-
 from kernelfix.tools.correctness import fused
 from kernelfix.tools.correctness.chunked import CHUNK, ErrorNorm, Moments, chunks, flat, leaves, same_bytes
 from kernelfix.tools.correctness.tolerance import tolerance
@@ -55,7 +54,9 @@ def _structure(ref: Any, out: Any, path: str = "output") -> None:
             _structure(r, o, f"{path}[{i}]")
     elif isinstance(ref, dict):
         if set(ref) != set(out):
-            raise Mismatch(Category.OUTPUT_STRUCTURE, f"{path} has keys {sorted(out, key=str)}, expected {sorted(ref, key=str)}")
+            raise Mismatch(
+                Category.OUTPUT_STRUCTURE, f"{path} has keys {sorted(out, key=str)}, expected {sorted(ref, key=str)}"
+            )
         for k in ref:
             _structure(ref[k], out[k], f"{path}[{k!r}]")
     elif isinstance(ref, torch.Tensor) != isinstance(out, torch.Tensor):
@@ -96,20 +97,55 @@ def compare(
             a, rt = tolerance("float32", atol, rtol)  # a Python number: float32's
             if isinstance(r, (int, float)) and isinstance(o, (int, float)):
                 if not math.isclose(float(o), float(r), rel_tol=rt, abs_tol=a):
-                    return TrialReport(trial=trial, seed=seed, ok=False, problem=f"{path} is {o}, expected {r}", expected=float(r), actual=float(o), category=Category.NUMERICAL)
+                    return TrialReport(
+                        trial=trial,
+                        seed=seed,
+                        ok=False,
+                        problem=f"{path} is {o}, expected {r}",
+                        expected=float(r),
+                        actual=float(o),
+                        category=Category.NUMERICAL,
+                    )
             elif r != o:
-                return TrialReport(trial=trial, seed=seed, ok=False, problem=f"{path} is {o!r}, expected {r!r}", category=Category.NUMERICAL)
+                return TrialReport(
+                    trial=trial,
+                    seed=seed,
+                    ok=False,
+                    problem=f"{path} is {o!r}, expected {r!r}",
+                    category=Category.NUMERICAL,
+                )
             continue
         if tuple(r.shape) != tuple(o.shape):
-            return TrialReport(trial=trial, seed=seed, ok=False, problem=f"{path} has shape {tuple(o.shape)}, expected {tuple(r.shape)}", worst_output=idx, category=Category.SHAPE)
+            return TrialReport(
+                trial=trial,
+                seed=seed,
+                ok=False,
+                problem=f"{path} has shape {tuple(o.shape)}, expected {tuple(r.shape)}",
+                worst_output=idx,
+                category=Category.SHAPE,
+            )
         if r.dtype != o.dtype:
             return TrialReport(
-                trial=trial, seed=seed, ok=False,
+                trial=trial,
+                seed=seed,
+                ok=False,
                 problem=f"{path} has dtype {str(o.dtype).removeprefix('torch.')}, expected {str(r.dtype).removeprefix('torch.')}",
-                worst_output=idx, category=Category.DTYPE,
+                worst_output=idx,
+                category=Category.DTYPE,
             )
         a, rt = tolerance(r.dtype, atol, rtol)
-        rep = _values(path, r, o, atol=a, rtol=rt, trial=trial, seed=seed, output_index=idx, rel_error_tol=rel_error_tol, noise=noise)
+        rep = _values(
+            path,
+            r,
+            o,
+            atol=a,
+            rtol=rt,
+            trial=trial,
+            seed=seed,
+            output_index=idx,
+            rel_error_tol=rel_error_tol,
+            noise=noise,
+        )
         total_mismatch += rep.mismatches or 0
         total_numel += rep.numel or 0
         max_abs = max(max_abs, rep.max_abs_error or 0.0)
@@ -120,8 +156,13 @@ def compare(
         if not rep.ok and worst is None:
             worst = rep
     # KernelBench's own check (torch.allclose against the float32 reference) passes iff no element is out.
-    stats = {"mismatches": total_mismatch, "numel": total_numel, "max_abs_error": max_abs, "max_rel_error": max_rel,
-             "kernelbench_allclose": total_mismatch == 0}
+    stats = {
+        "mismatches": total_mismatch,
+        "numel": total_numel,
+        "max_abs_error": max_abs,
+        "max_rel_error": max_rel,
+        "kernelbench_allclose": total_mismatch == 0,
+    }
     if worst is not None:
         return worst.model_copy(update=stats)  # keeps the failing output's own relative error norm
     if norm is not None:
@@ -139,7 +180,9 @@ def relative_cap(rel_error_tol: float, reference_error_norm: float) -> float:
     return max(rel_error_tol, min(3 * reference_error_norm, TRUTH_CAP_CEILING))
 
 
-def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol: float | None, path: str = "output") -> TruthCheck:
+def truth_check(
+    ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol: float | None, path: str = "output"
+) -> TruthCheck:
     """The candidate's error against the float64 reference (``truth``) beside the float32
     reference's own, output by output: it passes where, for every floating output, its worst element
     and its error norm are each within ``factor`` times the reference's, its relative error norm
@@ -151,9 +194,20 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
     for (path, r), (_, t), (_, o) in zip(leaves(ref, path), leaves(truth, path), leaves(out, path)):
         if not isinstance(r, torch.Tensor):
             continue
-        if not (r.is_floating_point() and isinstance(o, torch.Tensor) and isinstance(t, torch.Tensor)) or o.shape != r.shape or o.device.type == "meta":
-            return TruthCheck(passed=False, factor=factor, error_max=math.inf, reference_error_max=0.0, error_norm=math.inf,
-                              reference_error_norm=0.0, why=f"{path} cannot be compared with the float64 reference")
+        if (
+            not (r.is_floating_point() and isinstance(o, torch.Tensor) and isinstance(t, torch.Tensor))
+            or o.shape != r.shape
+            or o.device.type == "meta"
+        ):
+            return TruthCheck(
+                passed=False,
+                factor=factor,
+                error_max=math.inf,
+                reference_error_max=0.0,
+                error_norm=math.inf,
+                reference_error_norm=0.0,
+                why=f"{path} cannot be compared with the float64 reference",
+            )
         rf, tf, of = flat(r), flat(t), flat(o)
         e_max = r_max = 0.0
         sq_e = sq_r = 0.0
@@ -162,7 +216,14 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
         st = fused.truth_stats(rf, tf, of) if fused.usable(rf, tf, of) else None
         big = st is not None
         if st is not None:
-            bad_nonfinite, e_max, r_max, sq_e, sq_r, truth_moments = st.nonfinite, st.e_max, st.r_max, st.sq_e, st.sq_r, Moments(*st.moments)
+            bad_nonfinite, e_max, r_max, sq_e, sq_r, truth_moments = (
+                st.nonfinite,
+                st.e_max,
+                st.r_max,
+                st.sq_e,
+                st.sq_r,
+                Moments(*st.moments),
+            )
         for i, j in chunks(0 if big else rf.numel()):
             t64 = tf[i:j].to(rf.device).double()
             r64, o64 = rf[i:j].double(), of[i:j].to(rf.device).double()
@@ -177,8 +238,14 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
             truth_moments.add(t64[fin])
         spread = math.sqrt(max(truth_moments.m2, 0.0)) if truth_moments.n > 1 else 0.0
         spread = spread or 1.0
-        check = TruthCheck(passed=True, factor=factor, error_max=e_max, reference_error_max=r_max,
-                           error_norm=math.sqrt(sq_e) / spread, reference_error_norm=math.sqrt(sq_r) / spread)
+        check = TruthCheck(
+            passed=True,
+            factor=factor,
+            error_max=e_max,
+            reference_error_max=r_max,
+            error_norm=math.sqrt(sq_e) / spread,
+            reference_error_norm=math.sqrt(sq_r) / spread,
+        )
         why = None
         if bad_nonfinite:
             why = f"{path}: {bad_nonfinite} NaN/Inf values where the float64 reference is finite"
@@ -186,20 +253,46 @@ def truth_check(ref: Any, truth: Any, out: Any, *, factor: float, rel_error_tol:
             why = f"{path}: max error against float64 {e_max:.3g}, over {factor:g}x the reference's {r_max:.3g}"
         elif check.error_norm > factor * check.reference_error_norm:
             why = f"{path}: error norm against float64 {check.error_norm:.3g}, over {factor:g}x the reference's {check.reference_error_norm:.3g}"
-        elif rel_error_tol is not None and check.error_norm > (cap := relative_cap(rel_error_tol, check.reference_error_norm)):
+        elif rel_error_tol is not None and check.error_norm > (
+            cap := relative_cap(rel_error_tol, check.reference_error_norm)
+        ):
             why = f"{path}: relative error norm against float64 {check.error_norm:.3g}, above {cap:.3g}"
         if why is not None:
             check = check.model_copy(update={"passed": False, "why": why})
-        if worst is None or not check.passed or (worst.passed and check.error_max / max(check.reference_error_max, 1e-300) > worst.error_max / max(worst.reference_error_max, 1e-300)):
+        if (
+            worst is None
+            or not check.passed
+            or (
+                worst.passed
+                and check.error_max / max(check.reference_error_max, 1e-300)
+                > worst.error_max / max(worst.reference_error_max, 1e-300)
+            )
+        ):
             if worst is None or worst.passed:
                 worst = check
-    return worst or TruthCheck(passed=False, factor=factor, error_max=0.0, reference_error_max=0.0, error_norm=0.0,
-                               reference_error_norm=0.0, why="no floating-point output to compare")
+    return worst or TruthCheck(
+        passed=False,
+        factor=factor,
+        error_max=0.0,
+        reference_error_max=0.0,
+        error_norm=0.0,
+        reference_error_norm=0.0,
+        why="no floating-point output to compare",
+    )
 
 
 def _values(
-    path: str, r: torch.Tensor, o: torch.Tensor, *, atol: float, rtol: float, trial: int, seed: int, output_index: int,
-    rel_error_tol: float | None = None, noise: float = 0.0,
+    path: str,
+    r: torch.Tensor,
+    o: torch.Tensor,
+    *,
+    atol: float,
+    rtol: float,
+    trial: int,
+    seed: int,
+    output_index: int,
+    rel_error_tol: float | None = None,
+    noise: float = 0.0,
 ) -> TrialReport:
     numel = r.numel()
     if numel == 0:
@@ -217,7 +310,13 @@ def _values(
     st = fused.pair_stats(rf, of, atol, rtol, CHUNK) if fused.usable(rf, of) else None
     big = st is not None
     if st is not None:
-        n_bad, n_nonfinite, first_nonfinite, max_abs, max_abs_at = st.n_bad, st.n_nonfinite, st.first_nonfinite, st.max_abs, st.max_abs_at
+        n_bad, n_nonfinite, first_nonfinite, max_abs, max_abs_at = (
+            st.n_bad,
+            st.n_nonfinite,
+            st.first_nonfinite,
+            st.max_abs,
+            st.max_abs_at,
+        )
         max_rel, excess_at = st.max_rel, st.excess_at
         acc = ErrorNorm.of_sums(st.moments, st.sq_err, st.sq_ref) if rel_error_tol is not None else None
     for i, j in chunks(0 if big else rf.numel()):
@@ -263,16 +362,35 @@ def _values(
     if n_bad == 0:
         rel, limit = norm.get("rel_error_norm"), norm.get("rel_error_tol")
         if rel is None or limit is None or rel <= limit:
-            return TrialReport(trial=trial, seed=seed, ok=True, mismatches=0, numel=numel, max_abs_error=max_abs, max_rel_error=max_rel, **norm)
+            return TrialReport(
+                trial=trial,
+                seed=seed,
+                ok=True,
+                mismatches=0,
+                numel=numel,
+                max_abs_error=max_abs,
+                max_rel_error=max_rel,
+                **norm,
+            )
         index, expected, actual = at(max_abs_at)
         return TrialReport(
-            trial=trial, seed=seed, ok=False, category=Category.NUMERICAL,
+            trial=trial,
+            seed=seed,
+            ok=False,
+            category=Category.NUMERICAL,
             problem=(
                 f"{path}: relative error norm ||out-ref||/||ref-mean(ref)|| is {rel:.3g}, above {limit:.3g}, "
                 f"though every element is within atol={atol:g}, rtol={rtol:g}"
             ),
-            max_abs_error=max_abs, max_rel_error=max_rel, mismatches=0, numel=numel,
-            worst_index=index, worst_output=output_index, expected=expected, actual=actual, **norm,
+            max_abs_error=max_abs,
+            max_rel_error=max_rel,
+            mismatches=0,
+            numel=numel,
+            worst_index=index,
+            worst_output=output_index,
+            expected=expected,
+            actual=actual,
+            **norm,
         )
     if n_nonfinite:
         index, expected, actual = at(first_nonfinite or 0)
@@ -283,13 +401,26 @@ def _values(
         problem = f"{path}: {n_bad} of {numel} elements outside atol={atol:g}, rtol={rtol:g}"
         category = Category.NUMERICAL
     return TrialReport(
-        trial=trial, seed=seed, ok=False, problem=problem, category=category,
-        max_abs_error=max_abs, max_rel_error=max_rel, mismatches=n_bad, numel=numel,
-        worst_index=index, worst_output=output_index, expected=expected, actual=actual, **norm,
+        trial=trial,
+        seed=seed,
+        ok=False,
+        problem=problem,
+        category=category,
+        max_abs_error=max_abs,
+        max_rel_error=max_rel,
+        mismatches=n_bad,
+        numel=numel,
+        worst_index=index,
+        worst_output=output_index,
+        expected=expected,
+        actual=actual,
+        **norm,
     )
 
 
-def _exact(path: str, r: torch.Tensor, rf: torch.Tensor, of: torch.Tensor, *, trial: int, seed: int, output_index: int) -> TrialReport:
+def _exact(
+    path: str, r: torch.Tensor, rf: torch.Tensor, of: torch.Tensor, *, trial: int, seed: int, output_index: int
+) -> TrialReport:
     """Integer and bool outputs: equal, element for element."""
     numel = r.numel()
     n, first, max_abs = 0, None, 0.0
@@ -303,12 +434,24 @@ def _exact(path: str, r: torch.Tensor, rf: torch.Tensor, of: torch.Tensor, *, tr
                 first = i + int(bad.nonzero()[0])
             max_abs = max(max_abs, float((a.double() - b.double()).abs().max()))
     if not n:
-        return TrialReport(trial=trial, seed=seed, ok=True, mismatches=0, numel=numel, max_abs_error=0.0, max_rel_error=0.0)
+        return TrialReport(
+            trial=trial, seed=seed, ok=True, mismatches=0, numel=numel, max_abs_error=0.0, max_rel_error=0.0
+        )
     assert first is not None
     return TrialReport(
-        trial=trial, seed=seed, ok=False, problem=f"{path}: {n} of {numel} elements differ", category=Category.NUMERICAL,
-        mismatches=n, numel=numel, worst_index=_unravel(first, list(r.shape)), worst_output=output_index,
-        expected=float(rf[first]), actual=float(of[first]), max_abs_error=max_abs, max_rel_error=None,
+        trial=trial,
+        seed=seed,
+        ok=False,
+        problem=f"{path}: {n} of {numel} elements differ",
+        category=Category.NUMERICAL,
+        mismatches=n,
+        numel=numel,
+        worst_index=_unravel(first, list(r.shape)),
+        worst_output=output_index,
+        expected=float(rf[first]),
+        actual=float(of[first]),
+        max_abs_error=max_abs,
+        max_rel_error=None,
     )
 
 

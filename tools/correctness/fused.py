@@ -41,7 +41,26 @@ T = TypeVar("T")
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # Columns of the pair kernel's partials (one row per program). Indices are the program's own (0..SPAN-1).
-N_BAD, N_NF, FIRST_NF, MX, MX_AT, RELMAX, NAN_R, EX, EX_AT, NB, MEAN, M2, SQ_ERR, SQ_REF, ABSMAX, NONZERO, RMIN, RMAX = range(18)
+(
+    N_BAD,
+    N_NF,
+    FIRST_NF,
+    MX,
+    MX_AT,
+    RELMAX,
+    NAN_R,
+    EX,
+    EX_AT,
+    NB,
+    MEAN,
+    M2,
+    SQ_ERR,
+    SQ_REF,
+    ABSMAX,
+    NONZERO,
+    RMIN,
+    RMAX,
+) = range(18)
 PAIR_COLS = 18
 # Columns of the truth kernel's partials.
 T_NF, T_EMAX, T_RMAX, T_SQE, T_SQR, T_N, T_MEAN, T_M2, T_MIN, T_MAX = range(10)
@@ -131,7 +150,9 @@ def _first_at(values: torch.Tensor, at: torch.Tensor, best: torch.Tensor) -> tor
     return torch.where(values == best, _global(at), math.inf).min()
 
 
-def _merge(n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> list[torch.Tensor]:
+def _merge(
+    n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> list[torch.Tensor]:
     """Programs' (count, mean, squared deviations) merged on the device (Chan et al.): [n, mean, m2]; a
     constant has none, exactly."""
     total = n.sum()
@@ -179,15 +200,36 @@ def pair_stats(rf: torch.Tensor, of: torch.Tensor, atol: float, rtol: float, chu
     nan = torch.nn.functional.pad(col[NAN_R], (0, pad)).view(-1, per_chunk).sum(1)
     max_rel = torch.where(nan > 0, -1.0, rel).max()
     moments = _merge(col[NB], col[MEAN], col[M2], col[RMIN], col[RMAX])
-    out = torch.stack([
-        col[N_BAD].sum(), col[N_NF].sum(), _global(col[FIRST_NF]).min(), mx, _first_at(col[MX], col[MX_AT], mx), max_rel,
-        _first_at(col[EX], col[EX_AT], ex), *moments, col[SQ_ERR].sum(), col[SQ_REF].sum(), col[ABSMAX].max(), col[NONZERO].sum(),
-    ]).tolist()
+    out = torch.stack(
+        [
+            col[N_BAD].sum(),
+            col[N_NF].sum(),
+            _global(col[FIRST_NF]).min(),
+            mx,
+            _first_at(col[MX], col[MX_AT], mx),
+            max_rel,
+            _first_at(col[EX], col[EX_AT], ex),
+            *moments,
+            col[SQ_ERR].sum(),
+            col[SQ_REF].sum(),
+            col[ABSMAX].max(),
+            col[NONZERO].sum(),
+        ]
+    ).tolist()
     n_bad, n_nf, first_nf, max_abs, max_abs_at, max_rel_v, ex_at, mn, mmean, mm2, sq_err, sq_ref, largest, nonzero = out
     return PairStats(
-        n_bad=int(n_bad), n_nonfinite=int(n_nf), first_nonfinite=int(first_nf) if n_nf else None, max_abs=max_abs,
-        max_abs_at=int(max_abs_at), max_rel=max_rel_v, excess_at=int(ex_at) if n_bad else 0, moments=(mn, mmean, mm2),
-        sq_err=sq_err, sq_ref=sq_ref, largest=largest, nonzero=nonzero > 0,
+        n_bad=int(n_bad),
+        n_nonfinite=int(n_nf),
+        first_nonfinite=int(first_nf) if n_nf else None,
+        max_abs=max_abs,
+        max_abs_at=int(max_abs_at),
+        max_rel=max_rel_v,
+        excess_at=int(ex_at) if n_bad else 0,
+        moments=(mn, mmean, mm2),
+        sq_err=sq_err,
+        sq_ref=sq_ref,
+        largest=largest,
+        nonzero=nonzero > 0,
     )
 
 

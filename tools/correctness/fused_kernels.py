@@ -15,6 +15,7 @@ def shift(x_ptr, base, n, BLOCK: tl.constexpr):
     fin = (offs < n) & (x == x) & (tl.abs(x) != float("inf"))
     return tl.sum(tl.where(fin, x, 0.0), axis=0) / tl.maximum(tl.sum(fin.to(tl.float64), axis=0), 1.0)
 
+
 @triton.jit
 def pair(r_ptr, o_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, COLS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -111,6 +112,7 @@ def pair(r_ptr, o_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constex
     tl.store(row + 16, tl.min(lo, axis=0))
     tl.store(row + 17, tl.max(hi, axis=0))
 
+
 @triton.jit
 def truth(r_ptr, t_ptr, o_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, COLS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -164,6 +166,7 @@ def truth(r_ptr, t_ptr, o_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl
     tl.store(row + 8, tl.min(lo, axis=0))
     tl.store(row + 9, tl.max(hi, axis=0))
 
+
 @triton.jit
 def vacuous(x_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -184,6 +187,7 @@ def vacuous(x_ptr, out_ptr, n, p_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
         mean_out += (fin & ~(tl.abs(x - mean) <= tol)).to(tl.int32)
     tl.store(out_ptr + pid * 2, tl.sum(zeros_out, axis=0).to(tl.float64))
     tl.store(out_ptr + pid * 2 + 1, tl.sum(mean_out, axis=0).to(tl.float64))
+
 
 @triton.jit
 def vary_affine(x_ptr, y_ptr, n, p_ptr, SHIFT: tl.constexpr, BLOCK: tl.constexpr):

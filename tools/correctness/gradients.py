@@ -17,7 +17,9 @@ COTANGENT_SALT = 0x9E3779B1  # the cotangent's generator seed is the trial's see
 
 NO_BACKWARD = "the task has no backward"  # how the reference worker's TaskProblem starts: `kernelfix baseline` makes it a row of its own
 
-NO_GRAD_HINT = "put the kernels in a torch.autograd.Function whose backward launches your backward kernels (docs/backward.md)"
+NO_GRAD_HINT = (
+    "put the kernels in a torch.autograd.Function whose backward launches your backward kernels (docs/backward.md)"
+)
 
 
 def floating(obj: Any) -> list:
@@ -31,7 +33,9 @@ def grad_leaves(inputs: list) -> tuple[list, list]:
     import torch
 
     skel, tensors = flatten(list(inputs))
-    leaves = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in tensors]
+    leaves = [
+        t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in tensors
+    ]
     return unflatten(skel, leaves), leaves
 
 
@@ -106,7 +110,9 @@ def candidate_grads(model: Any, leaves: list, keys: list[Any], fill: list) -> tu
             g = getattr(t, "grad", None)
         else:
             if key.index >= len(params):
-                missing.append(f"{key.name.removeprefix('grad of ')} has no counterpart (ModelNew has {len(params)} parameters)")
+                missing.append(
+                    f"{key.name.removeprefix('grad of ')} has no counterpart (ModelNew has {len(params)} parameters)"
+                )
                 grads.append(zero)
                 continue
             g = params[key.index].grad
@@ -115,13 +121,17 @@ def candidate_grads(model: Any, leaves: list, keys: list[Any], fill: list) -> tu
         grads.append(g if g is not None else zero)
     why = None
     if missing:
-        why = "; ".join(missing[:3]) + (f" (and {len(missing) - 3} more)" if len(missing) > 3 else "") + (
-            ": backward returned None for it, or forward used it outside autograd"
+        why = (
+            "; ".join(missing[:3])
+            + (f" (and {len(missing) - 3} more)" if len(missing) > 3 else "")
+            + (": backward returned None for it, or forward used it outside autograd")
         )
     return grads, why
 
 
-def timed_passes(model: Any, inputs: list, cots: list, *, params_of: Any = None, strict: bool = False) -> tuple[Any, Any]:
+def timed_passes(
+    model: Any, inputs: list, cots: list, *, params_of: Any = None, strict: bool = False
+) -> tuple[Any, Any]:
     """``--backward`` timing's two callables, for the reference's workers and the candidate's alike: a
     forward with grad enabled, and a forward+backward on the trial's cotangent (every ``.grad`` set to
     None first, as a training step's zero_grad). ``params_of``: the module whose parameters collect the

@@ -58,9 +58,10 @@ def moments(x: torch.Tensor) -> tuple[float, float]:
     return (m.mean if m.n else 0.0), ((m.m2 / m.n) ** 0.5 if m.n > 1 else 0.0)
 
 
-def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: tuple[float, float] | None = None) -> torch.Tensor:
+def _vary(
+    x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: tuple[float, float] | None = None
+) -> torch.Tensor:
     import torch
-
     from kernelfix.tools.correctness import fused
     from kernelfix.tools.correctness.chunked import chunks
 
@@ -73,7 +74,9 @@ def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: t
     # kernel failed in this process (fused.failed), the torch loop makes every chunk left
     p = None
     if fused.varies(flat):
-        p = fused.vary_params(x.device, *{"scaled": (SCALE,), "shifted": (shift,)}.get(variant, (mean, std, 1.0 / STUDENT_T_DOF)))
+        p = fused.vary_params(
+            x.device, *{"scaled": (SCALE,), "shifted": (shift,)}.get(variant, (mean, std, 1.0 / STUDENT_T_DOF))
+        )
     for i, j in chunks(flat.numel()):
         if variant == "scaled":
             if p is not None and fused.enabled() and fused.vary_affine(flat[i:j], dst[i:j], p, shift=False):
@@ -98,7 +101,9 @@ def _vary(x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: t
     return kept
 
 
-def apply(inputs: list[Any], variant: InputVariant, seed: int, known: dict[int, tuple[float, float]] | None = None) -> tuple[list[Any], bool]:
+def apply(
+    inputs: list[Any], variant: InputVariant, seed: int, known: dict[int, tuple[float, float]] | None = None
+) -> tuple[list[Any], bool]:
     """The variant of ``inputs`` and whether any tensor changed (False: nothing floating-point to vary).
     ``known``: each floating tensor's (mean, std) by its position among them, filled here where missing: the
     same inputs (drawn again from the same seed) need them only once."""

@@ -63,8 +63,16 @@ def peak_for(spec, dtypes: list[str]) -> tuple[float | None, str | None]:
     return fp32, "FP32 CUDA cores" if fp32 else None
 
 
-def build(*, input_bytes: int, output_bytes: int, flops: float | None, dtypes: list[str], gpu_props: dict,
-          eager_ms: float | None = None, compile_ms: float | None = None) -> TaskFloor:
+def build(
+    *,
+    input_bytes: int,
+    output_bytes: int,
+    flops: float | None,
+    dtypes: list[str],
+    gpu_props: dict,
+    eager_ms: float | None = None,
+    compile_ms: float | None = None,
+) -> TaskFloor:
     """The floor from what the reference worker reported (sizes, FLOPs, dtypes, the GPU's numbers)."""
     spec = None
     if gpu_props:
@@ -73,6 +81,13 @@ def build(*, input_bytes: int, output_bytes: int, flops: float | None, dtypes: l
         spec = gpu_specs.measured(gpu_props)
     peak, precision = peak_for(spec, dtypes)
     return TaskFloor(
-        input_bytes=input_bytes, output_bytes=output_bytes, flops=flops or None, gpu=spec.name if spec else None,
-        dram_gbps=spec.dram_gbps if spec else None, peak_tflops=peak, precision=precision, eager_ms=eager_ms, compile_ms=compile_ms,
+        input_bytes=input_bytes,
+        output_bytes=output_bytes,
+        flops=flops or None,
+        gpu=spec.name if spec else None,
+        dram_gbps=spec.dram_gbps if spec else None,
+        peak_tflops=peak,
+        precision=precision,
+        eager_ms=eager_ms,
+        compile_ms=compile_ms,
     )

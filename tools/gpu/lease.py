@@ -144,7 +144,9 @@ class DeviceLease:
                 asked = time.time()
                 gate = os.open(self.gate, os.O_RDWR | os.O_CREAT, 0o666)
                 try:
-                    fcntl.flock(gate, fcntl.LOCK_EX)  # waits in line; a signal handler that raises (Ctrl-C) ends the wait
+                    fcntl.flock(
+                        gate, fcntl.LOCK_EX
+                    )  # waits in line; a signal handler that raises (Ctrl-C) ends the wait
                     # Shared: waits only for an exclusive hold taken before this one. Exclusive: the shared holds
                     # drain, and none starts meanwhile (this one keeps the gate until it has the lock).
                     fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
@@ -154,12 +156,16 @@ class DeviceLease:
                 try:
                     yield
                 finally:
-                    self._record({"what": what, "mode": "shared" if shared else "exclusive", "asked": asked, "got": got})
+                    self._record(
+                        {"what": what, "mode": "shared" if shared else "exclusive", "asked": asked, "got": got}
+                    )
             finally:
                 os.close(fd)  # releases the lock
 
     @contextmanager
-    def room(self, what: str, need_bytes: int | None, budget_bytes: int | None, *, cache_bytes: int = 0) -> Iterator[None]:
+    def room(
+        self, what: str, need_bytes: int | None, budget_bytes: int | None, *, cache_bytes: int = 0
+    ) -> Iterator[None]:
         """Room on the GPU for a stage's memory: admitted when no other stage has room, or when what they
         declared and ``need_bytes`` fit ``budget_bytes`` (an unknown need or budget: only alone). Of
         ``need_bytes``, ``cache_bytes`` is what the judge's reference keeps across its stages: counted
@@ -170,7 +176,11 @@ class DeviceLease:
         with self._marked():
             asked = time.time()
             queue = os.open(self.room_queue, os.O_RDWR | os.O_CREAT, 0o666)
-            ticket = self.rooms / (f"{os.getpid()}-{self.token}-{rid}-{need_bytes - cache_bytes}-{cache_bytes}" if known else f"{os.getpid()}-{self.token}-{rid}-all-0")
+            ticket = self.rooms / (
+                f"{os.getpid()}-{self.token}-{rid}-{need_bytes - cache_bytes}-{cache_bytes}"
+                if known
+                else f"{os.getpid()}-{self.token}-{rid}-all-0"
+            )
             try:
                 fcntl.flock(queue, fcntl.LOCK_EX)
                 while not self._fits(need_bytes - cache_bytes if known else None, cache_bytes, budget_bytes):  # type: ignore[operator]
@@ -246,11 +256,20 @@ class DeviceLease:
 
     def note(self, entry: dict) -> None:
         """A line in ``gpu-<id>.memory`` (not the hold log): GPU memory a judge gave back to the others."""
-        self._write({"gpu": self.gpu, "pid": os.getpid(), "at": round(time.time(), 4), **entry}, self.path.with_suffix(".memory"))
+        self._write(
+            {"gpu": self.gpu, "pid": os.getpid(), "at": round(time.time(), 4), **entry},
+            self.path.with_suffix(".memory"),
+        )
 
     def _record(self, entry: dict) -> None:
-        self._write({"gpu": self.gpu, "pid": os.getpid(), **{k: round(v, 4) if isinstance(v, float) else v for k, v in entry.items()},
-                     "released": round(time.time(), 4)})
+        self._write(
+            {
+                "gpu": self.gpu,
+                "pid": os.getpid(),
+                **{k: round(v, 4) if isinstance(v, float) else v for k, v in entry.items()},
+                "released": round(time.time(), 4),
+            }
+        )
 
     def _write(self, entry: dict, log: Path | None = None) -> None:
         log = log or self.log
@@ -267,7 +286,7 @@ def exclusive_overlaps(holds: list[dict]) -> list[tuple[dict, dict]]:
     out = []
     spans = sorted((h for h in holds if h.get("mode") != "room"), key=lambda h: h["got"])
     for i, a in enumerate(spans):
-        for b in spans[i + 1:]:
+        for b in spans[i + 1 :]:
             if b["got"] >= a["released"] - 1e-3:
                 break
             if a.get("mode", "exclusive") == "exclusive" or b.get("mode", "exclusive") == "exclusive":

@@ -46,7 +46,9 @@ class GpuSpec(BaseModel):
     name: str
     sms: int
     dram_gbps: float  # GB/s (1e9 bytes), peak
-    peak_tflops: dict[str, float] = Field(default_factory=dict)  # fp64/fp32 (CUDA cores), tf32/fp16/bf16 (tensor cores, dense)
+    peak_tflops: dict[str, float] = Field(
+        default_factory=dict
+    )  # fp64/fp32 (CUDA cores), tf32/fp16/bf16 (tensor cores, dense)
     l2_bytes: int
     smem_per_sm_bytes: int
     smem_per_block_bytes: int  # the opt-in maximum for one block (dynamic shared memory)
@@ -93,80 +95,121 @@ def _sm70(**kw: Any) -> GpuSpec:  # Volta, compute capability 7.0
 
 TABLE: list[GpuSpec] = [
     _sm90(
-        name="NVIDIA H100 SXM5 80GB", sms=132, dram_gbps=3350.0, l2_bytes=50 * MB,
+        name="NVIDIA H100 SXM5 80GB",
+        sms=132,
+        dram_gbps=3350.0,
+        l2_bytes=50 * MB,
         peak_tflops={"fp64": 33.5, "fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
         patterns=[["h100"], ["h100", "sxm"], ["h100", "sxm5"], ["h100", "hbm3"], ["h100", "80gb", "hbm3"]],
         source=f"H100 SXM datasheet {_H100_DS}; Hopper whitepaper {_HOPPER_WP}; {_HOPPER_TUNING}; {_CUDA_GUIDE}",
     ),
     _sm90(
-        name="NVIDIA H100 PCIe 80GB", sms=114, dram_gbps=2000.0, l2_bytes=50 * MB,
+        name="NVIDIA H100 PCIe 80GB",
+        sms=114,
+        dram_gbps=2000.0,
+        l2_bytes=50 * MB,
         peak_tflops={"fp64": 25.6, "fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},
         patterns=[["h100", "pcie"]],
         source=f"H100 PCIe datasheet {_H100_DS}; Hopper whitepaper {_HOPPER_WP}; {_CUDA_GUIDE}",
     ),
     _sm90(
-        name="NVIDIA H100 NVL 94GB", sms=132, dram_gbps=3900.0, l2_bytes=50 * MB,
+        name="NVIDIA H100 NVL 94GB",
+        sms=132,
+        dram_gbps=3900.0,
+        l2_bytes=50 * MB,
         peak_tflops={"fp64": 30.0, "fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
         patterns=[["h100", "nvl"]],
         source=f"H100 NVL datasheet {_H100_DS}; {_CUDA_GUIDE}",
     ),
     _sm90(
-        name="NVIDIA H200 SXM 141GB", sms=132, dram_gbps=4800.0, l2_bytes=60 * MB,
+        name="NVIDIA H200 SXM 141GB",
+        sms=132,
+        dram_gbps=4800.0,
+        l2_bytes=60 * MB,
         peak_tflops={"fp64": 33.5, "fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
         patterns=[["h200"]],
         source=f"H200 datasheet {_H200_DS} (L2 as the driver reports it: the datasheet gives none); {_CUDA_GUIDE}",
     ),
     _sm80(
-        name="NVIDIA A100 SXM4 80GB", sms=108, dram_gbps=2039.0, l2_bytes=40 * MB,
+        name="NVIDIA A100 SXM4 80GB",
+        sms=108,
+        dram_gbps=2039.0,
+        l2_bytes=40 * MB,
         peak_tflops={"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         patterns=[["a100", "80gb"], ["a100", "sxm4", "80gb"]],
         source=f"A100 datasheet {_A100_DS}; Ampere whitepaper {_AMPERE_WP}; {_AMPERE_TUNING}; {_CUDA_GUIDE}",
     ),
     _sm80(
-        name="NVIDIA A100 PCIe 80GB", sms=108, dram_gbps=1935.0, l2_bytes=40 * MB,
+        name="NVIDIA A100 PCIe 80GB",
+        sms=108,
+        dram_gbps=1935.0,
+        l2_bytes=40 * MB,
         peak_tflops={"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         patterns=[["a100", "80gb", "pcie"]],
         source=f"A100 datasheet {_A100_DS}; Ampere whitepaper {_AMPERE_WP}; {_CUDA_GUIDE}",
     ),
     _sm80(
-        name="NVIDIA A100 SXM4 40GB", sms=108, dram_gbps=1555.0, l2_bytes=40 * MB,
+        name="NVIDIA A100 SXM4 40GB",
+        sms=108,
+        dram_gbps=1555.0,
+        l2_bytes=40 * MB,
         peak_tflops={"fp64": 9.7, "fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         patterns=[["a100"], ["a100", "40gb"], ["a100", "sxm4", "40gb"]],
         source=f"A100 datasheet {_A100_DS}; Ampere whitepaper {_AMPERE_WP}; {_AMPERE_TUNING}; {_CUDA_GUIDE}",
     ),
     _sm86_89(
-        name="NVIDIA L40S", sms=142, dram_gbps=864.0, l2_bytes=96 * MB,
+        name="NVIDIA L40S",
+        sms=142,
+        dram_gbps=864.0,
+        l2_bytes=96 * MB,
         peak_tflops={"fp64": 1.43, "fp32": 91.6, "tf32": 183.0, "fp16": 362.05, "bf16": 362.05},
         patterns=[["l40s"]],
         source=f"L40S datasheet {_L40S_DS}; Ada whitepaper {_ADA_WP} (L2 of the AD102 chip); {_CUDA_GUIDE}",
     ),
     _sm86_89(
-        name="NVIDIA L4", sms=58, dram_gbps=300.0, l2_bytes=48 * MB,
+        name="NVIDIA L4",
+        sms=58,
+        dram_gbps=300.0,
+        l2_bytes=48 * MB,
         peak_tflops={"fp64": 0.47, "fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},
         patterns=[["l4"]],
         source=f"L4 datasheet {_L4_DS}; Ada whitepaper {_ADA_WP}; {_CUDA_GUIDE}",
     ),
     _sm86_89(
-        name="NVIDIA A10G", sms=80, dram_gbps=600.0, l2_bytes=6 * MB,
+        name="NVIDIA A10G",
+        sms=80,
+        dram_gbps=600.0,
+        l2_bytes=6 * MB,
         peak_tflops={"fp64": 0.55, "fp32": 35.0, "tf32": 70.0, "fp16": 140.0, "bf16": 140.0},
         patterns=[["a10g"]],
-        source=(f"no NVIDIA datasheet for the A10G (AWS's part, {_G5}): the A10 datasheet's per-SM rates {_A10_DS} "
-                f"scaled to 80 SMs at 1710 MHz; Ampere whitepaper {_AMPERE_WP}; {_CUDA_GUIDE}"),
+        source=(
+            f"no NVIDIA datasheet for the A10G (AWS's part, {_G5}): the A10 datasheet's per-SM rates {_A10_DS} "
+            f"scaled to 80 SMs at 1710 MHz; Ampere whitepaper {_AMPERE_WP}; {_CUDA_GUIDE}"
+        ),
     ),
     _sm86_89(
-        name="NVIDIA GeForce RTX 4090", sms=128, dram_gbps=1008.0, l2_bytes=72 * MB,
+        name="NVIDIA GeForce RTX 4090",
+        sms=128,
+        dram_gbps=1008.0,
+        l2_bytes=72 * MB,
         peak_tflops={"fp64": 1.29, "fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},
         patterns=[["4090"], ["rtx", "4090"]],
         source=f"Ada whitepaper {_ADA_WP} (tensor rates with fp32 accumulation); {_CUDA_GUIDE}",
     ),
     _sm70(
-        name="NVIDIA V100 SXM2", sms=80, dram_gbps=900.0, l2_bytes=6 * MB,
+        name="NVIDIA V100 SXM2",
+        sms=80,
+        dram_gbps=900.0,
+        l2_bytes=6 * MB,
         peak_tflops={"fp64": 7.8, "fp32": 15.7, "fp16": 125.0},
         patterns=[["v100"], ["v100", "sxm2"]],
         source=f"V100 datasheet {_V100_DS}; Volta whitepaper {_VOLTA_WP}; {_CUDA_GUIDE}",
     ),
     _sm70(
-        name="NVIDIA V100 PCIe", sms=80, dram_gbps=900.0, l2_bytes=6 * MB,
+        name="NVIDIA V100 PCIe",
+        sms=80,
+        dram_gbps=900.0,
+        l2_bytes=6 * MB,
         peak_tflops={"fp64": 7.0, "fp32": 14.0, "fp16": 112.0},
         patterns=[["v100", "pcie"]],
         source=f"V100 datasheet {_V100_DS}; Volta whitepaper {_VOLTA_WP}; {_CUDA_GUIDE}",
@@ -212,8 +255,15 @@ def measured(props: Mapping[str, Any]) -> GpuSpec | None:
     if base is None:
         if sms is None:
             return None
-        base = GpuSpec(name=name or "unknown GPU", sms=sms, dram_gbps=0.0, l2_bytes=0, smem_per_sm_bytes=0,
-                       smem_per_block_bytes=0, source="driver-reported; no datasheet entry for this GPU")
+        base = GpuSpec(
+            name=name or "unknown GPU",
+            sms=sms,
+            dram_gbps=0.0,
+            l2_bytes=0,
+            smem_per_sm_bytes=0,
+            smem_per_block_bytes=0,
+            source="driver-reported; no datasheet entry for this GPU",
+        )
     else:
         base.source = f"driver-reported where given; else {base.source}"
         if name:

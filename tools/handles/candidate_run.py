@@ -36,7 +36,9 @@ from kernelfix.tools.verdict import ExtensionBuild
 
 
 class CandidateRun:
-    def __init__(self, ctx: WorkerContext, workdir: Path, candidate_path: Path, on_phase=None, *, standby: bool = False):
+    def __init__(
+        self, ctx: WorkerContext, workdir: Path, candidate_path: Path, on_phase=None, *, standby: bool = False
+    ):
         t0 = time.monotonic()
         c = ctx.config
         self.ctx, self.config, self.workdir = ctx, c, workdir
@@ -44,23 +46,42 @@ class CandidateRun:
             sandboxing.own_dir(workdir / d)
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         spec = CandidateSpec(
-            task_path=str(workdir / "task.py"), candidate_path=str(candidate_path), build_dir=str(workdir / "build"),
-            build=c.build.model_dump(), device=ctx.device, init_seed=ctx.seed, record_ops=c.runtime_legality,
-            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if ctx.device == "cuda" else 0, standby=standby,
+            task_path=str(workdir / "task.py"),
+            candidate_path=str(candidate_path),
+            build_dir=str(workdir / "build"),
+            build=c.build.model_dump(),
+            device=ctx.device,
+            init_seed=ctx.seed,
+            record_ops=c.runtime_legality,
+            warmup_max_bytes=int(c.warmup_max_gb * 2**30) if ctx.device == "cuda" else 0,
+            standby=standby,
             backward=bool(c.backward),
         )
         evals = ctx.root / "evals"
         siblings = [p for p in evals.iterdir() if p != workdir] if workdir.parent == evals and evals.is_dir() else []
         iso, note = sandboxing.isolation(
-            "candidate", c, workdir=workdir, private=ctx.private, siblings=siblings, credentials=ctx.credentials, device=ctx.device
+            "candidate",
+            c,
+            workdir=workdir,
+            private=ctx.private,
+            siblings=siblings,
+            credentials=ctx.credentials,
+            device=ctx.device,
         )
         ctx.note_sandbox(note)
         self.notes = [n for n in [note] if n]
         lifetime = c.compile_timeout_s + c.run_timeout_s + c.bench_timeout_s
         self.handle = WorkerHandle(
-            "kernelfix.tools.workers.candidate.server", spec.model_dump(), spec_path=workdir / "handoff" / "candidate.spec.json",
-            cwd=workdir, env=sandboxing.env("candidate", workdir, ctx.device, ctx.gpu), limits=sandboxing.limits(c, lifetime),
-            isolation=iso, on_phase=on_phase, fork=c.fork_server, fork_kind=fork_kind(None if standby else candidate_path),
+            "kernelfix.tools.workers.candidate.server",
+            spec.model_dump(),
+            spec_path=workdir / "handoff" / "candidate.spec.json",
+            cwd=workdir,
+            env=sandboxing.env("candidate", workdir, ctx.device, ctx.gpu),
+            limits=sandboxing.limits(c, lifetime),
+            isolation=iso,
+            on_phase=on_phase,
+            fork=c.fork_server,
+            fork_kind=fork_kind(None if standby else candidate_path),
         )
         # Before the worker's clock starts: its dirs, the sandbox's GPU check (once per boot), its cgroup.
         self.setup_s = self.handle.child.t0 - t0
@@ -89,7 +110,9 @@ class CandidateRun:
     def built(self) -> dict[str, Any]:
         if self.built_msg is None:
             c = self.config
-            self.built_msg = self.handle.expect(["built"], Deadline("import", c.import_timeout_s, hard_s=c.compile_timeout_s))
+            self.built_msg = self.handle.expect(
+                ["built"], Deadline("import", c.import_timeout_s, hard_s=c.compile_timeout_s)
+            )
         return self.built_msg
 
     def warm(self, lease: Callable[[], AbstractContextManager], input_bytes: Callable[[], int | None]) -> None:
@@ -98,7 +121,9 @@ class CandidateRun:
         (may wait for the reference's count): the inputs' size, which decides whether a warm-up runs."""
         if self._warming is not None or self.warmed_msg is not None:
             return
-        self._warming = threading.Thread(target=self._warm, args=(lease, input_bytes), daemon=True, name="kernelfix-warmup")
+        self._warming = threading.Thread(
+            target=self._warm, args=(lease, input_bytes), daemon=True, name="kernelfix-warmup"
+        )
         self._warming.start()
 
     def _warm(self, lease: Callable[[], AbstractContextManager], input_bytes: Callable[[], int | None]) -> None:
@@ -110,12 +135,18 @@ class CandidateRun:
                 self.warmed_msg = {"type": "warmed", "done": False, "why": why}
                 return
             with lease():  # the deadline counts from the hold: waiting for another judge's timed run is no hang
-                deadline = Deadline("the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s)
+                deadline = Deadline(
+                    "the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s
+                )
                 self.warmed_msg = self.handle.request("warmup", "warmed", deadline, input_bytes=size)
         except BaseException as e:  # WorkerGone, or the lease's own failure: raised to whoever waits
             self._warm_error = e
 
-    def warmed(self, lease: Callable[[], AbstractContextManager] | None = None, input_bytes: Callable[[], int | None] | None = None) -> dict[str, Any]:
+    def warmed(
+        self,
+        lease: Callable[[], AbstractContextManager] | None = None,
+        input_bytes: Callable[[], int | None] | None = None,
+    ) -> dict[str, Any]:
         """The warm-up's reply, once it ran (started here, in this thread, if nobody started it)."""
         if self.warmed_msg is None:
             self.built()
@@ -174,10 +205,19 @@ class CandidateRun:
         """One forward on a prepared trial; ``fds`` (the arenas the reference just made) go with the request."""
         try:
             msg = self.handle.request(
-                "trial", "output", Deadline(f"forward on trial {p.index}", self.forward_limit(p.ref_ms), hard_s=self.config.run_timeout_s),
-                fds=fds, index=p.index, slot=p.slot, in_arena=p.in_arena.model_dump() if p.in_arena else None, inputs=p.inputs,
-                input_specs=[s.model_dump() for s in p.input_specs], out=p.out, out_arena=p.out_arena.model_dump() if p.out_arena else None,
-                expected_specs=[s.model_dump() for s in p.expected_specs], grads=[g.model_dump() for g in p.grads],
+                "trial",
+                "output",
+                Deadline(f"forward on trial {p.index}", self.forward_limit(p.ref_ms), hard_s=self.config.run_timeout_s),
+                fds=fds,
+                index=p.index,
+                slot=p.slot,
+                in_arena=p.in_arena.model_dump() if p.in_arena else None,
+                inputs=p.inputs,
+                input_specs=[s.model_dump() for s in p.input_specs],
+                out=p.out,
+                out_arena=p.out_arena.model_dump() if p.out_arena else None,
+                expected_specs=[s.model_dump() for s in p.expected_specs],
+                grads=[g.model_dump() for g in p.grads],
             )
         finally:
             for fd in fds:
@@ -191,7 +231,13 @@ class CandidateRun:
         """Time the candidate on a bound slot; the messages it sent meanwhile (timing, wall clock)."""
         mark = self.handle.mark()
         idle = self.forward_limit(ref_ms) * 25  # a block of 25 timed calls between progress reports
-        self.handle.request("time", "timed", Deadline("timing", self.config.bench_timeout_s, idle_s=max(idle, 30.0)), slot=slot, timing=timing)
+        self.handle.request(
+            "time",
+            "timed",
+            Deadline("timing", self.config.bench_timeout_s, idle_s=max(idle, 30.0)),
+            slot=slot,
+            timing=timing,
+        )
         return self.handle.since(mark)
 
     def release(self, slots: list[int], outs: list[int], *, final: bool = True) -> None:
@@ -199,15 +245,21 @@ class CandidateRun:
         free blocks back, which between trials its next forward takes again."""
         if self.handle.alive:
             try:
-                self.handle.request("release", "released", Deadline("release", 30.0), slots=slots, outs=outs, final=final)
+                self.handle.request(
+                    "release", "released", Deadline("release", 30.0), slots=slots, outs=outs, final=final
+                )
             except WorkerGone:
                 pass
 
     # ------------------------------------------------------------------ endings
 
     def failure(self, stage: str, e: WorkerGone) -> Failure:
-        limit = {"compile": self.config.compile_timeout_s, "benchmark": self.config.bench_timeout_s}.get(stage, self.config.run_timeout_s)
-        return classify(stage, e.outcome, timeout_s=limit, build_dir=self.workdir / "build", trial_bytes=self.ctx.trial_bytes())
+        limit = {"compile": self.config.compile_timeout_s, "benchmark": self.config.bench_timeout_s}.get(
+            stage, self.config.run_timeout_s
+        )
+        return classify(
+            stage, e.outcome, timeout_s=limit, build_dir=self.workdir / "build", trial_bytes=self.ctx.trial_bytes()
+        )
 
     def sandbox_notes(self) -> list[str]:
         """What its outcome will say of the sandbox's layers, known from its start."""
@@ -247,7 +299,9 @@ def _write_log(path: Path, argv: list[str], out: ChildOutcome) -> None:
             f"deadline={out.deadline} wall={out.wall_s:.2f}s\n"
             f"--- stdout ({out.stdout_bytes} bytes, tail) ---\n{out.stdout_tail}\n"
             f"--- stderr ({out.stderr_bytes} bytes, tail) ---\n{out.stderr_tail}\n"
-            f"--- messages ---\n" + "\n".join(json.dumps(m, default=str)[:4000] for m in out.messages) + "\n"
+            f"--- messages ---\n"
+            + "\n".join(json.dumps(m, default=str)[:4000] for m in out.messages)
+            + "\n"
             + "".join(f"--- forged ---\n{m}\n" for m in out.forged_messages[:20])
             + f"--- sandbox ---\nlayers={out.isolation} notes={out.sandbox_notes}\n"
         )
@@ -343,7 +397,9 @@ def tidy(workdir: Path) -> None:
     if build.is_dir() and not build.is_symlink():
         for p in build.rglob("*"):
             try:
-                if p.is_symlink() or (p.is_file() and (p.suffix not in _KEEP_SUFFIXES or p.stat().st_size > _KEEP_MAX_BYTES)):
+                if p.is_symlink() or (
+                    p.is_file() and (p.suffix not in _KEEP_SUFFIXES or p.stat().st_size > _KEEP_MAX_BYTES)
+                ):
                     p.unlink()
             except OSError:
                 pass

@@ -22,7 +22,9 @@ IDLE_REFERENCE_S = 20.0  # ... and after how long idle its reference worker stop
 class GpuShare:
     """``device_lease``: the GPU's lease (tools/gpu/lease.py); None on a CPU, where nothing queues."""
 
-    def __init__(self, device_lease: DeviceLease | None, ref: Reference, task_name: str, config: Callable[[], JudgeConfig]):
+    def __init__(
+        self, device_lease: DeviceLease | None, ref: Reference, task_name: str, config: Callable[[], JudgeConfig]
+    ):
         """``config``: the judge's config as it is when asked (a caller may replace the judge's)."""
         self.device_lease, self.ref, self.task_name, self._config = device_lease, ref, task_name, config
         self._holding = 0  # GPU leases this judge's threads hold now
@@ -88,7 +90,9 @@ class GpuShare:
     def gpu_budget(self) -> int | None:
         """What the stages with room on this GPU may declare together, once the reference has said the GPU's size."""
         if self._budget is None:
-            props = self.ref.ready.gpu_props if self.ref.ready is not None else {"total_memory": self.ref.gpu_total_bytes}
+            props = (
+                self.ref.ready.gpu_props if self.ref.ready is not None else {"total_memory": self.ref.gpu_total_bytes}
+            )
             self._budget = gpu_room.budget(props)
         return self._budget
 
@@ -99,7 +103,9 @@ class GpuShare:
         with self._holding_lock:
             if self._yielder is not None:
                 return
-            self._yielder = threading.Thread(target=self._yield_while_others_want, daemon=True, name="kernelfix-yield-gpu")
+            self._yielder = threading.Thread(
+                target=self._yield_while_others_want, daemon=True, name="kernelfix-yield-gpu"
+            )
         self._yielder.start()
 
     def _yield_while_others_want(self) -> None:
@@ -117,7 +123,13 @@ class GpuShare:
             try:
                 if self.ref.give_back_gpu_memory() is not None:
                     t = self.ref.last_trim or {}
-                    self.device_lease.note({"gave_back": self.task_name, "freed": t.get("freed"), "reserved_after": t.get("reserved"),
-                                      "arenas": (t.get("slots"), t.get("outs"))})
+                    self.device_lease.note(
+                        {
+                            "gave_back": self.task_name,
+                            "freed": t.get("freed"),
+                            "reserved_after": t.get("reserved"),
+                            "arenas": (t.get("slots"), t.get("outs")),
+                        }
+                    )
             except Exception:  # a reference that is gone or failing: the stage that needs it will say so
                 pass

@@ -16,11 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelfix import atomic
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.sandbox.untrusted_files import read_plain
 from kernelfix.tools.handles import sandboxing
 from kernelfix.tools.verdict import SANDBOX_NOTE
+
+from kernelfix import atomic
 
 if TYPE_CHECKING:
     from kernelfix.tools.evaluation import Evaluation
@@ -28,9 +29,19 @@ if TYPE_CHECKING:
 
 
 def run(
-    ctx: "WorkerContext", ev: "Evaluation", stage: str, module: str, spec: dict[str, Any], timeout_s: float, *,
-    wrap: Sequence[str] = (), env: dict[str, str] | None = None, fork: bool = False, lease: bool = True,
-    on_message: Callable[[dict[str, Any]], None] | None = None, fork_kind: str = "all",
+    ctx: "WorkerContext",
+    ev: "Evaluation",
+    stage: str,
+    module: str,
+    spec: dict[str, Any],
+    timeout_s: float,
+    *,
+    wrap: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    fork: bool = False,
+    lease: bool = True,
+    on_message: Callable[[dict[str, Any]], None] | None = None,
+    fork_kind: str = "all",
 ) -> ChildOutcome:
     """``python -m module SPEC`` under the candidate's sandbox, ``wrap`` (a profiler, a sanitizer) in
     front; ``env`` adds to the candidate's environment. ``lease``: hold the GPU for it (False where the
@@ -44,9 +55,17 @@ def run(
     spec_path = wd / "handoff" / f"{stage}.spec.json"
     if spec_path.is_symlink() or spec_path.exists():
         spec_path.unlink()  # never write through something the candidate planted
-    atomic.write_text(spec_path, json.dumps({**spec, "stage": stage}, default=str), fsync=False)  # no half-written spec after a kill
+    atomic.write_text(
+        spec_path, json.dumps({**spec, "stage": stage}, default=str), fsync=False
+    )  # no half-written spec after a kill
     iso, note = sandboxing.isolation(
-        "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
+        "candidate",
+        ctx.config,
+        workdir=wd,
+        private=ctx.private,
+        siblings=[],
+        credentials=ctx.credentials,
+        device=ctx.device,
     )
     argv = [*wrap, sys.executable, "-m", module, str(spec_path)]
     child_env = {**sandboxing.env("candidate", wd, ctx.device, ctx.gpu), **(env or {})}
@@ -54,9 +73,17 @@ def run(
         if lease:  # the GPU alone (a profiler's replays time each kernel), with room for the stage's memory first
             held.enter_context(ctx.room(stage))
             held.enter_context(ctx.lease(stage))
-        outcome = run_child(argv, cwd=wd, env=child_env, limits=sandboxing.limits(ctx.config, timeout_s), isolation=iso,
-                            authenticate=True, fork=fork and not wrap, on_message=on_message,
-                            fork_kind=fork_kind)
+        outcome = run_child(
+            argv,
+            cwd=wd,
+            env=child_env,
+            limits=sandboxing.limits(ctx.config, timeout_s),
+            isolation=iso,
+            authenticate=True,
+            fork=fork and not wrap,
+            on_message=on_message,
+            fork_kind=fork_kind,
+        )
     notes = [*outcome.sandbox_notes, *([note] if note else [])]
     ev.warnings += [SANDBOX_NOTE + n for n in notes if SANDBOX_NOTE + n not in ev.warnings]
     (wd / "logs" / f"{stage}.log").write_text(

@@ -22,7 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kernelfix.tools import input_sets, trials as trial_plan
+from kernelfix.tools import input_sets
+from kernelfix.tools import trials as trial_plan
 from kernelfix.tools.gpu import room as gpu_room
 from kernelfix.tools.handles import reference_failures, sandboxing
 from kernelfix.tools.handles.reference_baselines import ReferenceBaselines
@@ -32,9 +33,15 @@ from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone, WorkerHa
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.timing import baselines
-from kernelfix.tools.transport.protocol import CandidateOutput, Checked, Prepared, ReferenceReady, ReferenceSpec, TrialPlan
+from kernelfix.tools.transport.protocol import (
+    CandidateOutput,
+    Checked,
+    Prepared,
+    ReferenceReady,
+    ReferenceSpec,
+    TrialPlan,
+)
 from kernelfix.tools.verdict import Category
-
 
 ID_SPAN = 10**9  # arena ids per reference worker: a restarted worker's ids never name its predecessor's
 
@@ -79,7 +86,9 @@ class Reference(ReferenceBaselines):
         """Start the worker (task import, Model) without waiting: a candidate's build overlaps it."""
         with self._thread_lock:  # never waits for a request in flight
             if self._start_thread is None and self._worker is None and self._task_error is None and not self.surveyed:
-                self._start_thread = threading.Thread(target=self._start_quietly, daemon=True, name="kernelfix-reference")
+                self._start_thread = threading.Thread(
+                    target=self._start_quietly, daemon=True, name="kernelfix-reference"
+                )
                 self._start_thread.start()
 
     def _start_quietly(self) -> None:
@@ -108,19 +117,35 @@ class Reference(ReferenceBaselines):
         wd = j.private
         self._generation += 1
         spec = ReferenceSpec(
-            task_path=str(j.task_copy), device=j.device, init_seed=j.seed, float64=self.config.float64_reference,
-            inputs_on_device=self.config.inputs_on_device, cache_bytes=int(self.config.reference_cache_gb * 2**30),
-            atol=self.config.atol, rtol=self.config.rtol, rel_error_tol=self.config.rel_error_tol,
+            task_path=str(j.task_copy),
+            device=j.device,
+            init_seed=j.seed,
+            float64=self.config.float64_reference,
+            inputs_on_device=self.config.inputs_on_device,
+            cache_bytes=int(self.config.reference_cache_gb * 2**30),
+            atol=self.config.atol,
+            rtol=self.config.rtol,
+            rel_error_tol=self.config.rel_error_tol,
             truth_factor=self.config.truth_factor if self.config.float64_reference else None,
-            memory_limit_bytes=sandboxing.memory_limit(self.config), backward=bool(self.config.backward),
+            memory_limit_bytes=sandboxing.memory_limit(self.config),
+            backward=bool(self.config.backward),
             id_base=self._generation * ID_SPAN,
         )
-        iso, note = sandboxing.isolation("reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device)
+        iso, note = sandboxing.isolation(
+            "reference", self.config, workdir=wd, private=wd, siblings=[], credentials=[], device=j.device
+        )
         j.note_sandbox(note)
         self._worker = WorkerHandle(
-            "kernelfix.tools.workers.reference.server", spec.model_dump(), spec_path=wd / "reference.spec.json", cwd=wd,
-            env=sandboxing.env("reference", wd, j.device, j.gpu), limits=sandboxing.limits(self.config, 10**7),
-            isolation=iso, on_phase=self._relay, fork=self.config.fork_server, fork_kind="reference",
+            "kernelfix.tools.workers.reference.server",
+            spec.model_dump(),
+            spec_path=wd / "reference.spec.json",
+            cwd=wd,
+            env=sandboxing.env("reference", wd, j.device, j.gpu),
+            limits=sandboxing.limits(self.config, 10**7),
+            isolation=iso,
+            on_phase=self._relay,
+            fork=self.config.fork_server,
+            fork_kind="reference",
         )
         deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
         try:
@@ -190,7 +215,13 @@ class Reference(ReferenceBaselines):
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            if self._worker is None or not self._worker.alive or self._owned or self._start_thread is not None or not self.surveyed:
+            if (
+                self._worker is None
+                or not self._worker.alive
+                or self._owned
+                or self._start_thread is not None
+                or not self.surveyed
+            ):
                 return False
             self._worker.close()
             self._worker, self.ready, self._gpu_dirty = None, None, False
@@ -211,7 +242,9 @@ class Reference(ReferenceBaselines):
         sized = out.last("sized")
         if sized is not None:
             self.size = TaskSize.model_validate(sized)
-        err = reference_failures.sort(out, self.ctx.task.path, self.config, self.input_bytes + self.output_bytes, self.size)
+        err = reference_failures.sort(
+            out, self.ctx.task.path, self.config, self.input_bytes + self.output_bytes, self.size
+        )
         if isinstance(err, TaskError):
             self._task_error = err
         raise err
@@ -247,10 +280,14 @@ class Reference(ReferenceBaselines):
         finally:
             self._lock.release()
 
-    def _request(self, kind: str, reply: str, timeout_s: float, *, stretch: bool = False, **payload: Any) -> dict[str, Any]:
+    def _request(
+        self, kind: str, reply: str, timeout_s: float, *, stretch: bool = False, **payload: Any
+    ) -> dict[str, Any]:
         with self._lock:
             try:
-                return self._send(kind, reply, Deadline(f"the reference's {kind}", timeout_s, stretch=stretch), **payload)
+                return self._send(
+                    kind, reply, Deadline(f"the reference's {kind}", timeout_s, stretch=stretch), **payload
+                )
             except WorkerGone as e:
                 self._failed(e)
                 raise  # unreachable: _failed always raises
@@ -275,7 +312,13 @@ class Reference(ReferenceBaselines):
         with self.ctx.room("reference"), lease("reference", shared=True), self._lock:
             if self.surveyed:
                 return
-            msg = self._request("survey", "surveyed", self.config.run_timeout_s * 2, trials=[t.model_dump() for t in self.trials], stretch=True)
+            msg = self._request(
+                "survey",
+                "surveyed",
+                self.config.run_timeout_s * 2,
+                trials=[t.model_dump() for t in self.trials],
+                stretch=True,
+            )
             by_index = {t.index: t for t in self.trials}
             for raw in msg["trials"]:  # a large task's survey stops at the first trial its cache cannot hold
                 p = Prepared.model_validate(raw)
@@ -288,7 +331,10 @@ class Reference(ReferenceBaselines):
             if trial.variant:
                 self.skipped_variants[trial.variant] = p.skipped
             return
-        self.input_bytes, self.output_bytes = max(self.input_bytes, p.input_bytes), max(self.output_bytes, p.output_bytes)
+        self.input_bytes, self.output_bytes = (
+            max(self.input_bytes, p.input_bytes),
+            max(self.output_bytes, p.output_bytes),
+        )
         self.ref_ms[trial.index] = p.ref_ms
         if p.noise is not None:
             self.noise[trial.index] = p.noise
@@ -305,8 +351,19 @@ class Reference(ReferenceBaselines):
         for timing, never checked: the worker skips the trial's float64 truth."""
         with self._lock:
             if into is not None and not self._current(into):
-                raise ReferenceUnavailable(Category.WORKER, f"the reference worker restarted while trial {trial.index}'s inputs were in use; it is judged again")
-            msg = self._request("prepare", "prepared", self.config.run_timeout_s, trial=trial.model_dump(), into=into, inputs_only=inputs_only, owner=owner)
+                raise ReferenceUnavailable(
+                    Category.WORKER,
+                    f"the reference worker restarted while trial {trial.index}'s inputs were in use; it is judged again",
+                )
+            msg = self._request(
+                "prepare",
+                "prepared",
+                self.config.run_timeout_s,
+                trial=trial.model_dump(),
+                into=into,
+                inputs_only=inputs_only,
+                owner=owner,
+            )
             p = Prepared.model_validate(msg)
             fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
             if owner is not None and p.skipped is None:
@@ -338,15 +395,21 @@ class Reference(ReferenceBaselines):
             if output.out is not None and not self._current(output.out):
                 # The worker that prepared this trial ended (another evaluation's request met a fault) and a new one
                 # started: the trial's reference and arenas went with it. The machine's fault, never the candidate's.
-                raise ReferenceUnavailable(Category.WORKER, f"the reference worker restarted while trial {trial.index} ran; it is judged again")
-        msg = self._request("check", "checked", self.config.run_timeout_s, trial=trial.index, output=output.model_dump(), slot=slot)
+                raise ReferenceUnavailable(
+                    Category.WORKER, f"the reference worker restarted while trial {trial.index} ran; it is judged again"
+                )
+        msg = self._request(
+            "check", "checked", self.config.run_timeout_s, trial=trial.index, output=output.model_dump(), slot=slot
+        )
         return Checked.model_validate(msg)
 
     def _current(self, arena_id: int) -> bool:
         """Whether an arena id is the running worker's (not a predecessor's)."""
         return arena_id // ID_SPAN == self._generation
 
-    def release(self, slots: list[int] = (), outs: list[int] = (), *, owner: str | None = None, keep: bool = False) -> None:  # type: ignore[assignment]
+    def release(
+        self, slots: list[int] = (), outs: list[int] = (), *, owner: str | None = None, keep: bool = False
+    ) -> None:  # type: ignore[assignment]
         """Arenas given back. ``owner`` (an evaluation's id) with ``keep``: the worker keeps them as that evaluation's
         spares, for its next trial; ``owner`` without ``keep``: its stage is over, and its spares go too."""
         with self._lock:

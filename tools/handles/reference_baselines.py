@@ -20,7 +20,11 @@ class ReferenceBaselines:
     """Uses the reference's lock, its worker's requests and its trials (``Reference``)."""
 
     def baseline(
-        self, lease: Callable[..., Any], *, warm_gate: Callable[[], Any] | None = None, fresh: bool = False,
+        self,
+        lease: Callable[..., Any],
+        *,
+        warm_gate: Callable[[], Any] | None = None,
+        fresh: bool = False,
         input_set: int | None = None,
     ) -> baselines.Baseline:
         """Eager and torch.compile timings of the reference: from memory, the disk cache, or measured
@@ -33,7 +37,9 @@ class ReferenceBaselines:
                 input_set = self.trials[0].input_set
             if input_set in self._baselines:
                 return self._baselines[input_set]
-            key = baselines.key(self.ctx.task, self.config, ready) + (f"-set{input_set}" if input_set is not None else "")
+            key = baselines.key(self.ctx.task, self.config, ready) + (
+                f"-set{input_set}" if input_set is not None else ""
+            )
             cached = None if fresh else baselines.load(key)
             if cached is not None:
                 self._baselines[input_set] = cached
@@ -45,14 +51,24 @@ class ReferenceBaselines:
             # ... unless its tensors are large: its warm-up runs the compiled forward on the GPU, and
             # gigabytes taken there while another judge's stage holds the lease are taken from that stage.
             big = self.size is not None and self.size.trial_bytes > self.config.warmup_max_gb * 2**30
-            with warm_gate() if warm_gate is not None else contextlib.nullcontext(), self._big(lease, "baseline warm-up", shared=True) if big else contextlib.nullcontext(), self._lock:
+            with (
+                warm_gate() if warm_gate is not None else contextlib.nullcontext(),
+                self._big(lease, "baseline warm-up", shared=True) if big else contextlib.nullcontext(),
+                self._lock,
+            ):
                 compile_note = self.warm_compiled(trial, timing)
             if compile_note is not None:
                 timing = timing | {"time_torch_compile": False}
         with self.ctx.room("baseline"), lease("baseline"), self._lock:
             if input_set not in self._baselines:
-                msg = self._request("baseline", "baseline", self.config.bench_timeout_s, trial=trial.model_dump(), timing=timing,
-                                    compile_threads=self.config.reference_compile_threads)
+                msg = self._request(
+                    "baseline",
+                    "baseline",
+                    self.config.bench_timeout_s,
+                    trial=trial.model_dump(),
+                    timing=timing,
+                    compile_threads=self.config.reference_compile_threads,
+                )
                 msg["compile_note"] = compile_note or msg.get("compile_note")
                 self._baselines[input_set] = baselines.Baseline.model_validate(msg)
                 baselines.save(key, self._baselines[input_set])
@@ -72,8 +88,15 @@ class ReferenceBaselines:
         limit = self.config.reference_compile_timeout_s
         deadline = Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit)
         try:
-            self._send("baseline", "baseline_warm", deadline, trial=trial.model_dump(), timing=timing, warm_only=True,
-                       compile_threads=self.config.reference_compile_threads)
+            self._send(
+                "baseline",
+                "baseline_warm",
+                deadline,
+                trial=trial.model_dump(),
+                timing=timing,
+                warm_only=True,
+                compile_threads=self.config.reference_compile_threads,
+            )
             return None
         except WorkerGone as e:
             phase = (e.outcome.last("phase") or {}).get("phase")
@@ -101,8 +124,15 @@ class ReferenceBaselines:
                 eager, compiled = base.eager.median_ms, base.compiled.median_ms if base.compiled else None
             except Exception:  # no baseline is no reason to hold up the session: the floor alone still helps
                 pass
-        return floor.build(input_bytes=size.input_bytes, output_bytes=size.output_bytes, flops=ready.task_flops, dtypes=ready.dtypes,
-                           gpu_props=ready.gpu_props, eager_ms=eager, compile_ms=compiled)
+        return floor.build(
+            input_bytes=size.input_bytes,
+            output_bytes=size.output_bytes,
+            flops=ready.task_flops,
+            dtypes=ready.dtypes,
+            gpu_props=ready.gpu_props,
+            eager_ms=eager,
+            compile_ms=compiled,
+        )
 
     def gpu_spec(self, device: str) -> "GpuSpec | None":
         """The GPU's numbers (tools/gpu/specs.py), as the reference worker read them; None off the GPU."""

@@ -24,7 +24,9 @@ class ReferenceUnavailable(Exception):
         self.message = message
 
 
-def sort(out: ChildOutcome, task_path: Path, config: JudgeConfig, trial_bytes: int, size: TaskSize | None) -> TaskError | ReferenceUnavailable:
+def sort(
+    out: ChildOutcome, task_path: Path, config: JudgeConfig, trial_bytes: int, size: TaskSize | None
+) -> TaskError | ReferenceUnavailable:
     """What a reference worker's end was: the task's own failure (``TaskError``), or the machine's
     (``ReferenceUnavailable``, an ``infra:`` verdict), never the candidate's."""
     err = out.last("error")
@@ -39,7 +41,11 @@ def sort(out: ChildOutcome, task_path: Path, config: JudgeConfig, trial_bytes: i
         return ReferenceUnavailable(category, message + trial)
     if out.memory_exceeded:
         limit = size_text(sandboxing.memory_limit(config))
-        why = "judge.memory_limit_gb" if config.memory_limit_gb else "3/4 of this machine's memory, at most 64 GiB; judge.memory_limit_gb sets it"
+        why = (
+            "judge.memory_limit_gb"
+            if config.memory_limit_gb
+            else "3/4 of this machine's memory, at most 64 GiB; judge.memory_limit_gb sets it"
+        )
         return ReferenceUnavailable(
             Category.TOO_LARGE,
             f"the task does not fit the host memory the judge allows: its reference reached {size_text(out.peak_rss_bytes)} "
@@ -48,7 +54,13 @@ def sort(out: ChildOutcome, task_path: Path, config: JudgeConfig, trial_bytes: i
     fault = machine_fault(out)
     if fault is not None:
         return ReferenceUnavailable(*fault)
-    if err is None and not out.timed_out and out.last("ready") is None and out.last("hello") is not None and out.signal is None:
+    if (
+        err is None
+        and not out.timed_out
+        and out.last("ready") is None
+        and out.last("hello") is not None
+        and out.signal is None
+    ):
         return TaskError(problem)  # exited by itself while importing or building: the task's doing
     # A time-out, a signal, an exception in the worker's own code: not the task's, not the candidate's.
     return ReferenceUnavailable(Category.WORKER, problem)
@@ -80,7 +92,10 @@ def _memory_verdict(err: dict[str, Any], trial_bytes: int) -> tuple[Category, st
         return Category.GPU_BUSY, oom.others_text("the reference")
     # No sizes in the error: CUDA's own allocation failed (a context, a library's workspace), not a
     # tensor of the task's, which torch's allocator reports with its sizes. The GPU is full, not the task too large.
-    return Category.GPU_BUSY, f"the GPU had no memory for the task's reference (CUDA: {((err.get('message') or '').strip().splitlines() or [''])[0][:200]})"
+    return (
+        Category.GPU_BUSY,
+        f"the GPU had no memory for the task's reference (CUDA: {((err.get('message') or '').strip().splitlines() or [''])[0][:200]})",
+    )
 
 
 def _task_problem(path: Path, outcome: ChildOutcome, timeout_s: float) -> str:
@@ -90,7 +105,9 @@ def _task_problem(path: Path, outcome: ChildOutcome, timeout_s: float) -> str:
         return f"{where}: {outcome.deadline or f'the reference did not finish within {timeout_s:g} s'}"
     if err is None:
         return f"{where}: the reference process died ({outcome.signal or f'exit code {outcome.returncode}'}): {outcome.stderr_tail.strip()[-500:]}"
-    phase = {"load_task": "importing it", "build_reference": "building Model(*get_init_inputs())"}.get(err.get("phase"), "running Model.forward")
+    phase = {"load_task": "importing it", "build_reference": "building Model(*get_init_inputs())"}.get(
+        err.get("phase"), "running Model.forward"
+    )
     text = (err.get("message") or "").strip()
     if err.get("kind") == "task" and text:
         return f"{where}: {text[:800]}"

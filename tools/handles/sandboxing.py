@@ -17,7 +17,15 @@ from typing import Literal
 
 from kernelfix.sandbox import Isolation, Limits, scrubbed_env
 from kernelfix.sandbox.probes import for_gpu
-from kernelfix.tools.cache_dir import CACHE_ENV, INDUCTOR_CACHE, TRITON_CACHE, cache_root, compiler_caches, judge_cache, lock_root
+from kernelfix.tools.cache_dir import (
+    CACHE_ENV,
+    INDUCTOR_CACHE,
+    TRITON_CACHE,
+    cache_root,
+    compiler_caches,
+    judge_cache,
+    lock_root,
+)
 from kernelfix.tools.config import JudgeConfig
 
 Role = Literal["reference", "candidate"]
@@ -57,7 +65,9 @@ def _shared_env(device: str, gpu: str | None) -> dict[str, str]:
     return extra
 
 
-def fork_server_kinds(config: JudgeConfig, candidate_code: str | None, device: str, gpu: str | None = None) -> list[tuple[str, dict[str, str]]]:
+def fork_server_kinds(
+    config: JudgeConfig, candidate_code: str | None, device: str, gpu: str | None = None
+) -> list[tuple[str, dict[str, str]]]:
     """The fork servers (kind, environment) a judge with ``config`` on ``device`` forks its reference's worker from,
     and, given its source, a candidate's: the ones ``Reference`` and ``CandidateRun`` will ask for (the environment
     outside each worker's own paths is what picks a fork server)."""
@@ -90,7 +100,14 @@ def start_fork_servers(config: JudgeConfig, candidate_code: str | None, gpu: str
 
 
 def isolation(
-    role: Role, config: JudgeConfig, *, workdir: Path, private: Path, siblings: list[Path], credentials: list[str], device: str
+    role: Role,
+    config: JudgeConfig,
+    *,
+    workdir: Path,
+    private: Path,
+    siblings: list[Path],
+    credentials: list[str],
+    device: str,
 ) -> tuple[Isolation, str | None]:
     """The layers for one worker, and a note when the GPU needed some turned off on this machine."""
     base = config.sandbox
@@ -101,7 +118,9 @@ def isolation(
         # Other evaluations' dirs too: a sibling's candidate or logs are not this one's to read.
         writable = [str(workdir / d) for d in CANDIDATE_DIRS] + [str(p) for p in compiler_caches()]
         hidden = [str(private), *map(str, siblings), str(judge_cache()), *_lock_dir_unless_shared(writable)]
-    iso = base.model_copy(update={"writable": [*writable, *base.writable], "hidden": [*hidden, *credentials, *base.hidden]})
+    iso = base.model_copy(
+        update={"writable": [*writable, *base.writable], "hidden": [*hidden, *credentials, *base.hidden]}
+    )
     note = None
     if device == "cuda":
         # The record lives where no candidate can write (judge_cache is hidden from them): a forged

@@ -25,7 +25,13 @@ class WorkerContext:
     private: Path  # the reference's own directory, which no candidate sees
     task_copy: Path  # the reference's copy of the task (under private)
     credentials: list[str]  # files and directories hidden from candidates
-    lease: Callable[..., AbstractContextManager]  # lease(what, shared=False): the GPU's lock, alone or shared (Judge.lease)
-    room: Callable[..., AbstractContextManager]  # room(what, need_bytes=None): room for a stage's memory on the GPU (Judge.room)
+    lease: Callable[
+        ..., AbstractContextManager
+    ]  # lease(what, shared=False): the GPU's lock, alone or shared (Judge.lease)
+    room: Callable[
+        ..., AbstractContextManager
+    ]  # room(what, need_bytes=None): room for a stage's memory on the GPU (Judge.room)
     note_sandbox: Callable[[str | None], None]  # a sandbox layer this machine could not give, said once per judge
-    trial_bytes: Callable[[], int | None] = lambda: None  # one trial's inputs and outputs, once the reference has counted them
+    trial_bytes: Callable[[], int | None] = lambda: (
+        None
+    )  # one trial's inputs and outputs, once the reference has counted them

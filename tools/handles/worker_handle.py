@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelfix import atomic
 from kernelfix.sandbox import ChildOutcome, Isolation, Limits
 from kernelfix.sandbox.process import Child
+
+from kernelfix import atomic
 
 
 class WorkerGone(Exception):
@@ -57,7 +58,15 @@ class Deadline:
     other bounds stretch too: the judge's own work (the reference's start, its survey), not a
     candidate's forward, whose hang is caught as soon on a loaded machine as on an idle one."""
 
-    def __init__(self, what: str, limit_s: float, *, hard_s: float | None = None, idle_s: float | None = None, stretch: bool = False):
+    def __init__(
+        self,
+        what: str,
+        limit_s: float,
+        *,
+        hard_s: float | None = None,
+        idle_s: float | None = None,
+        stretch: bool = False,
+    ):
         self.what, self.limit_s, self.hard_s, self.idle_s, self.stretch = what, limit_s, hard_s, idle_s, stretch
         self.start = self.last = time.monotonic()
         self.active = 0.0
@@ -78,7 +87,9 @@ class Deadline:
         k = load if self.stretch else 1.0
         if self.active > self.limit_s * k:
             load = f" (stretched {k:.2g}x for the host's load)" if k > 1 else ""
-            return f"{self.what} did not finish within {self.limit_s * k:.3g} s" + (" with no compiler running" if handle.compiled_any else "") + load, True
+            return f"{self.what} did not finish within {self.limit_s * k:.3g} s" + (
+                " with no compiler running" if handle.compiled_any else ""
+            ) + load, True
         if self.hard_s is not None and now - self.start > self.hard_s * k:
             return f"{self.what} did not finish within {self.hard_s * k:.3g} s", False
         if self.idle_s is not None and now - max(self.start, handle.last_message_at) > self.idle_s * k:
@@ -119,8 +130,15 @@ class WorkerHandle:
         self._seen = 0
         self.argv = [*wrap, sys.executable, "-m", module, str(spec_path)]
         self.child = Child(
-            self.argv, cwd=cwd, env=env, limits=limits, isolation=isolation, authenticate=True, on_message=self._on_message,
-            requests=True, fork=fork and not wrap,  # a wrapper (ncu) must exec the interpreter itself
+            self.argv,
+            cwd=cwd,
+            env=env,
+            limits=limits,
+            isolation=isolation,
+            authenticate=True,
+            on_message=self._on_message,
+            requests=True,
+            fork=fork and not wrap,  # a wrapper (ncu) must exec the interpreter itself
             fork_kind=fork_kind,
         )
 
@@ -139,7 +157,9 @@ class WorkerHandle:
     def alive(self) -> bool:
         return self.child.alive
 
-    def expect(self, kinds: Sequence[str], deadline: Deadline | None = None, *, msg_id: int | None = None) -> dict[str, Any]:
+    def expect(
+        self, kinds: Sequence[str], deadline: Deadline | None = None, *, msg_id: int | None = None
+    ) -> dict[str, Any]:
         """The next message of one of ``kinds`` (matching ``msg_id`` when given); raises WorkerGone."""
         until = (lambda: deadline.check(self)) if deadline is not None else None
         while True:
@@ -154,13 +174,17 @@ class WorkerHandle:
             if msg_id is None or msg.get("id") == msg_id:
                 return msg
 
-    def request(self, kind: str, reply: str, deadline: Deadline | None = None, fds: Sequence[int] = (), **payload: Any) -> dict[str, Any]:
+    def request(
+        self, kind: str, reply: str, deadline: Deadline | None = None, fds: Sequence[int] = (), **payload: Any
+    ) -> dict[str, Any]:
         """Send a request and wait for its reply (one request at a time per worker)."""
         with self._lock:
             self._ids += 1
             rid = self._ids
             if not self.child.send(kind, fds=fds, id=rid, **payload):
-                raise WorkerGone(self.child.wait() if not self.child.alive else self._kill("the request socket closed"), kind)
+                raise WorkerGone(
+                    self.child.wait() if not self.child.alive else self._kill("the request socket closed"), kind
+                )
             return self.expect([reply], deadline, msg_id=rid)
 
     def recv_fds(self, timeout: float = 30.0) -> list[int]:

@@ -28,18 +28,21 @@ FIX: dict[Use, str] = {
         "elements from tl.program_id, or a persistent grid whose programs step by tl.num_programs) needs no counter. Where dynamic "
         "balancing is the point, claim a chunk per atomic: one lane per warp (or thread 0 of the block) takes "
         "base = atomicAdd(next, CHUNK) for 32 or blockDim.x times several elements, shares it (__shfl_sync, or shared memory and "
-        "__syncthreads()), and the warp or block loops over its chunk; Triton: tl.atomic_add(next_ptr, BLOCK) once per program"),
+        "__syncthreads()), and the warp or block loops over its chunk; Triton: tl.atomic_add(next_ptr, BLOCK) once per program"
+    ),
     "data": (
         "privatize: accumulate per block in shared memory (a private histogram per warp or block, integer shared-memory atomics), "
         "then one global atomic per bin per block; where many lanes of a warp hit the same bin, aggregate in the warp first "
         "(__match_any_sync, then the leader adds __popc of its peers). Triton: tl.histogram per program, then one "
         "tl.atomic_add of the whole histogram per program, with a persistent grid. On Hopper a thread-block cluster can share one "
-        "histogram in distributed shared memory. Do not reorder lanes for coalescing: the scattered addresses are the updates' targets"),
+        "histogram in distributed shared memory. Do not reorder lanes for coalescing: the scattered addresses are the updates' targets"
+    ),
     "one_address": (
         "one address that all threads accumulate into (`{target}`): reduce first and add once per block: a warp sums its lanes with "
         "__shfl_down_sync (offsets 16, 8, 4, 2, 1), the block its warps through shared memory, then thread 0 does one {call}; "
         "or write per-block partials to slots of their own and add them in a second pass. Triton: tl.sum over the block, one "
-        "tl.atomic_add per program, and fewer programs that each loop over several blocks (a persistent grid)"),
+        "tl.atomic_add per program, and fewer programs that each loop over several blocks (a persistent grid)"
+    ),
 }
 
 

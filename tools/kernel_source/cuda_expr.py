@@ -16,11 +16,41 @@ _TOKEN = re.compile(
 )
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 TYPE_WORDS = {
-    "int", "long", "short", "unsigned", "signed", "char", "float", "double", "bool", "void", "const", "volatile", "auto", "size_t",
-    "half", "__half", "__nv_bfloat16", "float2", "float4", "int2", "int4", "uint", "__restrict__", "__restrict", "register", "static",
+    "int",
+    "long",
+    "short",
+    "unsigned",
+    "signed",
+    "char",
+    "float",
+    "double",
+    "bool",
+    "void",
+    "const",
+    "volatile",
+    "auto",
+    "size_t",
+    "half",
+    "__half",
+    "__nv_bfloat16",
+    "float2",
+    "float4",
+    "int2",
+    "int4",
+    "uint",
+    "__restrict__",
+    "__restrict",
+    "register",
+    "static",
 }
-POSITION = {("threadIdx", "x"): "tx", ("threadIdx", "y"): "ty", ("threadIdx", "z"): "tz",
-            ("blockIdx", "x"): "bx", ("blockIdx", "y"): "by", ("blockIdx", "z"): "bz"}
+POSITION = {
+    ("threadIdx", "x"): "tx",
+    ("threadIdx", "y"): "ty",
+    ("threadIdx", "z"): "tz",
+    ("blockIdx", "x"): "bx",
+    ("blockIdx", "y"): "by",
+    ("blockIdx", "z"): "bz",
+}
 CLAIMED = "claimed"  # the value an atomic returned (a counter handing out work)
 
 
@@ -55,7 +85,11 @@ def strip_casts(toks: list[Tok]) -> list[Tok]:
     i = 0
     while i < len(toks):
         t = toks[i]
-        if t.text in ("static_cast", "reinterpret_cast", "const_cast") and i + 1 < len(toks) and toks[i + 1].text == "<":
+        if (
+            t.text in ("static_cast", "reinterpret_cast", "const_cast")
+            and i + 1 < len(toks)
+            and toks[i + 1].text == "<"
+        ):
             depth, j = 0, i + 1
             while j < len(toks):
                 depth += {"<": 1, ">": -1, ">>": -2}.get(toks[j].text, 0)
@@ -69,8 +103,27 @@ def strip_casts(toks: list[Tok]) -> list[Tok]:
     return out
 
 
-_BINARY = {"?": 3, "||": 4, "&&": 5, "|": 6, "^": 7, "&": 8, "==": 9, "!=": 9, "<": 10, ">": 10, "<=": 10, ">=": 10,
-           "<<": 11, ">>": 11, "+": 12, "-": 12, "*": 13, "/": 13, "%": 13}
+_BINARY = {
+    "?": 3,
+    "||": 4,
+    "&&": 5,
+    "|": 6,
+    "^": 7,
+    "&": 8,
+    "==": 9,
+    "!=": 9,
+    "<": 10,
+    ">": 10,
+    "<=": 10,
+    ">=": 10,
+    "<<": 11,
+    ">>": 11,
+    "+": 12,
+    "-": 12,
+    "*": 13,
+    "/": 13,
+    "%": 13,
+}
 
 
 class _Parser:
@@ -132,7 +185,12 @@ class _Parser:
                 return False
             seen = True
             j += 1
-        return seen and j + 1 < len(self.t) and self.t[j + 1].text not in _BINARY and self.t[j + 1].text not in (")", ";", ",", "]")
+        return (
+            seen
+            and j + 1 < len(self.t)
+            and self.t[j + 1].text not in _BINARY
+            and self.t[j + 1].text not in (")", ";", ",", "]")
+        )
 
     def primary(self) -> D.Dep:
         if self.peek() is None:
@@ -148,7 +206,9 @@ class _Parser:
         if tok.text in ("threadIdx", "blockIdx") and self.peek() == "." and self.peek(1) in ("x", "y", "z"):
             self.take()
             return D.of(POSITION[(tok.text, self.take().text)])
-        if self.peek() == "(":  # a call: __ldg and the atomics read memory, the rest (min, max, casts) pass their arguments on
+        if (
+            self.peek() == "("
+        ):  # a call: __ldg and the atomics read memory, the rest (min, max, casts) pass their arguments on
             self.take()
             args = self._args()
             if tok.text.startswith("__ldg") or tok.text.startswith("atomic"):
@@ -184,7 +244,11 @@ class _Parser:
         return value
 
 
-def deps(toks: list[Tok], lookup: Mapping[str, D.Dep] | Callable[[str], D.Dep], on_index: Callable[[D.Dep], None] | None = None) -> D.Dep:
+def deps(
+    toks: list[Tok],
+    lookup: Mapping[str, D.Dep] | Callable[[str], D.Dep],
+    on_index: Callable[[D.Dep], None] | None = None,
+) -> D.Dep:
     """What the expression ``toks`` depends on; where it cannot be parsed, every name and position in it, whole."""
     get = lookup if callable(lookup) else (lambda name: dict(lookup.get(name, {})))
     toks = strip_casts(toks)

@@ -11,7 +11,18 @@ import re
 from dataclasses import dataclass, field
 
 from kernelfix.tools.kernel_source import deps as D
-from kernelfix.tools.kernel_source.cuda_expr import CLAIMED, POSITION, Tok, blank_comments, deps, is_type_word, match, split_top, text, tokens
+from kernelfix.tools.kernel_source.cuda_expr import (
+    CLAIMED,
+    POSITION,
+    Tok,
+    blank_comments,
+    deps,
+    is_type_word,
+    match,
+    split_top,
+    text,
+    tokens,
+)
 
 _COMPOUND = {"+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="}
 _BLOCK_WORDS = ("if", "for", "while", "do", "else", "switch")
@@ -55,7 +66,7 @@ def kernels(source: str) -> list[Kernel]:
             continue
         end = match(toks, close + 1)
         k = Kernel(name=toks[j - 1].text, line=toks[j - 1].line)
-        _Walk(k, toks[j + 1:close]).block(toks[close + 2:end])
+        _Walk(k, toks[j + 1 : close]).block(toks[close + 2 : end])
         out.append(k)
     return out
 
@@ -66,7 +77,9 @@ class _Walk:
         self.env: dict[str, D.Dep] = {}
         self.globals: dict[str, D.Dep] = {}  # global pointers: parameters (no offset) and pointers computed from them
         self.counters: list[Site] = []  # atomics whose result was kept, waiting to see it index memory
-        self.conditional = 0  # inside an if, loop or else: an assignment may not happen, so it adds to the name's dependence
+        self.conditional = (
+            0  # inside an if, loop or else: an assignment may not happen, so it adds to the name's dependence
+        )
         for p in split_top(params, ","):
             if any(t.text == "*" for t in p) and p and p[-1].kind == "id":
                 self.globals[p[-1].text] = {}
@@ -96,10 +109,12 @@ class _Walk:
         t = toks[i]
         if t.text == "{":
             end = match(toks, i)
-            self.block(toks[i + 1:end], pins)
+            self.block(toks[i + 1 : end], pins)
             return end + 1
         if t.text in ("if", "while", "switch", "for", "else", "do"):
-            self.conditional += 1  # an assignment under a condition adds to what the name held (if (bin == n) bin = n - 1;)
+            self.conditional += (
+                1  # an assignment under a condition adds to what the name held (if (bin == n) bin = n - 1;)
+            )
             try:
                 return self._control(toks, i, pins)
             finally:
@@ -116,13 +131,13 @@ class _Walk:
         t = toks[i]
         if t.text in ("if", "while", "switch") and i + 1 < len(toks) and toks[i + 1].text == "(":
             close = match(toks, i + 1)
-            cond = toks[i + 2:close]
+            cond = toks[i + 2 : close]
             self._assignments_in(cond)
             inner = D.union(pins, self._pins(cond)) if t.text == "if" else pins
             return self.statement(toks, close + 1, inner) if close + 1 < len(toks) else close + 1
         if t.text == "for" and i + 1 < len(toks) and toks[i + 1].text == "(":
             close = match(toks, i + 1)
-            parts = split_top(toks[i + 2:close], ";")
+            parts = split_top(toks[i + 2 : close], ";")
             if parts:
                 self.simple(parts[0], pins)
             if len(parts) > 2:
@@ -130,7 +145,9 @@ class _Walk:
             return self.statement(toks, close + 1, pins) if close + 1 < len(toks) else close + 1
         if t.text in ("else", "do"):
             return self.statement(toks, i + 1, pins) if i + 1 < len(toks) else i + 1
-        return self.statement(toks, i + 1, pins) if i + 1 < len(toks) else i + 1  # a control word this walk does not read
+        return (
+            self.statement(toks, i + 1, pins) if i + 1 < len(toks) else i + 1
+        )  # a control word this walk does not read
 
     def _pins(self, cond: list[Tok]) -> D.Dep:
         """What ``cond``'s equalities with a constant fix of the thread's position (``tid == 0``, ``!threadIdx.x``)."""
@@ -169,7 +186,9 @@ class _Walk:
             return
         if any(t.text == "__shared__" for t in s):
             return  # shared memory: racecheck's, not this reading's
-        if is_type_word(s[0]) or (len(s) > 2 and s[0].kind == "id" and s[1].kind == "id" and s[0].text not in _BLOCK_WORDS):
+        if is_type_word(s[0]) or (
+            len(s) > 2 and s[0].kind == "id" and s[1].kind == "id" and s[0].text not in _BLOCK_WORDS
+        ):
             self._declaration(s, pins)
             return
         claimed = self._atomics(s, pins, _assigned(s))
@@ -191,11 +210,23 @@ class _Walk:
         if op is not None:
             self.deps(rhs)
         if rmw:
-            self.k.sites.append(Site(kind="rmw", line=target[0].line, target=shown, index=D.union(self.globals.get(name, {}), index), pins=pins))
+            self.k.sites.append(
+                Site(
+                    kind="rmw",
+                    line=target[0].line,
+                    target=shown,
+                    index=D.union(self.globals.get(name, {}), index),
+                    pins=pins,
+                )
+            )
 
     def _declaration(self, s: list[Tok], pins: D.Dep) -> None:
         k = 0
-        while k < len(s) and (is_type_word(s[k]) or s[k].text in ("*", "&") or (s[k].kind == "id" and k + 1 < len(s) and s[k + 1].kind == "id")):
+        while k < len(s) and (
+            is_type_word(s[k])
+            or s[k].text in ("*", "&")
+            or (s[k].kind == "id" and k + 1 < len(s) and s[k + 1].kind == "id")
+        ):
             k += 1
         pointer = any(t.text == "*" for t in s[:k])
         for decl in split_top(s[k:], ","):
@@ -234,12 +265,18 @@ class _Walk:
             if not (t.kind == "id" and t.text.startswith("atomic") and k + 1 < len(s) and s[k + 1].text == "("):
                 continue
             close = match(s, k + 1)
-            args = split_top(s[k + 2:close], ",")
+            args = split_top(s[k + 2 : close], ",")
             if not args or not args[0]:
                 continue
             addr = args[0]
-            site = Site(kind=t.text, line=t.line, target=text(addr), index=self._atomic_address(addr), pins=pins,
-                        result=result if result else None)
+            site = Site(
+                kind=t.text,
+                line=t.line,
+                target=text(addr),
+                index=self._atomic_address(addr),
+                pins=pins,
+                result=result if result else None,
+            )
             self.k.sites.append(site)
             if site.result:
                 self.counters.append(site)
@@ -249,7 +286,7 @@ class _Walk:
     def _atomic_address(self, addr: list[Tok]) -> D.Dep:
         a = [t for t in addr if t.text != "&"] if addr and addr[0].text == "&" else addr
         if len(a) > 2 and a[0].kind == "id" and a[1].text == "[":
-            return D.union(self.globals.get(a[0].text, {}), self.deps(a[2:match(a, 1)]))
+            return D.union(self.globals.get(a[0].text, {}), self.deps(a[2 : match(a, 1)]))
         offset = [t for t in a if not (t.kind == "id" and t.text in self.globals)]
         base = next((self.globals[t.text] for t in a if t.kind == "id" and t.text in self.globals), {})
         return D.union(base, self.deps(offset) if offset and any(t.kind in ("id", "num") for t in offset) else {})
@@ -275,7 +312,7 @@ def _lvalue(s: list[Tok]) -> tuple[list[Tok] | None, str | None, list[Tok]]:
         elif t.text in (")", "]"):
             depth -= 1
         elif depth == 0 and (t.text == "=" or t.text in _COMPOUND):
-            return s[:k], t.text, s[k + 1:]
+            return s[:k], t.text, s[k + 1 :]
         elif depth == 0 and t.text in ("++", "--") and k == len(s) - 1:
             return s[:k], "++", []
     return None, None, []
@@ -285,7 +322,7 @@ def _reads(rhs: list[Tok], target: list[Tok]) -> bool:
     """``p[i] = p[i] op v``: the right-hand side reads the element it writes."""
     n = len(target)
     want = [t.text for t in target]
-    return any([t.text for t in rhs[k:k + n]] == want for k in range(len(rhs) - n + 1))
+    return any([t.text for t in rhs[k : k + n]] == want for k in range(len(rhs) - n + 1))
 
 
 def line_text(source: str, line: int) -> str:

@@ -20,8 +20,18 @@ BLOCK = ("bx", "by", "bz")
 PROGRAM = ("p0", "p1", "p2")
 LANE = "lane"
 DATA = "data"  # a value read from memory: equal values send several threads to one element
-WORDS = {"tx": "threadIdx.x", "ty": "threadIdx.y", "tz": "threadIdx.z", "bx": "blockIdx.x", "by": "blockIdx.y", "bz": "blockIdx.z",
-         "p0": "tl.program_id(0)", "p1": "tl.program_id(1)", "p2": "tl.program_id(2)", LANE: "tl.arange"}
+WORDS = {
+    "tx": "threadIdx.x",
+    "ty": "threadIdx.y",
+    "tz": "threadIdx.z",
+    "bx": "blockIdx.x",
+    "by": "blockIdx.y",
+    "bz": "blockIdx.z",
+    "p0": "tl.program_id(0)",
+    "p1": "tl.program_id(1)",
+    "p2": "tl.program_id(2)",
+    LANE: "tl.arange",
+}
 ALL, HI, LO = "all", "hi", "lo"
 
 
@@ -52,7 +62,9 @@ def pinned(dep: Mapping[str, frozenset[str]], sources: Iterable[str]) -> Dep:
     return {k: v for k, v in dep.items() if k in sources}
 
 
-def missing(index: Mapping[str, frozenset[str]], needed: Iterable[str], pins: Mapping[str, frozenset[str]]) -> list[tuple[str, str]]:
+def missing(
+    index: Mapping[str, frozenset[str]], needed: Iterable[str], pins: Mapping[str, frozenset[str]]
+) -> list[tuple[str, str]]:
     """The sources the writing threads differ in that ``index`` does not tell apart, each with ``absent`` (the index
     does not use it) or ``partial`` (it keeps only part of it), after the parts the guards pin."""
     out = []

@@ -44,7 +44,9 @@ def kernels(source: str) -> list[Kernel]:
         if isinstance(node, ast.FunctionDef) and _is_jit(node):
             k = Kernel(name=node.name, line=node.lineno)
             _Walk(k).body(node.body, {})
-            last = {(site.kind, site.line, site.target): site for site in k.sites}  # a loop's body is walked twice: its second reading
+            last = {
+                (site.kind, site.line, site.target): site for site in k.sites
+            }  # a loop's body is walked twice: its second reading
             k.sites = list(last.values())
             out.append(k)
     return out
@@ -88,7 +90,9 @@ class _Walk:
                 return D.of(CLAIMED)
             if name in ("zeros", "full", "empty", "num_programs", "cdiv"):
                 return {}
-            method_of = self.deps(node.func.value) if isinstance(node.func, ast.Attribute) else {}  # x.to(tl.int32): x's
+            method_of = (
+                self.deps(node.func.value) if isinstance(node.func, ast.Attribute) else {}
+            )  # x.to(tl.int32): x's
             return D.union(method_of, *args)
         if isinstance(node, ast.Subscript):  # x[:, None]: the same values, another shape
             return self.deps(node.value)
@@ -130,11 +134,17 @@ class _Walk:
             if value is None:
                 return
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
-            claimed = self._sites(value, pins, targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None)
+            claimed = self._sites(
+                value, pins, targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+            )
             d = claimed if claimed is not None else self.deps(value)
             source = self._load_source(value)
             for t in targets:
-                for name in ([t.id] if isinstance(t, ast.Name) else [e.id for e in getattr(t, "elts", []) if isinstance(e, ast.Name)]):
+                for name in (
+                    [t.id]
+                    if isinstance(t, ast.Name)
+                    else [e.id for e in getattr(t, "elts", []) if isinstance(e, ast.Name)]
+                ):
                     self.env[name] = D.union(self.env.get(name, {}), d) if isinstance(s, ast.AugAssign) else d
                     if source is not None and not isinstance(s, ast.AugAssign):
                         self.loaded[name] = source
@@ -171,14 +181,25 @@ class _Walk:
             if name == "store" and len(node.args) > 1:
                 self._indexed(self.deps(ptr))
                 written = ast.dump(ptr)
-                reads = [n for n in ast.walk(node.args[1]) if (_call(n) == "load" and isinstance(n, ast.Call) and n.args
-                                                              and ast.dump(n.args[0]) == written)
-                         or (isinstance(n, ast.Name) and self.loaded.get(n.id) == written)]
+                reads = [
+                    n
+                    for n in ast.walk(node.args[1])
+                    if (_call(n) == "load" and isinstance(n, ast.Call) and n.args and ast.dump(n.args[0]) == written)
+                    or (isinstance(n, ast.Name) and self.loaded.get(n.id) == written)
+                ]
                 if reads:
-                    self.k.sites.append(Site(kind="rmw", line=node.lineno, target=ast.unparse(ptr), index=self.deps(ptr), pins=pins))
+                    self.k.sites.append(
+                        Site(kind="rmw", line=node.lineno, target=ast.unparse(ptr), index=self.deps(ptr), pins=pins)
+                    )
             elif name and name.startswith("atomic_"):
-                site = Site(kind=f"tl.{name}", line=node.lineno, target=ast.unparse(ptr), index=self.deps(ptr), pins=pins,
-                            result=result if node is value else None)
+                site = Site(
+                    kind=f"tl.{name}",
+                    line=node.lineno,
+                    target=ast.unparse(ptr),
+                    index=self.deps(ptr),
+                    pins=pins,
+                    result=result if node is value else None,
+                )
                 self.k.sites.append(site)
                 if site.result:
                     self.counters.append(site)

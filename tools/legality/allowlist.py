@@ -60,8 +60,17 @@ def is_aten(op: str) -> bool:
 # The vendor's GEMMs and attention, as `kernelfix tune` allows them to its sessions (Liger Kernel's split: cuBLAS and
 # cuDNN do the GEMMs and attention, the kernel fuses what lies between them).
 LIBRARY_GEMM_ATTENTION: tuple[str, ...] = (
-    "mm", "addmm", "bmm", "linear", "matmul", "_grouped_mm", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "mm",
+    "addmm",
+    "bmm",
+    "linear",
+    "matmul",
+    "_grouped_mm",
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
 )
 
 # Composite library calls -> the dispatcher ops they run as (the recorder sees these, never the composite itself).
@@ -69,7 +78,9 @@ LIBRARY_PARTS: dict[str, tuple[str, ...]] = {
     "linear": ("mm", "addmm"),
     "matmul": ("mm", "bmm", "mv", "dot"),
     "scaled_dot_product_attention": (
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
         "_scaled_dot_product_flash_attention_for_cpu",
     ),
 }

@@ -36,25 +36,91 @@ _TAMPER_MODULES = {
 _THREAD_MODULES = {"threading", "multiprocessing", "concurrent", "asyncio", "_thread"}
 _TAMPER_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
 _SYS_ATTRS = {"modules", "_getframe", "settrace", "setprofile", "meta_path", "path_hooks", "addaudithook"}
-_OS_ATTRS = {"kill", "killpg", "getppid", "fork", "forkpty", "setsid", "setpgid", "system", "popen", "dup2", "pidfd_open", "register_at_fork"}
+_OS_ATTRS = {
+    "kill",
+    "killpg",
+    "getppid",
+    "fork",
+    "forkpty",
+    "setsid",
+    "setpgid",
+    "system",
+    "popen",
+    "dup2",
+    "pidfd_open",
+    "register_at_fork",
+}
 _OS_PREFIXES = ("exec", "spawn", "posix_spawn")  # execv, execlpe, spawnvp, posix_spawnp, ...
 
 
 def _os_tamper(name: str) -> bool:
     return name in _OS_ATTRS or name.startswith(_OS_PREFIXES)
-_TORCH_PRIVATE = re.compile(r"^torch\.(_C|_dynamo|_inductor|overrides|profiler|autograd\.profiler|utils\._python_dispatch|_subclasses|fx)\b")
+
+
+_TORCH_PRIVATE = re.compile(
+    r"^torch\.(_C|_dynamo|_inductor|overrides|profiler|autograd\.profiler|utils\._python_dispatch|_subclasses|fx)\b"
+)
 _STREAM_ATTRS = {"Stream", "stream", "ExternalStream", "StreamContext", "set_stream"}
 
 # torch.* callables that compute nothing (allocation, metadata, context managers, dtypes).
 _HARMLESS_TORCH = {
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "arange", "tensor", "as_tensor", "from_numpy", "device", "dtype", "Size", "manual_seed", "no_grad",
-    "inference_mode", "is_tensor", "numel", "get_default_dtype", "set_grad_enabled", "is_floating_point",
-    "promote_types", "result_type", "finfo", "iinfo", "broadcast_shapes", "Generator", "Tensor",
-    "randn", "rand", "randint", "cdiv", "is_grad_enabled", "enable_grad",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+    "arange",
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "device",
+    "dtype",
+    "Size",
+    "manual_seed",
+    "no_grad",
+    "inference_mode",
+    "is_tensor",
+    "numel",
+    "get_default_dtype",
+    "set_grad_enabled",
+    "is_floating_point",
+    "promote_types",
+    "result_type",
+    "finfo",
+    "iinfo",
+    "broadcast_shapes",
+    "Generator",
+    "Tensor",
+    "randn",
+    "rand",
+    "randint",
+    "cdiv",
+    "is_grad_enabled",
+    "enable_grad",
 }
-_HARMLESS_TORCH_PREFIXES = ("torch.cuda.", "torch.utils.cpp_extension.", "torch.ops.", "torch.nn.Parameter", "torch.nn.init.", "torch.backends.", "torch.Tensor")
-_HARMLESS_NN = {"Parameter", "ParameterList", "ParameterDict", "ModuleList", "ModuleDict", "Identity", "Module", "Buffer"}
+_HARMLESS_TORCH_PREFIXES = (
+    "torch.cuda.",
+    "torch.utils.cpp_extension.",
+    "torch.ops.",
+    "torch.nn.Parameter",
+    "torch.nn.init.",
+    "torch.backends.",
+    "torch.Tensor",
+)
+_HARMLESS_NN = {
+    "Parameter",
+    "ParameterList",
+    "ParameterDict",
+    "ModuleList",
+    "ModuleDict",
+    "Identity",
+    "Module",
+    "Buffer",
+}
 # Tensor methods that compute (called on any object in the forward path: a warning).
 _COMPUTE_METHODS = set(
     """sum mean max min amax amin softmax log_softmax exp log matmul mm bmm relu sigmoid tanh add mul sub
@@ -62,18 +128,26 @@ _COMPUTE_METHODS = set(
     gelu silu addmm baddbmm einsum conv2d conv1d conv3d logsumexp erf sin cos maximum minimum where
     add_ mul_ sub_ div_ relu_ masked_fill lerp dot outer addcmul addcdiv""".split()
 )
-_CXX_ATEN = re.compile(r"\b(?:at|torch)::(?!cuda\b|Tensor\b|kFloat|kHalf|kBFloat16|kInt|kLong|kCUDA|kCPU|ScalarType|TensorOptions|Device|IntArrayRef|Scalar\b|dtype\b|indexing\b|nn\b)(\w+)\s*\(")
+_CXX_ATEN = re.compile(
+    r"\b(?:at|torch)::(?!cuda\b|Tensor\b|kFloat|kHalf|kBFloat16|kInt|kLong|kCUDA|kCPU|ScalarType|TensorOptions|Device|IntArrayRef|Scalar\b|dtype\b|indexing\b|nn\b)(\w+)\s*\("
+)
 # C++ that steps around the dispatcher's Python key would hide its aten calls from the op recorder.
-_CXX_DISPATCH = re.compile(r"\b(ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|AutoDispatchBelow\w*|DispatchKeySet|_DisableTorchDispatch|RecordFunctionGuard|enableRecordFunction|tls_set_dispatch_key\w*)\b")
+_CXX_DISPATCH = re.compile(
+    r"\b(ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|AutoDispatchBelow\w*|DispatchKeySet|_DisableTorchDispatch|RecordFunctionGuard|enableRecordFunction|tls_set_dispatch_key\w*)\b"
+)
 _CXX_LIBRARY = re.compile(r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::cuda::blas)\b|#include\s*[<\"](cublas|cudnn)")
 _CXX_STREAM = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamBeginCapture)\b")
 _CXX_THREAD = re.compile(r"\b(std::thread|std::async|pthread_create|std::jthread)\b")
 # Host syncs: the host waits for the GPU, which then idles until the next launch (tools/profile/host_sync.py
 # finds them at run time too). Tensor methods, torch calls, and their C++ forms.
 _SYNC_METHODS = {"item", "cpu", "tolist", "numpy", "synchronize"}
-_CXX_SYNC = re.compile(r"\b(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async|ToSymbolAsync|FromSymbolAsync)\w*)\s*\(|\.(item<\w+>|cpu)\(\)")
-_SYNC_FIX = ("it makes the host wait for the GPU (a host sync) and the GPU idle until the next launch: keep the value on the GPU "
-             "(pass the tensor to the next kernel and read it there) and let the stream order the kernels")
+_CXX_SYNC = re.compile(
+    r"\b(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async|ToSymbolAsync|FromSymbolAsync)\w*)\s*\(|\.(item<\w+>|cpu)\(\)"
+)
+_SYNC_FIX = (
+    "it makes the host wait for the GPU (a host sync) and the GPU idle until the next launch: keep the value on the GPU "
+    "(pass the tensor to the next kernel and read it there) and let the stream order the kernels"
+)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -185,7 +259,9 @@ def _torch_compute_call(call: ast.Call, aliases: _Aliases, allowed: frozenset[st
     return None
 
 
-def _calls_torch_compute(nodes: Iterable[ast.AST], aliases: _Aliases, allowed: frozenset[str], nn_mods: dict[str, str]) -> list[tuple[int, str]]:
+def _calls_torch_compute(
+    nodes: Iterable[ast.AST], aliases: _Aliases, allowed: frozenset[str], nn_mods: dict[str, str]
+) -> list[tuple[int, str]]:
     hits = []
     for root in nodes:
         for node in ast.walk(root):
@@ -200,9 +276,15 @@ def _calls_torch_compute(nodes: Iterable[ast.AST], aliases: _Aliases, allowed: f
                 f = node.func
                 if isinstance(f, ast.Attribute):
                     if isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in nn_mods:
-                        if nn_mods[f.attr].rsplit(".", 1)[-1].lower() not in allowed:  # nn.Linear where linear is allowed
+                        if (
+                            nn_mods[f.attr].rsplit(".", 1)[-1].lower() not in allowed
+                        ):  # nn.Linear where linear is allowed
                             hits.append((node.lineno, f"self.{f.attr} ({nn_mods[f.attr]})"))
-                    elif f.attr in _COMPUTE_METHODS and f.attr not in allowed and not aliases.is_module_root(_dotted(f.value) or ""):
+                    elif (
+                        f.attr in _COMPUTE_METHODS
+                        and f.attr not in allowed
+                        and not aliases.is_module_root(_dotted(f.value) or "")
+                    ):
                         hits.append((node.lineno, f".{f.attr}()"))
                 elif isinstance(f, ast.Name) and f.id == "super":
                     pass
@@ -224,11 +306,19 @@ def _host_syncs(nodes: Iterable[ast.AST], aliases: _Aliases) -> list[tuple[int, 
             f = node.func
             if target == "torch.cuda.synchronize":
                 hits.append((node.lineno, "torch.cuda.synchronize()"))
-            elif isinstance(f, ast.Attribute) and f.attr in _SYNC_METHODS and not aliases.is_module_root(_dotted(f.value) or ""):
+            elif (
+                isinstance(f, ast.Attribute)
+                and f.attr in _SYNC_METHODS
+                and not aliases.is_module_root(_dotted(f.value) or "")
+            ):
                 hits.append((node.lineno, f".{f.attr}()"))
-            elif isinstance(f, ast.Attribute) and f.attr == "to" and any(
-                isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("cpu")
-                for a in [*node.args, *(k.value for k in node.keywords if k.arg == "device")]
+            elif (
+                isinstance(f, ast.Attribute)
+                and f.attr == "to"
+                and any(
+                    isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("cpu")
+                    for a in [*node.args, *(k.value for k in node.keywords if k.arg == "device")]
+                )
             ):
                 hits.append((node.lineno, '.to("cpu")'))
     return hits
@@ -264,7 +354,12 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
                 if top in _TAMPER_MODULES:
                     error("tampering", Category.TAMPERING, f"imports {_TAMPER_MODULES[top]}", node.lineno)
                 elif top in _THREAD_MODULES and not config.allow_streams:
-                    error("threads", Category.THREADS, f"imports {m}: work on other threads escapes the timer", node.lineno)
+                    error(
+                        "threads",
+                        Category.THREADS,
+                        f"imports {m}: work on other threads escapes the timer",
+                        node.lineno,
+                    )
                 elif _TORCH_PRIVATE.match(m):
                     error("tampering", Category.TAMPERING, f"imports {m} (the judge's instrumentation)", node.lineno)
         elif isinstance(node, ast.Call):
@@ -278,20 +373,49 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
             elif name == "getattr" and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
                 root = _dotted(node.args[0])
                 if root and aliases.is_module_root(root.split(".")[0]):
-                    error("tampering", Category.TAMPERING, f"getattr() on module {aliases.resolve(root)} with a computed name", node.lineno)
+                    error(
+                        "tampering",
+                        Category.TAMPERING,
+                        f"getattr() on module {aliases.resolve(root)} with a computed name",
+                        node.lineno,
+                    )
             target = aliases.resolve(_dotted(node.func)) or ""
-            if target.startswith("torch.cuda.") and target.rsplit(".", 1)[-1] in _STREAM_ATTRS and not config.allow_streams:
-                error("side_stream", Category.SIDE_STREAM, f"{target}(): work on a side stream escapes the timer", node.lineno)
+            if (
+                target.startswith("torch.cuda.")
+                and target.rsplit(".", 1)[-1] in _STREAM_ATTRS
+                and not config.allow_streams
+            ):
+                error(
+                    "side_stream",
+                    Category.SIDE_STREAM,
+                    f"{target}(): work on a side stream escapes the timer",
+                    node.lineno,
+                )
             if target in ("torch.compile", "torch.jit.script", "torch.jit.trace"):
-                error("torch_compile", Category.DISALLOWED_ATEN, f"{target}(): kernels generated by torch from torch ops are not the candidate's own", node.lineno)
+                error(
+                    "torch_compile",
+                    Category.DISALLOWED_ATEN,
+                    f"{target}(): kernels generated by torch from torch ops are not the candidate's own",
+                    node.lineno,
+                )
             if target == "torch.Stream" and not config.allow_streams:
-                error("side_stream", Category.SIDE_STREAM, "torch.Stream(): work on a side stream escapes the timer", node.lineno)
+                error(
+                    "side_stream",
+                    Category.SIDE_STREAM,
+                    "torch.Stream(): work on a side stream escapes the timer",
+                    node.lineno,
+                )
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for t in targets:
                 d = _dotted(t) if isinstance(t, ast.Attribute) else None
                 if d and aliases.is_module_root(d.split(".")[0]):
-                    error("tampering", Category.TAMPERING, f"assigns to {aliases.resolve(d)} (monkeypatching)", node.lineno)
+                    error(
+                        "tampering",
+                        Category.TAMPERING,
+                        f"assigns to {aliases.resolve(d)} (monkeypatching)",
+                        node.lineno,
+                    )
         elif isinstance(node, ast.Attribute):
             d = aliases.resolve(_dotted(node))
             if d:
@@ -300,29 +424,64 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
                 elif d.startswith(("os.", "posix.")) and _os_tamper(d.split(".")[1]):
                     error("tampering", Category.TAMPERING, f"uses {d}", node.lineno)
                 elif _TORCH_PRIVATE.match(d):
-                    error("tampering", Category.TAMPERING, f"uses {d} (torch internals the judge relies on)", node.lineno)
-            if node.attr in ("__globals__", "__code__", "__closure__", "__builtins__", "__subclasses__", "f_back", "f_globals", "f_locals"):
+                    error(
+                        "tampering", Category.TAMPERING, f"uses {d} (torch internals the judge relies on)", node.lineno
+                    )
+            if node.attr in (
+                "__globals__",
+                "__code__",
+                "__closure__",
+                "__builtins__",
+                "__subclasses__",
+                "f_back",
+                "f_globals",
+                "f_locals",
+            ):
                 error("tampering", Category.TAMPERING, f"uses .{node.attr} (reaching into other code)", node.lineno)
             elif node.attr == "__dict__" and aliases.is_module_root((_dotted(node.value) or "").split(".")[0]):
-                error("tampering", Category.TAMPERING, f"uses {aliases.resolve(_dotted(node))} (monkeypatching a module)", node.lineno)
+                error(
+                    "tampering",
+                    Category.TAMPERING,
+                    f"uses {aliases.resolve(_dotted(node))} (monkeypatching a module)",
+                    node.lineno,
+                )
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             error("tampering", Category.TAMPERING, "uses __builtins__", node.lineno)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__torch_function__", "__torch_dispatch__"):
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (
+            "__torch_function__",
+            "__torch_dispatch__",
+        ):
             error("tampering", Category.TAMPERING, f"defines {node.name} (intercepting torch)", node.lineno)
 
     # --- C++/CUDA sources (string constants) ---------------------------------------------
     for line, text in _string_constants(tree):
         if not config.allow_libraries and (m := _CXX_LIBRARY.search(text)):
-            error("library", Category.DISALLOWED_LIBRARY, f"C++ source calls {m.group(0)}: write the kernel instead of calling a vendor library", line)
+            error(
+                "library",
+                Category.DISALLOWED_LIBRARY,
+                f"C++ source calls {m.group(0)}: write the kernel instead of calling a vendor library",
+                line,
+            )
         if not config.allow_streams and (m := _CXX_STREAM.search(text)):
-            error("side_stream", Category.SIDE_STREAM, f"C++ source uses {m.group(0)}: launch on the current stream (at::cuda::getCurrentCUDAStream())", line)
+            error(
+                "side_stream",
+                Category.SIDE_STREAM,
+                f"C++ source uses {m.group(0)}: launch on the current stream (at::cuda::getCurrentCUDAStream())",
+                line,
+            )
         if not config.allow_streams and (m := _CXX_THREAD.search(text)):
             error("threads", Category.THREADS, f"C++ source uses {m.group(0)}", line)
         if m := _CXX_DISPATCH.search(text):
-            error("tampering", Category.TAMPERING, f"C++ source uses {m.group(0)} (steering around the dispatcher)", line)
+            error(
+                "tampering", Category.TAMPERING, f"C++ source uses {m.group(0)} (steering around the dispatcher)", line
+            )
         for m in _CXX_ATEN.finditer(text):
             if m.group(1) not in allowed and not m.group(1)[0].isupper():
-                warn("cxx_torch_op", f"C++ source calls {m.group(0).rstrip('(').strip()}: a torch op, not a custom kernel", line)
+                warn(
+                    "cxx_torch_op",
+                    f"C++ source calls {m.group(0).rstrip('(').strip()}: a torch op, not a custom kernel",
+                    line,
+                )
         if m := _CXX_SYNC.search(text):
             call = m.group(1) or m.group(2)
             warn("host_sync", f"C++ source calls {call}(): {_SYNC_FIX}", line)
@@ -337,7 +496,9 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
     for fn in path:
         for node in ast.walk(fn):
             if isinstance(node, ast.Try):
-                handlers = [h for h in node.handlers] + ([ast.Module(body=node.orelse, type_ignores=[])] if node.orelse else [])
+                handlers = [h for h in node.handlers] + (
+                    [ast.Module(body=node.orelse, type_ignores=[])] if node.orelse else []
+                )
                 hits = _calls_torch_compute(handlers, aliases, allowed, nn_mods)
                 if hits:
                     error(

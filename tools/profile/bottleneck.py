@@ -17,7 +17,6 @@ import re
 import statistics
 from collections.abc import Sequence
 
-
 from kernelfix.tools.profile import findings
 from kernelfix.tools.profile.highlights import fmt_bytes, highlights, pct_text, stall_text, total_ms
 from kernelfix.tools.profile.ncu_csv import NcuKernel
@@ -40,7 +39,9 @@ _STALL_METRIC = re.compile(r"smsp__average_warps_issue_stalled_(?P<reason>\w+?)_
 _FLOP_METRIC = re.compile(r"smsp__sass_thread_inst_executed_op_(?P<prec>[dhf])(?P<op>add|mul|fma)_pred_on\.sum")
 # ncu's CPIStall rules, where the stall metrics were not collected: "each warp ... spends 166.6 cycles
 # being stalled waiting for ... This stall type represents about 75.0% of the total ..."
-_STALL_RULE = re.compile(r"spends (?P<cycles>[\d.]+) cycles being stalled (?P<what>.+?)\..*?represents about (?P<pct>[\d.]+)%", re.S)
+_STALL_RULE = re.compile(
+    r"spends (?P<cycles>[\d.]+) cycles being stalled (?P<what>.+?)\..*?represents about (?P<pct>[\d.]+)%", re.S
+)
 _STALL_PHRASES = [
     ("scoreboard dependency on a L1TEX", "long_scoreboard"),
     ("scoreboard dependency on a MIO", "short_scoreboard"),
@@ -66,17 +67,25 @@ def _first(*values: float | None) -> float | None:
 
 
 def _stalls(k: NcuKernel) -> list[StallReason]:
-    counted = {m.group("reason"): v for name, v in k.matching(_STALL_METRIC).items() if (m := _STALL_METRIC.fullmatch(name))}
+    counted = {
+        m.group("reason"): v for name, v in k.matching(_STALL_METRIC).items() if (m := _STALL_METRIC.fullmatch(name))
+    }
     if counted:
         total = sum(counted.values()) or 1.0
         ranked = sorted(((r, v) for r, v in counted.items() if r != "selected"), key=lambda rv: -rv[1])
-        return [StallReason(reason=r, cycles=round(v, 2), share_pct=round(100 * v / total, 1)) for r, v in ranked[:TOP_STALLS] if v > 0]
+        return [
+            StallReason(reason=r, cycles=round(v, 2), share_pct=round(100 * v / total, 1))
+            for r, v in ranked[:TOP_STALLS]
+            if v > 0
+        ]
     found = []
     for rule in k.rules:
         m = _STALL_RULE.search(rule.description) if rule.name.startswith("CPIStall") else None
         if m:
             what = m.group("what")
-            reason = next((r for phrase, r in _STALL_PHRASES if phrase in what), what.removeprefix("waiting for ").strip()[:60])
+            reason = next(
+                (r for phrase, r in _STALL_PHRASES if phrase in what), what.removeprefix("waiting for ").strip()[:60]
+            )
             found.append(StallReason(reason=reason, cycles=float(m.group("cycles")), share_pct=float(m.group("pct"))))
     return sorted(found, key=lambda s: -s.share_pct)[:TOP_STALLS]
 
@@ -126,8 +135,12 @@ def condense(k: NcuKernel) -> KernelProfile:
         dram_bytes=nbytes,
         memory_pct=memory,
         memory_unit=unit,
-        compute_pct=_first(k.get("Compute (SM) Throughput", _SOL), k.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
-        achieved_occupancy_pct=_first(k.get("Achieved Occupancy", _OCC), k.get("sm__warps_active.avg.pct_of_peak_sustained_active")),
+        compute_pct=_first(
+            k.get("Compute (SM) Throughput", _SOL), k.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")
+        ),
+        achieved_occupancy_pct=_first(
+            k.get("Achieved Occupancy", _OCC), k.get("sm__warps_active.avg.pct_of_peak_sustained_active")
+        ),
         theoretical_occupancy_pct=k.get("Theoretical Occupancy", _OCC),
         registers_per_thread=int(regs) if regs is not None else None,
         shared_mem_per_block=int((static or 0) + (dynamic or 0)) if static is not None or dynamic is not None else None,
@@ -152,7 +165,11 @@ def classify_kernel(p: KernelProfile) -> tuple[Bottleneck | None, str]:
         return "memory-bound", f"{p.memory_unit} {pct_text(mem)} of peak{bw}, SM {pct_text(sm)}"
     bits = [f"memory {pct_text(mem)} and SM {pct_text(sm)} of peak"]
     if p.achieved_occupancy_pct is not None:
-        theo = f" of {pct_text(p.theoretical_occupancy_pct)} theoretical" if p.theoretical_occupancy_pct is not None else ""
+        theo = (
+            f" of {pct_text(p.theoretical_occupancy_pct)} theoretical"
+            if p.theoretical_occupancy_pct is not None
+            else ""
+        )
         bits.append(f"occupancy {pct_text(p.achieved_occupancy_pct)}{theo}")
     if p.waves_per_sm is not None and p.waves_per_sm < 1:
         bits.append(f"{p.waves_per_sm:.2f} waves: the grid does not fill the GPU")
@@ -193,7 +210,12 @@ def _merge(profiles: list[KernelProfile]) -> list[KernelProfile]:
 
 
 def _launch_bound(
-    launches: int, per_call_ms: list[float], kernel_ms: float, candidate_ms: float | None, capped: bool, call: str = "one forward"
+    launches: int,
+    per_call_ms: list[float],
+    kernel_ms: float,
+    candidate_ms: float | None,
+    capped: bool,
+    call: str = "one forward",
 ) -> str | None:
     """Why the forward is launch-bound, or None. ``call``: what was profiled and timed ("one forward and
     its backward" under --backward)."""
@@ -202,7 +224,9 @@ def _launch_bound(
         return f"{launches}{more} kernel launches in {call}, median {statistics.median(per_call_ms) * 1e3:.1f} us each"
     if capped and per_call_ms and candidate_ms and statistics.median(per_call_ms) < SHORT_MS:
         each = statistics.median(per_call_ms)
-        if each > 0 and candidate_ms > LAUNCH_MANY * launches * each:  # (no duration read: nothing to compare with)  # the forward takes far longer than the launches ncu saw
+        if (
+            each > 0 and candidate_ms > LAUNCH_MANY * launches * each
+        ):  # (no duration read: nothing to compare with)  # the forward takes far longer than the launches ncu saw
             return (
                 f"{launches} or more kernel launches (ncu stopped counting at {launches}) of about {each * 1e3:.1f} us each, "
                 f"in a forward that takes {candidate_ms:.4g} ms: on the order of {candidate_ms / each:,.0f} launches' worth"
@@ -215,7 +239,9 @@ def _launch_bound(
     return None
 
 
-def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | None, task_flops: float | None) -> ProfileReport:
+def _finish(
+    r: ProfileReport, kernels: list[KernelProfile], timings: Timings | None, task_flops: float | None
+) -> ProfileReport:
     r.kernels = kernels[:TOP_KERNELS]
     r.kernel_ms = sum(total_ms(p) for p in kernels) if kernels else None
     r.candidate_ms = timings.candidate.median_ms if timings and timings.candidate else None
@@ -226,7 +252,11 @@ def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | N
         r.achieved_tflops = r.task_flops / (ms * 1e-3) / 1e12 if ms else None
     per_call = [p.duration_ms for p in kernels for _ in range(p.calls) if p.duration_ms is not None]
     call = "one forward and its backward" if any(k.part == "backward" for k in kernels) else "one forward"
-    launch = _launch_bound(r.launches, per_call, r.kernel_ms or 0.0, r.candidate_ms, r.launches_capped, call) if kernels else None
+    launch = (
+        _launch_bound(r.launches, per_call, r.kernel_ms or 0.0, r.candidate_ms, r.launches_capped, call)
+        if kernels
+        else None
+    )
     if launch:
         r.bottleneck, r.summary = "launch-bound", f"launch-bound: {launch}"
     else:
@@ -244,8 +274,13 @@ def _finish(r: ProfileReport, kernels: list[KernelProfile], timings: Timings | N
 
 
 def from_ncu(
-    ncu_kernels: Sequence[NcuKernel], *, timings: Timings | None, task_flops: float | None, max_launches: int | None = None,
-    sources: dict[str, list[SourceRow]] | None = None, context: findings.Context | None = None,
+    ncu_kernels: Sequence[NcuKernel],
+    *,
+    timings: Timings | None,
+    task_flops: float | None,
+    max_launches: int | None = None,
+    sources: dict[str, list[SourceRow]] | None = None,
+    context: findings.Context | None = None,
 ) -> ProfileReport:
     """The report for the kernels ncu profiled in one forward: numbers, bottleneck, and findings
     (from the details page's counters and rules, and the source page's per-line counters)."""
@@ -253,17 +288,25 @@ def from_ncu(
     if any(k.in_backward for k in ncu_kernels):  # --backward: each kernel's pass
         for p, k in zip(profiles, ncu_kernels):
             p.part = "backward" if k.in_backward else "forward"
-    r = ProfileReport(source="ncu", launches=len(profiles), launches_capped=max_launches is not None and len(profiles) >= max_launches)
+    r = ProfileReport(
+        source="ncu", launches=len(profiles), launches_capped=max_launches is not None and len(profiles) >= max_launches
+    )
     r.dram_bytes = sum(p.dram_bytes for p in profiles if p.dram_bytes is not None) or None
-    floors = [p.duration_ms * p.dram_pct / 100 for p in profiles if p.duration_ms is not None and p.dram_pct is not None]
+    floors = [
+        p.duration_ms * p.dram_pct / 100 for p in profiles if p.duration_ms is not None and p.dram_pct is not None
+    ]
     r.memory_floor_ms = sum(floors) if floors else None
-    cfloors = [p.duration_ms * p.compute_pct / 100 for p in profiles if p.duration_ms is not None and p.compute_pct is not None]
+    cfloors = [
+        p.duration_ms * p.compute_pct / 100 for p in profiles if p.duration_ms is not None and p.compute_pct is not None
+    ]
     r.compute_floor_ms = sum(cfloors) if cfloors else None
     kernels = _merge(profiles)
     _finish(r, kernels, timings, task_flops)
     reason = r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None
     # "its N kernel launches run X ms of the Y ms forward": the forward is longer than its kernels; otherwise many short launches
-    ctx = (context or findings.Context()).model_copy(update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")})
+    ctx = (context or findings.Context()).model_copy(
+        update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")}
+    )
     if ctx.task_flops is None:
         ctx.task_flops = task_flops
     if ctx.min_bytes is None and timings is not None:
@@ -272,7 +315,13 @@ def from_ncu(
     top = r.findings[0] if r.findings else None
     if top is not None and top.ncu_rule:  # ncu's own words for the costliest finding
         rule = f"{top.ncu_rule} (ncu estimates up to {top.gain_pct:.0f}% less time)" if top.gain_pct else top.ncu_rule
-    elif top is None or top.kind in ("memory_bound", "contended_atomics", "mma_sync_on_hopper", "host_sync", "compute_pipe"):
+    elif top is None or top.kind in (
+        "memory_bound",
+        "contended_atomics",
+        "mma_sync_on_hopper",
+        "host_sync",
+        "compute_pipe",
+    ):
         rule = None  # ncu's largest rule is about something else (at the roofline; an atomic's sectors read as uncoalesced)
     else:
         rule = findings.top_rule(ncu_kernels, r.findings)
@@ -280,13 +329,24 @@ def from_ncu(
     return r
 
 
-def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_flops: float | None, note: str,
-                     context: findings.Context | None = None) -> ProfileReport:
+def from_kernel_list(
+    entries: Sequence[dict],
+    *,
+    timings: Timings | None,
+    task_flops: float | None,
+    note: str,
+    context: findings.Context | None = None,
+) -> ProfileReport:
     """The report from torch.profiler's kernel list (names, launches, CUDA time): no counters, so
     only launch-bound and, against the measured bandwidth, memory-bound can be told; and a host sync
     the profile target saw (``context.host_syncs``) is still a finding."""
     kernels = [
-        KernelProfile(name=str(e["name"]), calls=max(1, int(e["calls"])), duration_ms=float(e["total_ms"]) / max(1, int(e["calls"])), part=e.get("part"))
+        KernelProfile(
+            name=str(e["name"]),
+            calls=max(1, int(e["calls"])),
+            duration_ms=float(e["total_ms"]) / max(1, int(e["calls"])),
+            part=e.get("part"),
+        )
         for e in entries
     ]
     kernels.sort(key=lambda p: -total_ms(p))
@@ -302,7 +362,11 @@ def from_kernel_list(entries: Sequence[dict], *, timings: Timings | None, task_f
             r.summary = f"no counters to tell compute from latency; {what}"
     if context is not None:
         reason = r.summary.removeprefix("launch-bound: ") if r.bottleneck == "launch-bound" else None
-        sync = findings.host_sync(context.model_copy(update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")}))
+        sync = findings.host_sync(
+            context.model_copy(
+                update={"launch_reason": reason, "launch_many": bool(reason) and not reason.startswith("its ")}
+            )
+        )
         r.findings = [sync] if sync is not None else []
     r.highlights = highlights(r, kernels, "torch.profiler, no hardware counters")
     return r

@@ -6,12 +6,24 @@ from __future__ import annotations
 import math
 import re
 
+from kernelfix.tools.profile.kernel_counters import (
+    COMPUTE_PIPES,
+    DIV_OPS,
+    FP64_OPS,
+    HIGH_PIPE,
+    PIPE_BUSY_PCT,
+    SMALL_WAVES,
+    Context,
+    KernelCounters,
+    call_line,
+    code_line,
+    fmt_num,
+    line_at,
+    rule_of,
+    rule_text,
+)
 from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import CodeLine, Finding
-from kernelfix.tools.profile.kernel_counters import (
-    COMPUTE_PIPES, DIV_OPS, FP64_OPS, HIGH_PIPE, PIPE_BUSY_PCT, SMALL_WAVES, Context, KernelCounters, call_line, code_line,
-    fmt_num, line_at, rule_of, rule_text,
-)
 
 
 def divergence(x: KernelCounters, ctx: Context) -> Finding | None:
@@ -24,13 +36,22 @@ def divergence(x: KernelCounters, ctx: Context) -> Finding | None:
     where = line_at(x.rows, "Divergent Branches", ctx)
     eff = f"; branch efficiency {x.branch_efficiency:.0f}%" if x.branch_efficiency is not None else ""
     return Finding(
-        kind="divergence", kernel=x.k.name, share_pct=x.share,
-        what=(f"warp divergence: {active:.0f} of 32 threads active per instruction on average{eff}: lanes of one warp take different "
-              "paths, and the warp runs each path with the other lanes idle"),
-        fix=("make branches uniform across a warp: branch on the warp index (threadIdx.x / 32) or on data grouped so all 32 lanes "
-             "take one path; where both sides are short, compute both and select (no branch); move rare slow paths out of the hot loop"),
-        where=where, gain_pct=rule.speedup_pct if rule else None, ncu_rule=rule_text(rule) if rule else None,
+        kind="divergence",
+        kernel=x.k.name,
+        share_pct=x.share,
+        what=(
+            f"warp divergence: {active:.0f} of 32 threads active per instruction on average{eff}: lanes of one warp take different "
+            "paths, and the warp runs each path with the other lanes idle"
+        ),
+        fix=(
+            "make branches uniform across a warp: branch on the warp index (threadIdx.x / 32) or on data grouped so all 32 lanes "
+            "take one path; where both sides are short, compute both and select (no branch); move rare slow paths out of the hot loop"
+        ),
+        where=where,
+        gain_pct=rule.speedup_pct if rule else None,
+        ncu_rule=rule_text(rule) if rule else None,
     )
+
 
 def occupancy(x: KernelCounters, ctx: Context) -> Finding | None:
     theo = x.theoretical
@@ -62,12 +83,18 @@ def occupancy(x: KernelCounters, ctx: Context) -> Finding | None:
     rule = rule_of(x.k, "TheoreticalOccupancy")
     achieved = f", {x.achieved:.0f}% achieved" if x.achieved is not None else ""
     return Finding(
-        kind="occupancy", kernel=x.k.name, share_pct=x.share,
-        what=(f"low occupancy: {theo:.1f}% theoretical ({warps_per_sm} of 64 warps per SM){achieved}, limited by {name}: {detail[name]}; "
-              f"with so few warps nothing hides memory latency (memory {p.memory_pct or 0:.0f}%, SM {p.compute_pct or 0:.0f}% of peak)"),
+        kind="occupancy",
+        kernel=x.k.name,
+        share_pct=x.share,
+        what=(
+            f"low occupancy: {theo:.1f}% theoretical ({warps_per_sm} of 64 warps per SM){achieved}, limited by {name}: {detail[name]}; "
+            f"with so few warps nothing hides memory latency (memory {p.memory_pct or 0:.0f}%, SM {p.compute_pct or 0:.0f}% of peak)"
+        ),
         fix=fixes[name],
-        gain_pct=rule.speedup_pct if rule else None, ncu_rule=rule_text(rule) if rule else None,
+        gain_pct=rule.speedup_pct if rule else None,
+        ncu_rule=rule_text(rule) if rule else None,
     )
+
 
 def grid(x: KernelCounters, ctx: Context) -> Finding | None:
     if not x.sms or not x.grid:
@@ -77,27 +104,42 @@ def grid(x: KernelCounters, ctx: Context) -> Finding | None:
     # An SM runs several blocks at once (the least of its block limits: warps, registers, shared memory):
     # the grid fills the GPU once at SMs x that many blocks, and a grid-stride loop wants at least that.
     slots = x.sms * x.per_sm if x.per_sm else None
-    holds = (f"; an SM holds {x.per_sm:.0f} blocks of {x.block:.0f} threads at once, so {slots:.0f} blocks would fill the GPU once"
-             if slots and x.block else "")
+    holds = (
+        f"; an SM holds {x.per_sm:.0f} blocks of {x.block:.0f} threads at once, so {slots:.0f} blocks would fill the GPU once"
+        if slots and x.block
+        else ""
+    )
     per_sm_text = f"{x.sms:.0f} x {x.per_sm:.0f} = {slots:.0f}" if slots else f"4 x {x.sms:.0f}"
-    fix = (f"launch enough blocks to fill every SM: for a grid-stride loop, grid = SMs x resident blocks per SM ({per_sm_text}; "
-           "cudaOccupancyMaxActiveBlocksPerMultiprocessor gives the second), or more; otherwise give each block less work "
-           "(Triton: a smaller BLOCK, more programs; split the reduction dimension)")
+    fix = (
+        f"launch enough blocks to fill every SM: for a grid-stride loop, grid = SMs x resident blocks per SM ({per_sm_text}; "
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor gives the second), or more; otherwise give each block less work "
+        "(Triton: a smaller BLOCK, more programs; split the reduction dimension)"
+    )
     if x.grid < x.sms:
         idle = x.sms - x.grid
         return Finding(
-            kind="small_grid", kernel=x.k.name, share_pct=x.share,
+            kind="small_grid",
+            kernel=x.k.name,
+            share_pct=x.share,
             what=f"grid too small: {x.grid:.0f} blocks for {x.sms:.0f} SMs, so {idle:.0f} SMs ({100 * idle / x.sms:.0f}%) do nothing{holds}",
-            fix=fix, gain_pct=gain if gain is not None else 100 * idle / x.sms, ncu_rule=rule_text(rule) if rule else None,
+            fix=fix,
+            gain_pct=gain if gain is not None else 100 * idle / x.sms,
+            ncu_rule=rule_text(rule) if rule else None,
         )
     if slots and x.grid < SMALL_WAVES * slots and x.busy < 60.0:
         used = x.grid / slots
         return Finding(
-            kind="small_grid", kernel=x.k.name, share_pct=x.share,
-            what=(f"grid too small: {x.grid:.0f} blocks for {slots:.0f} resident-block slots ({x.sms:.0f} SMs x {x.per_sm:.0f}): "
-                  f"{used:.2f} waves, so {100 * used:.0f}% of the GPU's warp slots hold a warp (achieved occupancy "
-                  f"{x.achieved or 0:.0f}%) and too few loads are in flight to cover memory latency (memory {x.p.memory_pct or 0:.0f}% of peak)"),
-            fix=fix, gain_pct=gain if gain is not None else 100 * (1.0 - used), ncu_rule=rule_text(rule) if rule else None,
+            kind="small_grid",
+            kernel=x.k.name,
+            share_pct=x.share,
+            what=(
+                f"grid too small: {x.grid:.0f} blocks for {slots:.0f} resident-block slots ({x.sms:.0f} SMs x {x.per_sm:.0f}): "
+                f"{used:.2f} waves, so {100 * used:.0f}% of the GPU's warp slots hold a warp (achieved occupancy "
+                f"{x.achieved or 0:.0f}%) and too few loads are in flight to cover memory latency (memory {x.p.memory_pct or 0:.0f}% of peak)"
+            ),
+            fix=fix,
+            gain_pct=gain if gain is not None else 100 * (1.0 - used),
+            ncu_rule=rule_text(rule) if rule else None,
         )
     waves = x.waves
     if waves is None or waves < 1.0 or waves > 8.0:
@@ -110,13 +152,21 @@ def grid(x: KernelCounters, ctx: Context) -> Finding | None:
         return None
     per_wave = x.grid / waves
     return Finding(
-        kind="tail_wave", kernel=x.k.name, share_pct=x.share,
-        what=(f"tail wave: {x.grid:.0f} blocks make {waves:.2f} waves of {per_wave:.0f} blocks; the last wave fills {100 * last:.0f}% "
-              f"of the GPU, so about {100 * idle:.0f}% of the kernel's SM time is idle waiting for it"),
-        fix=(f"size the work to whole waves: a block count that is a multiple of {per_wave:.0f} ({x.sms:.0f} SMs x blocks per SM), "
-             "or many more, smaller blocks so the last wave is short, or a persistent kernel with one block per SM slot looping over the work"),
-        gain_pct=gain if gain is not None else 100 * idle, ncu_rule=rule_text(rule) if rule else None,
+        kind="tail_wave",
+        kernel=x.k.name,
+        share_pct=x.share,
+        what=(
+            f"tail wave: {x.grid:.0f} blocks make {waves:.2f} waves of {per_wave:.0f} blocks; the last wave fills {100 * last:.0f}% "
+            f"of the GPU, so about {100 * idle:.0f}% of the kernel's SM time is idle waiting for it"
+        ),
+        fix=(
+            f"size the work to whole waves: a block count that is a multiple of {per_wave:.0f} ({x.sms:.0f} SMs x blocks per SM), "
+            "or many more, smaller blocks so the last wave is short, or a persistent kernel with one block per SM slot looping over the work"
+        ),
+        gain_pct=gain if gain is not None else 100 * idle,
+        ncu_rule=rule_text(rule) if rule else None,
     )
+
 
 def _fp64_rate(ctx: Context) -> str:
     """What FP64 costs on the GPU at hand, from the specs table; without it, what the common GPUs do."""
@@ -131,7 +181,10 @@ def pipe_cause(x: KernelCounters, ctx: Context) -> tuple[str, str, CodeLine | No
     """(cause, numbers, where, fix) for the busiest pipe of a compute-bound kernel, from its SASS (and
     the FP64 instruction counters): FP64 arithmetic, integer division, or special functions."""
     fp64_rows = [r for r in x.rows if r.ops(*FP64_OPS) > 0]
-    fp64 = sum(v for n, v in x.k.matching(re.compile(r"smsp__sass_thread_inst_executed_op_d(add|mul|fma)_pred_on\.sum")).items())
+    fp64 = sum(
+        v
+        for n, v in x.k.matching(re.compile(r"smsp__sass_thread_inst_executed_op_d(add|mul|fma)_pred_on\.sum")).items()
+    )
     fp64_warp = sum(r.ops(*FP64_OPS) for r in fp64_rows)
     busiest = max(x.pipes.get(p, 0.0) for p in COMPUTE_PIPES) if x.pipes else 0.0
     fp64_busiest = x.pipes.get("fp64", 0.0) > 0 and x.pipes.get("fp64", 0.0) >= busiest
@@ -141,37 +194,50 @@ def pipe_cause(x: KernelCounters, ctx: Context) -> tuple[str, str, CodeLine | No
         hot = max(named or fp64_rows, key=lambda r: r.ops(*FP64_OPS), default=None)
         convert = sum(r.ops("F2F.F64") for r in fp64_rows)
         ops = {op: sum(r.ops(op) for r in fp64_rows) for op in ("DFMA", "DADD", "DMUL")}
-        counted = ", ".join(f"{fmt_num(n)} {op}" for op, n in ops.items() if n) or f"{fmt_num(fp64)} FP64 thread instructions"
+        counted = (
+            ", ".join(f"{fmt_num(n)} {op}" for op, n in ops.items() if n) or f"{fmt_num(fp64)} FP64 thread instructions"
+        )
         widened = f"; {fmt_num(convert)} F2F.F64 conversions: float values widened to double" if convert else ""
-        return ("FP64 arithmetic in float code", f"{counted} warp instructions{widened}",
-                code_line(hot, ctx) if hot is not None else None,
-                "keep float math in float: float literals (1.0f, 0.5f, 2.5f), the float functions (powf, expf, exp2f, logf, sqrtf, "
-                f"fabsf, fmaxf) and float accumulators; no double temporaries. {_fp64_rate(ctx)}; in float the kernel is limited by "
-                "memory instead")
+        return (
+            "FP64 arithmetic in float code",
+            f"{counted} warp instructions{widened}",
+            code_line(hot, ctx) if hot is not None else None,
+            "keep float math in float: float literals (1.0f, 0.5f, 2.5f), the float functions (powf, expf, exp2f, logf, sqrtf, "
+            f"fabsf, fmaxf) and float accumulators; no double temporaries. {_fp64_rate(ctx)}; in float the kernel is limited by "
+            "memory instead",
+        )
     div_rows = [r for r in x.rows if r.ops(*DIV_OPS) > 0]
     if div_rows:
+
         def written(r: SourceRow) -> bool:  # the division is in the line's own text (the compiler moves some elsewhere)
             return bool(re.search(r"[^/*]/[^/*=]|%", r.code.split("//")[0]))
+
         hot = max(div_rows, key=lambda r: (written(r), r.ops(*DIV_OPS)))
         n = sum(r.ops(*DIV_OPS) for r in div_rows)
-        return ("integer division and modulo in the index math",
-                f"{fmt_num(n)} integer divisions (the I2F.RP, MUFU.RCP, IMAD.HI sequence, dozens of instructions each) on {len(div_rows)} "
-                f"line{'s' if len(div_rows) != 1 else ''}",
-                code_line(hot, ctx),
-                "index without dividing per element: a 2-D or 3-D grid (blockIdx.y over batch x channel, blockIdx.x and threadIdx.x along "
-                "the contiguous dimension), so each coordinate comes from the grid; or divide once per block or row and step from there; "
-                "32-bit indices where the sizes allow; divisors known at compile time (powers of two become shifts), or a precomputed "
-                "magic-number reciprocal (fastdiv: __umulhi(i, magic) >> shift). Triton: a program id per outer dimension, tl.arange along the last")
+        return (
+            "integer division and modulo in the index math",
+            f"{fmt_num(n)} integer divisions (the I2F.RP, MUFU.RCP, IMAD.HI sequence, dozens of instructions each) on {len(div_rows)} "
+            f"line{'s' if len(div_rows) != 1 else ''}",
+            code_line(hot, ctx),
+            "index without dividing per element: a 2-D or 3-D grid (blockIdx.y over batch x channel, blockIdx.x and threadIdx.x along "
+            "the contiguous dimension), so each coordinate comes from the grid; or divide once per block or row and step from there; "
+            "32-bit indices where the sizes allow; divisors known at compile time (powers of two become shifts), or a precomputed "
+            "magic-number reciprocal (fastdiv: __umulhi(i, magic) >> shift). Triton: a program id per outer dimension, tl.arange along the last",
+        )
     mufu_rows = [r for r in x.rows if r.ops("MUFU") > 0]
     compute = {p: v for p, v in x.pipes.items() if p in COMPUTE_PIPES}
     if mufu_rows and compute and max(compute, key=lambda p: compute[p]) == "xu":
         hot = max(mufu_rows, key=lambda r: r.ops("MUFU"))
-        return ("special functions (MUFU: exp, log, sin, rcp, rsqrt)", f"{fmt_num(sum(r.ops('MUFU') for r in mufu_rows))} MUFU warp instructions",
-                code_line(hot, ctx),
-                "call fewer transcendentals: hoist invariant ones out of loops, compute exp once and reuse it, exp2f with log2(e) folded "
-                "into a constant, one reciprocal per value instead of a division per use; fast intrinsics (__expf, __logf) only where "
-                "their error stays inside the task's tolerance")
+        return (
+            "special functions (MUFU: exp, log, sin, rcp, rsqrt)",
+            f"{fmt_num(sum(r.ops('MUFU') for r in mufu_rows))} MUFU warp instructions",
+            code_line(hot, ctx),
+            "call fewer transcendentals: hoist invariant ones out of loops, compute exp once and reuse it, exp2f with log2(e) folded "
+            "into a constant, one reciprocal per value instead of a division per use; fast intrinsics (__expf, __logf) only where "
+            "their error stays inside the task's tolerance",
+        )
     return None
+
 
 def compute_pipe(x: KernelCounters, ctx: Context) -> Finding | None:
     """A compute-bound kernel on a pipe other than the tensor cores, with its cause where the SASS shows one."""
@@ -191,24 +257,42 @@ def compute_pipe(x: KernelCounters, ctx: Context) -> Finding | None:
     cause = pipe_cause(x, ctx)
     if cause is None and pct < PIPE_BUSY_PCT:
         return None
-    busy = sorted(((p, v) for p, v in (pipes or {pipe: pct}).items() if v >= 20.0 or p == pipe), key=lambda pv: -pv[1])[:3]
-    head = (f"compute-bound (SM {x.p.compute_pct or 0:.0f}%, memory {x.p.memory_pct or 0:.0f}% of peak), busiest pipes "
-            + ", ".join(f"{p.upper()} {v:.0f}%" for p, v in busy))
+    busy = sorted(((p, v) for p, v in (pipes or {pipe: pct}).items() if v >= 20.0 or p == pipe), key=lambda pv: -pv[1])[
+        :3
+    ]
+    head = (
+        f"compute-bound (SM {x.p.compute_pct or 0:.0f}%, memory {x.p.memory_pct or 0:.0f}% of peak), busiest pipes "
+        + ", ".join(f"{p.upper()} {v:.0f}%" for p, v in busy)
+    )
     if cause is None:
         return Finding(
-            kind="compute_pipe", kernel=x.k.name, share_pct=x.share, what=f"{head}: {pipe.upper()} runs {COMPUTE_PIPES[pipe].split(' (', 1)[1].rstrip(')')}",
-            fix=("do less work per output on that pipe: hoist loop-invariant arithmetic, reuse computed values, fold constants, "
-                 "fuse multiply and add, and keep index math out of the inner loop"),
-            where=line_at(x.rows, "Warp Stall Sampling (All Samples)", ctx), gain_pct=None,
+            kind="compute_pipe",
+            kernel=x.k.name,
+            share_pct=x.share,
+            what=f"{head}: {pipe.upper()} runs {COMPUTE_PIPES[pipe].split(' (', 1)[1].rstrip(')')}",
+            fix=(
+                "do less work per output on that pipe: hoist loop-invariant arithmetic, reuse computed values, fold constants, "
+                "fuse multiply and add, and keep index math out of the inner loop"
+            ),
+            where=line_at(x.rows, "Warp Stall Sampling (All Samples)", ctx),
+            gain_pct=None,
         )
     what, numbers, where, fix = cause
     # ncu's own words: its FP64 roofline rule for double precision (its advice is the third sentence), else the
     # sentences of its pipe rule that name the busiest pipe (not its verdict on whether that pipe limits)
     fp64_rule = rule_of(x.k, "SOLFPRoofline", contains="FP64 bound") if what.startswith("FP64") else None
     rule = fp64_rule or rule_of(x.k, "HighPipeUtilization")
-    return Finding(kind="compute_pipe", kernel=x.k.name, share_pct=x.share, what=f"{what}: {head}; {numbers}",
-                   fix=fix, where=where, gain_pct=rule.speedup_pct if rule and rule.speedup_pct else None,
-                   ncu_rule=rule_text(rule, sentences=3 if fp64_rule else 2, limit=420) if rule else None)
+    return Finding(
+        kind="compute_pipe",
+        kernel=x.k.name,
+        share_pct=x.share,
+        what=f"{what}: {head}; {numbers}",
+        fix=fix,
+        where=where,
+        gain_pct=rule.speedup_pct if rule and rule.speedup_pct else None,
+        ncu_rule=rule_text(rule, sentences=3 if fp64_rule else 2, limit=420) if rule else None,
+    )
+
 
 def mma_sync_on_hopper(x: KernelCounters, ctx: Context) -> Finding | None:
     """An sm_90 matmul/conv kernel on Ampere's mma.sync (HMMA) and none of Hopper's wgmma (HGMMA)."""
@@ -230,23 +314,36 @@ def mma_sync_on_hopper(x: KernelCounters, ctx: Context) -> Finding | None:
         achieved = f", {ctx.task_flops / (ctx.candidate_ms * 1e-3) / 1e12:.3g} TFLOP/s over the measured forward"
     counted = f"{fmt_num(hmma)} HMMA warp instructions, no HGMMA" if hmma else "HMMA instructions, no HGMMA"
     return Finding(
-        kind="mma_sync_on_hopper", kernel=x.k.name, share_pct=x.share,
-        what=(f"mma.sync on Hopper: the tensor cores are fed Ampere's warp-synchronous mma.sync ({counted}){busy}{achieved}; "
-              f"on {ctx.gpu_name('a Hopper GPU')} (sm_90) only wgmma, asynchronous warpgroup MMA with operands from shared memory, "
-              "reaches the tensor-core peak"),
-        fix=("use wgmma: in Triton, tl.dot with num_warps=4 or 8 (whole warpgroups) and BLOCK_M >= 64 compiles to wgmma on sm_90; load the "
-             "tiles through tensor descriptors (TMA) and pipeline the K loop with num_stages=3-4; by hand, wgmma.mma_async needs sm_90a, "
-             "TMA descriptors and mbarriers (CUTLASS 3 / CuTe): write the GEMM in Triton"),
-        where=where, gain_pct=max(100.0 - (x.tensor_pct or 0.0), 0.0),
+        kind="mma_sync_on_hopper",
+        kernel=x.k.name,
+        share_pct=x.share,
+        what=(
+            f"mma.sync on Hopper: the tensor cores are fed Ampere's warp-synchronous mma.sync ({counted}){busy}{achieved}; "
+            f"on {ctx.gpu_name('a Hopper GPU')} (sm_90) only wgmma, asynchronous warpgroup MMA with operands from shared memory, "
+            "reaches the tensor-core peak"
+        ),
+        fix=(
+            "use wgmma: in Triton, tl.dot with num_warps=4 or 8 (whole warpgroups) and BLOCK_M >= 64 compiles to wgmma on sm_90; load the "
+            "tiles through tensor descriptors (TMA) and pipeline the K loop with num_stages=3-4; by hand, wgmma.mma_async needs sm_90a, "
+            "TMA descriptors and mbarriers (CUTLASS 3 / CuTe): write the GEMM in Triton"
+        ),
+        where=where,
+        gain_pct=max(100.0 - (x.tensor_pct or 0.0), 0.0),
     )
+
 
 def latency_bound(x: KernelCounters, ctx: Context) -> Finding | None:
     if x.p.bottleneck != "latency-bound":
         return None
     stalls = ", ".join(f"{s.reason} {s.share_pct:.0f}%" for s in x.p.stalls[:2])
     return Finding(
-        kind="latency_bound", kernel=x.k.name, share_pct=x.share,
-        what=f"latency-bound: memory {x.p.memory_pct or 0:.0f}% and SM {x.p.compute_pct or 0:.0f}% of peak" + (f"; top stalls {stalls}" if stalls else ""),
-        fix=("give each SM more independent work: more blocks and warps in flight, more loads per thread before their first use "
-             "(unroll, 16-byte vector loads), fewer dependent steps in the inner loop"),
+        kind="latency_bound",
+        kernel=x.k.name,
+        share_pct=x.share,
+        what=f"latency-bound: memory {x.p.memory_pct or 0:.0f}% and SM {x.p.compute_pct or 0:.0f}% of peak"
+        + (f"; top stalls {stalls}" if stalls else ""),
+        fix=(
+            "give each SM more independent work: more blocks and warps in flight, more loads per thread before their first use "
+            "(unroll, 16-byte vector loads), fewer dependent steps in the inner loop"
+        ),
     )

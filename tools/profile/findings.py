@@ -42,15 +42,26 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-
+from kernelfix.tools.profile.compute_findings import (
+    compute_pipe,
+    divergence,
+    grid,
+    latency_bound,
+    mma_sync_on_hopper,
+    occupancy,
+)
 from kernelfix.tools.profile.kernel_counters import Context, KernelCounters, rule_text
+from kernelfix.tools.profile.memory_findings import (
+    bank_conflicts,
+    contended_atomics,
+    local_memory,
+    memory_bound,
+    reuse_and_tensor,
+    uncoalesced,
+)
 from kernelfix.tools.profile.ncu_csv import NcuKernel
 from kernelfix.tools.profile.ncu_source import SourceRow, rows_for
 from kernelfix.tools.verdict import CodeLine, Finding, KernelProfile
-from kernelfix.tools.profile.memory_findings import (
-    bank_conflicts, contended_atomics, local_memory, memory_bound, reuse_and_tensor, uncoalesced,
-)
-from kernelfix.tools.profile.compute_findings import compute_pipe, divergence, grid, latency_bound, mma_sync_on_hopper, occupancy
 
 MIN_SHARE = 10.0  # % of kernel time: a kernel below this is not worth a finding
 MAX_FINDINGS = 4
@@ -66,34 +77,55 @@ def host_sync(ctx: Context) -> Finding | None:
     report = ctx.host_syncs
     if report is None or not (report.syncs or report.blocked):
         return None
-    kinds = {"device": "a device synchronize", "stream": "a stream sync (.item(), .cpu(), .tolist(), a blocking copy)",
-             "event": "an event synchronize"}
+    kinds = {
+        "device": "a device synchronize",
+        "stream": "a stream sync (.item(), .cpu(), .tolist(), a blocking copy)",
+        "event": "an event synchronize",
+    }
     if report.syncs:
-        calls = "; ".join(f"line {s.line}: `{s.code}`" + (f" (x{s.count})" if s.count > 1 else "") + f", {kinds[s.kind]}"
-                          for s in report.syncs[:3])
+        calls = "; ".join(
+            f"line {s.line}: `{s.code}`" + (f" (x{s.count})" if s.count > 1 else "") + f", {kinds[s.kind]}"
+            for s in report.syncs[:3]
+        )
         n = sum(s.count for s in report.syncs)
         what = f"host sync in forward: {n} call{'s' if n != 1 else ''} made the host wait for the GPU ({calls})"
     else:
-        what = ("host sync in forward: torch saw no synchronizing call from Python, but the forward waited for the GPU, so compiled "
-                "code does (cudaDeviceSynchronize, cudaStreamSynchronize, a cudaMemcpy that is not Async), or over a thousand "
-                "launches filled the queue")
+        what = (
+            "host sync in forward: torch saw no synchronizing call from Python, but the forward waited for the GPU, so compiled "
+            "code does (cudaDeviceSynchronize, cudaStreamSynchronize, a cudaMemcpy that is not Async), or over a thousand "
+            "launches filled the queue"
+        )
     if report.blocked and report.sleep_ms:
         what += f"; it returned only after the {report.sleep_ms:.0f} ms of GPU work queued ahead of it had finished"
     if ctx.launch_reason and not ctx.launch_many:
         what += f"; meanwhile the GPU idles: {ctx.launch_reason}"
     first = report.syncs[0] if report.syncs else None
-    where = CodeLine(file="candidate", line=first.line, code=first.code, candidate_line=first.line) if first and first.line else None
+    where = (
+        CodeLine(file="candidate", line=first.line, code=first.code, candidate_line=first.line)
+        if first and first.line
+        else None
+    )
     return Finding(
-        kind="host_sync", kernel="(the forward)", share_pct=100.0, what=what,
-        fix=("keep values on the GPU and let the stream order the work: pass the tensor to the next kernel and read it there "
-             "(tl.load(m_ptr) in Triton, a pointer in CUDA) instead of .item(), .cpu() or .tolist(); no torch.cuda.synchronize() or "
-             "cudaDeviceSynchronize() in forward (kernels on one stream already run in order); take shapes and grids from tensor "
-             "sizes, never from tensor values"),
-        where=where, gain_pct=95.0,
+        kind="host_sync",
+        kernel="(the forward)",
+        share_pct=100.0,
+        what=what,
+        fix=(
+            "keep values on the GPU and let the stream order the work: pass the tensor to the next kernel and read it there "
+            "(tl.load(m_ptr) in Triton, a pointer in CUDA) instead of .item(), .cpu() or .tolist(); no torch.cuda.synchronize() or "
+            "cudaDeviceSynchronize() in forward (kernels on one stream already run in order); take shapes and grids from tensor "
+            "sizes, never from tensor values"
+        ),
+        where=where,
+        gain_pct=95.0,
     )
 
+
 def find(
-    ncu_kernels: Sequence[NcuKernel], merged: Sequence[KernelProfile], sources: dict[str, list[SourceRow]], ctx: Context,
+    ncu_kernels: Sequence[NcuKernel],
+    merged: Sequence[KernelProfile],
+    sources: dict[str, list[SourceRow]],
+    ctx: Context,
 ) -> list[Finding]:
     """The findings of one profiled forward, most costly first (at most ``MAX_FINDINGS``)."""
     total = sum((p.duration_ms or 0.0) * p.calls for p in merged) or 1.0
@@ -103,30 +135,59 @@ def find(
         out.append(sync)
     # A forward longer than its kernels, where a host sync explains the gap, is that sync's finding, not a fusion one.
     if ctx.launch_reason and (sync is None or ctx.launch_many):
-        passes = "the forward and the backward" if any(p.part == "backward" for p in merged) else "the forward"  # --backward profiles both
-        out.append(Finding(
-            kind="launch_bound", kernel=f"({passes})", share_pct=100.0,
-            what=f"launch-bound: {ctx.launch_reason}",
-            fix=(f"do {passes} in as few launches as possible: one kernel over all rows and elements (a 2-D grid, or a loop inside "
-                 "the kernel) instead of a launch per row or step, and fuse consecutive elementwise steps into it"),
-            gain_pct=90.0,
-        ))
+        passes = (
+            "the forward and the backward" if any(p.part == "backward" for p in merged) else "the forward"
+        )  # --backward profiles both
+        out.append(
+            Finding(
+                kind="launch_bound",
+                kernel=f"({passes})",
+                share_pct=100.0,
+                what=f"launch-bound: {ctx.launch_reason}",
+                fix=(
+                    f"do {passes} in as few launches as possible: one kernel over all rows and elements (a 2-D grid, or a loop inside "
+                    "the kernel) instead of a launch per row or step, and fuse consecutive elementwise steps into it"
+                ),
+                gain_pct=90.0,
+            )
+        )
     for p in merged:
         share = 100.0 * (p.duration_ms or 0.0) * p.calls / total
         if share < MIN_SHARE:
             continue
         # The pass too: under --backward one kernel (same name, grid and block) may run in both.
-        k = next((k for k in ncu_kernels if k.name == p.name and k.grid == p.grid and k.block == p.block
-                  and k.in_backward == (p.part == "backward")), None)
+        k = next(
+            (
+                k
+                for k in ncu_kernels
+                if k.name == p.name
+                and k.grid == p.grid
+                and k.block == p.block
+                and k.in_backward == (p.part == "backward")
+            ),
+            None,
+        )
         if k is None:
             continue
         x = KernelCounters(k, p, share, rows_for(k.name, sources))
         # PyTorch's own kernels (a fill behind torch.zeros, a copy behind .contiguous()) have launch settings the
         # candidate cannot change: no grid or occupancy advice for them.
         own = not TORCH_KERNEL.search(k.name)
-        specific = [f for f in (contended_atomics(x, ctx), uncoalesced(x, ctx), bank_conflicts(x, ctx), local_memory(x, ctx),
-                                divergence(x, ctx), occupancy(x, ctx) if own else None, grid(x, ctx) if own else None,
-                                compute_pipe(x, ctx), mma_sync_on_hopper(x, ctx)) if f is not None]
+        specific = [
+            f
+            for f in (
+                contended_atomics(x, ctx),
+                uncoalesced(x, ctx),
+                bank_conflicts(x, ctx),
+                local_memory(x, ctx),
+                divergence(x, ctx),
+                occupancy(x, ctx) if own else None,
+                grid(x, ctx) if own else None,
+                compute_pipe(x, ctx),
+                mma_sync_on_hopper(x, ctx),
+            )
+            if f is not None
+        ]
         specific += reuse_and_tensor(x, ctx)
         if not specific:
             general = memory_bound(x, ctx) or latency_bound(x, ctx)
@@ -139,9 +200,22 @@ def find(
 
 # What fixing each kind saves, where no ncu rule estimated it: a ranking, not a promise.
 _DEFAULT_GAIN = {
-    "uncoalesced": 60.0, "bank_conflicts": 40.0, "occupancy": 40.0, "small_grid": 50.0, "tail_wave": 20.0, "launch_bound": 90.0,
-    "no_reuse": 80.0, "tensor_cores_unused": 70.0, "local_memory": 40.0, "divergence": 30.0, "memory_bound": 5.0, "latency_bound": 20.0,
-    "contended_atomics": 90.0, "compute_pipe": 50.0, "mma_sync_on_hopper": 50.0, "host_sync": 95.0,
+    "uncoalesced": 60.0,
+    "bank_conflicts": 40.0,
+    "occupancy": 40.0,
+    "small_grid": 50.0,
+    "tail_wave": 20.0,
+    "launch_bound": 90.0,
+    "no_reuse": 80.0,
+    "tensor_cores_unused": 70.0,
+    "local_memory": 40.0,
+    "divergence": 30.0,
+    "memory_bound": 5.0,
+    "latency_bound": 20.0,
+    "contended_atomics": 90.0,
+    "compute_pipe": 50.0,
+    "mma_sync_on_hopper": 50.0,
+    "host_sync": 95.0,
 }
 
 
@@ -151,8 +225,13 @@ def top_rule(ncu_kernels: Sequence[NcuKernel], findings: Sequence[Finding]) -> s
     if not ncu_kernels:
         return None
     kernel = findings[0].kernel if findings else ncu_kernels[0].name
-    rules = [r for k in ncu_kernels if k.name == kernel for r in k.rules
-             if r.kind in ("OPT", "WRN") and r.speedup_pct and r.name not in NOISE_RULES]
+    rules = [
+        r
+        for k in ncu_kernels
+        if k.name == kernel
+        for r in k.rules
+        if r.kind in ("OPT", "WRN") and r.speedup_pct and r.name not in NOISE_RULES
+    ]
     if not rules:
         return None
     best = max(rules, key=lambda r: r.speedup_pct or 0.0)

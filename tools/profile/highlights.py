@@ -8,7 +8,6 @@ from pathlib import Path
 
 from kernelfix.tools.verdict import KernelProfile, ProfileReport, StallReason
 
-
 # Said only where no finding (tools/profile/findings.py) names the cause: then the class is all the
 # counters tell, and the advice stays with what the class itself implies.
 _ADVICE: dict[str, str] = {
@@ -23,14 +22,18 @@ _ADVICE: dict[str, str] = {
 def pct_text(x: float | None) -> str:
     return "?" if x is None else f"{x:.1f}%"
 
+
 def stall_text(stalls: Sequence[StallReason]) -> str:
     return ", ".join(f"{s.reason} {s.share_pct:.0f}%" for s in stalls)
+
 
 def total_ms(p: KernelProfile) -> float:
     return (p.duration_ms or 0.0) * p.calls
 
+
 def fmt_bytes(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} KB"
+
 
 def _part_lines(kernels: list[KernelProfile]) -> list[str]:
     """Under --backward: the forward's and the backward's share of the kernel time, and their longest kernels."""
@@ -41,12 +44,16 @@ def _part_lines(kernels: list[KernelProfile]) -> list[str]:
         mine = [k for k in kernels if k.part == part]
         ms = sum(total_ms(k) for k in mine)
         top = max(mine, key=total_ms, default=None)
-        parts.append(f"{part} {sum(k.calls for k in mine)} launch{'es' if sum(k.calls for k in mine) != 1 else ''}, {ms:.4g} ms"
-                     + (f" (longest: {_short(top.name)})" if top is not None else ""))
+        parts.append(
+            f"{part} {sum(k.calls for k in mine)} launch{'es' if sum(k.calls for k in mine) != 1 else ''}, {ms:.4g} ms"
+            + (f" (longest: {_short(top.name)})" if top is not None else "")
+        )
     return ["Forward and backward (one of each profiled): " + "; ".join(parts) + "."]
+
 
 def _short(name: str, limit: int = 60) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
+
 
 def _kernel_line(p: KernelProfile) -> str:
     calls = f" x{p.calls}" if p.calls > 1 else ""
@@ -57,7 +64,10 @@ def _kernel_line(p: KernelProfile) -> str:
         bits.append(f"{p.bottleneck}: {p.why}")
     res = []
     if p.achieved_occupancy_pct is not None and p.bottleneck != "latency-bound":
-        res.append(f"occupancy {pct_text(p.achieved_occupancy_pct)}" + (f" of {pct_text(p.theoretical_occupancy_pct)}" if p.theoretical_occupancy_pct is not None else ""))
+        res.append(
+            f"occupancy {pct_text(p.achieved_occupancy_pct)}"
+            + (f" of {pct_text(p.theoretical_occupancy_pct)}" if p.theoretical_occupancy_pct is not None else "")
+        )
     if p.registers_per_thread is not None:
         res.append(f"{p.registers_per_thread} regs/thread")
     if p.shared_mem_per_block is not None:
@@ -68,21 +78,34 @@ def _kernel_line(p: KernelProfile) -> str:
         bits.append(", ".join(res))
     return "; ".join(bits)
 
+
 def _floor_lines(r: ProfileReport) -> list[str]:
     lines = []
-    if r.bottleneck in ("memory-bound", "compute-bound") and r.dram_bytes and r.memory_floor_ms is not None and r.kernel_ms:
+    if (
+        r.bottleneck in ("memory-bound", "compute-bound")
+        and r.dram_bytes
+        and r.memory_floor_ms is not None
+        and r.kernel_ms
+    ):
         line = f"DRAM traffic {fmt_bytes(r.dram_bytes)}"
         if r.min_bytes:
             ratio = r.dram_bytes / r.min_bytes
-            line += f" ({ratio:.1f}x the {fmt_bytes(r.min_bytes)} of inputs + outputs" + ("; data is moved more than once" if ratio > 1.5 else "") + ")"
+            line += (
+                f" ({ratio:.1f}x the {fmt_bytes(r.min_bytes)} of inputs + outputs"
+                + ("; data is moved more than once" if ratio > 1.5 else "")
+                + ")"
+            )
         line += f"; at peak bandwidth that takes {r.memory_floor_ms:.4g} ms, the kernels take {r.kernel_ms:.4g} ms"
         if r.compute_floor_ms is not None:
             line += f"; their busiest SM units at peak would take {r.compute_floor_ms:.4g} ms"
         lines.append(line + ".")
     if r.task_flops and r.achieved_tflops is not None:
         over = "the measured runtime" if r.candidate_ms else "the kernels' time"
-        lines.append(f"The reference does {r.task_flops / 1e9:.4g} GFLOP of matmul/conv work: {r.achieved_tflops:.4g} TFLOP/s over {over}.")
+        lines.append(
+            f"The reference does {r.task_flops / 1e9:.4g} GFLOP of matmul/conv work: {r.achieved_tflops:.4g} TFLOP/s over {over}."
+        )
     return lines
+
 
 def _finding_lines(r: ProfileReport, rule: str | None) -> list[str]:
     """The findings, most costly first: what, where, the fix; then ncu's own words for the top one."""
@@ -90,16 +113,25 @@ def _finding_lines(r: ProfileReport, rule: str | None) -> list[str]:
     for i, f in enumerate(r.findings, 1):
         where = ""
         if f.where is not None:
-            at = f"line {f.where.candidate_line} of your code" if f.where.candidate_line else f"{Path(f.where.file).name}:{f.where.line}"
+            at = (
+                f"line {f.where.candidate_line} of your code"
+                if f.where.candidate_line
+                else f"{Path(f.where.file).name}:{f.where.line}"
+            )
             where = f" At {at}: `{f.where.code}`."
         one = len({(g.kernel, g.part) for g in r.findings}) == 1
         part = " (backward)" if f.part == "backward" else ""
-        kernel = "" if f.kind in ("launch_bound", "host_sync") or one else f" [{f.kernel.split('(')[0]}{part}, {f.share_pct:.0f}% of kernel time]"
+        kernel = (
+            ""
+            if f.kind in ("launch_bound", "host_sync") or one
+            else f" [{f.kernel.split('(')[0]}{part}, {f.share_pct:.0f}% of kernel time]"
+        )
         lines.append(f"{i}. {f.what}.{kernel}{where}")
         lines.append(f"   Fix: {f.fix}.")
     if rule:
         lines.append(f"Nsight Compute says: {rule}")
     return lines
+
 
 def highlights(r: ProfileReport, kernels: list[KernelProfile], source: str, rule: str | None = None) -> list[str]:
     if not kernels:
@@ -116,6 +148,10 @@ def highlights(r: ProfileReport, kernels: list[KernelProfile], source: str, rule
     if r.findings:
         lines += _finding_lines(r, rule)
     elif r.bottleneck:
-        dram = r.bottleneck == "memory-bound" and kernels and next((p.memory_unit for p in kernels if p.bottleneck == "memory-bound"), None) == "DRAM"
+        dram = (
+            r.bottleneck == "memory-bound"
+            and kernels
+            and next((p.memory_unit for p in kernels if p.bottleneck == "memory-bound"), None) == "DRAM"
+        )
         lines.append(_ADVICE["memory-bound:DRAM" if dram else r.bottleneck])
     return lines

@@ -60,8 +60,11 @@ class SyncReport(BaseModel):
     note: str | None = None  # why something could not be measured
 
 
-def sync_calls(events: Sequence[tuple[SyncKind, Sequence[tuple[str, int]]]], candidate_path: str,
-               read_line: Callable[[str, int], str] | None = None) -> list[HostSync]:
+def sync_calls(
+    events: Sequence[tuple[SyncKind, Sequence[tuple[str, int]]]],
+    candidate_path: str,
+    read_line: Callable[[str, int], str] | None = None,
+) -> list[HostSync]:
     """The candidate's lines behind sync events: each event's stack (outermost first, as
     ``traceback.extract_stack`` gives it) is searched for the innermost frame in the candidate's file;
     events with none (the judge's own syncs, torch's) are left out. Same line and kind: counted once."""
@@ -84,7 +87,6 @@ def watch(forward: Callable[[], Any], candidate_path: str) -> SyncReport:
     """Run ``forward`` twice on the current CUDA stream: once recording torch's sync events with their
     stacks, once behind ``SLEEP_MS`` of queued GPU work, timing the host; then which lines synced."""
     import torch
-
     from torch.cuda import _gpu_trace
 
     events: list[tuple[SyncKind, list[tuple[str, int]]]] = []
@@ -94,6 +96,7 @@ def watch(forward: Callable[[], Any], candidate_path: str) -> SyncReport:
         def cb(*_: Any) -> None:
             if recording[0]:
                 events.append((kind, [(f.filename, f.lineno or 0) for f in traceback.extract_stack()[:-1]]))
+
         return cb
 
     torch._C._activate_gpu_trace()  # this process only (the profile target): it cannot be turned off again
@@ -124,8 +127,12 @@ def watch(forward: Callable[[], Any], candidate_path: str) -> SyncReport:
         report.waited_ms = (time.perf_counter() - t0) * 1e3
         torch.cuda.synchronize()
         report.sleep_ms = start.elapsed_time(end)
-        if launched_ms > BLOCKED_SHARE * report.sleep_ms:  # the launch itself waited: a profiler serializes launches here
-            report.note = "launches wait for their kernels in this process (a profiler in front): the host-wait check cannot tell"
+        if (
+            launched_ms > BLOCKED_SHARE * report.sleep_ms
+        ):  # the launch itself waited: a profiler serializes launches here
+            report.note = (
+                "launches wait for their kernels in this process (a profiler in front): the host-wait check cannot tell"
+            )
         else:
             report.blocked = report.waited_ms - report.plain_ms > BLOCKED_SHARE * report.sleep_ms
     except Exception as e:  # the timing is a second opinion; the recorded calls stand without it

@@ -18,11 +18,10 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.profile import ncu_csv
 from kernelfix.tools.profile.ncu_csv import NcuOutput
+from pydantic import BaseModel, ConfigDict
 
 NVTX_RANGE = "kernelfix_candidate"
 BACKWARD_RANGE = ncu_csv.BACKWARD_RANGE  # a start/end range: no "/" in its filter
@@ -33,8 +32,12 @@ BACKWARD_RANGE = ncu_csv.BACKWARD_RANGE  # a start/end range: no "/" in its filt
 # are not collected: the findings read one counter of theirs (executed instructions, asked for by name below) and
 # none of their rules, and they cost replay passes of their own (docs/feedback.md, "What the stage costs").
 SECTION_TITLES = {
-    "SpeedOfLight": "GPU Speed Of Light Throughput", "MemoryWorkloadAnalysis": "Memory Workload Analysis", "Occupancy": "Occupancy",
-    "LaunchStats": "Launch Statistics", "WarpStateStats": "Warp State Statistics", "ComputeWorkloadAnalysis": "Compute Workload Analysis",
+    "SpeedOfLight": "GPU Speed Of Light Throughput",
+    "MemoryWorkloadAnalysis": "Memory Workload Analysis",
+    "Occupancy": "Occupancy",
+    "LaunchStats": "Launch Statistics",
+    "WarpStateStats": "Warp State Statistics",
+    "ComputeWorkloadAnalysis": "Compute Workload Analysis",
     "SourceCounters": "Source Counters",
 }
 SECTIONS = tuple(SECTION_TITLES)
@@ -80,17 +83,26 @@ def _candidates() -> list[str]:
 def find(override: str | None = None) -> tuple[str | None, NcuProblem | None]:
     """The ncu executable to use, or why there is none."""
     if override:
-        path = shutil.which(override) if os.sep not in override else (override if os.access(override, os.X_OK) and Path(override).is_file() else None)
+        path = (
+            shutil.which(override)
+            if os.sep not in override
+            else (override if os.access(override, os.X_OK) and Path(override).is_file() else None)
+        )
         if path:
             return path, None
         return None, NcuProblem(kind="missing", message=f"ncu not found at {override} (judge setting ncu_path)")
     path = shutil.which("ncu") or next((p for p in _candidates() if os.access(p, os.X_OK)), None)
     if path:
         return path, None
-    return None, NcuProblem(kind="missing", message="Nsight Compute (ncu) is not installed or not on PATH; set ncu_path in the judge settings")
+    return None, NcuProblem(
+        kind="missing",
+        message="Nsight Compute (ncu) is not installed or not on PATH; set ncu_path in the judge settings",
+    )
 
 
-def command(ncu: str, report: Path, max_launches: int, *, extra_metrics: bool = True, backward: bool = False) -> list[str]:
+def command(
+    ncu: str, report: Path, max_launches: int, *, extra_metrics: bool = True, backward: bool = False
+) -> list[str]:
     """ncu's argv, to go in front of the profiled child's: the report (with the kernels' source, for
     the per-line counters) goes to ``report``.ncu-rep; ``import_command`` prints its pages."""
     argv = [ncu, "--export", str(report), "--force-overwrite", "--import-source", "yes"]
@@ -121,9 +133,14 @@ def diagnose(outcome: ChildOutcome, parsed: NcuOutput, timeout_s: float) -> NcuP
     if outcome.launch_error:
         return NcuProblem(kind="failed", message=f"ncu could not be started: {outcome.launch_error}")
     if _PERMISSION.search(text):
-        return NcuProblem(kind="permission", message=f"this user may not read the GPU's performance counters (ERR_NVGPUCTRPERM; see {PERMISSION_URL})")
+        return NcuProblem(
+            kind="permission",
+            message=f"this user may not read the GPU's performance counters (ERR_NVGPUCTRPERM; see {PERMISSION_URL})",
+        )
     if outcome.timed_out:
-        return NcuProblem(kind="timeout", message=f"ncu did not finish within {timeout_s:g} s (judge setting profile_timeout_s)")
+        return NcuProblem(
+            kind="timeout", message=f"ncu did not finish within {timeout_s:g} s (judge setting profile_timeout_s)"
+        )
     if parsed.kernels:
         return None
     if _METRIC_ERROR.search(text):
@@ -131,9 +148,14 @@ def diagnose(outcome: ChildOutcome, parsed: NcuOutput, timeout_s: float) -> NcuP
         return NcuProblem(kind="metrics", message=f"ncu refused a metric: {line.strip()[:300]}")
     err = outcome.last("error")
     if err is not None:
-        return NcuProblem(kind="target_failed", message=f"the profiled run failed: {err.get('exc_type')}: {(err.get('message') or '').strip()[:300]}")
+        return NcuProblem(
+            kind="target_failed",
+            message=f"the profiled run failed: {err.get('exc_type')}: {(err.get('message') or '').strip()[:300]}",
+        )
     if _NO_KERNELS.search(text):
-        return NcuProblem(kind="no_kernels", message=f"ncu saw no kernel launched inside forward (NVTX range {NVTX_RANGE})")
+        return NcuProblem(
+            kind="no_kernels", message=f"ncu saw no kernel launched inside forward (NVTX range {NVTX_RANGE})"
+        )
     if outcome.memory_exceeded:
         return NcuProblem(kind="failed", message="ncu and the profiled run went over the memory limit")
     errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
@@ -141,4 +163,6 @@ def diagnose(outcome: ChildOutcome, parsed: NcuOutput, timeout_s: float) -> NcuP
         return NcuProblem(kind="failed", message=errors[0][:300])
     last = next((ln.strip() for ln in reversed(outcome.stderr_tail.splitlines()) if ln.strip()), "")
     status = outcome.signal or f"exit code {outcome.returncode}"
-    return NcuProblem(kind="failed", message=f"ncu produced no profile ({status})" + (f": {last[:300]}" if last else ""))
+    return NcuProblem(
+        kind="failed", message=f"ncu produced no profile ({status})" + (f": {last[:300]}" if last else "")
+    )

@@ -22,7 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field
 # CUDA backward from its own thread, which a push/pop range does not reach.
 BACKWARD_RANGE = "kernelfix_backward"
 
-_KERNEL_COLUMNS = ("ID", "Process ID", "Process Name", "Kernel Name", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC")
+_KERNEL_COLUMNS = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Kernel Name",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+)
 
 # prefix -> factor, for the unit families ncu rescales
 _SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -187,7 +198,9 @@ def _details(header: list[str], rows: list[list[str]]) -> list[NcuKernel]:
                 )
             )
         elif row.get("Metric Name"):
-            k.metrics.append(_metric(section, row["Metric Name"], row.get("Metric Value") or "", row.get("Metric Unit") or ""))
+            k.metrics.append(
+                _metric(section, row["Metric Name"], row.get("Metric Value") or "", row.get("Metric Unit") or "")
+            )
     return list(kernels.values())
 
 

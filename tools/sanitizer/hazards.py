@@ -20,8 +20,15 @@ from kernelfix.tools.verdict import Backend, Hazard, HazardKind, SanitizerTool, 
 # Most telling first: a wild access is undefined behaviour that can explain any other symptom, a
 # barrier error can hide a race, and an uninitialized read often follows from either.
 RANK: dict[HazardKind, int] = {
-    "out_of_bounds": 0, "misaligned": 1, "device_exception": 2, "divergent_barrier": 3, "invalid_sync": 4,
-    "shared_race": 5, "uninitialized_read": 6, "device_assert": 7, "api_error": 8,
+    "out_of_bounds": 0,
+    "misaligned": 1,
+    "device_exception": 2,
+    "divergent_barrier": 3,
+    "invalid_sync": 4,
+    "shared_race": 5,
+    "uninitialized_read": 6,
+    "device_assert": 7,
+    "api_error": 8,
 }
 WORDS: dict[HazardKind, str] = {
     "shared_race": "shared-memory race",
@@ -41,8 +48,14 @@ class Sources:
     """The files a hazard's line may be in: the candidate's source (as the sandbox saw it, at
     ``candidate_path``) and the build directory that holds its extensions' sources."""
 
-    def __init__(self, candidate_source: str, candidate_path: str | Path, build_dir: str | Path | None, backend: Backend = "unknown",
-                 read: Callable[[Path], str] | None = None):
+    def __init__(
+        self,
+        candidate_source: str,
+        candidate_path: str | Path,
+        build_dir: str | Path | None,
+        backend: Backend = "unknown",
+        read: Callable[[Path], str] | None = None,
+    ):
         from kernelfix.sandbox.untrusted_files import read_plain
 
         self.candidate = candidate_source.splitlines()
@@ -81,11 +94,18 @@ class Sources:
             return None
         if Path(loc.file).name == self.candidate_path.name:  # a Triton kernel: the candidate's own .py
             code = self.candidate[loc.line - 1].strip() if 0 < loc.line <= len(self.candidate) else None
-            return SourceAt(file=Path(loc.file).name, line=loc.line, code=code, candidate_line=loc.line if code is not None else None)
+            return SourceAt(
+                file=Path(loc.file).name,
+                line=loc.line,
+                code=code,
+                candidate_line=loc.line if code is not None else None,
+            )
         lines = self._build_file(loc.file, loc.kernel)
         code = lines[loc.line - 1].strip() if lines and 0 < loc.line <= len(lines) else None
         mapped = candidate_line(lines, loc.line, self.candidate) if lines else None
-        return SourceAt(file=Path(loc.file).name, line=loc.line, code=code[:200] if code else None, candidate_line=mapped)
+        return SourceAt(
+            file=Path(loc.file).name, line=loc.line, code=code[:200] if code else None, candidate_line=mapped
+        )
 
     def ours(self, loc: Loc) -> bool:
         """Whether ``loc`` is in the candidate's code: its .py, a .cu of its build, or a kernel it names."""
@@ -94,7 +114,11 @@ class Sources:
         if loc.file is not None and self._build_file(loc.file, loc.kernel) is not None:
             return True
         name = loc.kernel.split("::")[-1].split("<")[0]
-        return bool(name) and name not in ("?", "") and any(re.search(rf"\b{re.escape(name)}\b", ln) for ln in self.candidate)
+        return (
+            bool(name)
+            and name not in ("?", "")
+            and any(re.search(rf"\b{re.escape(name)}\b", ln) for ln in self.candidate)
+        )
 
 
 def candidate_line(file_lines: Sequence[str], line: int, candidate: Sequence[str]) -> int | None:
@@ -114,7 +138,12 @@ def candidate_line(file_lines: Sequence[str], line: int, candidate: Sequence[str
         n = 0
         for d in range(-CONTEXT, CONTEXT + 1):
             a, b = line - 1 + d, i + d
-            if d and 0 <= a < len(file_lines) and 0 <= b < len(candidate) and file_lines[a].strip() == candidate[b].strip():
+            if (
+                d
+                and 0 <= a < len(file_lines)
+                and 0 <= b < len(candidate)
+                and file_lines[a].strip() == candidate[b].strip()
+            ):
                 n += 1
         return n
 
@@ -129,53 +158,78 @@ def fix(kind: HazardKind, memory: str | None, backend: Backend, api: str | None 
     triton = backend == "triton"
     if kind == "shared_race":
         if triton:
-            return ("Two threads touch the same shared-memory word with no barrier between a write and the other's access: "
-                    "in Triton this comes from tl.inline_asm or a layout bug; compute with whole-block ops (tl.sum, tl.dot) instead.")
-        return ("Put a barrier between the write and the other thread's access of the same shared-memory word: __syncthreads() "
-                "between the steps of a block-wide tree. Inside one warp (a reduction's last steps), lanes run independently "
-                "since Volta, so warp-synchronous code without a barrier races: reduce the last 32 values in registers with "
-                "v += __shfl_down_sync(0xffffffff, v, offset) for offset 16, 8, 4, 2, 1, or put __syncwarp() between the steps.")
+            return (
+                "Two threads touch the same shared-memory word with no barrier between a write and the other's access: "
+                "in Triton this comes from tl.inline_asm or a layout bug; compute with whole-block ops (tl.sum, tl.dot) instead."
+            )
+        return (
+            "Put a barrier between the write and the other thread's access of the same shared-memory word: __syncthreads() "
+            "between the steps of a block-wide tree. Inside one warp (a reduction's last steps), lanes run independently "
+            "since Volta, so warp-synchronous code without a barrier races: reduce the last 32 values in registers with "
+            "v += __shfl_down_sync(0xffffffff, v, offset) for offset 16, 8, 4, 2, 1, or put __syncwarp() between the steps."
+        )
     if kind == "out_of_bounds":
         if memory == "shared":
             return "Index shared memory within the array's declared size: size it for blockDim and check the tile bounds (tx, ty < TILE)."
         if memory == "local":
             return "A local (per-thread) array is indexed past its length: bound the index, or size the array for the largest index."
         if triton:
-            return ("Mask every load and store that can pass the tensor's end: mask = offs < n; tl.load(ptr + offs, mask=mask, other=0.0); "
-                    "tl.store(ptr + offs, y, mask=mask). The last program's block runs past n unless n is a multiple of BLOCK.")
-        return ("Guard the access with the size it may reach: if (i < n) for a thread's own index (the grid is rounded up to whole "
-                "blocks), c < cols (not <=) in a loop; take the bounds from the tensor's sizes, never a constant.")
+            return (
+                "Mask every load and store that can pass the tensor's end: mask = offs < n; tl.load(ptr + offs, mask=mask, other=0.0); "
+                "tl.store(ptr + offs, y, mask=mask). The last program's block runs past n unless n is a multiple of BLOCK."
+            )
+        return (
+            "Guard the access with the size it may reach: if (i < n) for a thread's own index (the grid is rounded up to whole "
+            "blocks), c < cols (not <=) in a loop; take the bounds from the tensor's sizes, never a constant."
+        )
     if kind == "misaligned":
         if memory == "shared":
             return "A shared array read through a wider type (float4, int4) must be aligned to that size: declare it __align__(16)."
-        return ("A vector access (float4: 16 bytes) needs an address that is a multiple of its size; a row of a length that is no "
-                "multiple of 4 floats breaks that from the second row on. Use float4 only when the pointer and the row stride are "
-                "multiples of 4 elements (check on the host and pick the kernel), else scalar accesses, or scalar accesses for each "
-                "row's unaligned head and tail.")
+        return (
+            "A vector access (float4: 16 bytes) needs an address that is a multiple of its size; a row of a length that is no "
+            "multiple of 4 floats breaks that from the second row on. Use float4 only when the pointer and the row stride are "
+            "multiples of 4 elements (check on the host and pick the kernel), else scalar accesses, or scalar accesses for each "
+            "row's unaligned head and tail."
+        )
     if kind == "divergent_barrier":
-        return ("Every thread of the block must reach the same __syncthreads(): keep the condition on the work, not on the barrier "
-                "(if (tid < s) part[tid] += part[tid + s]; then __syncthreads(); outside the if), and never return early before a "
-                "barrier. A __syncwarp(mask) must be reached by every lane its mask names.")
+        return (
+            "Every thread of the block must reach the same __syncthreads(): keep the condition on the work, not on the barrier "
+            "(if (tid < s) part[tid] += part[tid + s]; then __syncthreads(); outside the if), and never return early before a "
+            "barrier. A __syncwarp(mask) must be reached by every lane its mask names."
+        )
     if kind == "invalid_sync":
-        return ("The mask given to __syncwarp / __shfl_*_sync / a named barrier must name exactly the threads that execute it: "
-                "0xffffffff only where all 32 lanes are active, else __activemask() or __ballot_sync of the branch's condition.")
+        return (
+            "The mask given to __syncwarp / __shfl_*_sync / a named barrier must name exactly the threads that execute it: "
+            "0xffffffff only where all 32 lanes are active, else __activemask() or __ballot_sync of the branch's condition."
+        )
     if kind == "uninitialized_read":
-        return ("A kernel read global memory nothing wrote: torch.empty (torch::empty) returns garbage. Zero what you accumulate into "
-                "(torch.zeros, or store the first value: y[i] = sum, not y[i] += sum) and write every element of a buffer before "
-                "any kernel reads it.")
+        return (
+            "A kernel read global memory nothing wrote: torch.empty (torch::empty) returns garbage. Zero what you accumulate into "
+            "(torch.zeros, or store the first value: y[i] = sum, not y[i] += sum) and write every element of a buffer before "
+            "any kernel reads it."
+        )
     if kind == "device_assert":
-        return "A device-side assert fired: its condition is false for these inputs; check the indices and sizes it tests."
+        return (
+            "A device-side assert fired: its condition is false for these inputs; check the indices and sizes it tests."
+        )
     if kind == "api_error":
-        return (f"The CUDA call failed ({api}): a launch needs blocks of at most 1024 threads, dynamic shared memory within the "
-                "limit (above 48 KB only after cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) "
-                "and a grid within 2^31-1 x 65535 x 65535." if api else "A CUDA API call failed: check the launch configuration.")
+        return (
+            f"The CUDA call failed ({api}): a launch needs blocks of at most 1024 threads, dynamic shared memory within the "
+            "limit (above 48 KB only after cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) "
+            "and a grid within 2^31-1 x 65535 x 65535."
+            if api
+            else "A CUDA API call failed: check the launch configuration."
+        )
     return "The kernel faulted on the GPU: check every index against its tensor's size and every pointer's dtype and alignment."
 
 
 _HEX = re.compile(r"\s*at 0x[0-9a-fA-F]+|\+0x[0-9a-fA-F]+|0x[0-9a-fA-F]+ ?")
 # Errors a CUDA call returns because a kernel faulted before it: the fault is the hazard, not the call.
-_AFTER_FAULT = re.compile(r"LaunchFailure|IllegalAddress|MisalignedAddress|Assert|IllegalInstruction|HardwareStackError|InvalidPc|"
-                          r"ILLEGAL_ADDRESS|LAUNCH_FAILED|MISALIGNED|ASSERT", re.I)
+_AFTER_FAULT = re.compile(
+    r"LaunchFailure|IllegalAddress|MisalignedAddress|Assert|IllegalInstruction|HardwareStackError|InvalidPc|"
+    r"ILLEGAL_ADDRESS|LAUNCH_FAILED|MISALIGNED|ASSERT",
+    re.I,
+)
 
 
 def _api_is_ours(api: str | None) -> bool:
@@ -213,15 +267,31 @@ def from_records(tool: SanitizerTool, records: Sequence[Record], src: Sources) -
         where = src.place(at) if at else None
         there = src.place(other) if other else None
         mine = _api_is_ours(rec.api) if rec.kind == "api_error" else any(src.ours(f) for f in [*rec.frames, *rec.other])
-        key = (rec.kind, kernel, where and (where.file, where.line), there and (there.file, there.line), rec.access, rec.memory)
+        key = (
+            rec.kind,
+            kernel,
+            where and (where.file, where.line),
+            there and (there.file, there.line),
+            rec.access,
+            rec.memory,
+        )
         if key in out:
             out[key].count += rec.count
             continue
         header = " ".join(_HEX.sub("", rec.header).split())
         out[key] = Hazard(
-            tool=tool, kind=rec.kind, kernel=kernel, what=(header + (f" ({rec.api})" if rec.api and rec.api not in header else ""))[:300],
-            where=where, other=there, memory=rec.memory if rec.memory in ("global", "shared", "local", "generic") else None,  # type: ignore[arg-type]
-            access=rec.access, size_bytes=rec.size_bytes, detail=_detail(rec), count=rec.count, in_candidate=mine,
+            tool=tool,
+            kind=rec.kind,
+            kernel=kernel,
+            what=(header + (f" ({rec.api})" if rec.api and rec.api not in header else ""))[:300],
+            where=where,
+            other=there,
+            memory=rec.memory if rec.memory in ("global", "shared", "local", "generic") else None,  # type: ignore[arg-type]
+            access=rec.access,
+            size_bytes=rec.size_bytes,
+            detail=_detail(rec),
+            count=rec.count,
+            in_candidate=mine,
             fix=fix(rec.kind, rec.memory, src.backend, rec.api),
         )
     return list(out.values())
@@ -232,7 +302,9 @@ def ordered(hazards: Sequence[Hazard]) -> list[Hazard]:
     where an access goes out of bounds is that access's consequence (initcheck, without memcheck's padding,
     sees the bytes past the tensor as memory nothing wrote): it is left out, so its fix cannot mislead."""
     wild = {(h.where.file, h.where.line) for h in hazards if h.where and h.kind in ("out_of_bounds", "misaligned")}
-    kept = [h for h in hazards if not (h.kind == "uninitialized_read" and h.where and (h.where.file, h.where.line) in wild)]
+    kept = [
+        h for h in hazards if not (h.kind == "uninitialized_read" and h.where and (h.where.file, h.where.line) in wild)
+    ]
     return sorted(kept, key=lambda h: (not h.in_candidate, RANK.get(h.kind, 99), -h.count))
 
 
@@ -258,7 +330,11 @@ def describe(h: Hazard) -> str:
         return text + (f" ({h.count} hazards)" if h.count > 1 else "")
     mem = f"{h.memory} " if h.memory and h.memory != "generic" else ""
     size = f" of {h.size_bytes} bytes" if h.size_bytes else ""
-    adjective = {"out_of_bounds": "out-of-bounds", "misaligned": "misaligned", "uninitialized_read": "uninitialized"}.get(h.kind)
+    adjective = {
+        "out_of_bounds": "out-of-bounds",
+        "misaligned": "misaligned",
+        "uninitialized_read": "uninitialized",
+    }.get(h.kind)
     if adjective and h.access:
         head = f"{adjective} {mem}{h.access}{size}"  # "out-of-bounds global read of 4 bytes"
     else:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import re
 
+from kernelfix.tools.verdict import HazardKind
 from pydantic import BaseModel, ConfigDict, Field
-
-from kernelfix.tools.verdict import HazardKind, SanitizerTool
 
 
 class Loc(BaseModel):
@@ -69,18 +68,29 @@ _PREFIX = re.compile(r"^=========(?P<sp>\s*)(?P<text>.*)$")
 
 _MEMCHECK = re.compile(
     r"Invalid (?P<mem>__global__|__shared__|__local__|generic)?\s*(?P<acc>read|write|atomic)(?: access)?"
-    r"(?: of size (?P<size>\d+)(?: bytes?)?)?", re.I)
+    r"(?: of size (?P<size>\d+)(?: bytes?)?)?",
+    re.I,
+)
 _EXCEPTION = re.compile(
     r"^(?:Warp |Lane |Device )?(?:Illegal|Misaligned|Out-of-range|Invalid)\b[\w\s-]*?(?:Address|Instruction|PC)\b"
-    r"|^(?:Hardware|Lane User) Stack Overflow|^Warp Assert|^Malformed", re.I)
-_API = re.compile(r'Program hit (?P<err>\w+) \(error (?P<code>\d+)\) due to "(?P<msg>[^"]*)" on CUDA API call to (?P<api>\w+)', re.I)
+    r"|^(?:Hardware|Lane User) Stack Overflow|^Warp Assert|^Malformed",
+    re.I,
+)
+_API = re.compile(
+    r'Program hit (?P<err>\w+) \(error (?P<code>\d+)\) due to "(?P<msg>[^"]*)" on CUDA API call to (?P<api>\w+)', re.I
+)
 _RACE = re.compile(
     r"Race reported between (?P<a1>Read|Write) access at (?P<l1>.+?)\s+and (?P<a2>Read|Write) access at (?P<l2>.+?)"
-    r"(?:\s*\[(?P<n>[\d,]+) hazards?\])?\s*$", re.I)
+    r"(?:\s*\[(?P<n>[\d,]+) hazards?\])?\s*$",
+    re.I,
+)
 _HAZARD = re.compile(r"Potential (?P<type>RAW|WAR|WAW) hazard detected at (?P<mem>__shared__|__global__)?", re.I)
 _HAZARD_THREAD = re.compile(r"^(?P<acc>Read|Write) Thread \((?P<t>[^)]*)\) at (?P<loc>.+)$", re.I)
 _BARRIER = re.compile(r"Barrier error detected\.?\s*(?P<why>.*)", re.I)
-_UNINIT = re.compile(r"Uninitialized (?P<mem>__global__|__shared__|__local__)?\s*memory read(?: of size (?P<size>\d+)(?: bytes?)?)?", re.I)
+_UNINIT = re.compile(
+    r"Uninitialized (?P<mem>__global__|__shared__|__local__)?\s*memory read(?: of size (?P<size>\d+)(?: bytes?)?)?",
+    re.I,
+)
 _HOST_UNINIT = re.compile(r"Host API uninitialized memory access", re.I)
 _ASSERT = re.compile(r"device[- ]side assert|Assertion .* failed", re.I)
 
@@ -134,7 +144,13 @@ def _header(text: str) -> Record | None:
     """The record a header line opens, or None for a line that opens none."""
     if m := _RACE.search(text):
         a1, a2 = m.group("a1").lower(), m.group("a2").lower()
-        rec = Record(kind="shared_race", header=text, memory="shared", access=f"{a1}-{a2}", count=int((m.group("n") or "1").replace(",", "")))
+        rec = Record(
+            kind="shared_race",
+            header=text,
+            memory="shared",
+            access=f"{a1}-{a2}",
+            count=int((m.group("n") or "1").replace(",", "")),
+        )
         if loc := parse_loc(m.group("l1")):
             rec.frames.append(loc)
         if loc := parse_loc(m.group("l2")):
@@ -143,19 +159,31 @@ def _header(text: str) -> Record | None:
     if "Race reported between" in text:  # the pair's second half is on the next line
         return Record(kind="shared_race", header=text, memory="shared")
     if m := _HAZARD.search(text):
-        return Record(kind="shared_race", header=text, memory=_memory(m.group("mem")) or "shared", access=m.group("type").upper())
+        return Record(
+            kind="shared_race", header=text, memory=_memory(m.group("mem")) or "shared", access=m.group("type").upper()
+        )
     if m := _BARRIER.search(text):
         why = m.group("why").lower()
         kind: HazardKind = "divergent_barrier" if "divergen" in why else "invalid_sync"
         return Record(kind=kind, header=text)
     if m := _UNINIT.search(text):
-        return Record(kind="uninitialized_read", header=text, memory=_memory(m.group("mem")) or "global", access="read",
-                      size_bytes=int(m.group("size")) if m.group("size") else None)
+        return Record(
+            kind="uninitialized_read",
+            header=text,
+            memory=_memory(m.group("mem")) or "global",
+            access="read",
+            size_bytes=int(m.group("size")) if m.group("size") else None,
+        )
     if _HOST_UNINIT.search(text):
         return Record(kind="uninitialized_read", header=text, memory="global", access="read (host API)")
     if m := _MEMCHECK.search(text):
-        return Record(kind="out_of_bounds", header=text, memory=_memory(m.group("mem")) or "generic", access=m.group("acc").lower(),
-                      size_bytes=int(m.group("size")) if m.group("size") else None)
+        return Record(
+            kind="out_of_bounds",
+            header=text,
+            memory=_memory(m.group("mem")) or "generic",
+            access=m.group("acc").lower(),
+            size_bytes=int(m.group("size")) if m.group("size") else None,
+        )
     if m := _API.search(text):
         return Record(kind="api_error", header=text, api=f"{m.group('api')}: {m.group('err')} ({m.group('msg')})")
     if _EXCEPTION.search(text):
@@ -171,7 +199,13 @@ def _continue(rec: Record, text: str) -> None:
     if rec.kind == "shared_race" and not rec.frames and not rec.other and _RACE.search(rec.header + " " + text):
         full = _header(rec.header + " " + text)
         if full is not None:
-            rec.header, rec.frames, rec.other, rec.access, rec.count = full.header, full.frames, full.other, full.access, full.count
+            rec.header, rec.frames, rec.other, rec.access, rec.count = (
+                full.header,
+                full.frames,
+                full.other,
+                full.access,
+                full.count,
+            )
         return
     if m := _HAZARD_THREAD.match(text):
         loc = parse_loc(m.group("loc"))
@@ -214,7 +248,9 @@ def parse(text: str) -> Report:
             rec = None
             continue
         if s := _ERRORS.search(body):
-            report.errors = int(s.group("n").replace(",", ""))  # the tool's own count wins over racecheck's hazards displayed
+            report.errors = int(
+                s.group("n").replace(",", "")
+            )  # the tool's own count wins over racecheck's hazards displayed
             rec = None
             continue
         if body.startswith("ERROR SUMMARY"):  # "ERROR SUMMARY: 7 errors were not printed. Use --print-limit ..."
@@ -233,6 +269,10 @@ def parse(text: str) -> Report:
             report.records.append(rec)
             continue
         rec = None
-        if body.upper() != "COMPUTE-SANITIZER" and not body.startswith(("Saved host backtrace", "Host Frame", "in ")) and body not in _ROUTINE:
+        if (
+            body.upper() != "COMPUTE-SANITIZER"
+            and not body.startswith(("Saved host backtrace", "Host Frame", "in "))
+            and body not in _ROUTINE
+        ):
             report.messages.append(body[:300])
     return report

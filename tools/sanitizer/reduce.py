@@ -93,8 +93,10 @@ def plans(shapes: list[tuple[int, ...] | None], max_elements: int) -> list[Plan]
     return [*out, Plan()]
 
 
-def describe(plan: Plan, shapes: list[tuple[int, ...] | None], names: list[str], dtypes: list[str] | None = None) -> str:
-    """"x float32[32, 8192] (32 of 16384 rows)": the inputs as cut, by the forward's names."""
+def describe(
+    plan: Plan, shapes: list[tuple[int, ...] | None], names: list[str], dtypes: list[str] | None = None
+) -> str:
+    """ "x float32[32, 8192] (32 of 16384 rows)": the inputs as cut, by the forward's names."""
     parts = []
     for i, s in enumerate(shapes):
         if s is None:

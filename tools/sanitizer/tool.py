@@ -36,14 +36,23 @@ def _candidates() -> list[str]:
 def find(override: str | None = None) -> tuple[str | None, str | None]:
     """(the executable, None) or (None, why there is none, in one line)."""
     if override:
-        path = shutil.which(override) if os.sep not in override else (override if os.access(override, os.X_OK) and Path(override).is_file() else None)
+        path = (
+            shutil.which(override)
+            if os.sep not in override
+            else (override if os.access(override, os.X_OK) and Path(override).is_file() else None)
+        )
         if path:
             return path, None
         return None, f"compute-sanitizer not found at {override} (judge setting sanitizer_path)"
-    path = shutil.which(EXECUTABLE) or next((p for p in _candidates() if os.access(p, os.X_OK) and Path(p).is_file()), None)
+    path = shutil.which(EXECUTABLE) or next(
+        (p for p in _candidates() if os.access(p, os.X_OK) and Path(p).is_file()), None
+    )
     if path:
         return path, None
-    return None, "compute-sanitizer is not installed or not on PATH (it ships with the CUDA toolkit); set sanitizer_path in the judge settings"
+    return (
+        None,
+        "compute-sanitizer is not installed or not on PATH (it ships with the CUDA toolkit); set sanitizer_path in the judge settings",
+    )
 
 
 def version(path: str) -> str | None:
@@ -59,7 +68,17 @@ def version(path: str) -> str | None:
 def command(path: str, tool: SanitizerTool, log_file: Path) -> list[str]:
     """compute-sanitizer's argv, to go in front of the target's. Device backtraces only: the kernel's
     own frames name the caller of an inlined device function; host frames say nothing here."""
-    argv = [path, "--tool", tool, "--log-file", str(log_file), "--print-limit", str(PRINT_LIMIT), "--show-backtrace", "device"]
+    argv = [
+        path,
+        "--tool",
+        tool,
+        "--log-file",
+        str(log_file),
+        "--print-limit",
+        str(PRINT_LIMIT),
+        "--show-backtrace",
+        "device",
+    ]
     if tool == "memcheck":
         # A guard after every allocation: measured on the H100, a read one float past a 1 MiB tensor landed in the
         # next allocation (the output) and memcheck said nothing; in padding it is out of bounds.

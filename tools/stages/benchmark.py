@@ -32,7 +32,7 @@ from kernelfix.tools.handles.worker_handle import WorkerGone
 from kernelfix.tools.stages.correctness import add_seconds, fail_from, ref_shapes, release, shared_hold
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.timing import baselines
-from kernelfix.tools.verdict import Category, PassTimings, TimingStats, Timings
+from kernelfix.tools.verdict import Category, PassTimings, Timings, TimingStats
 
 
 def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evaluation:
@@ -98,7 +98,9 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
                     # H100's 16 cores) stretched the wall clock of honest kernels; hidden work shows twice.
                     messages = run.time(p.slot, baselines.timing_settings(c), p.ref_ms)  # type: ignore[arg-type]
             ev.breakdown["benchmark.lease_wait"] = round(ev.breakdown.get("benchmark.lease_wait", 0.0) + t3 - t2, 3)
-            ev.breakdown["benchmark.exclusive"] = round(ev.breakdown.get("benchmark.exclusive", 0.0) + time.monotonic() - t3, 3)
+            ev.breakdown["benchmark.exclusive"] = round(
+                ev.breakdown.get("benchmark.exclusive", 0.0) + time.monotonic() - t3, 3
+            )
             # The timed tensors, new contents: a cache of the timed call's result shows here.
             with shared_hold(ctx, ev, "benchmark", "benchmark fresh"):
                 q, fds = ref.prepare(fresh, into=p.slot, owner=ev.id)
@@ -114,7 +116,9 @@ def _one(ctx: StageContext, ev: Evaluation, on_event: EventSink | None, input_se
     except ReferenceUnavailable as e:
         return ev.fail("benchmark", e.category, e.message)
     finally:
-        ev.breakdown["benchmark.candidate"] = round(ev.breakdown.get("benchmark.candidate", 0.0) + time.monotonic() - t1, 3)
+        ev.breakdown["benchmark.candidate"] = round(
+            ev.breakdown.get("benchmark.candidate", 0.0) + time.monotonic() - t1, 3
+        )
         try:
             release(ctx, run, ev.id, slots, outs, final=True)
         except ReferenceUnavailable:
@@ -133,8 +137,11 @@ def _timings(base: baselines.Baseline, flushed: bool, peak_gbps: float | None = 
         floor_ms=base.bytes_moved / (bandwidth * 1e9) * 1e3,
         l2_flushed=flushed,
         gpu=base.gpu,
-        backward=_passes({"eager": (base.eager_forward, base.eager), "compiled": (base.compiled_forward, base.compiled)})
-        if base.eager_forward is not None else None,
+        backward=_passes(
+            {"eager": (base.eager_forward, base.eager), "compiled": (base.compiled_forward, base.compiled)}
+        )
+        if base.eager_forward is not None
+        else None,
     )
 
 
@@ -190,7 +197,9 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
     timings = [m for m in messages if m.get("type") == "candidate_timing"]
     wall = _wall(messages)
     if wall is None or len(timings) != 1:
-        return ev.fail("benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel")
+        return ev.fail(
+            "benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel"
+        )
     try:
         t.candidate = TimingStats(**timings[0]["candidate"])
         if t.backward is not None and timings[0].get("forward") is not None:
@@ -199,7 +208,9 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
         return ev.fail("benchmark", Category.TIMING_MANIPULATION, "a malformed timing message on the judge's channel")
     t.wall_per_call_ms, issue_ms = wall
     if stale is not None:
-        return ev.fail("benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({stale})")
+        return ev.fail(
+            "benchmark", Category.OUTPUT_CACHING, f"correct on the trials, wrong on fresh inputs after timing ({stale})"
+        )
     med = t.candidate.median_ms
     pace = _pace(med, t.wall_per_call_ms, issue_ms, c.timing_wall_ratio)
     if pace is not None:
@@ -221,7 +232,12 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
     # wall clock would otherwise pass a kernel that skips its input whenever launches are slow enough (the H100
     # suite at -n 8: 0.0033 ms on the GPU against a 0.09 ms floor, charged 0.07 ms of launches, was called ok).
     gpu_ms = t.candidate.median_ms
-    if t.floor_ms and t.eager and t.eager.median_ms >= c.excessive_speedup_margin * t.floor_ms and gpu_ms < c.excessive_speedup_margin * t.floor_ms:
+    if (
+        t.floor_ms
+        and t.eager
+        and t.eager.median_ms >= c.excessive_speedup_margin * t.floor_ms
+        and gpu_ms < c.excessive_speedup_margin * t.floor_ms
+    ):
         return ev.fail(
             "benchmark",
             Category.EXCESSIVE_SPEEDUP,

@@ -37,20 +37,38 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
         if err is not None and err.get("kind") == "gpu_required":
             ev.compiled = True
             ev.compile = CompileReport(
-                backend=ev.backend, seconds=e.outcome.wall_s, ok=True, cached=cached, extensions=extensions,
-                note="built for the GPU; not loadable here", log_path=log_path,
+                backend=ev.backend,
+                seconds=e.outcome.wall_s,
+                ok=True,
+                cached=cached,
+                extensions=extensions,
+                note="built for the GPU; not loadable here",
+                log_path=log_path,
             )
-            return ev.fail("correctness", Category.NO_GPU, f"{err.get('message')}; correctness, legality and timing need a CUDA GPU")
+            return ev.fail(
+                "correctness",
+                Category.NO_GPU,
+                f"{err.get('message')}; correctness, legality and timing need a CUDA GPU",
+            )
         if err is not None and err.get("kind") == "task":
             # The task failed in the candidate's worker: the reference worker says how (TaskError).
             try:
                 ctx.reference(on_event)
             except ReferenceUnavailable as r:
                 return ev.fail("compile", r.category, r.message)
-            return ev.fail("compile", Category.WORKER, f"the task did not load in the candidate's worker: {err.get('message')}")
+            return ev.fail(
+                "compile", Category.WORKER, f"the task did not load in the candidate's worker: {err.get('message')}"
+            )
         f = run.failure("compile", e)
         if f.category.family.value == "compile_error":
-            ev.compile = CompileReport(backend=ev.backend, seconds=e.outcome.wall_s, ok=False, errors=f.details, extensions=extensions, log_path=log_path)
+            ev.compile = CompileReport(
+                backend=ev.backend,
+                seconds=e.outcome.wall_s,
+                ok=False,
+                errors=f.details,
+                extensions=extensions,
+                log_path=log_path,
+            )
             return ev.fail("compile", f.category, f.message)
         if f.details:
             ev.warnings.append("traceback: " + " | ".join(f.details[-4:]))
@@ -59,8 +77,12 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
     ev.breakdown |= run.start_breakdown()
     ev.compiled = True
     ev.compile = CompileReport(
-        backend=ev.backend, seconds=round(float(msg.get("_t", 0.0)), 3), ok=True,
-        cached=bool(extensions) and all(b.cached for b in extensions), extensions=extensions, log_path=log_path,
+        backend=ev.backend,
+        seconds=round(float(msg.get("_t", 0.0)), 3),
+        ok=True,
+        cached=bool(extensions) and all(b.cached for b in extensions),
+        extensions=extensions,
+        log_path=log_path,
     )
     warmup.start(ctx, run)  # on the GPU, under a shared hold, while the reference gets ready
     t0 = time.monotonic()

@@ -29,7 +29,8 @@ from kernelfix.tools.evaluation import Evaluation, EventSink, StageEvent
 from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.handles.worker_handle import WorkerGone
-from kernelfix.tools.stages import legality as legality_stage, warmup
+from kernelfix.tools.stages import legality as legality_stage
+from kernelfix.tools.stages import warmup
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.transport.protocol import TrialPlan
 from kernelfix.tools.verdict import Category, CorrectnessReport, TrialReport
@@ -54,7 +55,11 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
         return ev.fail("correctness", e.category, e.message)
     ref = ctx.ref
     report = CorrectnessReport(
-        atol=c.atol, rtol=c.rtol, tolerance=describe(c.atol, c.rtol), init_seed=ctx.seed, rel_error_tol=c.rel_error_tol,
+        atol=c.atol,
+        rtol=c.rtol,
+        tolerance=describe(c.atol, c.rtol),
+        init_seed=ctx.seed,
+        rel_error_tol=c.rel_error_tol,
         truth_factor=c.truth_factor if c.float64_reference else None,
     )
     ev.correctness = report
@@ -73,12 +78,22 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
     except ReferenceUnavailable as e:
         return ev.fail("correctness", e.category, e.message)
     finally:
-        ev.breakdown |= {"correctness.reference": round(t1 - t0, 3), "correctness.warmup": round(t2 - t1, 3), "correctness.held": round(time.monotonic() - t2, 3)}
-    report.vacuous_tolerance, report.skipped_variants, report.float64_note = ref.vacuous, dict(ref.skipped_variants), ref.float64_note
+        ev.breakdown |= {
+            "correctness.reference": round(t1 - t0, 3),
+            "correctness.warmup": round(t2 - t1, 3),
+            "correctness.held": round(time.monotonic() - t2, 3),
+        }
+    report.vacuous_tolerance, report.skipped_variants, report.float64_note = (
+        ref.vacuous,
+        dict(ref.skipped_variants),
+        ref.float64_note,
+    )
     return _decide(ctx, ev, report, stale)
 
 
-def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: CorrectnessReport, on_event: EventSink | None) -> str | None:
+def _trials(
+    ctx: StageContext, ev: Evaluation, run: CandidateRun, report: CorrectnessReport, on_event: EventSink | None
+) -> str | None:
     """Run the trials into ``report``; the in-place check's problem, if the output went stale."""
     ref = ctx.ref
     varied = [t for t in ref.trials if t.purpose == "varied"]
@@ -99,8 +114,14 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
                 return None
             with _clock(ev, "correctness.forward"):
                 out = run.forward(p, fds)
-            add_seconds(ev, "correctness.cand_", {"open": out.open_ms / 1e3, "forward": out.forward_ms / 1e3, "handoff": out.handoff_ms / 1e3})
-            if "correctness.cand_forward_first" not in ev.breakdown:  # the candidate's first call (its kernels loaded) apart
+            add_seconds(
+                ev,
+                "correctness.cand_",
+                {"open": out.open_ms / 1e3, "forward": out.forward_ms / 1e3, "handoff": out.handoff_ms / 1e3},
+            )
+            if (
+                "correctness.cand_forward_first" not in ev.breakdown
+            ):  # the candidate's first call (its kernels loaded) apart
                 ev.breakdown["correctness.cand_forward_first"] = round(out.forward_ms / 1e3, 4)
             with _clock(ev, "correctness.check"):
                 checked = ref.check(t, out, p.slot if into is None else None)
@@ -112,7 +133,14 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
                 # Before a trial whose float64 truth is computed, the candidate's allocator empties: that memory
                 # decides whether the check fits (float64.py), as it did when every trial emptied it.
                 nxt = after.get((t.index, into is not None))
-                release(ctx, run, ev.id, [] if keep or into is not None else [p.slot], [p.out], empty=nxt is not None and nxt.float64)
+                release(
+                    ctx,
+                    run,
+                    ev.id,
+                    [] if keep or into is not None else [p.slot],
+                    [p.out],
+                    empty=nxt is not None and nxt.float64,
+                )
         if checked.mutated:
             report.input_mutated = True
             report.mutated_inputs = sorted(set(report.mutated_inputs) | set(checked.mutated))
@@ -149,7 +177,9 @@ def _trials(ctx: StageContext, ev: Evaluation, run: CandidateRun, report: Correc
             held.clear()
         for k, t in enumerate(varied):
             if on_event:
-                on_event(StageEvent(stage="correctness", status="progress", detail="varied", done=done + k, total=total))
+                on_event(
+                    StageEvent(stage="correctness", status="progress", detail="varied", done=done + k, total=total)
+                )
             rep = one(t)
             if rep is not None:
                 report.trials.append(rep)
@@ -199,12 +229,25 @@ def _after(trials: list[TrialPlan]) -> dict[tuple[int, bool], TrialPlan]:
     runs: list[tuple[int, bool, TrialPlan]] = []
     for s in input_sets.sets_of(trials):
         own = [t for t in trials if t.purpose == "correctness" and t.input_set == s]
-        runs += [(t.index, False, t) for t in own[:2]] + [(t.index, True, t) for t in own[1:2]] + [(t.index, False, t) for t in own[2:]]
+        runs += (
+            [(t.index, False, t) for t in own[:2]]
+            + [(t.index, True, t) for t in own[1:2]]
+            + [(t.index, False, t) for t in own[2:]]
+        )
     runs += [(t.index, False, t) for t in trials if t.purpose == "varied"]
     return {(i, inplace): nxt for (i, inplace, _), (_, _, nxt) in zip(runs, runs[1:])}
 
 
-def release(ctx: StageContext, run: CandidateRun, owner: str, slots: list, outs: list, *, final: bool = False, empty: bool = False) -> None:
+def release(
+    ctx: StageContext,
+    run: CandidateRun,
+    owner: str,
+    slots: list,
+    outs: list,
+    *,
+    final: bool = False,
+    empty: bool = False,
+) -> None:
     """Both workers give a trial's arenas back, side by side: each unmaps its own mapping, and the driver frees
     the memory when the last one goes, so neither needs the other done first. Between trials the reference keeps
     them as this evaluation's spares and the candidate's allocator keeps its blocks, for the next trial (the same
@@ -214,7 +257,9 @@ def release(ctx: StageContext, run: CandidateRun, owner: str, slots: list, outs:
     slots, outs = [s for s in slots if s is not None], [o for o in outs if o is not None]
     if not (slots or outs or final):
         return
-    candidate = threading.Thread(target=run.release, args=(slots, outs), kwargs={"final": final or empty}, name="release-candidate", daemon=True)
+    candidate = threading.Thread(
+        target=run.release, args=(slots, outs), kwargs={"final": final or empty}, name="release-candidate", daemon=True
+    )
     candidate.start()  # run.release never raises: a worker that is gone holds nothing
     try:
         ctx.ref.release(slots, outs, owner=owner, keep=not (final or empty))
@@ -233,22 +278,38 @@ def _decide(ctx: StageContext, ev: Evaluation, report: CorrectnessReport, stale:
     ev.input_sets = input_sets.reports(shapes, report.trials)
     bad = [t for t in report.trials if not t.ok and t.variant is None]
     if bad:
-        return ev.fail("correctness", bad[0].category or Category.NUMERICAL, input_sets.prefixed(shapes, bad[0], f"trial {bad[0].trial}: {bad[0].problem}"))
+        return ev.fail(
+            "correctness",
+            bad[0].category or Category.NUMERICAL,
+            input_sets.prefixed(shapes, bad[0], f"trial {bad[0].trial}: {bad[0].problem}"),
+        )
     if stale is not None:
-        return ev.fail("correctness", Category.OUTPUT_CACHING, f"given the same input tensors with new contents, forward returned a stale result ({stale})")
+        return ev.fail(
+            "correctness",
+            Category.OUTPUT_CACHING,
+            f"given the same input tensors with new contents, forward returned a stale result ({stale})",
+        )
     if report.input_mutated:
         return ev.fail("correctness", Category.INPUT_MUTATION, f"forward wrote to its input(s) {report.mutated_inputs}")
     varied = [t for t in report.trials if not t.ok]
     if varied:
         t = varied[0]
         where = input_variants.describe(t.variant, t.variant_of) if t.variant else "varied inputs"
-        return ev.fail("correctness", Category.INPUT_DEPENDENT, input_sets.prefixed(shapes, t, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}"))
+        return ev.fail(
+            "correctness",
+            Category.INPUT_DEPENDENT,
+            input_sets.prefixed(
+                shapes, t, f"right on the task's own inputs, wrong on trial {t.trial} ({where}): {t.problem}"
+            ),
+        )
     imprecise = _imprecise(ctx, report) if c.precision != "off" else None
     if imprecise is not None:
         t, why = imprecise
         why = input_sets.prefixed(shapes, t, why)
         if c.precision == "fail":
-            report.trials[report.trials.index(t)] = t.model_copy(update={"ok": False, "category": Category.PRECISION, "problem": why})
+            report.trials[report.trials.index(t)] = t.model_copy(
+                update={"ok": False, "category": Category.PRECISION, "problem": why}
+            )
             return ev.fail("correctness", Category.PRECISION, why)
         report.precision_warning = why
         ev.warnings.append(f"precision: {why}")

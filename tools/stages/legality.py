@@ -65,7 +65,8 @@ def run(ctx: StageContext, ev: Evaluation) -> Evaluation:
         ops = report.forbidden_backward_ops
         top = ", ".join(sorted(ops, key=lambda k: -ops[k])[:5])
         return ev.fail(
-            "legality", Category.DISALLOWED_ATEN,
+            "legality",
+            Category.DISALLOWED_ATEN,
             f"backward ran torch compute ops: {top} (the gradients must come from your own kernels, in a torch.autograd.Function's backward)",
         )
     return ev

@@ -19,7 +19,7 @@ from kernelfix.tools.handles import one_shot, sandboxing
 from kernelfix.tools.profile import bottleneck, findings, host_sync, ncu, ncu_csv, ncu_source
 from kernelfix.tools.stages import profile_prestart
 from kernelfix.tools.stages.stage_context import StageContext
-from kernelfix.tools.verdict import SANDBOX_NOTE, ProfileReport
+from kernelfix.tools.verdict import ProfileReport
 
 
 def skip(ctx: StageContext, ev: Evaluation) -> str | None:
@@ -40,7 +40,9 @@ def skip(ctx: StageContext, ev: Evaluation) -> str | None:
     return None
 
 
-def _child(ctx: StageContext, ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()) -> ChildOutcome:
+def _child(
+    ctx: StageContext, ev: Evaluation, stage: str, spec: dict[str, Any], timeout_s: float, wrap: Sequence[str] = ()
+) -> ChildOutcome:
     """One profile target under the candidate's sandbox, ``wrap`` (ncu) in front."""
     return one_shot.run(ctx, ev, stage, profile_prestart.TARGET, spec, timeout_s, wrap=wrap)
 
@@ -74,7 +76,9 @@ def _profile(ctx: StageContext, ev: Evaluation, ahead: profile_prestart.Started 
                 wall = outcome.wall_s - (origin - ahead.at)
             else:
                 Path(f"{report}.ncu-rep").unlink(missing_ok=True)
-                wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=extra_metrics, backward=bool(c.backward))
+                wrap = ncu.command(
+                    path, report, c.profile_max_kernels, extra_metrics=extra_metrics, backward=bool(c.backward)
+                )
                 origin = time.time()
                 outcome = _child(ctx, ev, "profile_ncu", spec, c.profile_timeout_s, wrap=wrap)
                 wall = outcome.wall_s
@@ -90,14 +94,21 @@ def _profile(ctx: StageContext, ev: Evaluation, ahead: profile_prestart.Started 
             result = _result(outcome, outdir / "profile_ncu.json")
             (wd / "logs" / "ncu_source.csv").write_text(source)
             ctx_f = findings.Context(
-                task_flops=result.get("flops"), min_bytes=ev.timings.bytes_moved if ev.timings else None,
-                dtypes=list(result.get("dtypes") or []), candidate_ms=ev.timings.candidate.median_ms if ev.timings and ev.timings.candidate else None,
+                task_flops=result.get("flops"),
+                min_bytes=ev.timings.bytes_moved if ev.timings else None,
+                dtypes=list(result.get("dtypes") or []),
+                candidate_ms=ev.timings.candidate.median_ms if ev.timings and ev.timings.candidate else None,
                 candidate_source=_read_plain(Path(ev.candidate_path)) if ev.candidate_path else None,
-                host_syncs=_sync_report(result), gpu=ctx.ref.gpu_spec(ctx.device),
+                host_syncs=_sync_report(result),
+                gpu=ctx.ref.gpu_spec(ctx.device),
             )
             ev.profile = bottleneck.from_ncu(
-                parsed.kernels, timings=ev.timings, task_flops=result.get("flops"), max_launches=c.profile_max_kernels,
-                sources=ncu_source.parse(source), context=ctx_f,
+                parsed.kernels,
+                timings=ev.timings,
+                task_flops=result.get("flops"),
+                max_launches=c.profile_max_kernels,
+                sources=ncu_source.parse(source),
+                context=ctx_f,
             )
             ev.profile.log_path = str(log)
             _add(ev, "profile.findings", time.monotonic() - t0)
@@ -108,11 +119,20 @@ def _profile(ctx: StageContext, ev: Evaluation, ahead: profile_prestart.Started 
     outcome = _child(ctx, ev, "profile_torch", spec, c.run_timeout_s)
     result = _result(outcome, outdir / "profile_torch.json")
     if result.get("kernels") is not None:
-        ev.profile = bottleneck.from_kernel_list(result["kernels"], timings=ev.timings, task_flops=result.get("flops"), note=problem.message,
-                                                 context=findings.Context(host_syncs=_sync_report(result)))
+        ev.profile = bottleneck.from_kernel_list(
+            result["kernels"],
+            timings=ev.timings,
+            task_flops=result.get("flops"),
+            note=problem.message,
+            context=findings.Context(host_syncs=_sync_report(result)),
+        )
     else:
         err = outcome.last("error")
-        why = f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}" if err else (outcome.signal or f"exit code {outcome.returncode}")
+        why = (
+            f"{err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}"
+            if err
+            else (outcome.signal or f"exit code {outcome.returncode}")
+        )
         ev.profile = ProfileReport(note=f"{problem.message}; torch.profiler fallback failed too ({why})")
     return ev
 
@@ -120,8 +140,21 @@ def _profile(ctx: StageContext, ev: Evaluation, ahead: profile_prestart.Started 
 # The profiled process's phases, in order (tools/workers/profile_target.py): its modules loaded (Python's start under
 # ncu), torch imported, ready for its go and given it (a run started ahead of the stage), the task's FLOPs counted (only where the reference had not), inputs drawn, the candidate
 # imported, ModelNew built, warmed up, host syncs watched, the profiled forward (ncu's replay passes inside), done.
-PHASES = ("loaded", "torch_imported", "ready", "go", "count_flops", "inputs", "import_candidate", "build_model", "warmup", "host_syncs",
-          "profiled_forward", "profiled_forward_backward", "done")
+PHASES = (
+    "loaded",
+    "torch_imported",
+    "ready",
+    "go",
+    "count_flops",
+    "inputs",
+    "import_candidate",
+    "build_model",
+    "warmup",
+    "host_syncs",
+    "profiled_forward",
+    "profiled_forward_backward",
+    "done",
+)
 
 
 def _add(ev: Evaluation, key: str, seconds: float) -> None:
@@ -171,11 +204,22 @@ def _page(ctx: StageContext, ev: Evaluation, ncu_path: str, report: Path, page: 
     candidate's process could have written: it is read where nothing it holds can matter)."""
     wd = Path(ev.workdir)
     iso, _ = sandboxing.isolation(
-        "candidate", ctx.config, workdir=wd, private=ctx.private, siblings=[], credentials=ctx.credentials, device=ctx.device
+        "candidate",
+        ctx.config,
+        workdir=wd,
+        private=ctx.private,
+        siblings=[],
+        credentials=ctx.credentials,
+        device=ctx.device,
     )
     limits = sandboxing.limits(ctx.config, 120.0).model_copy(update={"output_tail_bytes": 48 << 20})
-    outcome = run_child(ncu.import_command(ncu_path, Path(f"{report}.ncu-rep"), page), cwd=wd,  # type: ignore[arg-type]
-                        env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu), limits=limits, isolation=iso)
+    outcome = run_child(
+        ncu.import_command(ncu_path, Path(f"{report}.ncu-rep"), page),
+        cwd=wd,  # type: ignore[arg-type]
+        env=sandboxing.env("candidate", wd, ctx.device, ctx.gpu),
+        limits=limits,
+        isolation=iso,
+    )
     if outcome.returncode != 0:
         (wd / "logs" / f"ncu_{page}.err").write_text(outcome.stderr_tail[-4000:])
     return outcome.stdout_tail

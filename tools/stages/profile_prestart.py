@@ -51,9 +51,17 @@ def spec(ctx: StageContext, ev: Evaluation, outdir: Path) -> dict[str, Any]:
     """The profiled run's spec (tools/workers/profile_target.py), without what only the stage knows."""
     c, wd = ctx.config, Path(ev.workdir)
     return {
-        "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
-        "build": c.build.model_dump(), "device": ctx.device, "init_seed": ctx.seed, "outdir": str(outdir),
-        "warmup_calls": c.profile_warmup_calls, "nvtx_range": ncu.NVTX_RANGE, "backward_range": ncu.BACKWARD_RANGE, "backward": bool(c.backward),
+        "task_path": str(wd / "task.py"),
+        "candidate_path": str(ev.candidate_path),
+        "build_dir": str(wd / "build"),
+        "build": c.build.model_dump(),
+        "device": ctx.device,
+        "init_seed": ctx.seed,
+        "outdir": str(outdir),
+        "warmup_calls": c.profile_warmup_calls,
+        "nvtx_range": ncu.NVTX_RANGE,
+        "backward_range": ncu.BACKWARD_RANGE,
+        "backward": bool(c.backward),
     }
 
 
@@ -74,7 +82,9 @@ def start(ctx: StageContext, ev: Evaluation) -> None:
     s = spec(ctx, ev, outdir) | {"go_file": str(go_file), "wait_s": WAIT_S}
     wrap = ncu.command(path, report, c.profile_max_kernels, extra_metrics=True, backward=bool(c.backward))
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"profile-{ev.id}")
-    future = pool.submit(one_shot.run, ctx, ev, "profile_ncu", TARGET, s, c.profile_timeout_s + WAIT_S, wrap=wrap, lease=False)
+    future = pool.submit(
+        one_shot.run, ctx, ev, "profile_ncu", TARGET, s, c.profile_timeout_s + WAIT_S, wrap=wrap, lease=False
+    )
     with _lock:
         _started[ev.id] = Started(future=future, go_file=go_file, report=report, at=time.time(), pool=pool)
 

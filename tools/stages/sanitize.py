@@ -68,7 +68,11 @@ def skip(ctx: StageContext, ev: Evaluation) -> str | None:
     if why is None:
         if ev.failed:
             return f"not needed for {ev.category.value if ev.category else 'this failure'}"
-        return "the candidate passed (--sanitize checks a correct kernel too)" if "correctness" in ev.stages_done else "not judged"
+        return (
+            "the candidate passed (--sanitize checks a correct kernel too)"
+            if "correctness" in ev.stages_done
+            else "not judged"
+        )
     if ev.backend not in ("cuda", "triton"):
         return "not a CUDA or Triton kernel"
     if ctx.device != "cuda":
@@ -127,13 +131,25 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
     sandboxing.own_dir(wd / "out")
     sandboxing.own_dir(outdir)
     spec: dict[str, Any] = {
-        "task_path": str(wd / "task.py"), "candidate_path": str(ev.candidate_path), "build_dir": str(wd / "build"),
-        "build": c.build.model_dump(), "device": ctx.device, "init_seed": ctx.seed, "outdir": str(outdir),
-        "trial": _trial(ctx, ev), "max_elements": c.sanitizer_max_elements, "max_save_bytes": MAX_SAVE_BYTES,
-        "reproduce": TRIGGERS.get(ev.category) if ev.category else None, "atol": c.atol, "rtol": c.rtol,
+        "task_path": str(wd / "task.py"),
+        "candidate_path": str(ev.candidate_path),
+        "build_dir": str(wd / "build"),
+        "build": c.build.model_dump(),
+        "device": ctx.device,
+        "init_seed": ctx.seed,
+        "outdir": str(outdir),
+        "trial": _trial(ctx, ev),
+        "max_elements": c.sanitizer_max_elements,
+        "max_save_bytes": MAX_SAVE_BYTES,
+        "reproduce": TRIGGERS.get(ev.category) if ev.category else None,
+        "atol": c.atol,
+        "rtol": c.rtol,
     }
     tools = [t for t in tool.ORDER if t in c.sanitizer_tools]
-    room_file, plan_file = wd / handoff.ROOM_FILE, wd / handoff.PLAN_FILE  # the evaluation's dir: the candidate cannot write them
+    room_file, plan_file = (
+        wd / handoff.ROOM_FILE,
+        wd / handoff.PLAN_FILE,
+    )  # the evaluation's dir: the candidate cannot write them
     for f in (room_file, plan_file):
         f.unlink(missing_ok=True)
     spec |= {"room_file": str(room_file), "plan_file": str(plan_file), "wait_s": c.sanitizer_timeout_s}
@@ -153,7 +169,9 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
                 handoff.publish(room_file, {"room": True})
                 sent["room"] = True
                 try:
-                    runs = _probe_then_tools(ctx, ev, spec, tools, futures, ready, outdir, plan_file, deadline, sent, on_event)
+                    runs = _probe_then_tools(
+                        ctx, ev, spec, tools, futures, ready, outdir, plan_file, deadline, sent, on_event
+                    )
                 finally:
                     if not sent["plan"]:  # the tools waiting for a plan end now, without running anything
                         handoff.publish(plan_file, {"cancel": True})
@@ -181,13 +199,31 @@ def _run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalu
     cut = [r.tool for r in report.tools if not r.finished]
     failed = [f"{r.tool}: {r.problem}" for r in report.tools if r.problem]
     if cut or failed:
-        report.note = "; ".join([*([f"{', '.join(cut)} cut off at the {c.sanitizer_timeout_s:g} s bound (judge.sanitizer_timeout_s)"] if cut else []), *failed])[:600]
+        report.note = "; ".join(
+            [
+                *(
+                    [f"{', '.join(cut)} cut off at the {c.sanitizer_timeout_s:g} s bound (judge.sanitizer_timeout_s)"]
+                    if cut
+                    else []
+                ),
+                *failed,
+            ]
+        )[:600]
     return ev
 
 
 def _probe_then_tools(
-    ctx: StageContext, ev: Evaluation, spec: dict[str, Any], tools: list[SanitizerTool], futures: list[tuple[SanitizerTool, Future]],
-    ready: "_Ready", outdir: Path, plan_file: Path, deadline: float, sent: dict[str, bool], on_event: EventSink | None,
+    ctx: StageContext,
+    ev: Evaluation,
+    spec: dict[str, Any],
+    tools: list[SanitizerTool],
+    futures: list[tuple[SanitizerTool, Future]],
+    ready: "_Ready",
+    outdir: Path,
+    plan_file: Path,
+    deadline: float,
+    sent: dict[str, bool],
+    on_event: EventSink | None,
 ) -> list[tuple[SanitizerTool, ChildOutcome]]:
     """Inside the stage's room: the probe under the GPU's shared lock, then, once the tools are ready, their plan under
     it again; their outcomes (none when the probe found no input: its note in the report)."""
@@ -199,8 +235,17 @@ def _probe_then_tools(
     t1 = time.monotonic()
     with ctx.lease("sanitize probe", shared=True):  # no timing here: beside other judges' trials
         t2 = time.monotonic()
-        probe = one_shot.run(ctx, ev, "sanitize_probe", TARGET, spec, probe_s, lease=False, fork=True,
-                             fork_kind=candidate_run.fork_kind(Path(ev.candidate_path)))
+        probe = one_shot.run(
+            ctx,
+            ev,
+            "sanitize_probe",
+            TARGET,
+            spec,
+            probe_s,
+            lease=False,
+            fork=True,
+            fork_kind=candidate_run.fork_kind(Path(ev.candidate_path)),
+        )
     t3 = time.monotonic()
     _add(ev, "sanitize.probe_lease_wait", t2 - t1)
     _add(ev, "sanitize.probe", t3 - t2)
@@ -242,10 +287,29 @@ def _trial(ctx: StageContext, ev: Evaluation) -> dict[str, Any]:
     return out
 
 
-def _tool(ctx: StageContext, ev: Evaluation, path: str, name: SanitizerTool, spec: dict[str, Any], outdir: Path, timeout_s: float,
-          on_message: Callable[[dict[str, Any]], None]) -> ChildOutcome:
+def _tool(
+    ctx: StageContext,
+    ev: Evaluation,
+    path: str,
+    name: SanitizerTool,
+    spec: dict[str, Any],
+    outdir: Path,
+    timeout_s: float,
+    on_message: Callable[[dict[str, Any]], None],
+) -> ChildOutcome:
     wrap = tool.command(path, name, outdir / f"{name}.log")
-    return one_shot.run(ctx, ev, f"sanitize_{name}", TARGET, spec, timeout_s, wrap=wrap, env=tool.ENV, lease=False, on_message=on_message)
+    return one_shot.run(
+        ctx,
+        ev,
+        f"sanitize_{name}",
+        TARGET,
+        spec,
+        timeout_s,
+        wrap=wrap,
+        env=tool.ENV,
+        lease=False,
+        on_message=on_message,
+    )
 
 
 class _Ready:
@@ -259,6 +323,7 @@ class _Ready:
         def seen(msg: dict[str, Any]) -> None:  # on the channel's reader thread
             if msg.get("type") == "phase" and msg.get("phase") == handoff.READY_PHASE:
                 self._seen.add(name)
+
         return seen
 
     def all_ready(self, futures: list[Future]) -> bool:
@@ -275,8 +340,11 @@ def _tool_times(ev: Evaluation, outcomes: list[ChildOutcome]) -> None:
     """Where the tool runs' time went (the slowest of each), from their start: their imports (torch, the task, the
     candidate), ready (the stage's room, CUDA under the tool, the model), and from the plan's inputs to the end of the
     process (the forward under the tool, its report, the process's exit)."""
+
     def at(o: ChildOutcome, phase: str) -> float | None:
-        return next((m["_t"] for m in o.messages if m.get("type") == "phase" and m.get("phase") == phase and "_t" in m), None)
+        return next(
+            (m["_t"] for m in o.messages if m.get("type") == "phase" and m.get("phase") == phase and "_t" in m), None
+        )
 
     imported = [t for o in outcomes if (t := at(o, handoff.IMPORTED_PHASE)) is not None]
     ready = [t for o in outcomes if (t := at(o, handoff.READY_PHASE)) is not None]
@@ -293,7 +361,9 @@ def _add(ev: Evaluation, key: str, seconds: float) -> None:
     ev.breakdown[key] = round(ev.breakdown.get(key, 0.0) + seconds, 3)
 
 
-def _read(wd: Path, outdir: Path, name: SanitizerTool, outcome: ChildOutcome, timeout_s: float) -> tuple[ToolRun, parse.Report]:
+def _read(
+    wd: Path, outdir: Path, name: SanitizerTool, outcome: ChildOutcome, timeout_s: float
+) -> tuple[ToolRun, parse.Report]:
     """One tool's report (written in the candidate's sandbox: read as a plain file only), kept with the logs."""
     text = one_shot.read_plain(outdir / f"{name}.log", 8 << 20)
     log = wd / "logs" / f"sanitizer_{name}.log"
@@ -304,10 +374,20 @@ def _read(wd: Path, outdir: Path, name: SanitizerTool, outcome: ChildOutcome, ti
         problem = (parsed.messages[0] if parsed.messages else None) or _failure(outcome, timeout_s)
     else:
         err = outcome.last("error")
-        if err is not None and err.get("phase") != "sanitized_forward":  # failed before the forward: what it saw is not the candidate's
-            problem = f"the run failed before the forward: {err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}"
-    return ToolRun(tool=name, seconds=round(outcome.wall_s, 2), errors=parsed.errors, finished=not outcome.timed_out,
-                   problem=problem, log_path=str(log)), parsed
+        if (
+            err is not None and err.get("phase") != "sanitized_forward"
+        ):  # failed before the forward: what it saw is not the candidate's
+            problem = (
+                f"the run failed before the forward: {err.get('exc_type')}: {(err.get('message') or '').strip()[:200]}"
+            )
+    return ToolRun(
+        tool=name,
+        seconds=round(outcome.wall_s, 2),
+        errors=parsed.errors,
+        finished=not outcome.timed_out,
+        problem=problem,
+        log_path=str(log),
+    ), parsed
 
 
 def _failure(outcome: ChildOutcome, timeout_s: float) -> str:

@@ -13,4 +13,14 @@ server's own memory (its inputs, reference outputs, caches) is never exported.
 from kernelfix.tools.transport.arena import Arena, ArenaKind, ArenaSpec
 from kernelfix.tools.transport.tree import Skeleton, TensorSpec, UnsupportedValue, flatten, layout, unflatten
 
-__all__ = ["Arena", "ArenaKind", "ArenaSpec", "Skeleton", "TensorSpec", "UnsupportedValue", "flatten", "layout", "unflatten"]
+__all__ = [
+    "Arena",
+    "ArenaKind",
+    "ArenaSpec",
+    "Skeleton",
+    "TensorSpec",
+    "UnsupportedValue",
+    "flatten",
+    "layout",
+    "unflatten",
+]

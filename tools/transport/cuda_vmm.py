@@ -35,7 +35,12 @@ class _Location(ctypes.Structure):
 
 
 class _AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte), ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+    _fields_ = [
+        ("compressionType", ctypes.c_ubyte),
+        ("gpuDirectRDMACapable", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
 
 
 class _AllocationProp(ctypes.Structure):
@@ -84,7 +89,10 @@ def memory_attributes(device: int) -> dict[str, int]:
     """The DRAM's clock (kHz) and bus width (bits) as the driver reports them: peak bandwidth is
     2 x clock x width / 8 (double data rate)."""
     out = {}
-    for key, attr in (("memory_clock_khz", _ATTR_MEMORY_CLOCK_RATE), ("memory_bus_width", _ATTR_GLOBAL_MEMORY_BUS_WIDTH)):
+    for key, attr in (
+        ("memory_clock_khz", _ATTR_MEMORY_CLOCK_RATE),
+        ("memory_bus_width", _ATTR_GLOBAL_MEMORY_BUS_WIDTH),
+    ):
         value = ctypes.c_int(0)
         if _lib().cuDeviceGetAttribute(ctypes.byref(value), attr, device) == 0 and value.value > 0:
             out[key] = value.value
@@ -147,7 +155,13 @@ class Mapping:
         _call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_ulonglong(0))
         try:
             fd = ctypes.c_int(-1)
-            _call("cuMemExportToShareableHandle", ctypes.byref(fd), handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, ctypes.c_ulonglong(0))
+            _call(
+                "cuMemExportToShareableHandle",
+                ctypes.byref(fd),
+                handle,
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                ctypes.c_ulonglong(0),
+            )
             ptr = _map(handle.value, size, device)
         except BaseException:
             _lib().cuMemRelease(handle)
@@ -159,14 +173,25 @@ class Mapping:
         if self._handle is None or self._closed:
             raise ValueError("only a live allocation this process created can be exported")
         fd = ctypes.c_int(-1)
-        _call("cuMemExportToShareableHandle", ctypes.byref(fd), ctypes.c_ulonglong(self._handle), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, ctypes.c_ulonglong(0))
+        _call(
+            "cuMemExportToShareableHandle",
+            ctypes.byref(fd),
+            ctypes.c_ulonglong(self._handle),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            ctypes.c_ulonglong(0),
+        )
         return fd.value
 
     @classmethod
     def open(cls, fd: int, size: int, device: int) -> "Mapping":
         """Map an allocation another process exported as ``fd`` (the fd stays the caller's)."""
         handle = ctypes.c_ulonglong()
-        _call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        _call(
+            "cuMemImportFromShareableHandle",
+            ctypes.byref(handle),
+            ctypes.c_void_p(fd),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        )
         try:
             ptr = _map(handle.value, size, device)
         finally:
@@ -207,7 +232,10 @@ def _synchronize(device: int) -> None:
         lib.cuCtxSynchronize()
         return
     dev = ctypes.c_int()  # a thread with no context current: borrow the primary one torch uses, then put it back
-    if lib.cuDeviceGet(ctypes.byref(dev), device) != CUDA_SUCCESS or lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != CUDA_SUCCESS:
+    if (
+        lib.cuDeviceGet(ctypes.byref(dev), device) != CUDA_SUCCESS
+        or lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != CUDA_SUCCESS
+    ):
         return
     try:
         if lib.cuCtxSetCurrent(ctx) == CUDA_SUCCESS:
@@ -219,9 +247,23 @@ def _synchronize(device: int) -> None:
 
 def _map(handle: int, size: int, device: int) -> int:
     ptr = ctypes.c_ulonglong()
-    _call("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+    _call(
+        "cuMemAddressReserve",
+        ctypes.byref(ptr),
+        ctypes.c_size_t(size),
+        ctypes.c_size_t(0),
+        ctypes.c_ulonglong(0),
+        ctypes.c_ulonglong(0),
+    )
     try:
-        _call("cuMemMap", ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_ulonglong(handle), ctypes.c_ulonglong(0))
+        _call(
+            "cuMemMap",
+            ptr,
+            ctypes.c_size_t(size),
+            ctypes.c_size_t(0),
+            ctypes.c_ulonglong(handle),
+            ctypes.c_ulonglong(0),
+        )
         access = _AccessDesc(_Location(CU_MEM_LOCATION_TYPE_DEVICE, device), CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
         _call("cuMemSetAccess", ptr, ctypes.c_size_t(size), ctypes.byref(access), ctypes.c_size_t(1))
     except BaseException:
@@ -238,7 +280,13 @@ def as_tensor(mapping: Mapping, device: int):
     class _Interface:  # __cuda_array_interface__: torch wraps the pointer and holds this object
         def __init__(self, m: Mapping):
             self.mapping = m
-            self.__cuda_array_interface__ = {"shape": (m.size,), "typestr": "|u1", "data": (m.ptr, False), "version": 3, "strides": None}
+            self.__cuda_array_interface__ = {
+                "shape": (m.size,),
+                "typestr": "|u1",
+                "data": (m.ptr, False),
+                "version": 3,
+                "strides": None,
+            }
 
     with torch.cuda.device(device):
         return torch.as_tensor(_Interface(mapping), device=f"cuda:{device}")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kernelfix.tools.transport import ArenaSpec, TensorSpec
 from kernelfix.tools.verdict import InputVariant, TrialReport
+from pydantic import BaseModel, ConfigDict, Field
 
 Purpose = Literal["correctness", "fresh", "varied"]
 
@@ -104,7 +103,9 @@ class Prepared(_Msg):
     # gradients, in order ("input 0", "parameter 3": the index in parameters()), and what to call them
     grads: list[GradKey] = Field(default_factory=list)
     no_backward: str | None = None  # why this trial has nothing to differentiate (integer outputs, argmax)
-    seconds: dict[str, float] = Field(default_factory=dict)  # where the worker spent this request ("draw", "float64", ...)
+    seconds: dict[str, float] = Field(
+        default_factory=dict
+    )  # where the worker spent this request ("draw", "float64", ...)
 
 
 class CandidateSpec(_Msg):
@@ -143,4 +144,6 @@ class CandidateOutput(_Msg):
 class Checked(_Msg):
     report: TrialReport
     mutated: list[int] = Field(default_factory=list)
-    seconds: dict[str, float] = Field(default_factory=dict)  # where the worker spent the check ("compare", "mutation", ...)
+    seconds: dict[str, float] = Field(
+        default_factory=dict
+    )  # where the worker spent the check ("compare", "mutation", ...)

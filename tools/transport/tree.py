@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from kernelfix.tools.transport.arena import Arena, aligned
+from pydantic import BaseModel, ConfigDict
 
 Skeleton = Any  # JSON
 
@@ -116,7 +115,7 @@ def unflatten(skel: Skeleton, leaves: list[Any]) -> Any:
 
     if not isinstance(skel, dict) or len(skel) != 1:
         raise UnsupportedValue(f"malformed skeleton {str(skel)[:80]}")
-    (kind, val), = skel.items()
+    ((kind, val),) = skel.items()
     if kind == "t":
         return leaves[val]
     if kind == "v":

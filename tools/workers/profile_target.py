@@ -59,10 +59,9 @@ def _kernel_list(prof) -> list[dict[str, Any]]:
 
 def body(w: Worker) -> None:
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
+    from torch.profiler import ProfilerActivity, profile
 
     spec = w.spec
     device = spec["device"]
@@ -71,7 +70,9 @@ def body(w: Worker) -> None:
     _phase(w, "torch_imported")
     task = load_task(w, spec["task_path"])
     known = spec.get("known")  # the reference's count, when the judge has it: not counted again under the profiler
-    if spec.get("go_file"):  # started ahead of the stage (tools/stages/profile.py: prestart): nothing of CUDA's until the go
+    if spec.get(
+        "go_file"
+    ):  # started ahead of the stage (tools/stages/profile.py: prestart): nothing of CUDA's until the go
         _ahead(spec)
         _phase(w, "ready")
         go = handoff.wait(Path(spec["go_file"]), float(spec.get("wait_s", 600.0)))
@@ -88,8 +89,11 @@ def body(w: Worker) -> None:
     seed_all(secrets.randbelow(2**30))
     with torch.device(device):
         inputs = to_device(list(task.get_inputs()), device)
-    result["dtypes"] = (list(known["dtypes"]) if known is not None else
-                        sorted({str(t.dtype).removeprefix("torch.") for t in tensors_in(inputs) if t.is_floating_point()}))
+    result["dtypes"] = (
+        list(known["dtypes"])
+        if known is not None
+        else sorted({str(t.dtype).removeprefix("torch.") for t in tensors_in(inputs) if t.is_floating_point()})
+    )
     load_inline.install(Path(spec["build_dir"]), device, BuildOptions(**spec.get("build", {})))
     _phase(w, "import_candidate")
     cls = getattr(load_module(spec["candidate_path"], "kernelfix_candidate"), "ModelNew", None)
@@ -131,7 +135,6 @@ def _ahead(spec: dict[str, Any]) -> None:
     try:
         if kind_for_candidate(Path(spec["candidate_path"]).read_text()) in ("triton", "candidate"):
             import triton  # noqa: F401
-
             from kernelfix.tools.workers.candidate.ahead import triton_key_ahead
 
             triton_key_ahead()
@@ -163,9 +166,8 @@ def _forward_backward(w: Worker, spec: dict[str, Any], model: Any, inputs: list,
     thread's) does not reach: the backward runs inside a start/end range, which ncu sees on every
     thread and names per kernel, so each kernel is told forward or backward."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from kernelfix.tools.correctness import gradients
+    from torch.profiler import ProfilerActivity, profile
 
     args, _ = gradients.grad_leaves(inputs)
 
@@ -198,7 +200,9 @@ def _forward_backward(w: Worker, spec: dict[str, Any], model: Any, inputs: list,
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as bprof:
             why = gradients.backward(out, cots)
             Cuda.sync()
-        result["kernels"] = [{**k, "part": "forward"} for k in _kernel_list(fprof)] + [{**k, "part": "backward"} for k in _kernel_list(bprof)]
+        result["kernels"] = [{**k, "part": "forward"} for k in _kernel_list(fprof)] + [
+            {**k, "part": "backward"} for k in _kernel_list(bprof)
+        ]
     if why is not None:
         raise RuntimeError(f"no backward to profile: {why}")
 

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.tools.timing.clock import Cuda
-from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, short, tensors_in, to_device
+from kernelfix.tools.workers.child import (
+    Worker,
+    build_model,
+    load_module,
+    load_task,
+    seed_all,
+    short,
+    tensors_in,
+    to_device,
+)
 
 INPUTS_FILE = "inputs.pt"
 
@@ -33,7 +42,6 @@ def _draw(task: Any, seed: int, input_set: int | None, device: str) -> list:
     """A trial's inputs as the reference worker draws them (tools/workers/reference/server.py: on the
     device under the trial's seed, on the CPU where the task's code cannot run there)."""
     import torch
-
     from kernelfix.tools import input_sets
 
     seed_all(seed)
@@ -70,7 +78,6 @@ def _import_candidate(w: Worker, spec: dict[str, Any]) -> Any:
 def _wrong(out: Any, ref: Any, atol: float | None, rtol: float | None) -> str | None:
     """How ``out`` differs from ``ref`` beyond the tolerance, or None when it does not."""
     import torch
-
     from kernelfix.tools.correctness.tolerance import tolerance
 
     outs, refs = tensors_in(out), tensors_in(ref)
@@ -109,7 +116,6 @@ def _differs(a: Any, b: Any) -> str | None:
 
 def probe(w: Worker) -> None:
     import torch
-
     from kernelfix.tools import input_sets
     from kernelfix.tools.sanitizer import reduce
 
@@ -162,13 +168,23 @@ def probe(w: Worker) -> None:
             chosen = (plan, x)
             break
     if chosen is None:
-        raise RuntimeError("the task's Model runs on none of the inputs tried: " + "; ".join(r.get("reference_failed", "") for r in tried))
+        raise RuntimeError(
+            "the task's Model runs on none of the inputs tried: "
+            + "; ".join(r.get("reference_failed", "") for r in tried)
+        )
     plan, _ = chosen
     mine = next(r for r in tried if r["plan"] == plan.model_dump())
     result |= {
-        "plan": plan.model_dump(), "inputs": mine["inputs"], "reduced": plan.reduced, "saved": mine.get("saved"),
-        "reproduced": None if want is None else bool(mine.get("fault") or mine.get("wrong") or mine.get("nondeterministic")),
-        "nondeterministic": mine.get("nondeterministic"), "wrong": mine.get("wrong"), "fault": mine.get("fault"),
+        "plan": plan.model_dump(),
+        "inputs": mine["inputs"],
+        "reduced": plan.reduced,
+        "saved": mine.get("saved"),
+        "reproduced": None
+        if want is None
+        else bool(mine.get("fault") or mine.get("wrong") or mine.get("nondeterministic")),
+        "nondeterministic": mine.get("nondeterministic"),
+        "wrong": mine.get("wrong"),
+        "fault": mine.get("fault"),
     }
     _done(spec, w, result)
 
@@ -192,7 +208,6 @@ def run_tool(w: Worker) -> None:
     ``ModelNew``; then it waits, ready, for the plan, which the judge writes once it holds the GPU's lock
     for the tools; the inputs and the forward after it."""
     import torch
-
     from kernelfix.tools.sanitizer import handoff, reduce
 
     spec = w.spec

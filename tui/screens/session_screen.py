@@ -11,13 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal
-from textual.screen import Screen
-from textual.message import Message
-from textual.widgets import Footer, OptionList
-
 from kernelfix.agent.events import EventSink, SessionEnded
 from kernelfix.agent.session import Session
 from kernelfix.tui.relay import EventRelay, SessionEventMessage
@@ -27,6 +20,12 @@ from kernelfix.tui.widgets.session_header import SessionHeader
 from kernelfix.tui.widgets.stage_bar import StageBar
 from kernelfix.tui.widgets.turn_detail import TABS, TurnDetail
 from kernelfix.tui.widgets.turn_list import TurnList
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, OptionList
 
 ResumeFactory = Callable[[Path, EventSink], Session]  # (session dir, event sink) -> a Session ready to run
 _LIVE_ONLY = {"pause", "edit", "hint", "accept", "stop"}
@@ -191,7 +190,9 @@ class SessionScreen(Screen):
                 self.session.controls.submit_candidate(text, parent=parent)
                 where = f" on {branch}, after turn {parent}" if parent is not None else ""
                 self._ask(f"your candidate is judged next{where}")
-                self.notify(f"your candidate will be judged as its own turn{where}, after the current one", markup=False)
+                self.notify(
+                    f"your candidate will be judged as its own turn{where}, after the current one", markup=False
+                )
 
         self.app.push_screen(EditCandidateScreen(source, title), judge_it)
 
@@ -243,4 +244,6 @@ def _template(session_dir: str) -> str:
         task = (Path(session_dir) / "task.py").read_text(encoding="utf-8")
     except OSError:
         task = ""
-    return "# No candidate yet. Write class ModelNew (same constructor and forward as Model) with your kernels.\n" + task
+    return (
+        "# No candidate yet. Write class ModelNew (same constructor and forward as Model) with your kernels.\n" + task
+    )

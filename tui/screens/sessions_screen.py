@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
+from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
+from kernelfix.tui.session_list import SessionSummary, find_sessions
+from kernelfix.tui.view_model import SessionView, short_model
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
-
-from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
-from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
-from kernelfix.tui.session_list import SessionSummary, find_sessions
-from kernelfix.tui.view_model import SessionView, short_model
 
 
 class SessionsScreen(Screen):
@@ -80,7 +79,13 @@ class SessionsScreen(Screen):
             view = SessionView.from_trajectory(traj, s.path)
         else:  # created, never run: what its settings say
             settings = SessionSettings.model_validate_json((Path(s.path) / SETTINGS).read_text(encoding="utf-8"))
-            view = SessionView(task=s.task, model=short_model(settings.model), device=settings.judge.device or "?", session_dir=s.path, activity="not started")
+            view = SessionView(
+                task=s.task,
+                model=short_model(settings.model),
+                device=settings.judge.device or "?",
+                session_dir=s.path,
+                activity="not started",
+            )
         return SessionScreen(view, resume=self._resume, can_go_back=True)
 
     def action_open(self) -> None:

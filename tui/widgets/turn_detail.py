@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from rich.markdown import Markdown
-from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Collapsible, Static, TabbedContent, TabPane
-
 from kernelfix.tui.check_views import correctness_view
 from kernelfix.tui.code_views import candidate_view, diff_view, log_view
 from kernelfix.tui.perf_views import performance_view, profile_view
 from kernelfix.tui.turn_text import BEST_MARK, LIVE_MARK, mark
 from kernelfix.tui.view_model import SessionView
+from rich.markdown import Markdown
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Collapsible, Static, TabbedContent, TabPane
 
 # (pane id, tab label); the number keys 1-7 pick them in this order.
 TABS = [
@@ -51,8 +50,15 @@ class TurnDetail(Vertical):
         """Render turn ``index`` (judged or running); cheap when nothing changed, so it may be called often."""
         turn = view.turn(index) if index is not None else None
         live = view.lives.get(index) if index is not None else None
-        key = (index, id(turn), turn.verdict is not None if turn else None, len(live.content) + len(live.reasoning) if live else None,
-               live.activity if live else None, view.best_turn, len(view.turns))
+        key = (
+            index,
+            id(turn),
+            turn.verdict is not None if turn else None,
+            len(live.content) + len(live.reasoning) if live else None,
+            live.activity if live else None,
+            view.best_turn,
+            len(view.turns),
+        )
         if key == self._shown:
             return
         self._shown = key
@@ -90,7 +96,11 @@ def _title(view: SessionView, turn, live) -> Text:
     if turn is not None:
         m = mark(turn)
         best = f" {BEST_MARK}best" if turn.index == view.best_turn else ""
-        where = f", {turn.branch}" + (f" from turn {turn.parent}" if turn.parent is not None else "") if view.branched else ""
+        where = (
+            f", {turn.branch}" + (f" from turn {turn.parent}" if turn.parent is not None else "")
+            if view.branched
+            else ""
+        )
         return Text(f"turn {turn.index} ({turn.source}{where}): {m} {turn.verdict.category.value}{best}", style="bold")
     if live is not None:
         return Text(f"turn {live.index} ({live.source}): {LIVE_MARK} in progress", style="bold")
@@ -98,4 +108,6 @@ def _title(view: SessionView, turn, live) -> Text:
 
 
 def _no_reply(source: str) -> str:
-    return {"user": "your edited candidate: no model reply", "candidate": "the --candidate file: no model reply"}.get(source, "no reply")
+    return {"user": "your edited candidate: no model reply", "candidate": "the --candidate file: no model reply"}.get(
+        source, "no reply"
+    )

@@ -3,11 +3,10 @@ A search (width > 1) shows the tree: each turn's branch and parent, forks indent
 
 from __future__ import annotations
 
-from textual.widgets import OptionList
-from textual.widgets.option_list import Option
-
 from kernelfix.tui.turn_text import live_label, live_tree_label, tree_label, turn_label
 from kernelfix.tui.view_model import SessionView
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
 
 
 class TurnList(OptionList):
@@ -37,7 +36,9 @@ class TurnList(OptionList):
 def _chain_options(view: SessionView) -> list[Option]:
     options = [Option(turn_label(t, best=t.index == view.best_turn), id=str(t.index)) for t in view.turns]
     if view.live is not None:
-        options.append(Option(live_label(view.live.index, view.live.source, view.live.activity), id=f"live-{view.live.index}"))
+        options.append(
+            Option(live_label(view.live.index, view.live.source, view.live.activity), id=f"live-{view.live.index}")
+        )
     return options
 
 
@@ -47,8 +48,14 @@ def _tree_options(view: SessionView) -> list[Option]:
     for index, depth in view.tree_rows():
         turn = view.turn(index)
         if turn is not None:
-            options.append(Option(tree_label(turn, depth=depth, best=index == view.best_turn, on_path=index in path), id=str(index)))
+            options.append(
+                Option(
+                    tree_label(turn, depth=depth, best=index == view.best_turn, on_path=index in path), id=str(index)
+                )
+            )
         else:
             live = view.lives[index]
-            options.append(Option(live_tree_label(index, live.branch, live.parent, live.activity, depth=depth), id=f"live-{index}"))
+            options.append(
+                Option(live_tree_label(index, live.branch, live.parent, live.activity, depth=depth), id=f"live-{index}")
+            )
     return options

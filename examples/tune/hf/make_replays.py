@@ -33,8 +33,12 @@ NORM = "One Triton pass per row block: fp32 sum of squares, rsqrt, the cast to t
 MLP = "cuBLAS GEMMs for gate, up and down; silu(gate) * up in one Triton pass, and its backward in one pass; x's two gradients summed in cuBLAS's epilogue (addmm)."
 ATTN = "cuBLAS GEMMs for the q/k/v/o projections; RoPE on q and k plus the cache's k/v layout in one Triton pass (its transpose in backward, also the cos/sin gradients when asked); attention as torch's scaled_dot_product_attention (cuDNN/flash), causal, GQA native."
 EXPERTS = "The routed choices counting-sorted by expert in one Triton program (offsets and destination rows, no atomics), the tokens gathered in Triton, both projections as torch's grouped GEMM, silu(gate) * up in one Triton pass between them, and the routing-weighted combine in one Triton pass (fp32 sums, no scatter)."
-MIXTRAL_ATTN = {"    def forward(self, hidden_states, position_ids, cos, sin):": "    def forward(self, hidden_states, cos, sin, position_ids):"}
-MIXTRAL_EPS = {"EPS = 1e-6  # the module's variance_epsilon (Llama's and Qwen3's default)": "EPS = 1e-5  # the module's variance_epsilon (Mixtral's default)"}
+MIXTRAL_ATTN = {
+    "    def forward(self, hidden_states, position_ids, cos, sin):": "    def forward(self, hidden_states, cos, sin, position_ids):"
+}
+MIXTRAL_EPS = {
+    "EPS = 1e-6  # the module's variance_epsilon (Llama's and Qwen3's default)": "EPS = 1e-5  # the module's variance_epsilon (Mixtral's default)"
+}
 
 REPLAYS: dict[str, Replay] = {
     "LlamaRMSNorm": Replay("rmsnorm.py", NORM),
@@ -65,7 +69,9 @@ def replay_line(name: str) -> str:
     """The replay file's one line for a module class: an assistant message with the kernel in a python block."""
     r = REPLAYS[name]
     content = f"{HAND} {r.what}\n\n```python\n{source(name)}```"
-    return json.dumps({"content": content, "reasoning_content": f"{name}: hand-written kernel (src/{r.source})."}) + "\n"
+    return (
+        json.dumps({"content": content, "reasoning_content": f"{name}: hand-written kernel (src/{r.source})."}) + "\n"
+    )
 
 
 def main() -> int:
@@ -82,7 +88,9 @@ def main() -> int:
         else:
             path.write_text(line, encoding="utf-8")
     if stale:
-        print(f"stale replay files (run python {Path(__file__).relative_to(Path.cwd()) if Path.cwd() in Path(__file__).parents else __file__}): {', '.join(stale)}")
+        print(
+            f"stale replay files (run python {Path(__file__).relative_to(Path.cwd()) if Path.cwd() in Path(__file__).parents else __file__}): {', '.join(stale)}"
+        )
         return 1
     return 0
 

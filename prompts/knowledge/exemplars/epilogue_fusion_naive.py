@@ -8,8 +8,9 @@ import triton.language as tl
 
 
 @triton.jit
-def matmul_kernel(x_ptr, w_ptr, c_ptr, M, N, K,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def matmul_kernel(
+    x_ptr, w_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr
+):
     pid = tl.program_id(0)
     grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
     group = pid // (GROUP_M * grid_n)
@@ -23,7 +24,9 @@ def matmul_kernel(x_ptr, w_ptr, c_ptr, M, N, K,
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(x_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        a = tl.load(
+            x_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
         b = tl.load(w_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
     mask = (rm[:, None] < M) & (rn[None, :] < N)

@@ -13,7 +13,11 @@ def scale_shift_kernel(x_ptr, w_ptr, b_ptr, t_ptr, total, cols, BLOCK: tl.conste
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < total
     col = offs % cols
-    tl.store(t_ptr + offs, tl.load(x_ptr + offs, mask=mask) * tl.load(w_ptr + col, mask=mask) + tl.load(b_ptr + col, mask=mask), mask=mask)
+    tl.store(
+        t_ptr + offs,
+        tl.load(x_ptr + offs, mask=mask) * tl.load(w_ptr + col, mask=mask) + tl.load(b_ptr + col, mask=mask),
+        mask=mask,
+    )
 
 
 @triton.jit

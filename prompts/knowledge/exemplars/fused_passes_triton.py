@@ -31,5 +31,7 @@ class ModelNew(nn.Module):
         rows, cols = x.shape
         y = torch.empty_like(x)
         BM, BN = 8, 512
-        fused_kernel[(triton.cdiv(rows, BM), triton.cdiv(cols, BN))](x, w, b, r, y, rows, cols, BM=BM, BN=BN, num_warps=4)
+        fused_kernel[(triton.cdiv(rows, BM), triton.cdiv(cols, BN))](
+            x, w, b, r, y, rows, cols, BM=BM, BN=BN, num_warps=4
+        )
         return y

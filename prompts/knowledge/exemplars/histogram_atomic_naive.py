@@ -42,8 +42,13 @@ torch::Tensor histogram(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="kf_kb_histogram_atomic", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["histogram"], no_implicit_headers=True)
+ext = load_inline(
+    name="kf_kb_histogram_atomic",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["histogram"],
+    no_implicit_headers=True,
+)
 
 
 class ModelNew(nn.Module):

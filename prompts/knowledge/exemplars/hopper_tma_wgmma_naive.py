@@ -17,8 +17,12 @@ def linear_silu_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, BM: tl.constexpr, BN
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(x_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(w_ptr + kk[:, None].to(tl.int64) * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a = tl.load(
+            x_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
+        b = tl.load(
+            w_ptr + kk[:, None].to(tl.int64) * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0
+        )
         acc = tl.dot(a, b, acc)  # mma.sync with 2 warps
     z = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     mask = (rm[:, None] < M) & (rn[None, :] < N)
@@ -33,5 +37,7 @@ class ModelNew(nn.Module):
         x, w, b = x.contiguous(), w.contiguous(), b.contiguous()
         (M, K), N = x.shape, w.shape[1]
         y = torch.empty(M, N, device=x.device, dtype=torch.float16)
-        linear_silu_kernel[(triton.cdiv(M, 64), triton.cdiv(N, 64))](x, w, b, y, M, N, K, BM=64, BN=64, BK=32, num_warps=2, num_stages=1)
+        linear_silu_kernel[(triton.cdiv(M, 64), triton.cdiv(N, 64))](
+            x, w, b, y, M, N, K, BM=64, BN=64, BK=32, num_warps=2, num_stages=1
+        )
         return y

@@ -12,8 +12,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 
 @triton.jit
-def linear_silu_tma_kernel(x_desc, w_desc, y_desc, b_ptr, M, N, K,
-                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def linear_silu_tma_kernel(
+    x_desc, w_desc, y_desc, b_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr
+):
     pid = tl.program_id(0)
     grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
     group = pid // (GROUP_M * grid_n)
@@ -45,5 +46,7 @@ class ModelNew(nn.Module):
         w_desc = TensorDescriptor.from_tensor(w, [BK, BN])
         y_desc = TensorDescriptor.from_tensor(y, [BM, BN])
         grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
-        linear_silu_tma_kernel[grid](x_desc, w_desc, y_desc, b, M, N, K, BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=8, num_stages=4)
+        linear_silu_tma_kernel[grid](
+            x_desc, w_desc, y_desc, b, M, N, K, BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=8, num_stages=4
+        )
         return y

@@ -71,8 +71,13 @@ torch::Tensor l2_normalize(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="kf_kb_l2norm_128", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["l2_normalize"], no_implicit_headers=True)
+ext = load_inline(
+    name="kf_kb_l2norm_128",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["l2_normalize"],
+    no_implicit_headers=True,
+)
 
 
 class ModelNew(nn.Module):

@@ -30,5 +30,7 @@ class ModelNew(nn.Module):
         rows, cols = x.shape
         y = torch.empty_like(x)
         BM, BN = 8, 512
-        row_affine_kernel[(triton.cdiv(rows, BM), triton.cdiv(cols, BN))](x, s, t, y, rows, cols, BM=BM, BN=BN, num_warps=4)
+        row_affine_kernel[(triton.cdiv(rows, BM), triton.cdiv(cols, BN))](
+            x, s, t, y, rows, cols, BM=BM, BN=BN, num_warps=4
+        )
         return y

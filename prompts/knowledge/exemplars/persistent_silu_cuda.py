@@ -66,8 +66,13 @@ torch::Tensor silu_forward(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="kf_kb_silu_persistent", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["silu_forward"], no_implicit_headers=True)
+ext = load_inline(
+    name="kf_kb_silu_persistent",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["silu_forward"],
+    no_implicit_headers=True,
+)
 
 
 class ModelNew(nn.Module):

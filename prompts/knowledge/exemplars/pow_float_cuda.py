@@ -51,8 +51,13 @@ torch::Tensor pow_mix(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="kf_kb_pow_float", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["pow_mix"], no_implicit_headers=True)
+ext = load_inline(
+    name="kf_kb_pow_float",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["pow_mix"],
+    no_implicit_headers=True,
+)
 
 
 class ModelNew(nn.Module):

@@ -19,11 +19,23 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, K_CHUNK, BM: tl.constexpr, BN: t
         part = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(k_chunk, min(k_chunk + K_CHUNK, K), BK):
             kk = k0 + rk
-            a = tl.load(a_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-            b = tl.load(b_ptr + kk[:, None].to(tl.int64) * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            a = tl.load(
+                a_ptr + rm[:, None].to(tl.int64) * K + kk[None, :],
+                mask=(rm[:, None] < M) & (kk[None, :] < K),
+                other=0.0,
+            )
+            b = tl.load(
+                b_ptr + kk[:, None].to(tl.int64) * N + rn[None, :],
+                mask=(kk[:, None] < K) & (rn[None, :] < N),
+                other=0.0,
+            )
             part = tl.dot(a, b, part, input_precision="ieee")
         acc += part
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(
+        c_ptr + rm[:, None] * N + rn[None, :],
+        acc.to(c_ptr.dtype.element_ty),
+        mask=(rm[:, None] < M) & (rn[None, :] < N),
+    )
 
 
 class ModelNew(nn.Module):
@@ -34,5 +46,7 @@ class ModelNew(nn.Module):
         a, b = a.contiguous(), b.contiguous()
         (M, K), N = a.shape, b.shape[1]
         c = torch.empty(M, N, device=a.device, dtype=a.dtype)
-        matmul_kernel[(triton.cdiv(M, 128), triton.cdiv(N, 128))](a, b, c, M, N, K, 2048, BM=128, BN=128, BK=32, num_warps=8, num_stages=3)
+        matmul_kernel[(triton.cdiv(M, 128), triton.cdiv(N, 128))](
+            a, b, c, M, N, K, 2048, BM=128, BN=128, BK=32, num_warps=8, num_stages=3
+        )
         return c

@@ -11,8 +11,7 @@ import triton.language as tl
 
 
 @triton.jit
-def matmul_splitk_kernel(a_ptr, b_ptr, p_ptr, M, N, K, K_SLICE,
-                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def matmul_splitk_kernel(a_ptr, b_ptr, p_ptr, M, N, K, K_SLICE, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m, pid_n, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -22,8 +21,12 @@ def matmul_splitk_kernel(a_ptr, b_ptr, p_ptr, M, N, K, K_SLICE,
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BK):
         kk = k0 + rk
-        a = tl.load(a_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_hi), other=0.0)
-        b = tl.load(b_ptr + kk[:, None].to(tl.int64) * N + rn[None, :], mask=(kk[:, None] < k_hi) & (rn[None, :] < N), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None].to(tl.int64) * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_hi), other=0.0
+        )
+        b = tl.load(
+            b_ptr + kk[:, None].to(tl.int64) * N + rn[None, :], mask=(kk[:, None] < k_hi) & (rn[None, :] < N), other=0.0
+        )
         acc = tl.dot(a, b, acc, input_precision="ieee")
     p = p_ptr + s.to(tl.int64) * M * N + rm[:, None] * N + rn[None, :]
     tl.store(p, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
@@ -49,12 +52,15 @@ class ModelNew(nn.Module):
         BM, BN, BK = 128, 128, 32
         tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count if a.is_cuda else 132
-        split = max(1, min(2 * sms // tiles, triton.cdiv(K, 4 * BK)))  # enough programs for ~2 per SM, each >= 4 K-steps
+        split = max(
+            1, min(2 * sms // tiles, triton.cdiv(K, 4 * BK))
+        )  # enough programs for ~2 per SM, each >= 4 K-steps
         k_slice = triton.cdiv(triton.cdiv(K, split), BK) * BK
         split = triton.cdiv(K, k_slice)
         partial = torch.empty(split, M, N, device=a.device, dtype=torch.float32)
         matmul_splitk_kernel[(triton.cdiv(M, BM), triton.cdiv(N, BN), split)](
-            a, b, partial, M, N, K, k_slice, BM=BM, BN=BN, BK=BK, num_warps=8, num_stages=3)
+            a, b, partial, M, N, K, k_slice, BM=BM, BN=BN, BK=BK, num_warps=8, num_stages=3
+        )
         c = torch.empty(M, N, device=a.device, dtype=a.dtype)
         sum_partials_kernel[(triton.cdiv(M * N, 1024),)](partial, c, M * N, SPLIT=split, BLOCK=1024, num_warps=4)
         return c

@@ -40,7 +40,9 @@ class ModelNew(nn.Module):
         BM, BN, ROWS_PER = 32, 128, 512
         chunks = triton.cdiv(rows, ROWS_PER)
         partial = torch.empty(chunks, cols, device=x.device, dtype=torch.float32)
-        partial_colsum_kernel[(triton.cdiv(cols, BN), chunks)](x, partial, rows, cols, ROWS_PER=ROWS_PER, BM=BM, BN=BN, num_warps=4)
+        partial_colsum_kernel[(triton.cdiv(cols, BN), chunks)](
+            x, partial, rows, cols, ROWS_PER=ROWS_PER, BM=BM, BN=BN, num_warps=4
+        )
         y = torch.empty(cols, device=x.device, dtype=x.dtype)
         sum_partials_kernel[(triton.cdiv(cols, 1024),)](partial, y, cols, chunks, BLOCK=1024, num_warps=4)
         return y

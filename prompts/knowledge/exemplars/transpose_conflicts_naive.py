@@ -55,8 +55,13 @@ torch::Tensor batched_transpose(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="kf_kb_transpose_unpadded", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["batched_transpose"], no_implicit_headers=True)
+ext = load_inline(
+    name="kf_kb_transpose_unpadded",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["batched_transpose"],
+    no_implicit_headers=True,
+)
 
 
 class ModelNew(nn.Module):

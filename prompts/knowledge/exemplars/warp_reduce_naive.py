@@ -48,8 +48,13 @@ torch::Tensor row_rms(torch::Tensor x) {
 }
 """
 
-ext = load_inline(name="kf_kb_row_rms_tree", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["row_rms"], no_implicit_headers=True)
+ext = load_inline(
+    name="kf_kb_row_rms_tree",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=["row_rms"],
+    no_implicit_headers=True,
+)
 
 
 class ModelNew(nn.Module):

@@ -55,4 +55,6 @@ class ModelNew(nn.Module):
         self.weight = nn.Parameter(torch.randn(features))
 
     def forward(self, x):
-        return _scale(x.contiguous(), self.weight)  # a forward-only kernel: nothing tells autograd how to differentiate it
+        return _scale(
+            x.contiguous(), self.weight
+        )  # a forward-only kernel: nothing tells autograd how to differentiate it

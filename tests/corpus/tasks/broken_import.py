@@ -1,6 +1,6 @@
+import this_module_does_not_exist  # noqa: F401
 import torch
 import torch.nn as nn
-import this_module_does_not_exist  # noqa: F401
 
 
 class Model(nn.Module):

@@ -34,8 +34,8 @@ from kernelfix.tools.timing.clock import Cuda, perf_counter
 from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
 from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
-from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
 from kernelfix.tools.workers.candidate.ahead import triton_driver_ahead, triton_key_ahead
+from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
 
 triton_key_ahead()  # in a Triton fork server, before any worker forks from it
 
@@ -57,7 +57,9 @@ class _Inputs:
     @classmethod
     def bind(cls, arena: Arena, specs: list[TensorSpec], skeleton: Any, device: str) -> "_Inputs":
         views = [read(arena, s) for s in specs]
-        copies = arena.spec.kind == "host" and device.startswith("cuda")  # a host arena on a GPU machine: copy in and out
+        copies = arena.spec.kind == "host" and device.startswith(
+            "cuda"
+        )  # a host arena on a GPU machine: copy in and out
         local = [v.to(device) for v in views] if copies else views
         return cls(arena, views, local, unflatten(skeleton, local), copies)
 
@@ -111,7 +113,6 @@ class CandidateRunner:
 
     def build(self) -> None:
         import torch
-
         from kernelfix.tools.compile import load_inline
         from kernelfix.tools.config import BuildOptions
 
@@ -224,9 +225,13 @@ class CandidateRunner:
         try:
             reply.skeleton, leaves = flatten(out)
             reply.specs = [spec_of(t) for t in leaves]
-            wrong_device = next((i for i, t in enumerate(leaves) if t.device.type != torch.device(self.device).type), None)
+            wrong_device = next(
+                (i for i, t in enumerate(leaves) if t.device.type != torch.device(self.device).type), None
+            )
             if wrong_device is not None:
-                raise UnsupportedValue(f"output tensor {wrong_device} is on {leaves[wrong_device].device.type}, expected {self.device}")
+                raise UnsupportedValue(
+                    f"output tensor {wrong_device} is on {leaves[wrong_device].device.type}, expected {self.device}"
+                )
             if len(leaves) == len(expected) and all(
                 (dtype_name(t.dtype), list(t.shape)) == (e.dtype, e.shape) for t, e in zip(leaves, expected)
             ):
@@ -244,14 +249,15 @@ class CandidateRunner:
             reply.allocated = int(torch.cuda.memory_allocated())
         self.w.chan.send("output", id=req.get("id"), **reply.model_dump())
 
-    def _forward_backward(self, payload: Any, req: dict[str, Any], expected: list[TensorSpec], reply: CandidateOutput) -> Any:
+    def _forward_backward(
+        self, payload: Any, req: dict[str, Any], expected: list[TensorSpec], reply: CandidateOutput
+    ) -> Any:
         """--backward: forward with grad on fresh leaves, backward with the judge's cotangent (both under the
         recorder); returns [output, gradients] in the order the reference's gradients come (``req["grads"]``)."""
         import torch
-
         from kernelfix.tools.correctness import gradients
-        from kernelfix.tools.transport.tree import torch_dtype
         from kernelfix.tools.transport.protocol import GradKey
+        from kernelfix.tools.transport.tree import torch_dtype
 
         inputs, cots = payload
         keys = [GradKey.model_validate(k) for k in req.get("grads") or []]
@@ -266,7 +272,10 @@ class CandidateRunner:
             why = rec.run_backward(gradients.backward, out, cots) if rec is not None else gradients.backward(out, cots)
             sync(self.device)
             reply.backward_ms = (perf_counter() - t0) * 1e3
-        fill = [torch.zeros(e.shape, dtype=torch_dtype(e.dtype), device=self.device) for e in expected[len(expected) - len(keys):]]
+        fill = [
+            torch.zeros(e.shape, dtype=torch_dtype(e.dtype), device=self.device)
+            for e in expected[len(expected) - len(keys) :]
+        ]
         grads, missing = gradients.candidate_grads(self.model, leaf_list, keys, fill)
         if why is not None:
             why = f"{why}: {gradients.NO_GRAD_HINT}"
@@ -277,7 +286,10 @@ class CandidateRunner:
     def ops(self, req: dict[str, Any], fds: list[int]) -> None:
         r = self.recorder
         self.w.chan.send(
-            "ops", id=req.get("id"), ops=r.ops() if r is not None else None, recorder_intact=r.intact if r is not None else True,
+            "ops",
+            id=req.get("id"),
+            ops=r.ops() if r is not None else None,
+            recorder_intact=r.intact if r is not None else True,
             backward_ops=r.backward_ops() if r is not None and self.spec.backward else None,
         )
 
@@ -294,12 +306,16 @@ class CandidateRunner:
 
         self.w.phase("time_candidate")
         forward = None
-        if t.get("backward"):  # forward (grad enabled), then forward+backward: what ranks, and what the wall check calls
+        if t.get(
+            "backward"
+        ):  # forward (grad enabled), then forward+backward: what ranks, and what the wall check calls
             fwd, call = _passes(model, inputs)
             forward = time_cuda(fwd, t, flush, progress)
         else:
+
             def call() -> None:
                 model(*inputs)
+
         cand = time_cuda(call, t, flush, progress)
         del flush
         self.w.chan.send("candidate_timing", candidate=cand, **({"forward": forward} if forward is not None else {}))
@@ -391,7 +407,15 @@ def main() -> None:
         runner = CandidateRunner(w, CandidateSpec.model_validate(w.spec))
         runner.start()
         runner.build()
-        w.serve({"warmup": runner.warmup, "trial": runner.trial, "ops": runner.ops, "time": runner.time, "release": runner.release})
+        w.serve(
+            {
+                "warmup": runner.warmup,
+                "trial": runner.trial,
+                "ops": runner.ops,
+                "time": runner.time,
+                "release": runner.release,
+            }
+        )
 
     w.run(body)
 

@@ -48,7 +48,13 @@ class Handoff:
         owner = req.get("owner")
         cached = plan.index in self.cache
         data = self._get(plan, inputs_only=bool(req.get("inputs_only")))
-        reply = Prepared(index=plan.index, skipped=data.skipped, cached=cached, float64_note=data.float64_note or self.float64_note, seconds=self.seconds)
+        reply = Prepared(
+            index=plan.index,
+            skipped=data.skipped,
+            cached=cached,
+            float64_note=data.float64_note or self.float64_note,
+            seconds=self.seconds,
+        )
         if data.skipped is not None:
             self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
             return
@@ -85,7 +91,12 @@ class Handoff:
         reply.seconds = {k: round(v, 4) for k, v in self.seconds.items()}
         reply.slot, reply.inputs, reply.input_specs = sid, skel, specs
         reply.out, reply.out_arena, reply.expected, reply.expected_specs = oid, out.spec, exp_skel, exp_specs
-        reply.ref_ms, reply.noise, reply.has_float64, reply.vacuous = data.ref_ms, data.noise, data.out64 is not None, data.vacuous
+        reply.ref_ms, reply.noise, reply.has_float64, reply.vacuous = (
+            data.ref_ms,
+            data.noise,
+            data.out64 is not None,
+            data.vacuous,
+        )
         reply.input_bytes, reply.output_bytes = nbytes(data.inputs), nbytes(data.out)
         reply.grads = list(data.grad_keys)
         assert self.w.requests is not None
@@ -111,9 +122,16 @@ class Handoff:
 
     def _summary(self, plan: TrialPlan, data: TrialData) -> dict[str, Any]:
         return Prepared(
-            index=plan.index, skipped=data.skipped, ref_ms=data.ref_ms, noise=data.noise, has_float64=data.out64 is not None,
-            float64_note=data.float64_note or self.float64_note, vacuous=data.vacuous, cached=plan.index in self.cache,
-            input_bytes=nbytes(data.inputs), output_bytes=nbytes(data.out),
+            index=plan.index,
+            skipped=data.skipped,
+            ref_ms=data.ref_ms,
+            noise=data.noise,
+            has_float64=data.out64 is not None,
+            float64_note=data.float64_note or self.float64_note,
+            vacuous=data.vacuous,
+            cached=plan.index in self.cache,
+            input_bytes=nbytes(data.inputs),
+            output_bytes=nbytes(data.out),
         ).model_dump()
 
     def _arena(self, size: int, owner: str | None = None) -> Arena:
@@ -177,7 +195,9 @@ class Handoff:
         import torch
 
         reserved = torch.cuda.memory_reserved() if self.cuda else 0  # what is left: live tensors, the model
-        self.w.chan.send("trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs))
+        self.w.chan.send(
+            "trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs)
+        )
 
     def release(self, req: dict[str, Any], fds: list[int]) -> None:
         """Arenas a trial is done with: the owner's spares with ``keep`` (its next trial comes), else released, and

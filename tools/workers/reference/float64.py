@@ -28,7 +28,10 @@ class Float64Truth:
             if self.cuda:
                 free, where = torch.cuda.mem_get_info()[0], "of the GPU"
             else:
-                free, where = (self.spec.memory_limit_bytes or 1 << 62) - rss_bytes([os.getpid()]), "of the host memory the judge allows"
+                free, where = (
+                    (self.spec.memory_limit_bytes or 1 << 62) - rss_bytes([os.getpid()]),
+                    "of the host memory the judge allows",
+                )
             while need > 0.8 * free and self.cuda and self._drop_one_spare():
                 # The evaluations' spare arenas (Handoff) are kept for speed: they go, one at a time, before a check does.
                 free = torch.cuda.mem_get_info()[0]
@@ -90,7 +93,9 @@ def _no_float64_truth(model, inputs: list, out: Any) -> str | None:
     half-precision reference rounds as much as an honest kernel does, so it needs the rule as much."""
     tensors = _floating(inputs) + _floating(out)
     if hasattr(model, "parameters"):
-        tensors += [p for p in model.parameters() if p.is_floating_point()] + [b for b in model.buffers() if b.is_floating_point()]
+        tensors += [p for p in model.parameters() if p.is_floating_point()] + [
+            b for b in model.buffers() if b.is_floating_point()
+        ]
     other = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.dtype not in _refined()})
     if not tensors:
         return "no floating-point inputs, weights or outputs"

@@ -20,7 +20,6 @@ class Runs:
         """Eager and torch.compile on the first trial's inputs. ``warm_only``: compile and run once,
         time nothing (outside the GPU lease); else time both (under it)."""
         import torch
-
         from kernelfix.tools.timing.clock import bandwidth_gbps, l2_flush_buffer, time_cuda
 
         plan = TrialPlan.model_validate(req["trial"])
@@ -54,7 +53,9 @@ class Runs:
                     self._compile_note = f"torch.compile failed: {short(e)}"
                     torch._dynamo.reset()
         if req.get("warm_only"):
-            if self._compiled is not None and plan.input_set is not None:  # another set's shapes: compiled here, outside the lease
+            if (
+                self._compiled is not None and plan.input_set is not None
+            ):  # another set's shapes: compiled here, outside the lease
                 if t.get("backward"):
                     self._passes(self._compiled, data)[1]()
                 else:
@@ -91,9 +92,16 @@ class Runs:
         self.w.phase("bandwidth")
         bw = bandwidth_gbps()
         self.w.chan.send(
-            "baseline", id=req.get("id"), eager=eager, compiled=compiled, compile_note=self._compile_note,
-            bytes_moved=nbytes(inputs) + out_bytes, bandwidth_gbps=bw, gpu=torch.cuda.get_device_name(0),
-            peak_bytes=int(torch.cuda.max_memory_allocated()), **extra,
+            "baseline",
+            id=req.get("id"),
+            eager=eager,
+            compiled=compiled,
+            compile_note=self._compile_note,
+            bytes_moved=nbytes(inputs) + out_bytes,
+            bandwidth_gbps=bw,
+            gpu=torch.cuda.get_device_name(0),
+            peak_bytes=int(torch.cuda.max_memory_allocated()),
+            **extra,
         )
 
     def _passes(self, model: Any, data: TrialData) -> tuple[Any, Any]:
@@ -124,14 +132,27 @@ class Runs:
         free(self.cuda)
         second = self._compute(plan.model_copy(update={"float64": False}))  # its float64 note is first's
         # The second run's tensors lead: the comparisons bring the other's chunks to their device.
-        inputs_equal = all(same_bytes(b, a) for (_, a), (_, b) in zip(leaves(first.inputs), leaves(second.inputs)) if isinstance(a, torch.Tensor))
+        inputs_equal = all(
+            same_bytes(b, a)
+            for (_, a), (_, b) in zip(leaves(first.inputs), leaves(second.inputs))
+            if isinstance(a, torch.Tensor)
+        )
         outputs_equal = all(
-            isinstance(b, torch.Tensor) and same_bytes(b, a) for (_, a), (_, b) in zip(leaves(first.out), leaves(second.out)) if isinstance(a, torch.Tensor)
+            isinstance(b, torch.Tensor) and same_bytes(b, a)
+            for (_, a), (_, b) in zip(leaves(first.out), leaves(second.out))
+            if isinstance(a, torch.Tensor)
         )
         self.w.chan.send(
-            "determinism", id=req.get("id"), inputs_equal=inputs_equal, outputs_equal=outputs_equal,
-            rel_error=relative_error(second.out, first.out), vacuous=first.vacuous, ref_ms=first.ref_ms,
-            input_bytes=nbytes(first.inputs), output_bytes=nbytes(first.out), float64_note=first.float64_note or self.float64_note,
+            "determinism",
+            id=req.get("id"),
+            inputs_equal=inputs_equal,
+            outputs_equal=outputs_equal,
+            rel_error=relative_error(second.out, first.out),
+            vacuous=first.vacuous,
+            ref_ms=first.ref_ms,
+            input_bytes=nbytes(first.inputs),
+            output_bytes=nbytes(first.out),
+            float64_note=first.float64_note or self.float64_note,
             trial_peak_bytes=first.peak - held if first.peak is not None else None,
             draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
         )

@@ -36,7 +36,7 @@ from kernelfix.tools.workers.reference.arenas import Handoff, Out, Slot
 from kernelfix.tools.workers.reference.checks import Checks
 from kernelfix.tools.workers.reference.float64 import Float64Truth
 from kernelfix.tools.workers.reference.runs import Runs
-from kernelfix.tools.workers.reference.trial_data import Trials, TrialData
+from kernelfix.tools.workers.reference.trial_data import TrialData, Trials
 
 
 class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
@@ -68,7 +68,6 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
 
     def start(self) -> None:
         import torch
-
         from kernelfix.tools.transport.arena import cuda_arenas_work
 
         if self.cuda:
@@ -98,10 +97,16 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         self.arena_kind = kind
         props = torch.cuda.get_device_properties(0) if self.cuda else None
         ready = ReferenceReady(
-            float64_note=self.float64_note, arena_kind=kind, arena_note=note, torch=torch.__version__,
-            gpu=props.name if props else None, capability=f"{props.major}.{props.minor}" if props else None,
+            float64_note=self.float64_note,
+            arena_kind=kind,
+            arena_note=note,
+            torch=torch.__version__,
+            gpu=props.name if props else None,
+            capability=f"{props.major}.{props.minor}" if props else None,
             draw_note="drawn on the device" if self.on_device else None,
-            task_flops=task_size.flops_on_meta(self.task), dtypes=self._dtypes(), gpu_props=_gpu_props(props) if props else {},
+            task_flops=task_size.flops_on_meta(self.task),
+            dtypes=self._dtypes(),
+            gpu_props=_gpu_props(props) if props else {},
             input_sets=self._describe_sets(),
         )
         self.w.chan.send("ready", **ready.model_dump())
@@ -115,14 +120,23 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
     def _dtypes(self) -> list[str]:
         import torch
 
-        found = {str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()} if hasattr(self.model, "parameters") else set()
+        found = (
+            {str(p.dtype).removeprefix("torch.") for p in self.model.parameters() if p.is_floating_point()}
+            if hasattr(self.model, "parameters")
+            else set()
+        )
+
         def inputs_on_meta() -> list:
             seed_all(0)
             with torch.device("meta"):
                 return leaves(self.task.get_inputs())
 
         try:
-            found |= {str(t.dtype).removeprefix("torch.") for _, t in task_size.without_dynamo(inputs_on_meta) if isinstance(t, torch.Tensor) and t.is_floating_point()}
+            found |= {
+                str(t.dtype).removeprefix("torch.")
+                for _, t in task_size.without_dynamo(inputs_on_meta)
+                if isinstance(t, torch.Tensor) and t.is_floating_point()
+            }
         except Exception:
             pass
         return sorted(found)
@@ -143,7 +157,9 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         if self.cuda and self.on_device:
             return  # nothing of a trial need be on the host
         limit = self.spec.memory_limit_bytes
-        host = size.input_bytes if self.cuda else size.trial_bytes  # drawn on the CPU for a GPU: its inputs pass through
+        host = (
+            size.input_bytes if self.cuda else size.trial_bytes
+        )  # drawn on the CPU for a GPU: its inputs pass through
         if limit and host > limit:
             raise TooLarge(
                 f"the task does not fit the host memory the judge allows: one trial ({size.describe()}) needs "
@@ -156,8 +172,15 @@ def _gpu_props(props: Any) -> dict[str, Any]:
     import torch
 
     out: dict[str, Any] = {"name": props.name}
-    for key in ("multi_processor_count", "total_memory", "L2_cache_size", "shared_memory_per_block_optin",
-                "shared_memory_per_multiprocessor", "regs_per_multiprocessor", "max_threads_per_multi_processor"):
+    for key in (
+        "multi_processor_count",
+        "total_memory",
+        "L2_cache_size",
+        "shared_memory_per_block_optin",
+        "shared_memory_per_multiprocessor",
+        "regs_per_multiprocessor",
+        "max_threads_per_multi_processor",
+    ):
         value = getattr(props, key, None)
         if value is not None:
             out[key] = int(value)
@@ -177,8 +200,15 @@ def main() -> None:
         server = ReferenceServer(w, ReferenceSpec.model_validate(w.spec))
         server.start()
         w.serve(
-            {"prepare": server.prepare, "survey": server.survey, "check": server.check, "release": server.release, "baseline": server.baseline, "determinism": server.determinism,
-             "trim": server.trim}
+            {
+                "prepare": server.prepare,
+                "survey": server.survey,
+                "check": server.check,
+                "release": server.release,
+                "baseline": server.baseline,
+                "determinism": server.determinism,
+                "trim": server.trim,
+            }
         )
 
     w.run(body)

@@ -40,7 +40,14 @@ class TrialData:
 
     @property
     def size(self) -> int:
-        return nbytes(self.inputs) + nbytes(self.out) + nbytes(self.out64) + nbytes(self.cot) + nbytes(self.grads) + nbytes(self.grads64)
+        return (
+            nbytes(self.inputs)
+            + nbytes(self.out)
+            + nbytes(self.out64)
+            + nbytes(self.cot)
+            + nbytes(self.grads)
+            + nbytes(self.grads64)
+        )
 
     @property
     def payload(self) -> Any:
@@ -134,7 +141,9 @@ class Trials:
                 if plan.variant:
                     # The base trial's inputs are drawn again from their seed, bit for bit: their moments are kept.
                     known = self.input_moments.setdefault(plan.variant_of or 0, {})
-                    inputs, changed = input_variants.apply(self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed, known)
+                    inputs, changed = input_variants.apply(
+                        self._inputs_of(plan.variant_of or 0), plan.variant, plan.seed, known
+                    )
                     if not changed:
                         return TrialData(skipped="no floating-point tensor inputs to vary")
                 else:
@@ -146,7 +155,9 @@ class Trials:
                 with torch.no_grad():
                     out = self.model(*inputs)
             sync(self.device)
-            ref_ms = (perf_counter() - t0) * 1e3  # under --backward forward+backward: the candidate's deadline covers both
+            ref_ms = (
+                perf_counter() - t0
+            ) * 1e3  # under --backward forward+backward: the candidate's deadline covers both
             self.seconds["forward"] = self.seconds.get("forward", 0.0) + ref_ms / 1e3
             peak = int(torch.cuda.max_memory_allocated()) if self.cuda else None  # before the float64 check's own
         except TaskProblem:
@@ -156,7 +167,9 @@ class Trials:
                 raise
             raise TaskProblem(f"{short(e)} while running Model.forward on trial {plan.index}") from e
         if plan.variant and not finite(out):
-            return TrialData(skipped=f"the reference is not finite on {input_variants.describe(plan.variant, plan.variant_of or 0)}")
+            return TrialData(
+                skipped=f"the reference is not finite on {input_variants.describe(plan.variant, plan.variant_of or 0)}"
+            )
         data = TrialData(inputs=inputs, out=out, ref_ms=ref_ms, peak=peak, inputs_only=inputs_only)
         if self.spec.backward:
             data.cot, data.grad_keys, data.grads = cot, keys, grads
@@ -172,10 +185,11 @@ class Trials:
             data.vacuous = self.vacuous_of.get(plan.index)
         return data
 
-    def _forward_backward(self, model: Any, inputs: list, seed: int, cot: list | None = None, trial: int | None = None) -> tuple[Any, list, list, list]:
+    def _forward_backward(
+        self, model: Any, inputs: list, seed: int, cot: list | None = None, trial: int | None = None
+    ) -> tuple[Any, list, list, list]:
         """Forward with grad, backward with the trial's cotangent: (output, cotangent, gradient keys, gradients)."""
         import torch
-
         from kernelfix.tools.correctness import gradients
         from kernelfix.tools.transport.protocol import GradKey
 
@@ -192,12 +206,16 @@ class Trials:
                 if oom(e):
                     raise
                 where = f" on trial {trial}" if trial is not None else ""  # None: the float64 check's, which notes it
-                raise TaskProblem(f"{short(e)} in torch's own backward of Model{where} (the reference's autograd, no candidate's code)") from e
+                raise TaskProblem(
+                    f"{short(e)} in torch's own backward of Model{where} (the reference's autograd, no candidate's code)"
+                ) from e
         if why is not None:
             raise TaskProblem(f"{gradients.NO_BACKWARD} ({why}): run it without --backward")
         keys, grads = gradients.reference_grads(model, leaf_list)
         if not keys:
-            raise TaskProblem(f"{gradients.NO_BACKWARD} (no floating input or parameter gets a gradient): run it without --backward")
+            raise TaskProblem(
+                f"{gradients.NO_BACKWARD} (no floating input or parameter gets a gradient): run it without --backward"
+            )
         gradients.clear_grads(model)
         out = detached(out)
         return out, cot, [GradKey.model_validate(k) for k in keys], [g.detach() for g in grads]
@@ -230,7 +248,9 @@ def oom(e: BaseException) -> bool:
 def finite(obj: Any) -> bool:
     import torch
 
-    return all(bool(torch.isfinite(x).all()) for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point())
+    return all(
+        bool(torch.isfinite(x).all()) for _, x in leaves(obj) if isinstance(x, torch.Tensor) and x.is_floating_point()
+    )
 
 
 def detached(obj: Any) -> Any:

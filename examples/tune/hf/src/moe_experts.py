@@ -45,7 +45,9 @@ def swiglu_kernel(gu_ptr, h_ptr, N, stride_gu, stride_h, BLOCK: tl.constexpr):
     m = cols < N
     g = tl.load(gu_ptr + row * stride_gu + cols, mask=m, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * stride_gu + N + cols, mask=m, other=0.0).to(tl.float32)
-    dt = h_ptr.dtype.element_ty  # silu(gate) rounded to the input's dtype before the product, as the module's ops round it
+    dt = (
+        h_ptr.dtype.element_ty
+    )  # silu(gate) rounded to the input's dtype before the product, as the module's ops round it
     a = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
     tl.store(h_ptr + row * stride_h + cols, (a * u).to(dt), mask=m)
 
@@ -90,7 +92,9 @@ def swiglu_halves(gu):
     """silu(gate) * up of [S, 2I] rows holding gate then up."""
     s, inter = gu.shape[0], gu.shape[1] // 2
     act = torch.empty((s, inter), device=gu.device, dtype=gu.dtype)
-    swiglu_kernel[(s, triton.cdiv(inter, _block(inter)))](gu, act, inter, gu.stride(0), act.stride(0), BLOCK=_block(inter))
+    swiglu_kernel[(s, triton.cdiv(inter, _block(inter)))](
+        gu, act, inter, gu.stride(0), act.stride(0), BLOCK=_block(inter)
+    )
     return act
 
 

@@ -7,8 +7,19 @@ EPS = 1e-6  # the module's variance_epsilon (Llama's and Qwen3's default)
 
 
 @triton.jit
-def rmsnorm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, stride_x, stride_y, eps: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def rmsnorm_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    rstd_ptr,
+    M,
+    N,
+    stride_x,
+    stride_y,
+    eps: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     # BLOCK_M rows per program, each whole row in registers: one read of x, one write of y, fp32 math.
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -19,13 +30,30 @@ def rmsnorm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, M, N, stride_x, stride_y, 
     # the module rounds the normalized row to its input dtype before the weight multiplies it: so do we
     n = (x * rstd[:, None]).to(x_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    tl.store(y_ptr + rows.to(tl.int64)[:, None] * stride_y + cols[None, :], (n * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        y_ptr + rows.to(tl.int64)[:, None] * stride_y + cols[None, :],
+        (n * w[None, :]).to(y_ptr.dtype.element_ty),
+        mask=mask,
+    )
     tl.store(rstd_ptr + rows, rstd, mask=rmask)
 
 
 @triton.jit
-def rmsnorm_bwd_kernel(g_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_part_ptr, M, N, stride_g, stride_x, stride_dx,
-                       ROWS_PER_PROG: tl.constexpr, BLOCK_N: tl.constexpr):
+def rmsnorm_bwd_kernel(
+    g_ptr,
+    x_ptr,
+    w_ptr,
+    rstd_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    M,
+    N,
+    stride_g,
+    stride_x,
+    stride_dx,
+    ROWS_PER_PROG: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     # dx = rstd * (g*w - n * mean(g*w*n)), n = x*rstd; this program's rows' share of dw = sum(g * n) goes to a
     # partial row of its own (summed by colsum_kernel): no atomics, a deterministic sum.
     pid = tl.program_id(0)
@@ -84,10 +112,13 @@ def rmsnorm_forward(x, w, eps):
     y = torch.empty((m, n), device=x.device, dtype=_promote(x.dtype, w.dtype))
     rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
     block_n = _block_n(n)
-    block_m = max(1, min(64, 4096 // block_n))  # about 4096 elements a program: wide rows one by one, head-sized rows in groups
+    block_m = max(
+        1, min(64, 4096 // block_n)
+    )  # about 4096 elements a program: wide rows one by one, head-sized rows in groups
     warps = 8 if block_n * block_m >= 4096 else 4
-    rmsnorm_fwd_kernel[(triton.cdiv(m, block_m),)](x2, w, y, rstd, m, n, x2.stride(0), y.stride(0), eps=eps,
-                                                   BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    rmsnorm_fwd_kernel[(triton.cdiv(m, block_m),)](
+        x2, w, y, rstd, m, n, x2.stride(0), y.stride(0), eps=eps, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps
+    )
     return y.view(x.shape), x2, rstd
 
 
@@ -100,8 +131,22 @@ def rmsnorm_backward(g, x2, w, rstd):
     progs = triton.cdiv(m, rows_per_prog)
     part = torch.empty((progs, n), device=x2.device, dtype=torch.float32)
     block_n = _block_n(n)
-    rmsnorm_bwd_kernel[(progs,)](g2, x2, w, rstd, dx, part, m, n, g2.stride(0), x2.stride(0), dx.stride(0),
-                                 ROWS_PER_PROG=rows_per_prog, BLOCK_N=block_n, num_warps=8 if block_n >= 2048 else 4)
+    rmsnorm_bwd_kernel[(progs,)](
+        g2,
+        x2,
+        w,
+        rstd,
+        dx,
+        part,
+        m,
+        n,
+        g2.stride(0),
+        x2.stride(0),
+        dx.stride(0),
+        ROWS_PER_PROG=rows_per_prog,
+        BLOCK_N=block_n,
+        num_warps=8 if block_n >= 2048 else 4,
+    )
     dw = torch.empty_like(w)
     colsum_kernel[(triton.cdiv(n, 128),)](part, dw, progs, n, BLOCK_P=32, BLOCK_N=128)
     return dx.view(g.shape), dw

@@ -23,10 +23,32 @@ def _rope_tile(src, cos_ptr, sin_ptr, cofs, m, HALF: tl.constexpr):
 
 
 @triton.jit
-def rope_qkv_fwd_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, vo_ptr, ko2_ptr, vo2_ptr,
-                        T, n_rows, stride_q, stride_k, stride_v, stride_cb, stride_ct,
-                        H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                        BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr, TWO_KV: tl.constexpr):
+def rope_qkv_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cos_ptr,
+    sin_ptr,
+    qo_ptr,
+    ko_ptr,
+    vo_ptr,
+    ko2_ptr,
+    vo2_ptr,
+    T,
+    n_rows,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_cb,
+    stride_ct,
+    H: tl.constexpr,
+    HKV: tl.constexpr,
+    D: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    TWO_KV: tl.constexpr,
+):
     # One program: BLOCK_R token rows of one head. Heads [0, H) are q (rotated, written [B, T, H, D]), [H, H+HKV)
     # k (rotated, written [B, HKV, T, D]: the cache's layout), then v (copied to [B, HKV, T, D]). TWO_KV writes k
     # and v a second time (attention's own copies, so autograd never sums two gradients of one tensor).
@@ -66,8 +88,26 @@ def rope_qkv_fwd_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, v
 
 
 @triton.jit
-def _grad_tile(g_ptr, sb, st, sh, g2_ptr, sb2, st2, sh2, b, t, h, d, m, HALF: tl.constexpr, HAS_G: tl.constexpr,
-               HAS_G2: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _grad_tile(
+    g_ptr,
+    sb,
+    st,
+    sh,
+    g2_ptr,
+    sb2,
+    st2,
+    sh2,
+    b,
+    t,
+    h,
+    d,
+    m,
+    HALF: tl.constexpr,
+    HAS_G: tl.constexpr,
+    HAS_G2: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     # the gradient reaching one head of the rows: the sum of two outputs' gradients (attention's and the cache's)
     g1 = tl.zeros([BLOCK_R, BLOCK_HALF], dtype=tl.float32)
     g2 = tl.zeros([BLOCK_R, BLOCK_HALF], dtype=tl.float32)
@@ -83,12 +123,48 @@ def _grad_tile(g_ptr, sb, st, sh, g2_ptr, sb2, st2, sh2, b, t, h, d, m, HALF: tl
 
 
 @triton.jit
-def rope_qkv_bwd_kernel(dq_ptr, dk_ptr, dkc_ptr, dv_ptr, dvc_ptr, cos_ptr, sin_ptr, dql_ptr, dkl_ptr, dvl_ptr,
-                        T, n_rows, sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, skc_b, skc_t, skc_h,
-                        sv_b, sv_t, sv_h, svc_b, svc_t, svc_h, stride_cb, stride_ct,
-                        H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                        HAS_DQ: tl.constexpr, HAS_DK: tl.constexpr, HAS_DKC: tl.constexpr, HAS_DV: tl.constexpr,
-                        HAS_DVC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_qkv_bwd_kernel(
+    dq_ptr,
+    dk_ptr,
+    dkc_ptr,
+    dv_ptr,
+    dvc_ptr,
+    cos_ptr,
+    sin_ptr,
+    dql_ptr,
+    dkl_ptr,
+    dvl_ptr,
+    T,
+    n_rows,
+    sq_b,
+    sq_t,
+    sq_h,
+    sk_b,
+    sk_t,
+    sk_h,
+    skc_b,
+    skc_t,
+    skc_h,
+    sv_b,
+    sv_t,
+    sv_h,
+    svc_b,
+    svc_t,
+    svc_h,
+    stride_cb,
+    stride_ct,
+    H: tl.constexpr,
+    HKV: tl.constexpr,
+    D: tl.constexpr,
+    HALF: tl.constexpr,
+    HAS_DQ: tl.constexpr,
+    HAS_DK: tl.constexpr,
+    HAS_DKC: tl.constexpr,
+    HAS_DV: tl.constexpr,
+    HAS_DVC: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     # The rotation's transpose: dx1 = g1*c1 + g2*s2, dx2 = g2*c2 - g1*s1, written as the projections' gradients
     # ([B*T, heads*D], the GEMMs' layout); k's and v's gradients are attention's plus the cache outputs'.
     hh = tl.program_id(1)
@@ -101,11 +177,48 @@ def rope_qkv_bwd_kernel(dq_ptr, dk_ptr, dkc_ptr, dv_ptr, dvc_ptr, cos_ptr, sin_p
     cofs = b.to(tl.int64)[:, None] * stride_cb + t[:, None] * stride_ct + d[None, :]
     if hh < H + HKV:
         if hh < H:
-            g1, g2 = _grad_tile(dq_ptr, sq_b, sq_t, sq_h, dq_ptr, sq_b, sq_t, sq_h, b, t, hh, d, m, HALF, HAS_DQ, False, BLOCK_R, BLOCK_HALF)
+            g1, g2 = _grad_tile(
+                dq_ptr,
+                sq_b,
+                sq_t,
+                sq_h,
+                dq_ptr,
+                sq_b,
+                sq_t,
+                sq_h,
+                b,
+                t,
+                hh,
+                d,
+                m,
+                HALF,
+                HAS_DQ,
+                False,
+                BLOCK_R,
+                BLOCK_HALF,
+            )
             dst = dql_ptr + r64 * (H * D) + hh * D + d[None, :]
         else:
-            g1, g2 = _grad_tile(dk_ptr, sk_b, sk_t, sk_h, dkc_ptr, skc_b, skc_t, skc_h, b, t, hh - H, d, m, HALF, HAS_DK, HAS_DKC,
-                                BLOCK_R, BLOCK_HALF)
+            g1, g2 = _grad_tile(
+                dk_ptr,
+                sk_b,
+                sk_t,
+                sk_h,
+                dkc_ptr,
+                skc_b,
+                skc_t,
+                skc_h,
+                b,
+                t,
+                hh - H,
+                d,
+                m,
+                HALF,
+                HAS_DK,
+                HAS_DKC,
+                BLOCK_R,
+                BLOCK_HALF,
+            )
             dst = dkl_ptr + r64 * (HKV * D) + (hh - H) * D + d[None, :]
         c1 = tl.load(cos_ptr + cofs, mask=m, other=0.0).to(tl.float32)
         c2 = tl.load(cos_ptr + cofs + HALF, mask=m, other=0.0).to(tl.float32)
@@ -115,19 +228,63 @@ def rope_qkv_bwd_kernel(dq_ptr, dk_ptr, dkc_ptr, dv_ptr, dvc_ptr, cos_ptr, sin_p
         tl.store(dst + HALF, (g2 * c2 - g1 * s1).to(dql_ptr.dtype.element_ty), mask=m)
     else:
         vh = hh - H - HKV
-        g1, g2 = _grad_tile(dv_ptr, sv_b, sv_t, sv_h, dvc_ptr, svc_b, svc_t, svc_h, b, t, vh, d, m, HALF, HAS_DV, HAS_DVC,
-                            BLOCK_R, BLOCK_HALF)
+        g1, g2 = _grad_tile(
+            dv_ptr,
+            sv_b,
+            sv_t,
+            sv_h,
+            dvc_ptr,
+            svc_b,
+            svc_t,
+            svc_h,
+            b,
+            t,
+            vh,
+            d,
+            m,
+            HALF,
+            HAS_DV,
+            HAS_DVC,
+            BLOCK_R,
+            BLOCK_HALF,
+        )
         dst = dvl_ptr + r64 * (HKV * D) + vh * D + d[None, :]
         tl.store(dst, g1.to(dvl_ptr.dtype.element_ty), mask=m)
         tl.store(dst + HALF, g2.to(dvl_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def rope_cos_sin_grad_kernel(dq_ptr, dk_ptr, dkc_ptr, ql_ptr, kl_ptr, dcos_ptr, dsin_ptr, T, NB, stride_cb, stride_ct,
-                             sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, skc_b, skc_t, skc_h,
-                             H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
-                             HAS_DQ: tl.constexpr, HAS_DK: tl.constexpr, HAS_DKC: tl.constexpr,
-                             BLOCK_R: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_cos_sin_grad_kernel(
+    dq_ptr,
+    dk_ptr,
+    dkc_ptr,
+    ql_ptr,
+    kl_ptr,
+    dcos_ptr,
+    dsin_ptr,
+    T,
+    NB,
+    stride_cb,
+    stride_ct,
+    sq_b,
+    sq_t,
+    sq_h,
+    sk_b,
+    sk_t,
+    sk_h,
+    skc_b,
+    skc_t,
+    skc_h,
+    H: tl.constexpr,
+    HKV: tl.constexpr,
+    D: tl.constexpr,
+    HALF: tl.constexpr,
+    HAS_DQ: tl.constexpr,
+    HAS_DK: tl.constexpr,
+    HAS_DKC: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     # dcos = sum over batch (of this cos row) and heads of g * x, dsin likewise with rotate_half(x): one program
     # per (cos batch row, block of positions) walks them, so no atomics. Only when cos/sin need a gradient.
     t = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -143,7 +300,26 @@ def rope_cos_sin_grad_kernel(dq_ptr, dk_ptr, dkc_ptr, ql_ptr, kl_ptr, dcos_ptr, 
         bb = tl.zeros([BLOCK_R], dtype=tl.int32) + b
         r64 = (bb * T + t).to(tl.int64)[:, None]
         for h in range(H):
-            g1, g2 = _grad_tile(dq_ptr, sq_b, sq_t, sq_h, dq_ptr, sq_b, sq_t, sq_h, bb, t, h, d, m, HALF, HAS_DQ, False, BLOCK_R, BLOCK_HALF)
+            g1, g2 = _grad_tile(
+                dq_ptr,
+                sq_b,
+                sq_t,
+                sq_h,
+                dq_ptr,
+                sq_b,
+                sq_t,
+                sq_h,
+                bb,
+                t,
+                h,
+                d,
+                m,
+                HALF,
+                HAS_DQ,
+                False,
+                BLOCK_R,
+                BLOCK_HALF,
+            )
             x = ql_ptr + r64 * (H * D) + h * D + d[None, :]
             x1 = tl.load(x, mask=m, other=0.0).to(tl.float32)
             x2 = tl.load(x + HALF, mask=m, other=0.0).to(tl.float32)
@@ -152,8 +328,26 @@ def rope_cos_sin_grad_kernel(dq_ptr, dk_ptr, dkc_ptr, ql_ptr, kl_ptr, dcos_ptr, 
             b1 -= g1 * x2
             b2 += g2 * x1
         for h in range(HKV):
-            g1, g2 = _grad_tile(dk_ptr, sk_b, sk_t, sk_h, dkc_ptr, skc_b, skc_t, skc_h, bb, t, h, d, m, HALF, HAS_DK, HAS_DKC,
-                                BLOCK_R, BLOCK_HALF)
+            g1, g2 = _grad_tile(
+                dk_ptr,
+                sk_b,
+                sk_t,
+                sk_h,
+                dkc_ptr,
+                skc_b,
+                skc_t,
+                skc_h,
+                bb,
+                t,
+                h,
+                d,
+                m,
+                HALF,
+                HAS_DK,
+                HAS_DKC,
+                BLOCK_R,
+                BLOCK_HALF,
+            )
             x = kl_ptr + r64 * (HKV * D) + h * D + d[None, :]
             x1 = tl.load(x, mask=m, other=0.0).to(tl.float32)
             x2 = tl.load(x + HALF, mask=m, other=0.0).to(tl.float32)
@@ -196,9 +390,33 @@ def rope_qkv(ql, kl, vl, cos, sin, B, T, H, HKV, D, two_kv):
     cb, ct = _cos_strides(cos, B)
     half = D // 2
     grid = (triton.cdiv(B * T, BLOCK_R), H + 2 * HKV)
-    rope_qkv_fwd_kernel[grid](ql, kl, vl, cos, sin, q, k, v, k2, v2, T, B * T, ql.stride(0), kl.stride(0), vl.stride(0), cb, ct,
-                              H=H, HKV=HKV, D=D, HALF=half, BLOCK_R=BLOCK_R, BLOCK_HALF=triton.next_power_of_2(half),
-                              TWO_KV=two_kv, num_warps=4)
+    rope_qkv_fwd_kernel[grid](
+        ql,
+        kl,
+        vl,
+        cos,
+        sin,
+        q,
+        k,
+        v,
+        k2,
+        v2,
+        T,
+        B * T,
+        ql.stride(0),
+        kl.stride(0),
+        vl.stride(0),
+        cb,
+        ct,
+        H=H,
+        HKV=HKV,
+        D=D,
+        HALF=half,
+        BLOCK_R=BLOCK_R,
+        BLOCK_HALF=triton.next_power_of_2(half),
+        TWO_KV=two_kv,
+        num_warps=4,
+    )
     return q, k, v, k2, v2
 
 
@@ -223,15 +441,60 @@ def rope_qkv_backward(dq, dk, dv, dkc, dvc, cos, sin, B, T, H, HKV, D, pre=None)
     bh = triton.next_power_of_2(half)
     has = dict(HAS_DQ=dq is not None, HAS_DK=dk is not None, HAS_DKC=dkc is not None)
     rope_qkv_bwd_kernel[(triton.cdiv(B * T, BLOCK_R), H + 2 * HKV)](
-        *ptr, cos, sin, dql, dkl, dvl, T, B * T, *sq, *sk, *skc, *sv, *svc, cb, ct, H=H, HKV=HKV, D=D, HALF=half, **has,
-        HAS_DV=dv is not None, HAS_DVC=dvc is not None, BLOCK_R=BLOCK_R, BLOCK_HALF=bh, num_warps=4)
+        *ptr,
+        cos,
+        sin,
+        dql,
+        dkl,
+        dvl,
+        T,
+        B * T,
+        *sq,
+        *sk,
+        *skc,
+        *sv,
+        *svc,
+        cb,
+        ct,
+        H=H,
+        HKV=HKV,
+        D=D,
+        HALF=half,
+        **has,
+        HAS_DV=dv is not None,
+        HAS_DVC=dvc is not None,
+        BLOCK_R=BLOCK_R,
+        BLOCK_HALF=bh,
+        num_warps=4,
+    )
     dcos = dsin = None
     if pre is not None:
         ql, kl = pre
         dcos, dsin = torch.empty_like(cos), torch.empty_like(sin)
         rope_cos_sin_grad_kernel[(triton.cdiv(T, BLOCK_R), cos.shape[0])](
-            ptr[0], ptr[1], ptr[2], ql, kl, dcos, dsin, T, B if cos.shape[0] == 1 else 1, cos.stride(0), cos.stride(1),
-            *sq, *sk, *skc, H=H, HKV=HKV, D=D, HALF=half, **has, BLOCK_R=BLOCK_R, BLOCK_HALF=bh, num_warps=4)
+            ptr[0],
+            ptr[1],
+            ptr[2],
+            ql,
+            kl,
+            dcos,
+            dsin,
+            T,
+            B if cos.shape[0] == 1 else 1,
+            cos.stride(0),
+            cos.stride(1),
+            *sq,
+            *sk,
+            *skc,
+            H=H,
+            HKV=HKV,
+            D=D,
+            HALF=half,
+            **has,
+            BLOCK_R=BLOCK_R,
+            BLOCK_HALF=bh,
+            num_warps=4,
+        )
     return dql, dkl, dvl, dcos, dsin
 
 
@@ -256,10 +519,14 @@ class RopeQKVFn(torch.autograd.Function):
     def backward(ctx, dq, dk, dv, dkc, dvc):
         B, T, H, HKV, D = ctx.dims
         x2, wq, wk, wv, cos, sin, *pre = ctx.saved_tensors
-        dql, dkl, dvl, dcos, dsin = rope_qkv_backward(dq, dk, dv, dkc, dvc, cos, sin, B, T, H, HKV, D, tuple(pre) if pre else None)
+        dql, dkl, dvl, dcos, dsin = rope_qkv_backward(
+            dq, dk, dv, dkc, dvc, cos, sin, B, T, H, HKV, D, tuple(pre) if pre else None
+        )
         dx = dwq = dwk = dwv = None
         if ctx.needs_input_grad[0]:
-            dx = torch.addmm(torch.addmm(torch.mm(dql, wq), dkl, wk), dvl, wv)  # the three GEMMs sum in cuBLAS's epilogue
+            dx = torch.addmm(
+                torch.addmm(torch.mm(dql, wq), dkl, wk), dvl, wv
+            )  # the three GEMMs sum in cuBLAS's epilogue
         if ctx.needs_input_grad[1]:
             dwq = torch.mm(dql.t(), x2)
         if ctx.needs_input_grad[2]:
@@ -290,12 +557,19 @@ class ModelNew(nn.Module):
         x2 = hidden_states.reshape(B * T, C)
         cos, sin = cos.contiguous(), sin.contiguous()
         ws = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
-        grads = x2.requires_grad or cos.requires_grad or sin.requires_grad or ws[0].requires_grad or ws[1].requires_grad or ws[2].requires_grad
+        grads = (
+            x2.requires_grad
+            or cos.requires_grad
+            or sin.requires_grad
+            or ws[0].requires_grad
+            or ws[1].requires_grad
+            or ws[2].requires_grad
+        )
         if torch.is_grad_enabled() and grads:
             q, k, v, kc, vc = RopeQKVFn.apply(x2, *ws, cos, sin, B, T, H, HKV, D)
         else:  # inference: attention reads the cache's k and v themselves
             q, kc, vc, _, _ = rope_qkv(*_projections(x2, *ws), cos, sin, B, T, H, HKV, D, two_kv=False)
             k, v = kc, vc
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, scale=D ** -0.5, enable_gqa=True)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, scale=D**-0.5, enable_gqa=True)
         out = F.linear(o.transpose(1, 2).reshape(B * T, H * D), self.o_proj_weight).view(B, T, -1)
         return (out, None), {"kf_state": {"cache_layers_0_keys": kc, "cache_layers_0_values": vc}}

@@ -19,8 +19,9 @@ def swiglu_fwd_kernel(g_ptr, u_ptr, h_ptr, N, stride_g, stride_u, stride_h, BLOC
 
 
 @triton.jit
-def swiglu_bwd_kernel(dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, N, stride_dh, stride_g, stride_u, stride_dg, stride_du,
-                      BLOCK: tl.constexpr):
+def swiglu_bwd_kernel(
+    dh_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, N, stride_dh, stride_g, stride_u, stride_dg, stride_du, BLOCK: tl.constexpr
+):
     # dg = dh * u * silu'(g), du = dh * silu(g); silu'(g) = s * (1 + g * (1 - s)), s = sigmoid(g): recomputed, not saved
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -56,8 +57,21 @@ def swiglu_backward(dh, g, u):
     dg = torch.empty((m, n), device=g.device, dtype=g.dtype)
     du = torch.empty((m, n), device=u.device, dtype=u.dtype)
     block = min(1024, triton.next_power_of_2(n))
-    swiglu_bwd_kernel[_grid(m, n, block)](dh, g, u, dg, du, n, dh.stride(0), g.stride(0), u.stride(0), dg.stride(0), du.stride(0),
-                                          BLOCK=block, num_warps=4)
+    swiglu_bwd_kernel[_grid(m, n, block)](
+        dh,
+        g,
+        u,
+        dg,
+        du,
+        n,
+        dh.stride(0),
+        g.stride(0),
+        u.stride(0),
+        dg.stride(0),
+        du.stride(0),
+        BLOCK=block,
+        num_warps=4,
+    )
     return dg, du
 
 
