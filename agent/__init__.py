@@ -7,5 +7,5 @@ Modules: ``agent_config`` (AgentConfig), ``state`` (graph state, Turn, the Traje
 turn through the judge), ``draws`` (model replies), ``session_dir`` (the session directory: git,
 trajectory.json, checkpoints), ``session`` (Session: create, run, resume), ``headless`` (terminal
 reporting); ``batch/`` and ``export/``. The messages the model reads are ``kernelfix.prompts``.
-Nothing heavy is imported here: ``kernelfix.config_file`` reads AgentConfig cheaply.
+Nothing heavy is imported here: ``kernelfix.cli.config_file`` reads AgentConfig cheaply.
 """

@@ -14,9 +14,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.agent.state import Outcome, RoundRecord, Slot, Turn, TurnSource, Usage
 from kernelfix.tools.judge import StageEvent
-from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Event(BaseModel):

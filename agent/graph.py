@@ -23,7 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from langgraph.graph import END, START, StateGraph
+
 from kernelfix.agent import judging, policy, search
+from kernelfix.agent import messages as prompts
 from kernelfix.agent.draws import take_reply
 from kernelfix.agent.events import (
     ModelReplied,
@@ -39,10 +42,8 @@ from kernelfix.agent.round_nodes import add_round_nodes
 from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.shapes import shape_block
 from kernelfix.agent.state import SessionState, Turn
-from kernelfix.prompts import messages as prompts
 from kernelfix.prompts.blocks import floor_text, gpu_block, input_sets_block
 from kernelfix.tools.judge import STAGES
-from langgraph.graph import END, START, StateGraph
 
 Update = dict[str, Any]
 

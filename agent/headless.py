@@ -2,11 +2,15 @@
 
 On a terminal a status line on stderr shows the turn and stage in progress, and lines wrap between
 words at the terminal's width; piped output gets only the turn lines and the summary, each line whole
-(kernelfix.terminal). ``verbosity`` -1 (-q): the summary alone; 1 (-v): under each turn line, the
+(kernelfix.base.terminal). ``verbosity`` -1 (-q): the summary alone; 1 (-v): under each turn line, the
 verdict's message whole and the judge's stage times.
 """
 
 from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from kernelfix.agent.events import (
     ModelReplied,
@@ -22,12 +26,8 @@ from kernelfix.agent.events import (
     TurnStarted,
 )
 from kernelfix.agent.state import RoundRecord, Turn
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from kernelfix.terminal import clip
-from kernelfix.terminal import console as _console
+from kernelfix.base.terminal import clip
+from kernelfix.base.terminal import console as _console
 
 MESSAGE_CHARS = 100  # of a failed turn's message on its line (cut between words; -v prints it whole)
 

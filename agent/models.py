@@ -21,11 +21,12 @@ from typing import Any, Literal
 # Offline machines must not try to fetch litellm's price list at import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
-from kernelfix.agent.state import ChatMessage, Usage  # noqa: E402
 from pydantic import BaseModel, ConfigDict, ValidationError  # noqa: E402
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter  # noqa: E402
 from tenacity.wait import wait_base  # noqa: E402
+
+from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
+from kernelfix.agent.state import ChatMessage, Usage  # noqa: E402
 
 REPLAY_PREFIX = "replay:"
 
@@ -137,7 +138,7 @@ class ReplayModel(ChatModel):
                 self.lines.append(ReplayLine.model_validate(json.loads(raw)))
             except (ValueError, ValidationError) as e:
                 if isinstance(e, ValidationError):
-                    from kernelfix.settings_errors import problems
+                    from kernelfix.base.settings_errors import problems
 
                     first = problems(e, ReplayLine, lambda loc: f'"{loc[0]}"' if loc else "the line", assign=": ")[0]
                 else:

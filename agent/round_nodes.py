@@ -14,7 +14,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from langgraph.graph import StateGraph
+from langgraph.types import Send
+
 from kernelfix.agent import judging, policy, search
+from kernelfix.agent import messages as prompts
 from kernelfix.agent.events import ModelReplied, RoundJudged, RoundStarted, StageUpdate, TurnJudged, TurnStarted
 from kernelfix.agent.models import DrawCancelled, ReplayExhausted
 from kernelfix.agent.state import (
@@ -28,10 +32,7 @@ from kernelfix.agent.state import (
     path_to,
     totals,
 )
-from kernelfix.prompts import messages as prompts
 from kernelfix.tools.judge import STAGES
-from langgraph.graph import StateGraph
-from langgraph.types import Send
 
 if TYPE_CHECKING:
     from kernelfix.agent.runtime import Runtime

@@ -25,12 +25,11 @@ from kernelfix.agent.models import ChatModel, ModelError
 from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import REOPENABLE, Outcome, SessionState, Settings, TaskInfo, Trajectory, totals
+from kernelfix.base.version import __version__
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.retry import MachineFault
 from kernelfix.tools.task import Task, TaskError
-
-from kernelfix.version import __version__
 
 log = logging.getLogger(__name__)
 

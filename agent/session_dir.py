@@ -29,15 +29,15 @@ import uuid
 from pathlib import Path
 
 import git
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Trajectory, Turn
+from kernelfix.base import atomic
+from kernelfix.base.version import __version__
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tools.verdict import Verdict
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from kernelfix import atomic
-from kernelfix.version import __version__
 
 SETTINGS = "session.json"
 TRAJECTORY = "trajectory.json"
@@ -235,7 +235,7 @@ class SessionDir:
         Git's lock files (``index.lock``, ``HEAD.lock``, a branch's ``.lock``) from a commit cut
         short would make every later commit fail with "Lock at ... could not be obtained"; the files
         they guard are intact (git writes the lock file and renames it over). Temp files of
-        :mod:`kernelfix.atomic` writes are never the current version of anything.
+        :mod:`kernelfix.base.atomic` writes are never the current version of anything.
         """
         git_dir = self.path / ".git"
         for lock in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock"), *git_dir.glob(f"{_BRANCH_INDEX}*")]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.judge import Evaluation
 from kernelfix.tools.verdict import Category, Verdict
-from pydantic import BaseModel, ConfigDict, Field
 
 TRAJECTORY_SCHEMA = 1
 
@@ -67,7 +68,7 @@ class Turn(_Model):
     round: int | None = None  # model turns: the round that drew it (with width 1, its ordinal)
     notes: list[str] = Field(
         default_factory=list
-    )  # knowledge notes its feedback carried (kernelfix.prompts.knowledge slugs)
+    )  # knowledge notes its feedback carried (kernelfix.tools.feedback.knowledge slugs)
 
     @property
     def correct(self) -> bool:

@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     import torch
+
     from kernelfix.tools.transport import Arena
 
     torch.cuda.init()

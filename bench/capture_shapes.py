@@ -50,6 +50,7 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     batch, runs = args.batch or (4096 if gpu else 8), args.runs or (100 if gpu else 10)
 
+    import kernelfix
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.events import TurnJudged
     from kernelfix.agent.headless import turn_line
@@ -60,8 +61,6 @@ def main() -> int:
     from kernelfix.capture.pipeline import capture
     from kernelfix.capture.summary import capture_text
     from kernelfix.tools.config import JudgeConfig
-
-    import kernelfix
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from capture_swap import time_ms  # bench/capture_swap.py: the same forward timing

@@ -96,11 +96,10 @@ def main() -> int:
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the swapped kernels run here too
+    import kernelfix
     from kernelfix.capture.files import import_file
     from kernelfix.capture.output_tolerance import tolerance_for
     from kernelfix.capture.pipeline import capture
-
-    import kernelfix
 
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-capture-swap-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -86,7 +86,7 @@ def child(argv: list[str]) -> int:
         setattr(cls, name, wrapped)
 
     def watch_api(api) -> None:
-        mark("cli", "kernelfix.api imported (the judge's modules, pydantic's models)")
+        mark("cli", "kernelfix.library.api imported (the judge's modules, pydantic's models)")
         init0, close0 = api.Judge.__init__, api.Judge.close
 
         def judge_init(self, *a, **k):
@@ -178,7 +178,7 @@ def child(argv: list[str]) -> int:
 
         engine.Judge._timed = timed
 
-    after_import("kernelfix.api", watch_api)
+    after_import("kernelfix.library.api", watch_api)
     after_import("kernelfix.sandbox.zygote", watch_zygote)
     after_import("kernelfix.tools.handles.worker_handle", watch_handles)
     after_import("kernelfix.tools.handles.reference", watch_reference)

@@ -81,6 +81,7 @@ def worker(spec_path: str) -> None:
     if device == "cuda":
         torch.zeros(1, device="cuda")  # the judge's child has CUDA up before the candidate is imported
     import torch.utils.cpp_extension as ce
+
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
 

@@ -32,6 +32,7 @@ def old_module(rev: str):
 
 def main() -> None:
     import test_findings as tf  # the fixtures' tasks and contexts, as the tests read them
+
     from kernelfix.tools.profile import ncu_csv
 
     ap = argparse.ArgumentParser()

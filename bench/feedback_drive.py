@@ -25,6 +25,7 @@ def load(path: str, name: str):
 
 def main() -> None:
     import torch
+
     from kernelfix.tools.compile import load_inline
 
     load_inline.install(Path(tempfile.mkdtemp(prefix="kf-drive-")), "cuda")

@@ -8,7 +8,7 @@ off, PyTorch's default), cuBLAS with TF32 on, and one Triton kernel with tl.dot 
 ("ieee": FP32 FMAs; "tf32": one TF32 tensor-core product; "tf32x3": three TF32 products, float32-accurate),
 each at the best of a few tile configurations. Each is timed (triton.testing.do_bench, median, L2 flushed)
 and judged by the judge's own rules against the float64 product: KernelBench's allclose (atol = rtol =
-1e-4 against the FP32 cuBLAS result), the float64 rule (tools/correctness/compare.truth_check, factor 8)
+1e-4 against the FP32 cuBLAS result), the float64 rule (tools/correctness/truth.truth_check, factor 8)
 and the precision rule (relative error norm over max(10 x the reference's own, 3e-5): warned, or failed
 with precision = "fail"). Prints one line per (size, method); the JSON keeps every number.
 """
@@ -79,9 +79,10 @@ def _kernel():
 def main() -> int:
     import torch
     import triton
-    from kernelfix.tools.correctness.chunked import relative_error
-    from kernelfix.tools.correctness.compare import truth_check
     from triton.testing import do_bench
+
+    from kernelfix.tools.correctness.chunked import relative_error
+    from kernelfix.tools.correctness.truth import truth_check
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096, 8192])

@@ -89,7 +89,6 @@ def compile_warm(model, call, notes: list[str], label: str):
 def prefill(family, size, device, dtype, batch, seq, tuned_dir, swaps, rounds, round_ms) -> dict:
     """The model's forward (the prefill: batch x seq tokens, no grad): original and tuned, eager and compiled."""
     from kernelfix.capture.output_tolerance import tolerance_for
-
     from kernelfix.tune.timing import paired_rounds
 
     dev = torch.device(device)

@@ -115,6 +115,7 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-bench-cache-"))  # cold caches
     import torch
+
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 

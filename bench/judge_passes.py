@@ -36,6 +36,7 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
+
     from kernelfix.tools.correctness import fused
     from kernelfix.tools.correctness.chunked import relative_error, same_bytes
     from kernelfix.tools.correctness.compare import compare

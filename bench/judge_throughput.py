@@ -283,7 +283,8 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("KERNELFIX_CACHE", tempfile.mkdtemp(prefix="kernelfix-throughput-cache-"))
     import torch
-    from kernelfix.tools.cache_dir import lock_root
+
+    from kernelfix.base.cache_dir import lock_root
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 

@@ -40,6 +40,7 @@ def _load(path: str, name: str):
 
 def drive(task_path: str, cand_path: str, rows: int | None, build_only: bool) -> None:
     import torch
+
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.sanitizer import reduce
 
@@ -62,6 +63,7 @@ def drive(task_path: str, cand_path: str, rows: int | None, build_only: bool) ->
 
 def first_rows(task_path: Path, max_elements: int) -> int | None:
     import torch
+
     from kernelfix.tools.sanitizer import reduce
 
     task = _load(str(task_path), "task_shapes")
@@ -82,6 +84,7 @@ def main() -> None:
         return drive(args.task, args.candidate, args.rows, args.build_only)
 
     import sanitizer_support as sc
+
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.sanitizer import parse, tool
 

@@ -36,7 +36,7 @@ from kernelfix.agent.headless import HeadlessReporter  # noqa: E402
 from kernelfix.agent.models import ReplayModel  # noqa: E402
 from kernelfix.agent.session import Session  # noqa: E402
 from kernelfix.agent.session_dir import read_trajectory  # noqa: E402
-from kernelfix.tools.cache_dir import lock_root  # noqa: E402
+from kernelfix.base.cache_dir import lock_root  # noqa: E402
 from kernelfix.tools.config import JudgeConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

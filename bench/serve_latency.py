@@ -108,11 +108,11 @@ def served(
     task: str, candidate: str, repeat: int, gap_s: float, standby: int, device: str, seed: int | None = None
 ) -> tuple[list[dict], str]:
     import uvicorn
-    from kernelfix.tools.config import JudgeConfig
 
     from kernelfix.cli.serve import listen
-    from kernelfix.judge_pool import JudgePool, gpu_slots
+    from kernelfix.library.judge_pool import JudgePool, gpu_slots
     from kernelfix.serve.app import create_app
+    from kernelfix.tools.config import JudgeConfig
 
     cfg = JudgeConfig(device=device, seed=seed)
     pool = JudgePool(cfg, gpus=gpu_slots(None, device)[:1], per_gpu=2, queue=8, standby=standby)

@@ -108,9 +108,9 @@ def main() -> int:
 def train_check(session: Path, original, device: str, trace: bool | None) -> bool:
     """Two compiled training steps of the swapped model against the original's."""
     import torch
-    from kernelfix.capture.summary import compile_path_text
 
     import kernelfix
+    from kernelfix.capture.summary import compile_path_text
 
     model = copy.deepcopy(original)
     model.scale = kernelfix.load_best(session, model.scale, device=device, trace=trace)

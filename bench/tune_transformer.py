@@ -56,13 +56,13 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="kernelfix-tune-"))
     t0 = time.monotonic()
 
+    from rich.console import Console
+
+    import kernelfix
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.capture.files import import_file
     from kernelfix.capture.output_tolerance import tolerance_for
     from kernelfix.tools.config import JudgeConfig
-    from rich.console import Console
-
-    import kernelfix
     from kernelfix.tune.flow import Tune, TuneOptions
     from kernelfix.tune.jobs import run_headless
     from kernelfix.tune.text import summary_text, trial_text

@@ -20,6 +20,7 @@ sys.dont_write_bytecode = os.environ.get("PYTHONDONTWRITEBYTECODE", "1") != ""
 t_start = time.monotonic()
 import numpy  # noqa: E402,F401
 import torch  # noqa: E402
+
 from kernelfix.sandbox import fork_server, zygote  # noqa: E402
 
 calls: list[tuple[str, str]] = []

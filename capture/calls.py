@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch import Tensor
+
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.schema import InputLeaf
 from kernelfix.capture.tensors import dtype_name
-from torch import Tensor
 
 # Values that pytree treats as leaves and whose repr is cheap and says what export fixed.
 _SCALARS = frozenset(

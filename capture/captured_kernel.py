@@ -10,6 +10,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+from torch.compiler import is_compiling
+
 from kernelfix.capture.calls import (
     CallPlans,
     compiled_call_tensors,
@@ -21,8 +23,8 @@ from kernelfix.capture.calls import (
 from kernelfix.capture.errors import CallMismatch
 from kernelfix.capture.randomness import RANDOM_KEY, draw_masks
 from kernelfix.capture.schema import CaptureManifest, CompilePath, SwapCheck
-from kernelfix.capture.state_args import STATE_KEY, StateBinding
-from torch.compiler import is_compiling
+from kernelfix.capture.state_args import STATE_KEY
+from kernelfix.capture.state_binding import StateBinding
 
 
 class CapturedKernel(nn.Module):

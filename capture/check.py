@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+
 from kernelfix.capture.output_tolerance import tolerance_for
 from kernelfix.capture.schema import LeafCheck, OutputCheck
 from kernelfix.tools.config import JudgeConfig

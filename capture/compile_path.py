@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+
 from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapError

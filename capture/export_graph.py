@@ -18,12 +18,13 @@ from typing import Any, Literal
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
+
 from kernelfix.capture.check import leaves_with_paths
 from kernelfix.capture.errors import CaptureFailed
 from kernelfix.capture.schema import InputLeaf, OutputLeaf
 from kernelfix.capture.script import CapturedCall, is_user_file
 from kernelfix.capture.tensors import describe
-from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
 _PREFIX = {"parameter": "p_", "buffer": "b_", "constant": "c_"}
 _CONTAINERS = (tuple, list, dict)

@@ -9,9 +9,10 @@ so "within the judge's tolerance" means the same thing everywhere.
 from __future__ import annotations
 
 import torch
+from pydantic import BaseModel, ConfigDict
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness.tolerance import tolerance
-from pydantic import BaseModel, ConfigDict
 
 
 class Tolerance(BaseModel):

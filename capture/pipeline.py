@@ -12,6 +12,9 @@ from pathlib import Path
 
 import torch
 import torch.utils._pytree as pytree
+
+from kernelfix.base import atomic
+from kernelfix.base.version import __version__
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError
 from kernelfix.capture.export_graph import task_graph
 from kernelfix.capture.files import CaptureFiles
@@ -23,9 +26,6 @@ from kernelfix.capture.task_source import render_task
 from kernelfix.capture.tensors import clone_like
 from kernelfix.capture.trace import export_call, random_ops
 from kernelfix.tools.config import JudgeConfig
-
-from kernelfix import atomic
-from kernelfix.version import __version__
 
 _PRIMITIVES = (type(None), bool, int, float, str)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 import torch.utils._pytree as pytree
+
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.files import import_file
 from kernelfix.capture.schema import ReproductionCheck

@@ -23,17 +23,17 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+
+import kernelfix.base.version
 from kernelfix.capture.errors import CaptureInputError
 from kernelfix.capture.randomness import RandomDraws
 from kernelfix.capture.state_args import record_after, record_before
 from kernelfix.capture.tensors import clone_like, detach_tree
 
-import kernelfix.version
-
 # Code that is never the user's: torch, kernelfix itself, the standard library (runpy among it).
 _NOT_USER = tuple(
     str(Path(p).resolve()) + os.sep
-    for p in (Path(torch.__file__).parent, Path(kernelfix.version.__file__).parent, Path(__file__).parent)
+    for p in (Path(torch.__file__).parent, Path(kernelfix.base.version.__file__).parent, Path(__file__).parent)
 )
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
 

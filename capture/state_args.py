@@ -29,14 +29,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+
 from kernelfix.capture.schema import StateArg, StateUnit, StateValue
 
 STATE_KEY = "kf_state"  # the keyword the flat call passes a unit's tensors in
 STATE_OUT = "kf_state"  # the output dict key holding what the call wrote
 MARK = "kernelfix-state:"  # the state object's place in the flat call
 MAX_DEPTH = 4
-_TOP = re.compile(r"args\[(\d+)\]|kwargs\['([^']+)'\]")  # a state argument's place: at the top of the call
-_ABSENT = object()
+TOP = re.compile(r"args\[(\d+)\]|kwargs\['([^']+)'\]")  # a state argument's place: at the top of the call
+ABSENT = object()
 _PRIMITIVE = (bool, int, float, str, type(None))
 
 
@@ -170,7 +171,7 @@ def describe_value(v: Any) -> StateValue:
         return StateValue(kind="device")  # where the call's tensors are, on any machine
     if isinstance(v, torch.dtype):
         return StateValue(kind="dtype", value=str(v).removeprefix("torch."))
-    if v is _ABSENT:
+    if v is ABSENT:
         return StateValue(kind="absent")
     if isinstance(v, _PRIMITIVE):
         return StateValue(kind="value", value=v)
@@ -182,7 +183,7 @@ def value_of(s: StateValue, device: torch.device) -> Any:
         return device
     if s.kind == "dtype":
         return getattr(torch, str(s.value))
-    return _ABSENT if s.kind == "absent" else s.value
+    return ABSENT if s.kind == "absent" else s.value
 
 
 def matches(s: StateValue, v: Any) -> bool:
@@ -191,7 +192,7 @@ def matches(s: StateValue, v: Any) -> bool:
     if s.kind == "dtype":
         return isinstance(v, torch.dtype) and str(v).removeprefix("torch.") == s.value
     if s.kind == "absent":
-        return v is _ABSENT
+        return v is ABSENT
     return type(v) is type(s.value) and v == s.value
 
 
@@ -209,18 +210,18 @@ def units_of(before: Snapshot, after: Snapshot, module: nn.Module, leaf: str, ty
             a for a in attrs if (*owner, a) in changed and (h := after.held.get((*owner, a))) is not None and h.tensor
         ]
         prims_before = {
-            a: describe_value(before.held[(*owner, a)].value if (*owner, a) in before.held else _ABSENT)
+            a: describe_value(before.held[(*owner, a)].value if (*owner, a) in before.held else ABSENT)
             for a in attrs
             if a not in inputs
         }
         prims_after = {
-            a: describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else _ABSENT)
+            a: describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else ABSENT)
             for a in attrs
             if not _is_tensor_after(after, owner, a) and (*owner, a) in changed
         }
         for a in attrs:  # a tensor the call dropped (set to None, or deleted)
             if (*owner, a) in changed and a in inputs and not _is_tensor_after(after, owner, a):
-                prims_after[a] = describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else _ABSENT)
+                prims_after[a] = describe_value(after.held[(*owner, a)].value if (*owner, a) in after.held else ABSENT)
         units.append(
             StateUnit(
                 path=show(owner),
@@ -403,158 +404,11 @@ def rebuilt(r: Recorded, state_in: dict[str, torch.Tensor]) -> tuple[Any, list[t
         for a in unit.inputs:
             setattr(obj, a, state_in[key(r.leaf, unit, a)])
         for a, v in unit.before.items():
-            val = r.before_values.get((*path, a), _ABSENT)
-            if val is _ABSENT:
+            val = r.before_values.get((*path, a), ABSENT)
+            if val is ABSENT:
                 if a in vars(obj):
                     delattr(obj, a)
             else:
                 setattr(obj, a, val)
         units.append((unit, obj))
     return root, units
-
-
-# ------------------------------------------------------------------ the swap: the user's object, read and written
-
-
-@dataclass
-class _Bound:
-    """One unit of a state argument, its path and its tensors' names worked out once (no parsing per call: this
-    runs inside compiled models too)."""
-
-    unit: StateUnit
-    path: Path
-    keys_in: dict[str, str]
-    keys_out: dict[str, str]
-    before: list[tuple[str, StateValue]]
-
-
-class StateBinding:
-    """The swap's side of a state object: read a unit's tensors from the user's object before the kernel runs, write
-    what the kernel returned back into it afterwards, as the module would have (``instance``: the module being
-    replaced, whose own index attribute, such as ``layer_idx``, names its unit)."""
-
-    def __init__(self, specs: list[StateArg], instance: nn.Module | None = None):
-        self.specs = specs
-        self.instance = instance
-        self._args: list[tuple[str, Any, str, str, list[_Bound]]] = []  # (where, index or name, marker, type, units)
-        for s in specs:
-            m = _TOP.fullmatch(s.leaf)
-            where, at = ("args", int(m[1])) if m and m[1] is not None else ("kwargs", m[2]) if m else ("nested", s.leaf)
-            units = [
-                _Bound(
-                    unit=u,
-                    path=unit_path(u, instance),
-                    keys_in={a: key(s.leaf, u, a) for a in u.inputs},
-                    keys_out={a: key(s.leaf, u, a) for a in u.outputs},
-                    before=sorted(u.before.items(), key=lambda kv: kv[1].kind != "value"),
-                )  # flags first: they say why
-                for u in s.units
-            ]
-            self._args.append((where, at, MARK + s.type.rsplit(".", 1)[-1], s.type.rsplit(".", 1)[-1], units))
-
-    @staticmethod
-    def _get(where: str, at: Any, args: tuple, kwargs: dict) -> Any:
-        if where == "args":
-            return args[at] if at < len(args) else None
-        return kwargs.get(at) if where == "kwargs" else None
-
-    def is_rewritten(self, args: tuple, kwargs: dict) -> bool:
-        """The call already holds the task's marker where the state object was (a captured call, rewritten)."""
-        for where, at, marker, _, _ in self._args:
-            x = self._get(where, at, args, kwargs)
-            if isinstance(x, str) and x == marker:
-                return True
-        return False
-
-    def flat(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, list[tuple[Any, _Bound]]] | str:
-        """The call for the kernel and the units to write back; or why this call is not the captured kind (its
-        state is not as it was at the capture: a decode step's cache already holds keys)."""
-        args, kwargs = list(args), dict(kwargs)
-        state_in: dict[str, torch.Tensor] = {}
-        targets = []
-        for where, at, marker, kind, units in self._args:
-            obj = self._get(where, at, tuple(args), kwargs)
-            if obj is None or not is_state_object(obj):
-                return f"{where}[{at!r}] is not a {kind}"
-            for b in units:
-                try:
-                    u = resolve(obj, b.path)
-                except (AttributeError, IndexError, KeyError, TypeError):
-                    return f"the {kind} has no {b.unit.path}"
-                for a, want in b.before:
-                    now = getattr(u, a, _ABSENT)
-                    if not matches(want, now):
-                        was = {"absent": "absent", "device": "a device", "dtype": want.value}.get(
-                            want.kind, repr(want.value)
-                        )
-                        return (
-                            f"{kind}.{show(b.path)}.{a} is {'absent' if now is _ABSENT else repr(now)} where the captured call "
-                            f"found it {was} (the kernel was judged on the {kind} as it was then)"
-                        )
-                for a, k in b.keys_in.items():
-                    t = getattr(u, a, None)
-                    if not isinstance(t, torch.Tensor):
-                        return f"{kind}.{show(b.path)}.{a} holds no tensor"
-                    state_in[k] = t
-                targets.append((u, b))
-            if where == "args":
-                args[at] = marker
-            else:
-                kwargs[at] = marker
-        if state_in:
-            kwargs[STATE_KEY] = state_in
-        return tuple(args), kwargs, targets
-
-    def write_back(self, output: Any, targets: list[tuple[Any, _Bound]]) -> Any:
-        """Write the kernel's state outputs into the user's units; the module's own output."""
-        out, extra = output
-        written = extra[STATE_OUT]
-        device = None
-        for t in written.values():
-            device = t.device
-            break
-        for u, b in targets:
-            for a, k in b.keys_out.items():
-                setattr(u, a, written[k])
-            for a, v in b.unit.after.items():
-                val = value_of(v, device if device is not None else torch.device("cpu"))
-                if val is _ABSENT:
-                    if hasattr(u, a):
-                        delattr(u, a)
-                else:
-                    setattr(u, a, val)
-        return out
-
-
-def restore(recorded: list[Recorded]) -> None:
-    """Put each state object back as it was before the recorded call (tensors copied again, so a replay may write
-    them): a call replayed for timing meets the same state each time."""
-    for r in recorded:
-        now = Snapshot.take(r.obj)
-        for path in sorted(set(now.held) | set(r.before_values), key=len, reverse=True):
-            if len(path) == 0:
-                continue
-            try:
-                owner = resolve(r.obj, path[:-1])
-            except (AttributeError, IndexError, KeyError, TypeError):
-                continue
-            want = r.before_values.get(path, _ABSENT)
-            if isinstance(want, torch.Tensor):
-                want = want.clone()
-            _set(owner, path[-1], want)
-
-
-def _set(owner: Any, name: Any, value: Any) -> None:
-    if isinstance(owner, (list, dict)):
-        if value is _ABSENT:
-            if isinstance(owner, dict):
-                owner.pop(name, None)
-            return
-        owner[name] = value
-    elif isinstance(owner, tuple):
-        return
-    elif value is _ABSENT:
-        if name in vars(owner):
-            delattr(owner, name)
-    else:
-        setattr(owner, name, value)

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
+
 from kernelfix.capture.calls import match_call
 from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs

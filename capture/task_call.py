@@ -19,6 +19,7 @@ import inspect
 from typing import Any
 
 import torch.nn as nn
+
 from kernelfix.capture.randomness import RANDOM_KEY, ReplayMasks
 from kernelfix.capture.schema import RandomInput, StateArg
 from kernelfix.capture.script import CapturedCall

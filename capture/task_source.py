@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import torch
+
 from kernelfix.capture.errors import CaptureFailed
 from kernelfix.capture.export_graph import TaskGraph
 from kernelfix.capture.schema import InputLeaf, RandomInput, StateArg, TensorSpec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.utils._pytree as pytree
+
 from kernelfix.capture.schema import TensorSpec
 
 

@@ -11,6 +11,7 @@ import re
 import traceback
 
 import torch
+
 from kernelfix.capture.errors import CaptureFailed, Untraceable
 from kernelfix.capture.script import CapturedCall, is_user_file, shown_path
 

@@ -14,12 +14,12 @@ Beside them: the command (``kernelfix``, kernelfix.cli), the server (kernelfix.s
 (kernelfix.rewards).
 """
 
-from kernelfix.version import __version__
+from kernelfix.base.version import __version__
 
 # Exported lazily: `kernelfix --help` and every command import this package, and none of them should pay for
 # torch or pydantic's models until it uses them.
 _LAZY = {
-    "Judge": ("kernelfix.api", "Judge"),
+    "Judge": ("kernelfix.library.api", "Judge"),
     "Verdict": ("kernelfix.tools.verdict", "Verdict"),
     "Category": ("kernelfix.tools.verdict", "Category"),
     "JudgeConfig": ("kernelfix.tools.config", "JudgeConfig"),

@@ -1,5 +1,5 @@
 """The zygote's own side (sandbox/zygote.py is the judge's): the process that imported the workers' modules
-ahead, and forks each worker on request. Started as ``python -c`` by ``zygote._boot``; zygote.py says why
+ahead, and forks each worker on request. Started as ``python -c`` by ``zygote.boot_code``; zygote.py says why
 a fork is safe, and what it keeps from an exec'd launcher."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelfix.sandbox.channel import RequestSocket
-from kernelfix.sandbox.zygote import _boot
+from kernelfix.sandbox.zygote import boot_code
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None
     the sources is written, and Python checks each entry against its source's size and mtime as beside it."""
     import importlib.util
 
-    from kernelfix.tools.cache_dir import (  # the judge's cache root, as it passes it every child
+    from kernelfix.base.cache_dir import (  # the judge's cache root, as it passes it every child
         BYTECODE_CACHE,
         CACHE_ENV,
     )
@@ -220,7 +220,7 @@ def serve(
                 [
                     sys.executable,
                     "-c",
-                    _boot(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode, late),
+                    boot_code(fd, parent_pid, preload, run_modules, import_path, [*skip, name], write_bytecode, late),
                 ],
             )
     # A worker writes no bytecode, as it never has; where this fork server keeps its bytecode in the judge's folder, a
@@ -398,9 +398,9 @@ def _become(msg: dict[str, Any], fds: list[int]) -> None:
 def _inherited_signals(ignored: list[int]) -> None:
     """The dispositions an exec'd launcher would have passed on: the judge's ignored signals stay
     ignored, every other one is the default (a handler does not survive exec)."""
-    from kernelfix.sandbox.launch import _reset_signals
+    from kernelfix.sandbox.launch import reset_signals
 
-    _reset_signals()
+    reset_signals()
     for sig in ignored:
         try:
             signal.signal(sig, signal.SIG_IGN)

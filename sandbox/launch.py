@@ -170,7 +170,7 @@ def _exec(cmd: list[str]) -> None:
         os._exit(127)
 
 
-def _reset_signals() -> None:
+def reset_signals() -> None:
     for sig in range(1, signal.NSIG):
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -190,7 +190,7 @@ def _init(setup: _Setup, run: Callable[[], None], status_w: int) -> None:
             setup.notes.append(f"/proc shows the host's processes: {e}")
         setup.drop_capabilities()
         linux.prctl(linux.PR_SET_DUMPABLE, 0)  # the candidate cannot read this process's memory
-        _reset_signals()  # signals from inside the namespace to an init without handlers are dropped
+        reset_signals()  # signals from inside the namespace to an init without handlers are dropped
         pid = os.fork()
         if pid == 0:
             os.close(status_w)

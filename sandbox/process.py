@@ -19,10 +19,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.sandbox import zygote
 from kernelfix.sandbox.cgroup import Cgroup
@@ -36,7 +37,7 @@ from kernelfix.sandbox.channel import (
 )
 from kernelfix.sandbox.isolation import Isolation
 from kernelfix.sandbox.process_tree import kill_tree, oom_kills, rss_bytes, system_tasks, tree_pids, tree_tasks
-from pydantic import BaseModel, ConfigDict, Field
+from kernelfix.sandbox.spawner import Tail, import_path, spawn
 
 log = logging.getLogger(__name__)
 
@@ -88,79 +89,6 @@ class ChildOutcome(BaseModel):
             if m.get("type") == kind:
                 return m
         return None
-
-
-class _Tail:
-    """Drain a stream, keeping only its last ``cap`` bytes (a child may print gigabytes)."""
-
-    def __init__(self, stream, cap: int):
-        self.cap = cap
-        self.chunks: deque[bytes] = deque()
-        self.kept = 0
-        self.total = 0
-        self.thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _run(self, stream) -> None:
-        try:
-            while chunk := stream.read1(65536):
-                self.total += len(chunk)
-                self.chunks.append(chunk)
-                self.kept += len(chunk)
-                while self.kept - len(self.chunks[0]) >= self.cap:
-                    self.kept -= len(self.chunks.popleft())
-        except (OSError, ValueError):
-            pass
-
-    def text(self) -> str:
-        data = b"".join(self.chunks)[-self.cap :]
-        return data.decode("utf-8", "replace")
-
-
-def _import_path() -> list[str]:
-    return [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
-
-
-class _Spawner:
-    """Every child is started from one thread that lives as long as the process.
-
-    The launcher asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG),
-    and Linux sends that signal when the *thread* that forked the child exits, not
-    the process. A worker that outlives the stage that started it (started from a
-    thread pool's thread, say) would die with that thread; started from here, it
-    dies only with the judge's process.
-    """
-
-    def __init__(self) -> None:
-        import queue
-
-        self._jobs: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _run(self) -> None:
-        while True:
-            args, kwargs, done, box = self._jobs.get()
-            try:
-                box.append(subprocess.Popen(*args, **kwargs))
-            except BaseException as e:
-                box.append(e)
-            done.set()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, daemon=True, name="kernelfix-spawner")
-                self._thread.start()
-        done, box = threading.Event(), []
-        self._jobs.put((args, kwargs, done, box))
-        done.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
-
-
-_spawn = _Spawner()
 
 
 class Child:
@@ -235,13 +163,13 @@ class Child:
         token = new_token() if authenticate else None
         # The launcher imports kernelfix the way this process does, whatever ``env`` holds (its
         # PYTHONPATH is the command's business, not the launcher's).
-        boot = f"import sys; sys.path[:0] = {_import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
+        boot = f"import sys; sys.path[:0] = {import_path()!r}; from kernelfix.sandbox.launch import main; main(sys.argv[1:])"
         launcher = [sys.executable, "-c", boot, json.dumps(spec), "--", *argv]
         self.t0 = time.monotonic()
         self._oom_at_start = oom_kills()
         if fork and zygote.runnable(self.argv[1:]):
             try:
-                z = zygote.for_env(self.argv[0], env, _import_path(), _spawn, fork_kind)
+                z = zygote.for_env(self.argv[0], env, import_path(), spawn, fork_kind)
                 self.proc = z.fork(
                     self.argv[1:], env=env, cwd=str(cwd), launcher_spec=spec, fds=inherit, token=bool(token)
                 )
@@ -250,7 +178,7 @@ class Child:
                 log.warning("kernelfix: starting a worker by exec: the fork server cannot (%s)", e)
         try:
             if not self.forked:
-                self.proc = _spawn(
+                self.proc = spawn(
                     launcher,
                     cwd=str(cwd),
                     env=env,
@@ -285,8 +213,8 @@ class Child:
             except OSError:
                 pass
         self.messages = MessageReader(read_fd, self.t0, token, on_message)
-        self._out = _Tail(self.proc.stdout, limits.output_tail_bytes)
-        self._err = _Tail(self.proc.stderr, limits.output_tail_bytes)
+        self._out = Tail(self.proc.stdout, limits.output_tail_bytes)
+        self._err = Tail(self.proc.stderr, limits.output_tail_bytes)
         self._kill_lock = threading.Lock()
         if hasattr(self.proc, "on_exit"):  # forked: the exit is reported at once, not found at the next poll
             self.proc.on_exit = self._wake.set
@@ -495,7 +423,7 @@ class Child:
 def start_fork_server(env: dict[str, str], kind: str) -> None:
     """Start now the fork server that a ``python -m`` worker of ``kind`` with this environment will fork
     from (zygote.PRELOADS): its imports overlap whatever the caller does before the first fork."""
-    zygote.for_env(sys.executable, env, _import_path(), _spawn, kind)
+    zygote.for_env(sys.executable, env, import_path(), spawn, kind)
 
 
 def run_child(

@@ -187,7 +187,7 @@ class Zygote:
         self.t0 = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.set_inheritable(True)
-        boot = _boot(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
+        boot = boot_code(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
         try:
             self.proc = spawn(
                 [python, "-c", boot],
@@ -432,7 +432,7 @@ def shutdown() -> None:
 # ---------------------------------------------------------------------------- how the zygote starts (its side: fork_server.py)
 
 
-def _boot(
+def boot_code(
     fd: int,
     parent_pid: int,
     preload: Sequence[str],

@@ -18,6 +18,7 @@ from pathlib import Path
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     import torch.utils.cpp_extension as ce
+
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
 

@@ -86,6 +86,7 @@ def main() -> int:
         SessionDir.journal_reply = count_then_die
     elif kind == "in_commit":
         from git.util import LockedFD
+
         from kernelfix.agent.session_dir import SessionDir
 
         record_turn, commit = SessionDir.record_turn, LockedFD.commit

@@ -11,10 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
 from kernelfix.tools.correctness import chunked, fused  # noqa: E402
 from kernelfix.tools.correctness import compare as compare_mod
 from kernelfix.tools.correctness.chunked import relative_error, vacuous_tolerance  # noqa: E402
-from kernelfix.tools.correctness.compare import compare, truth_check  # noqa: E402
+from kernelfix.tools.correctness.compare import compare
+from kernelfix.tools.correctness.truth import truth_check  # noqa: E402
 
 fused.BLOCK, fused.ITERS = 512, 2  # small programs, several to a chunk, so every rule spans programs and chunks
 SPAN = fused.BLOCK * fused.ITERS

@@ -156,8 +156,7 @@ def test_a_full_disk_mid_session_is_a_clear_message_and_the_session_resumes(tmp_
     import errno
 
     from kernelfix.agent.session_dir import SessionDir
-
-    from kernelfix import atomic
+    from kernelfix.base import atomic
 
     replay = write_replay(tmp_path / "r.jsonl", [NO_CODE, NO_CODE])
     real = SessionDir.write_trajectory

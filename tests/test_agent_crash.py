@@ -28,14 +28,14 @@ from pathlib import Path
 import git
 import pytest
 from agent_support import REPO, TASK, check_session_dir
+from llm_stub import Action, StubLLM
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.session_dir import TURN_TRAILER, SessionDir
 from kernelfix.agent.state import Trajectory
+from kernelfix.cli import EXIT_FAIL, EXIT_OK
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
-from llm_stub import Action, StubLLM
-
-from kernelfix.cli import EXIT_FAIL, EXIT_OK
 
 DEMO_REPLAY = REPO / "examples" / "replays" / "relu.jsonl"
 DEMO_REPLIES = [json.loads(line)["content"] for line in DEMO_REPLAY.read_text().splitlines() if line.strip()]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_support import REPO, check_session_dir
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import ReplayModel
 from kernelfix.agent.session import Session

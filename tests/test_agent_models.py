@@ -6,6 +6,8 @@ import httpx
 import litellm
 import litellm.exceptions  # PermissionDeniedError lives here in every litellm since 1.60; the top level exports it only in later ones
 import pytest
+from tenacity import wait_none
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import (
     LiteLLMModel,
@@ -17,7 +19,6 @@ from kernelfix.agent.models import (
     split_reasoning,
 )
 from kernelfix.agent.state import ChatMessage
-from tenacity import wait_none
 
 MSGS = [ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="write a kernel")]
 MODEL = "openai/gpt-4o-mini"  # a model litellm has prices for; never called: every response is a mock

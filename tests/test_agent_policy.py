@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kernelfix.agent import policy
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import SessionState, Turn, Usage

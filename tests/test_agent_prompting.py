@@ -5,11 +5,12 @@ from __future__ import annotations
 from importlib import resources
 
 import pytest
+
+from kernelfix.agent import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.prompts import feedback
-from kernelfix.prompts import messages as prompts
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.feedback import verdict_text as feedback
 from kernelfix.tools.verdict import Category, CompileReport, LegalityReport, Timings, TimingStats, Verdict
 
 
@@ -172,7 +173,7 @@ def test_the_feedback_names_the_notes_the_next_message_carries():
     """Notes are picked in one place (knowledge.for_profile): the technique titles the verdict's feedback names
     are the notes the next message carries. The judge's feedback once picked three while the message took two,
     so where a third note matched, the feedback named a technique whose text the model never got."""
-    from kernelfix.prompts import knowledge
+    from kernelfix.tools.feedback import knowledge
     from kernelfix.tools.verdict import Finding, ProfileReport
 
     kinds = ["uncoalesced", "occupancy", "memory_bound"]
@@ -186,5 +187,8 @@ def test_the_feedback_names_the_notes_the_next_message_carries():
     )
     notes = prompts.picked_notes(turn(1, v))
     named = next(line for line in v.feedback.splitlines() if line.startswith("Techniques for these findings:"))
-    assert named == f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."
+    assert (
+        named
+        == f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.tools.feedback.knowledge)."
+    )
     assert len(notes) == knowledge.NOTES_PER_TURN

@@ -9,9 +9,10 @@ import json
 import git
 import pytest
 from agent_support import NO_CODE, candidate_code, check_search_dir, make_session, reply
+from llm_stub import StubLLM
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
-from llm_stub import StubLLM
 
 OK, WRONG, BROKEN = (
     reply("triton_relu_ok.py", "Use max."),

@@ -17,6 +17,8 @@ from agent_support import (
     reply,
     write_replay,
 )
+from tenacity import wait_none
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.events import (
     ModelDelta,
@@ -34,7 +36,6 @@ from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import Trajectory
 from kernelfix.tools.judge import STAGES
 from kernelfix.tools.verdict import Verdict
-from tenacity import wait_none
 
 
 @pytest.fixture

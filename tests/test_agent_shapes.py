@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent_support import CORPUS, TASK, make_session, reply, write_replay
+
 from kernelfix.agent.events import TurnJudged
 from kernelfix.agent.models import ReplayModel
 from kernelfix.agent.shapes import shape_block

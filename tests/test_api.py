@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS
-from kernelfix.tools.task import TaskError
 
 import kernelfix
-from kernelfix.api import Judge, candidate_source
+from kernelfix.library.api import Judge, candidate_source
+from kernelfix.tools.task import TaskError
 
 TASK = CORPUS / "tasks" / "relu.py"
 CANDS = CORPUS / "candidates"

@@ -9,6 +9,7 @@ patched ``Arena.create``, so the rules run on the CPU (tests/test_transport.py m
 from __future__ import annotations
 
 import pytest
+
 from kernelfix.tools.transport import Arena, ArenaSpec
 from kernelfix.tools.workers.reference import arenas as arenas_mod
 from kernelfix.tools.workers.reference.arenas import SPARES_PER_OWNER, Handoff, Out, Slot

@@ -1,4 +1,4 @@
-"""kernelfix.atomic under the failures it exists for: kill -9 at any moment, a full disk,
+"""kernelfix.base.atomic under the failures it exists for: kill -9 at any moment, a full disk,
 a read-only or unwritable directory. Real processes, real file systems (a small tmpfs in a
 private mount namespace), no simulated errors."""
 
@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kernelfix.sandbox import Isolation, Limits, run_child
 
-from kernelfix import atomic
+from kernelfix.base import atomic
+from kernelfix.sandbox import Isolation, Limits, run_child
 
 
 def test_write_read_back_and_keep_permissions(tmp_path):
@@ -81,7 +81,7 @@ def test_full_disk_and_read_only_dir_leave_the_old_version(tmp_path):
         f"""
         import json, os, subprocess, sys
         from pathlib import Path
-        from kernelfix import atomic
+        from kernelfix.base import atomic
         d = Path({str(tmp_path)!r}) / "small"
         d.mkdir()
         if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)]).returncode:
@@ -124,7 +124,7 @@ def test_unwritable_dir_is_permission_denied(tmp_path):
         [
             sys.executable,
             "-c",
-            f"from kernelfix import atomic\ntry:\n    atomic.write_text({str(d / 'f.txt')!r}, 'new')\nexcept atomic.StorageError as e:\n    print(e)",
+            f"from kernelfix.base import atomic\ntry:\n    atomic.write_text({str(d / 'f.txt')!r}, 'new')\nexcept atomic.StorageError as e:\n    print(e)",
         ],
         cwd=tmp_path,
         env={k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ},
@@ -141,7 +141,7 @@ def test_unwritable_dir_is_permission_denied(tmp_path):
 
 _WRITER = """
 import hashlib, os, sys
-from kernelfix import atomic
+from kernelfix.base import atomic
 path, n = sys.argv[1], 0
 while True:
     n += 1
@@ -151,7 +151,7 @@ while True:
 
 _APPENDER = """
 import json, os, sys
-from kernelfix import atomic
+from kernelfix.base import atomic
 n = 0
 while True:
     n += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tools.verdict import Category
 
 CASES = Path(__file__).parent / "corpus" / "backward"
@@ -45,7 +46,7 @@ def test_output_without_gradient_fails_clearly(judges):
 
 
 def test_prompt_says_backward_is_judged():
-    from kernelfix.prompts import messages as prompts
+    from kernelfix.agent import messages as prompts
     from kernelfix.tools.config import JudgeConfig
 
     assert "autograd" not in prompts.system_prompt(JudgeConfig(), "cuda")  # forward-only sessions: as before
@@ -56,13 +57,12 @@ def test_prompt_says_backward_is_judged():
 def test_flag_wins_over_the_task(tmp_path):
     import argparse
 
+    from kernelfix.cli.common import add_judge_args
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 
-    from kernelfix.cli.common import _common_judge_args
-
     p = argparse.ArgumentParser()
-    _common_judge_args(p)
+    add_judge_args(p)
     assert p.parse_args(["--backward"]).backward is True and p.parse_args(["--no-backward"]).backward is False
     assert p.parse_args([]).backward is None
     task = Path(__file__).parent / "corpus" / "tasks"
@@ -116,10 +116,10 @@ def test_capture_in_training_writes_a_backward_task(tmp_path, grad):
 def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
     """A task captured in training says BACKWARD = True; the swapped module's gradients are the original's."""
     import torch
-    from kernelfix.tools.task import Task
     from test_capture_swap import KERNEL, _capture, _session
 
     import kernelfix
+    from kernelfix.tools.task import Task
 
     task, model = _capture(tmp_path)
     assert Task.load(task).declares_backward
@@ -147,10 +147,9 @@ def test_load_best_of_a_training_capture_has_a_working_backward(tmp_path):
 
 
 def test_baseline_says_which_tasks_have_a_backward(tmp_path):
-    from kernelfix.tools.config import JudgeConfig
-
     from kernelfix.cli import baseline_run as baseline
     from kernelfix.cli.baseline import table
+    from kernelfix.tools.config import JudgeConfig
 
     # 3_broken: torch's own backward fails (45_Average_Pooling_2D's CUDA error on the H100 was one)
     broken = (
@@ -187,6 +186,7 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
     """examples/replays/scale_train.jsonl on the shared judge: the prompt says backward is judged, turn 1's
     weight gradient is wrong and named in the feedback, turn 2 is right."""
     from agent_support import REPO, check_session_dir
+
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
     from kernelfix.agent.session import Session
@@ -211,6 +211,7 @@ def test_replay_goes_from_a_wrong_gradient_to_a_right_one(tmp_path, judges):
 def test_recorder_blames_hooks_not_the_engine():
     """In-process: the engine's sum of two gradients of one tensor is not counted; a hook's compute is."""
     import torch
+
     from kernelfix.tools.workers.candidate.recorder import OpRecorder, mark_function_backward
 
     class Copy(torch.autograd.Function):

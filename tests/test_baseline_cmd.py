@@ -87,9 +87,8 @@ def test_help_explains_itself():
 def test_a_transient_fault_of_the_machine_is_measured_again(tmp_path, monkeypatch):
     """A row the machine spoiled (GPU memory held by a neighbour) is retried alone at the end of the run, and a
     resume measures it again; a task too large for the machine keeps its row."""
-    from kernelfix.tools.config import JudgeConfig
-
     from kernelfix.cli import baseline_run as baseline
+    from kernelfix.tools.config import JudgeConfig
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -135,6 +134,7 @@ def test_a_reference_torch_compile_past_its_bound_leaves_eager_with_a_note(tmp_p
     ``reference_compile_timeout_s`` the worker is ended, the note says so, and the next request starts
     another: on the GPU, eager is then timed alone, with the note (below)."""
     import torch
+
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
     from kernelfix.tools.task import Task
@@ -176,6 +176,7 @@ def test_the_references_torch_compile_runs_in_one_thread_unless_configured(monke
     import os
 
     import torch._inductor.config as inductor_config
+
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.workers.reference import runs
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
+from proc_support import lock_holder, wait_gone
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.batch.local_runner import LocalRunner, OutDir
 from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
 from kernelfix.agent.batch.report import NOT_TIMED, TaskOutcome, markdown, summarize
-from kernelfix.tools.config import JudgeConfig
-from proc_support import lock_holder, wait_gone
-
 from kernelfix.cli import EXIT_USAGE, main
+from kernelfix.tools.config import JudgeConfig
 
 SCALE = REPO / "examples" / "tasks" / "scale.py"
 SCALE_REPLAY = REPO / "examples" / "replays" / "scale.jsonl"  # one line: a correct kernel

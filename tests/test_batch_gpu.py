@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from agent_support import REPO
+
 from kernelfix.tools.gpu.lease import exclusive_overlaps
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 from agent_support import REPO, TASK, check_session_dir, reply, write_replay
-from kernelfix.agent.batch.plan import plan
-from kernelfix.agent.batch.ray_backend import LOOPBACK_ENV, gpu_share
 from proc_support import lock_holder
 from test_batch import SCALE, SCALE_REPLAY, batch_cli, settings
+
+from kernelfix.agent.batch.plan import plan
+from kernelfix.agent.batch.ray_backend import LOOPBACK_ENV, gpu_share
 
 # Loopback only (no traffic to the machine's network address), no usage report to Ray's servers, and the
 # cluster's auth token given here (Ray would otherwise read or write one in ~/.ray).

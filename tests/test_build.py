@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import classify
 from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline

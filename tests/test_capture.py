@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError, Untraceable
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.output_tolerance import tolerance_for
 from kernelfix.capture.pipeline import capture
+from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
-
-from kernelfix.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "models" / "tiny_transformer.py"
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import kernelfix
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
 from kernelfix.agent.session import Session
@@ -26,11 +28,9 @@ from kernelfix.capture.errors import CallMismatch, SwapCheckFailed
 from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.pipeline import capture
 from kernelfix.capture.swap import attribute_path
+from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
-
-import kernelfix
-from kernelfix.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "models" / "tiny_transformer.py"
@@ -271,6 +271,7 @@ def test_a_none_in_the_output_stays_none_through_the_custom_operator():
     """A transformers attention returns (output, None): the operator returns only the tensors, and the rebuilt output
     puts None back where the module had it, in a tuple and in a dict, eager and under torch.compile."""
     import torch.nn as nn
+
     from kernelfix.capture.calls import output_layout, rebuild
     from kernelfix.capture.custom_op import meta_reference, register
 

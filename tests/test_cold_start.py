@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from kernelfix.base.cache_dir import CACHE_ENV
+from kernelfix.cli import eval as eval_command
 from kernelfix.sandbox import fork_server, scrubbed_env, zygote
-from kernelfix.sandbox.process import _import_path, _spawn
-from kernelfix.tools.cache_dir import CACHE_ENV
+from kernelfix.sandbox.spawner import import_path as _import_path
+from kernelfix.sandbox.spawner import spawn as _spawn
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.handles import sandboxing
-
-from kernelfix.cli import eval as eval_command
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = REPO / "examples/tasks/relu.py"

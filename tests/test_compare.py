@@ -3,6 +3,7 @@
 import math
 
 import torch
+
 from kernelfix.tools.correctness.compare import compare, inputs_mutated
 from kernelfix.tools.verdict import Category
 

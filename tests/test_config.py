@@ -1,9 +1,9 @@
 """Config files: kernelfix.toml or [tool.kernelfix], per-task overrides, typos rejected."""
 
 import pytest
-from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 
-from kernelfix.config_file import ConfigError, load_config
+from kernelfix.cli.config_file import ConfigError, load_config
+from kernelfix.tools.legality.allowlist import DEFAULT_ALLOWED, is_allowed, make_allowed
 
 
 def test_defaults_without_a_file(tmp_path, monkeypatch):
@@ -59,17 +59,18 @@ def test_allowlist():
 def test_interactive_sessions_profile_by_default_unless_told_not_to(tmp_path, monkeypatch):
     import argparse
 
-    from kernelfix.cli.common import _judge_config
+    from kernelfix.cli.common import judge_config_for
 
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(config=None, device=None, trials=None, atol=None, rtol=None, profile=None)
-    assert _judge_config(args, profile_by_default=True).profile is True
-    assert _judge_config(args).profile is False  # eval, batch
+    assert judge_config_for(args, profile_by_default=True).profile is True
+    assert judge_config_for(args).profile is False  # eval, batch
     assert (
-        _judge_config(argparse.Namespace(**{**vars(args), "profile": False}), profile_by_default=True).profile is False
+        judge_config_for(argparse.Namespace(**{**vars(args), "profile": False}), profile_by_default=True).profile
+        is False
     )
     (tmp_path / "kernelfix.toml").write_text("[judge]\nprofile = false\n")
-    assert _judge_config(args, profile_by_default=True).profile is False
+    assert judge_config_for(args, profile_by_default=True).profile is False
 
 
 def test_every_package_directory_is_installed():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import load_cases
+
 from kernelfix.tools.verdict import Category
 
 CASES = load_cases()

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 import torch
 from conftest import case_named
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness import input_variants
 from kernelfix.tools.correctness.chunked import relative_error, vacuous_tolerance

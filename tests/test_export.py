@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 from agent_support import TASK
+
+from kernelfix.agent import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.export import tokens
 from kernelfix.agent.export.sft_records import dedup_key, normalize, word_jaccard
 from kernelfix.agent.state import ChatMessage, Outcome, Settings, TaskInfo, Trajectory, Turn, totals
-from kernelfix.prompts import messages as prompts
+from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
-
-from kernelfix.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, main
 
 SOURCE = TASK.read_text()
 

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 from agent_support import TASK
+
+from kernelfix.agent import messages as prompts
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import (
     ChatMessage,
@@ -20,11 +22,9 @@ from kernelfix.agent.state import (
     path_to,
     totals,
 )
-from kernelfix.prompts import messages as prompts
+from kernelfix.cli import EXIT_OK, main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.verdict import Category, Verdict
-
-from kernelfix.cli import EXIT_OK, main
 
 # (turn, parent, branch, round, category, speedup): round one drew 1 and 2, round two continued both
 TREE = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category
@@ -72,7 +73,8 @@ def test_a_half_precision_kernel_closer_to_the_truth_than_its_reference_passes_h
     kernel 0.11; the fixed 1e-2 cap failed the better of the two. The cap rises to three times the reference's own, never
     to half the signal: zeros, a constant, and a kernel far past the reference still fail."""
     import torch
-    from kernelfix.tools.correctness.compare import relative_cap, truth_check
+
+    from kernelfix.tools.correctness.truth import relative_cap, truth_check
 
     g = torch.Generator().manual_seed(0)
     truth = torch.randn(4096, generator=g, dtype=torch.float64)

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from kernelfix.prompts import build_feedback as build_report
-from kernelfix.prompts import messages as prompts
+
+from kernelfix.agent import messages as prompts
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import classify
 from kernelfix.tools.compile import host_pch
 from kernelfix.tools.compile import nvrtc as build_nvrtc
 from kernelfix.tools.compile import times as build_times
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.feedback import build_feedback as build_report
 from kernelfix.tools.legality import static_checks
 from kernelfix.tools.verdict import BuildTimeRef, Category, CompileReport, ExtensionBuild, UnitBuild, Verdict
 

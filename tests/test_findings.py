@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tools.profile import bottleneck, findings, kernel_counters, memory_findings, ncu, ncu_csv, ncu_source
 from kernelfix.tools.verdict import Timings, TimingStats
 

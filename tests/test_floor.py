@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from kernelfix.prompts import messages as prompts
+
+from kernelfix.agent import messages as prompts
 from kernelfix.prompts.blocks import floor_distance, floor_text
 from kernelfix.tools.gpu import floor
 

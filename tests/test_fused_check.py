@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kernelfix.tools.correctness import fused
 from kernelfix.tools.correctness.chunked import vacuous_tolerance
-from kernelfix.tools.correctness.compare import compare, truth_check
+from kernelfix.tools.correctness.compare import compare
+from kernelfix.tools.correctness.truth import truth_check
 
 HERE = Path(__file__).resolve().parent
 SUMS = {

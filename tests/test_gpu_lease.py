@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tools.gpu.lease import DeviceLease, exclusive_overlaps
 
 GiB = 2**30
@@ -220,6 +221,7 @@ def test_judges_on_one_gpu_share_correctness_and_time_alone(tmp_path):
     """Two judges, four evaluations at once on the GPU: every verdict right, each timing exclusive (the
     hold log has no exclusive hold beside another), the trials shared."""
     from agent_support import candidate_code
+
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.judge import Judge
 

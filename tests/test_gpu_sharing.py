@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from agent_support import candidate_code
+
 from kernelfix.tools.gpu.lease import DeviceLease
 from kernelfix.tools.verdict import Category
 
@@ -80,7 +81,7 @@ def test_judges_in_one_process_see_each_other(tmp_path):
 
 def test_judges_with_caches_of_their_own_queue_on_one_lock_dir(tmp_path, monkeypatch):
     """$KERNELFIX_LOCKS puts the lease where every judge on the machine finds it, whatever its cache."""
-    from kernelfix.tools.cache_dir import lock_root
+    from kernelfix.base.cache_dir import lock_root
 
     monkeypatch.delenv("KERNELFIX_LOCKS", raising=False)
     monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "a"))

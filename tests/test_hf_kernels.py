@@ -17,6 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+import kernelfix
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import make_model
 from kernelfix.agent.session import Session
@@ -24,8 +26,6 @@ from kernelfix.capture.files import import_file
 from kernelfix.capture.pipeline import capture
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality.allowlist import LIBRARY_GEMM_ATTENTION
-
-import kernelfix
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "examples" / "models" / "hf_decoder.py"

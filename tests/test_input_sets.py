@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HAS_CUDA
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category
@@ -83,6 +84,7 @@ def test_the_counted_size_is_the_largest_sets():
     import types
 
     import torch
+
     from kernelfix.tools.task_size import on_meta
 
     class Model(torch.nn.Module):

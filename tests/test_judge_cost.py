@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+
 from kernelfix.tools.transport.protocol import TrialPlan
 from kernelfix.tools.workers.reference.trial_data import TrialData, Trials
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
-from kernelfix.prompts import feedback, knowledge
+
+from kernelfix.tools.feedback import knowledge
+from kernelfix.tools.feedback import verdict_text as feedback
 from kernelfix.tools.kernel_source import atomics, cuda_text, races, triton_ast
 from kernelfix.tools.profile import bottleneck, findings, ncu_csv, ncu_source
 from kernelfix.tools.verdict import Category, CorrectnessReport, SanitizerReport, Timings, ToolRun, TrialReport, Verdict

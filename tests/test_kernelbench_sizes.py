@@ -8,6 +8,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tools import task_size
 
 KB = Path(__file__).parent / "kernelbench" / "level1"

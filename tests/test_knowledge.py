@@ -1,4 +1,4 @@
-"""The knowledge base (kernelfix.prompts.knowledge) and the GPU spec table (kernelfix.tools.gpu.specs).
+"""The knowledge base (kernelfix.tools.feedback.knowledge) and the GPU spec table (kernelfix.tools.gpu.specs).
 
 Every note parses and has its parts; every finding kind has a note; pick() and render() behave; every
 Triton exemplar and naive version is correct in Triton's interpreter on small inputs (one subprocess
@@ -17,9 +17,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernelfix.prompts import knowledge
+
 from kernelfix.prompts.blocks import gpu_block
-from kernelfix.prompts.knowledge import FINDINGS, OPS, PARTS, Note, exemplar_source, notes, pick, render, resource
+from kernelfix.tools.feedback import knowledge
+from kernelfix.tools.feedback.knowledge import (
+    FINDINGS,
+    OPS,
+    PARTS,
+    Note,
+    exemplar_source,
+    notes,
+    pick,
+    render,
+    resource,
+)
 from kernelfix.tools.gpu import specs as gpu_specs
 from kernelfix.tools.legality import static_checks
 

@@ -16,8 +16,9 @@ from importlib.resources import as_file
 from pathlib import Path
 
 import pytest
-from kernelfix.prompts.knowledge import exemplar_source, notes, resource
+
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.feedback.knowledge import exemplar_source, notes, resource
 from kernelfix.tools.judge import Judge
 
 pytestmark = pytest.mark.gpu

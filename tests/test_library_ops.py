@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality.allowlist import LIBRARY_GEMM_ATTENTION, is_allowed, make_allowed
 from kernelfix.tools.legality.static_checks import check

@@ -11,6 +11,7 @@ import json
 
 import pytest
 from agent_support import TASK, candidate_code, check_session_dir, replay_session, reply
+
 from kernelfix.agent.events import Notice
 from kernelfix.agent.session import Session
 from kernelfix.agent.state import Trajectory

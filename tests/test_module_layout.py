@@ -2,12 +2,14 @@
 inside functions count, and nothing is imported (torch least of all).
 
 1. No import circles among kernelfix's modules (kernelfix/__init__.py's lazy table counts as its imports).
-2. The judge's folders import one way, down ``LAYERS``: judge.py, stages/, handles/, workers/, the concerns'
+2. Every package's folders import down ``FOLDERS`` only: 0 upward imports, so 0 folder circles.
+   The judge's folders import one way, down ``LAYERS``: judge.py, stages/, handles/, workers/, the concerns'
    libraries, the base. From outside itself the judge imports only ``TOOLS_MAY_IMPORT``.
 3. Each tools/ file's first docstring line names, in brackets, the processes that run it, and the import
    graph agrees: the judge's (every module outside tools/ and judge.py start there) and its children's (the
    worker and target modules ``CHILDREN`` names). The judge imports no worker module.
-4. No module in tools/ is over ``MAX_LINES`` lines, but ``LONG`` (each with its reason).
+4. No module in any package is over ``MAX_LINES`` lines of code, but ``LONG`` (each with its reason); no module
+   imports another's private names.
 5. No two of kernelfix's modules share a file name, but ``SHARED_NAMES`` (each with its reason).
 6. Judge.finish leaves the verdict to ``Evaluation.verdict``, which copies no field one by one.
 7. Every package is installed (pyproject.toml), and no stage imports the judge back.
@@ -128,6 +130,40 @@ def test_no_import_circles():
 
 # ---------------------------------------------------------------------------------------------- 2. layers
 
+# Every package's folders, top to bottom (docs/architecture.md, "Layers"): a module imports its own folder and those
+# below it, never one above, so no two folders import each other.
+FOLDERS: tuple[tuple[str, str], ...] = (
+    ("kernelfix", "the public face: kernelfix/__init__.py's lazy names and `python -m kernelfix`"),
+    ("kernelfix.cli", "the command and its kernelfix.toml"),
+    ("kernelfix.tui", "the terminal UI"),
+    ("kernelfix.rewards", "rewards for RL trainers (TRL, verl): a judge in-process or a server's"),
+    ("kernelfix.serve", "the HTTP server and its client"),
+    ("kernelfix.library", "the judge as a Python library: Judge, a pool of judges, the sources a caller passes"),
+    ("kernelfix.tune", "a user's model: rank, optimize, keep the swaps that make it faster"),
+    ("kernelfix.capture", "a module of a user's model as a task, and a session's kernel swapped back"),
+    ("kernelfix.agent", "the loop: sessions, the model's turns, batch, export"),
+    ("kernelfix.prompts", "the templates and knowledge notes the model reads, and their blocks"),
+    ("kernelfix.tools", "the judge: stages, workers, the concerns' libraries"),
+    ("kernelfix.sandbox", "the isolated child processes the judge runs"),
+    ("kernelfix.base", "leaf helpers: version, atomic writes, the cache root, terminal output, settings errors"),
+)
+
+
+def _folder(module: str) -> int:
+    return max(i for i, (prefix, _) in enumerate(FOLDERS) if _within(module, prefix))
+
+
+def test_every_package_imports_down_the_folders_only():
+    assert {_folder(m) for m in MODULES} == set(range(len(FOLDERS))), "a folder in FOLDERS holds no module"
+    upward = sorted(
+        f"{m} ({FOLDERS[_folder(m)][0]}) imports {t} ({FOLDERS[_folder(t)][0]})"
+        for m in MODULES
+        for t in GRAPH[m]
+        if _folder(t) < _folder(m)
+    )
+    assert not upward, upward
+
+
 # The judge's folders, top to bottom: a module imports its own layer and those below it, never one above.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the judge", (JUDGE,)),
@@ -136,20 +172,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the children's code", ("kernelfix.tools.workers",)),
     (
         "the concerns' libraries",
-        tuple(f"kernelfix.tools.{c}" for c in ("compile", "correctness", "legality", "timing", "profile", "sanitizer")),
+        tuple(
+            f"kernelfix.tools.{c}"
+            for c in ("feedback", "compile", "correctness", "legality", "timing", "profile", "sanitizer")
+        ),
     ),
     ("the base: gpu/, transport/ and the loose modules", ("kernelfix.tools",)),
 )
-# What the judge may import from outside tools/: the sandbox, the verdict's renderer (prompts/feedback.py
-# and what it uses), kernelfix's leaf modules. Nothing above it: agent/, capture/, tui/, the CLI, the API.
-TOOLS_MAY_IMPORT = (
-    "kernelfix.sandbox",
-    "kernelfix.prompts.feedback",
-    "kernelfix.prompts.build_feedback",
-    "kernelfix.prompts.knowledge",
-    "kernelfix.atomic",
-    "kernelfix.version",
-)
+# What the judge may import from outside tools/: the sandbox and kernelfix's leaf helpers (kernelfix.base). Nothing
+# above it: prompts/, agent/, capture/, tui/, the CLI, the API.
+TOOLS_MAY_IMPORT = ("kernelfix.sandbox", "kernelfix.base")
 
 
 def _layer(module: str) -> int:
@@ -243,20 +275,75 @@ def test_the_judge_imports_no_workers_code():
 
 # ---------------------------------------------------------------------------------------------- 4. sizes
 
+# A module's size is its code as `ruff format` lays it out: docstrings, comments and blank lines are its manual, not
+# its size (the formatter puts each argument of a long call on its own line, and a docstring is never a reason to split).
 MAX_LINES = 400
-LONG = {
-    "tools/verdict.py": "the verdict's schema: the result taxonomy and every stage's typed report, read in one place as the "
-    "file format every trajectory stores",
-}
+LONG: dict[str, str] = {}
 
 
-def test_no_module_in_tools_is_over_400_lines():
-    long = {
-        str(MODULES[m].relative_to(REPO)): n
-        for m in TOOLS_MODULES
-        if (n := len(MODULES[m].read_text().splitlines())) > MAX_LINES
+def code_lines(path: Path) -> int:
+    """Lines holding code: not blank, not only a comment, not in a module's, class's or function's docstring."""
+    import io
+    import tokenize
+
+    source = path.read_text()
+    docs: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                docs |= set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    lines = {
+        n
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type not in skip
+        for n in range(tok.start[0], tok.end[0] + 1)
     }
+    return len(lines - docs)
+
+
+def test_no_module_is_over_400_lines_of_code():
+    long = {str(p.relative_to(REPO)): n for p in MODULES.values() if (n := code_lines(p)) > MAX_LINES}
     assert set(long) == set(LONG), long
+
+
+# A name with a leading underscore is its module's own: no other module imports it, nor reads it off an imported module.
+
+
+def _private_uses(name: str, path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    modules: dict[str, str] = {}  # a local name bound to one of kernelfix's modules
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            for a in node.names:
+                if f"{base}.{a.name}" in MODULES:
+                    modules[a.asname or a.name] = f"{base}.{a.name}"
+                elif base in MODULES and base != name and a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{name}: from {base} import {a.name}")
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname: a.name for a in node.names if a.asname and a.name in MODULES}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            if node.attr.startswith("_") and not node.attr.startswith("__") and modules[node.value.id] != name:
+                found.append(f"{name}: {modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    uses = sorted(u for name, path in MODULES.items() for u in _private_uses(name, path))
+    assert not uses, uses
 
 
 # ---------------------------------------------------------------------------------------------- 5. names

@@ -7,6 +7,7 @@ import gc
 import weakref
 
 import torch
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality import static_checks
 from kernelfix.tools.workers.candidate.recorder import OpRecorder, Suspended

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS
+
 from kernelfix.agent import judging
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.session_dir import SessionDir

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict

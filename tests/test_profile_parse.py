@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from kernelfix.prompts import feedback
+
+from kernelfix.tools.feedback import verdict_text as feedback
 from kernelfix.tools.profile import bottleneck, ncu, ncu_csv
 from kernelfix.tools.verdict import Category, CorrectnessReport, Timings, TimingStats, TrialReport, Verdict
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS
+
 from kernelfix.tools.profile import ncu
 from kernelfix.tools.stages import profile as profile_stage
 from kernelfix.tools.verdict import Category

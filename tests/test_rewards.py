@@ -16,10 +16,10 @@ import math
 
 import pytest
 from conftest import CORPUS, REPO_ROOT
-from kernelfix.tools.verdict import InputSetReport, Timings, TimingStats, Verdict
 from pydantic import ValidationError
 
 from kernelfix.rewards import RewardConfig, speedup_view
+from kernelfix.tools.verdict import InputSetReport, Timings, TimingStats, Verdict
 
 H100 = {r["task"]: r for r in json.loads((REPO_ROOT / "docs" / "data" / "baseline_h100.json").read_text())["rows"]}
 TASK = (CORPUS / "tasks" / "relu.py").read_text()
@@ -188,10 +188,9 @@ def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_ker
     data = datasets.Dataset.from_dict(
         {"prompt": ["Write ModelNew for this ReLU.", "Make it fast."], "task": [TASK, TASK]}
     )
-    from kernelfix.tools.config import JudgeConfig
-
-    from kernelfix.judge_pool import JudgePool
+    from kernelfix.library.judge_pool import JudgePool
     from kernelfix.rewards.backend import InProcess
+    from kernelfix.tools.config import JudgeConfig
 
     pool = JudgePool(JudgeConfig(device="cpu"), queue=None, make_judge=lambda req, gpu, root: Lent(relu_cpu_judge))
     reward = KernelReward(

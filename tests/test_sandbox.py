@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kernelfix.sandbox import Isolation, Limits, probe, run_child, scrubbed_env
 from kernelfix.sandbox.channel import ChildChannel, MessageReader, new_token
 

@@ -7,8 +7,9 @@ import sys
 import time
 
 import pytest
-from kernelfix.sandbox import Limits, run_child, scrubbed_env
 from proc_support import alive
+
+from kernelfix.sandbox import Limits, run_child, scrubbed_env
 
 SLEEPER = (
     "import json, os, time\n"

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
-from kernelfix.prompts import feedback
+
+from kernelfix.cli.verdict_view import sanitizer_summary
+from kernelfix.tools.feedback import verdict_text as feedback
 from kernelfix.tools.sanitizer import hazards, parse, reduce, tool
 from kernelfix.tools.verdict import (
     Category,
@@ -23,8 +25,6 @@ from kernelfix.tools.verdict import (
     TrialReport,
     Verdict,
 )
-
-from kernelfix.cli.verdict_view import sanitizer_summary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sanitizer"
 # initcheck sees global memory only; a race on global memory no tool sees (tests/test_kernel_source.py reads it from the source)
@@ -345,13 +345,13 @@ def test_no_gpu_says_so_in_one_line(judges, verdicts):
 
 
 def test_sanitize_flags():
-    from kernelfix.cli.common import _common_judge_args, _judge_config
+    from kernelfix.cli.common import add_judge_args, judge_config_for
 
     p = argparse.ArgumentParser()
-    _common_judge_args(p)
-    on = _judge_config(p.parse_args(["--sanitize"]))
-    off = _judge_config(p.parse_args(["--no-sanitize"]))
-    default = _judge_config(p.parse_args([]))
+    add_judge_args(p)
+    on = judge_config_for(p.parse_args(["--sanitize"]))
+    off = judge_config_for(p.parse_args(["--no-sanitize"]))
+    default = judge_config_for(p.parse_args([]))
     assert (on.sanitize, on.sanitize_failures) == (True, True)
     assert (off.sanitize, off.sanitize_failures) == (False, False)
     assert (default.sanitize, default.sanitize_failures, default.sanitizer_timeout_s) == (False, True, 60.0)

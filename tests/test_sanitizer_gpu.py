@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import sanitizer_support as sc
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category, Verdict

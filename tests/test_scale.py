@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS
-from kernelfix.tools.cache_dir import BUILD_CACHE
+
+from kernelfix.base.cache_dir import BUILD_CACHE
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.verdict import Category

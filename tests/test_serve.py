@@ -21,13 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import CORPUS, REPO_ROOT
-from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.verdict import Verdict
 
 from kernelfix.cli import build_parser
 from kernelfix.cli.serve import bind_warning, listen
-from kernelfix.judge_pool import JudgePool, gpu_slots
+from kernelfix.library.judge_pool import JudgePool, gpu_slots
 from kernelfix.serve.app import GPU_HEADER, create_app
+from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.verdict import Verdict
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -389,7 +389,7 @@ def test_gpu_slots_and_a_judge_pinned_to_its_gpu(tmp_path):
     with pytest.raises(ValueError):
         gpu_slots("0,0", "cuda")
     pool = JudgePool(JudgeConfig(device="cpu"), gpus=["0", "1"])
-    from kernelfix.judge_pool import JudgeRequest
+    from kernelfix.library.judge_pool import JudgeRequest
 
     judge = pool._default_judge(JudgeRequest(task=TASK, candidate=""), "1", tmp_path)
     try:
@@ -450,7 +450,6 @@ def _answers(url: str) -> bool:
 
 def test_the_default_token_is_hidden_from_candidates(tmp_path, monkeypatch):
     from kernelfix.sandbox import credential_paths
-
     from kernelfix.serve.auth import default_token_file, load_or_make
 
     monkeypatch.setenv("HOME", str(tmp_path))

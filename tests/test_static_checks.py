@@ -1,6 +1,7 @@
 """The static layer of legality: what is refused before anything runs, and what is only a warning."""
 
 import pytest
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.legality.static_checks import check, errors
 from kernelfix.tools.verdict import Category

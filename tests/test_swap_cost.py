@@ -13,11 +13,11 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-from kernelfix.capture.calls import call_key
-from kernelfix.capture.errors import CallMismatch
 from test_capture_swap import KERNEL, _capture, _session
 
 import kernelfix
+from kernelfix.capture.calls import call_key
+from kernelfix.capture.errors import CallMismatch
 
 
 @pytest.fixture(scope="module")
@@ -216,12 +216,13 @@ def _gpu_session(tmp_path, kind: str):
     """A ReLU captured on the GPU at two shapes, and a session whose best.py is bench/swap_cost.py's `kind` kernel."""
     import sys
 
+    from test_capture_swap import ROOT
+
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.session_dir import SessionDir
     from kernelfix.capture.pipeline import capture
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.task import Task
-    from test_capture_swap import ROOT
 
     sys.path.insert(0, str(ROOT / "bench"))
     from swap_cost import SCRIPT, kernel_source

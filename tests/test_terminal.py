@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from agent_support import TASK, write_replay
 from conftest import CORPUS, REPO_ROOT
-from kernelfix.tools.gpu.lease import cuda_available
 
 from kernelfix.cli import build_parser, main
+from kernelfix.tools.gpu.lease import cuda_available
 
 CANDS = CORPUS / "candidates"
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

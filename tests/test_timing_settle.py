@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.timing import baselines, clock
 

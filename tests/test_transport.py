@@ -9,6 +9,7 @@ import weakref
 
 import pytest
 import torch
+
 from kernelfix.tools.transport import Arena, UnsupportedValue, flatten, layout, unflatten
 from kernelfix.tools.transport.tree import contiguous_spec, read, spec_of, write, write_values
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kernelfix.tui.app import KernelfixApp
 
 REPO = Path(__file__).parent.parent

@@ -7,12 +7,13 @@ import argparse
 
 import pytest
 from agent_support import NO_CODE, check_session_dir, reply, write_replay
-from kernelfix.tui.app import KernelfixApp
-from kernelfix.tui.screens.session_screen import SessionScreen
-from kernelfix.tui.screens.sessions_screen import SessionsScreen
 from textual.widgets import Input, TextArea
 from textual.widgets.text_area import Selection
 from tui_support import SIZE, live_app, screen_text, shown, sync, until
+
+from kernelfix.tui.app import KernelfixApp
+from kernelfix.tui.screens.session_screen import SessionScreen
+from kernelfix.tui.screens.sessions_screen import SessionsScreen
 
 
 @pytest.fixture
@@ -141,11 +142,11 @@ async def test_stop_ends_the_session_and_keeps_the_ui(tmp_path, judge):
 @sync
 async def test_sessions_screen_opens_a_history_and_resumes_it(tmp_path, judge):
     from agent_support import TASK
+
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.models import ReplayModel
     from kernelfix.agent.session import Session
-
-    from kernelfix.cli.optimize import _open_for_resume
+    from kernelfix.cli.optimize import open_for_resume
 
     root = tmp_path / "sessions"
     for name in ("a", "b"):  # each stops on its one model turn; the replay has a second
@@ -160,7 +161,7 @@ async def test_sessions_screen_opens_a_history_and_resumes_it(tmp_path, judge):
         )
         assert s.run().stop_kind == "max_turns"
     limits = argparse.Namespace(max_turns=2)  # what `kernelfix sessions --max-turns 2` passes
-    app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, limits, sink))
+    app = KernelfixApp(sessions_root=root, resume=lambda path, sink: open_for_resume(path, limits, sink))
     async with app.run_test(size=SIZE) as pilot:
         assert isinstance(app.screen, SessionsScreen)
         text = await shown(pilot, app, "✗ none, resumable")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
+
 from kernelfix.agent.events import (
     ModelDelta,
     ModelReplied,
@@ -24,7 +26,6 @@ from kernelfix.tui.perf_views import performance_view, profile_view, speedup_cha
 from kernelfix.tui.session_list import find_sessions
 from kernelfix.tui.turn_text import turn_label
 from kernelfix.tui.view_model import SessionView, stage_text
-from rich.console import Console
 
 SESSION = Path(__file__).parent / "fixtures" / "tui" / "sessions" / "relu-demo"
 NCU = Path(__file__).parent / "fixtures" / "ncu"

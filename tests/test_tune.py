@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+
+import kernelfix
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.session_dir import SessionDir
 from kernelfix.capture.errors import SwapError
 from kernelfix.capture.files import import_file
 from kernelfix.capture.pipeline import capture
+from kernelfix.cli import main
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
-
-import kernelfix
-from kernelfix.cli import main
 from kernelfix.tune import rank
 from kernelfix.tune.decide import compare, explain, promising
 from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, ProfEvent, Profile

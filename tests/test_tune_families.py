@@ -12,9 +12,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from kernelfix.agent.agent_config import AgentConfig  # noqa: E402
-from kernelfix.tools.config import JudgeConfig  # noqa: E402
-
 from kernelfix.cli import main  # noqa: E402
+from kernelfix.tools.config import JudgeConfig  # noqa: E402
 from kernelfix.tune.flow import Tune, TuneOptions  # noqa: E402
 from kernelfix.tune.tune_config import TuneConfig  # noqa: E402
 from kernelfix.tune.tune_report import label  # noqa: E402

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kernelfix.sandbox import Isolation, Limits, fork_server, probe, scrubbed_env, zygote
 from kernelfix.sandbox.process import Child, run_child
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from agent_support import TASK, write_replay
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import ChatModel, ReplayModel
 from kernelfix.agent.session import Session

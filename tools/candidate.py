@@ -11,9 +11,10 @@ import ast
 import hashlib
 import re
 
+from pydantic import BaseModel, ConfigDict
+
 from kernelfix.tools import pysource
 from kernelfix.tools.verdict import Backend, Category
-from pydantic import BaseModel, ConfigDict
 
 _FENCE = re.compile(
     r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S

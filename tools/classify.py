@@ -227,7 +227,7 @@ def min_free_space(paths: list[Path | None]) -> int:
     import shutil
     import tempfile
 
-    from kernelfix.tools.cache_dir import cache_root
+    from kernelfix.base.cache_dir import cache_root
 
     free = []
     for p in [*paths, cache_root(), Path(tempfile.gettempdir())]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.sandbox.isolation import Isolation
 from kernelfix.tools.verdict import InputVariant, PrecisionPolicy, SanitizerTool
-from pydantic import BaseModel, ConfigDict, Field
 
 
 class TaskOverride(BaseModel):

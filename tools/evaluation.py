@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.tools.verdict import (
     Backend,
     Category,
@@ -19,7 +21,6 @@ from kernelfix.tools.verdict import (
     Timings,
     Verdict,
 )
-from pydantic import BaseModel, ConfigDict, Field
 
 # sanitize runs after a failure too (its own rule: tools/stages/sanitize.py), so it comes last.
 STAGES: tuple[Stage, ...] = ("compile", "correctness", "legality", "benchmark", "profile", "sanitize")

@@ -37,14 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelfix.prompts import feedback
+from kernelfix.base.cache_dir import lock_root
 from kernelfix.sandbox import credential_paths
 from kernelfix.tools import candidate as candidate_mod
 from kernelfix.tools import retry
-from kernelfix.tools.cache_dir import lock_root
 from kernelfix.tools.classify import disk_full
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.evaluation import STAGES, Evaluation, EventSink, StageEvent
+from kernelfix.tools.feedback import verdict_text as feedback
 from kernelfix.tools.gpu.lease import DeviceLease, cuda_available, visible_gpu
 from kernelfix.tools.handles.candidate_run import CandidateRun, CandidateRuns, tidy
 from kernelfix.tools.handles.gpu_share import GpuShare

@@ -6,8 +6,9 @@ import ast
 import hashlib
 from pathlib import Path
 
-from kernelfix.tools import pysource
 from pydantic import BaseModel, ConfigDict
+
+from kernelfix.tools import pysource
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 

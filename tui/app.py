@@ -13,13 +13,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from textual.app import App
+
 from kernelfix.agent.session import Session
 from kernelfix.agent.state import Outcome
 from kernelfix.tui.relay import EventRelay
 from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
 from kernelfix.tui.screens.sessions_screen import SessionsScreen
 from kernelfix.tui.view_model import SessionView
-from textual.app import App
 
 
 class KernelfixApp(App[Outcome | None]):

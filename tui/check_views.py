@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kernelfix.tools.correctness.tolerance import describe
-from kernelfix.tools.verdict import Verdict
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from kernelfix.tools.correctness.tolerance import describe
+from kernelfix.tools.verdict import Verdict
 
 
 def _g(x: float | None) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from kernelfix.agent.state import Turn
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
+
+from kernelfix.agent.state import Turn
 
 LOG_TAIL_LINES = 200  # a log can be megabytes; the end says what failed
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from kernelfix.agent.state import Turn
-from kernelfix.tools.verdict import ProfileReport, TimingStats, Verdict
-from kernelfix.tui.turn_text import BEST_MARK, mark
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from kernelfix.agent.state import Turn
+from kernelfix.tools.verdict import ProfileReport, TimingStats, Verdict
+from kernelfix.tui.turn_text import BEST_MARK, mark
 
 BAR = "█"
 

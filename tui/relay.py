@@ -9,8 +9,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from kernelfix.agent.events import SessionEvent
 from textual.message import Message
+
+from kernelfix.agent.events import SessionEvent
 
 
 class SessionEventMessage(Message):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from pydantic import BaseModel, ValidationError
+
 from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
 from kernelfix.tui.view_model import is_open, short_model
-from pydantic import BaseModel, ValidationError
 
 MAX_DEPTH = 3  # sessions/X, or a batch's OUT/sessions/X
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from kernelfix.agent.state import Turn
 from kernelfix.tools.verdict import Family
-from rich.text import Text
 
 OK_MARK, FAIL_MARK, WARN_MARK, LIVE_MARK, BEST_MARK, PATH_MARK = "✓", "✗", "⚠", "…", "★", "☆"
 # Cheating and infrastructure verdicts are warnings, not plain failures: the kernel may work.

@@ -29,8 +29,7 @@ from pathlib import Path
 
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.worker import TaskResult, died_result, finished_result, prior_state
-
-from kernelfix import atomic
+from kernelfix.base import atomic
 
 JobStarted = Callable[[Job], None]
 JobDone = Callable[[Job, TaskResult], None]

@@ -22,11 +22,12 @@ import hashlib
 import json
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.models import REPLAY_PREFIX
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task, TaskError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST_SUFFIX = ".jsonl"
 
@@ -116,7 +117,7 @@ def _manifest(path: Path, problems: list[str]) -> list[ManifestLine]:
         try:
             line = ManifestLine.model_validate(json.loads(raw))
         except ValidationError as e:  # in the user's words: the key, the value, what is allowed
-            from kernelfix.settings_errors import problems as said
+            from kernelfix.base.settings_errors import problems as said
 
             problems += [
                 f"{path} line {n}: {x}"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelfix.agent.batch.report import FAST_P, Summary, TaskOutcome, fast_fraction
-
-from kernelfix import atomic
+from kernelfix.base import atomic
 
 SPEEDUP, TURNS, FAST_P_CURVE = "speedup.png", "turns_to_correct.png", "fast_p.png"
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.batch.report import TaskOutcome, task_outcome
 from kernelfix.agent.batch.worker import TaskResult
 from kernelfix.agent.session_dir import read_trajectory
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
 
 
 def _clock(seconds: float | None) -> str:

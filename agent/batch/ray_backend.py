@@ -53,6 +53,7 @@ def ray_module(address: str | None = None):
 def _job_on_ray(job_json: str, log_path: str) -> str:
     """The Ray task: one job, in the Ray worker's process (JSON in and out: no pickled kernelfix types)."""
     import ray
+
     from kernelfix.agent.batch.worker import run_logged
 
     job = Job.model_validate_json(job_json)

@@ -28,12 +28,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.agent.batch.worker import TaskResult
 from kernelfix.agent.session_dir import read_trajectory
 from kernelfix.agent.state import Trajectory
-from pydantic import BaseModel, ConfigDict, Field
-
-from kernelfix import atomic
+from kernelfix.base import atomic
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_TIMED = "not timed"

@@ -18,12 +18,12 @@ import traceback
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from kernelfix.agent.batch.plan import Job
 from kernelfix.agent.session_dir import SETTINGS, SessionDir, SessionError, read_trajectory
 from kernelfix.agent.state import Trajectory
-from pydantic import BaseModel, ConfigDict
-
-from kernelfix import atomic
+from kernelfix.base import atomic
 
 Prior = Literal["new", "finished", "unfinished", "dead"]
 
@@ -108,7 +108,7 @@ class TaskInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-def _open_or_create(job: Job, prior: Prior, model_for_new, on_event) -> tuple[SessionDir, str]:
+def open_or_create(job: Job, prior: Prior, model_for_new, on_event) -> tuple[SessionDir, str]:
     """The job's session directory, and whether this run creates or resumes it."""
     from kernelfix.agent.session import Session
 
@@ -168,7 +168,7 @@ def run_task(job: Job, *, gpu: str | None = None, on_event=None) -> TaskResult:
     prior, _ = prior_state(path)
     api_key = os.environ.get(job.settings.agent.api_key_env) if job.settings.agent.api_key_env else None
     try:
-        store, run = _open_or_create(job, prior, lambda: make_model(job.model, job.agent, api_key=api_key), on_event)
+        store, run = open_or_create(job, prior, lambda: make_model(job.model, job.agent, api_key=api_key), on_event)
         # the session's own settings, as `kernelfix resume` uses them
         model = make_model(store.settings.model, store.settings.agent, api_key=api_key)
         with Judge(store.task(), store.settings.judge, workdir=store.work_dir, gpu=gpu) as judge:
@@ -224,8 +224,7 @@ def _terminate(signum, frame):
 def run_logged(job: Job, log_path: Path, *, gpu: str | None = None) -> TaskResult:
     """``run_task`` with the session's turn lines appended to ``log_path``; an interruption becomes its result."""
     from kernelfix.agent.headless import HeadlessReporter
-
-    from kernelfix.terminal import console as make_console
+    from kernelfix.base.terminal import console as make_console
 
     # Line-buffered: what the session printed is in the log even if the worker is killed outright.
     with open(log_path, "a", encoding="utf-8", buffering=1) as log:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from kernelfix.agent.export.filters import FilterReport
-from kernelfix.agent.export.sft_records import FilterStep, Record, SessionKind
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix import atomic
+from kernelfix.agent.export.filters import FilterReport
+from kernelfix.agent.export.sft_records import FilterStep, Record, SessionKind
+from kernelfix.base import atomic
 
 # Histogram bin edges in tokens: powers of two, then everything above.
 EDGES = [0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]

@@ -12,14 +12,14 @@ import typing
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from kernelfix.agent.export import analysis, rl, tokens
 from kernelfix.agent.export.filters import FilterConfig, apply_filters
 from kernelfix.agent.export.sft_records import LossMode, Message, Metadata, Record, leaf_finals, record
 from kernelfix.agent.session_dir import SETTINGS, TRAJECTORY
 from kernelfix.agent.state import Trajectory
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from kernelfix import atomic
+from kernelfix.base import atomic
 
 Format = Literal["chat-jsonl", "parquet", "rl-jsonl"]
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from kernelfix.agent.export.sft_records import FilterStep, Record
 from pydantic import BaseModel, ConfigDict, Field
+
+from kernelfix.agent.export.sft_records import FilterStep, Record
 
 
 class FilterConfig(BaseModel):

@@ -15,11 +15,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from kernelfix.agent.export.sft_records import Message, session_fields
-from kernelfix.agent.state import Trajectory, Turn
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix import atomic
+from kernelfix.agent.export.sft_records import Message, session_fields
+from kernelfix.agent.state import Trajectory, Turn
+from kernelfix.base import atomic
 
 REWARD_RULE = (
     "speedup_eager if correct, legal and timed; 0 if not correct or not legal; null if correct and legal but untimed"

@@ -17,9 +17,10 @@ import hashlib
 import re
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.agent.export import tokens
 from kernelfix.agent.state import Trajectory, Turn, path_to
-from pydantic import BaseModel, ConfigDict, Field
 
 LossMode = Literal["final", "all-assistant"]
 # repair: the session's first judged turn failed (a broken kernel given, or the model's first answer wrong);

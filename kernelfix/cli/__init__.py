@@ -37,7 +37,7 @@ COMMANDS = (eval_command, optimize, sessions, batch, export, capture, baseline, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernelfix.version import __version__
+    from kernelfix.base.version import __version__
 
     parser = argparse.ArgumentParser(
         prog="kernelfix",

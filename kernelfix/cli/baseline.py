@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config, verbosity_args
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, add_judge_args, judge_config_for, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
         epilog="Exit codes: 0 every task has a baseline, 1 some task failed (its row says why), 2 bad usage, 130 interrupted.",
     )
     p.add_argument("tasks", nargs="+", metavar="TASK_OR_DIR", help="task files, or directories of them")
-    _common_judge_args(p)
+    add_judge_args(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", metavar="FILE", help="write the report here as each task finishes; resume from it")
     p.add_argument("--workers", type=int, metavar="N", help="tasks at a time (default: 4 on a GPU, 1 on cpu)")
@@ -46,10 +46,10 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from kernelfix.base.terminal import clip, console
     from kernelfix.cli import baseline_run as baseline
-    from kernelfix.terminal import clip, console
 
-    cfg = _judge_config(args)
+    cfg = judge_config_for(args)
     # One trial and its fresh twin are all a baseline needs: no varied inputs, no float64, nothing cached for later candidates.
     cfg = cfg.model_copy(
         update={

@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix import atomic
+from kernelfix.base import atomic
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
 from kernelfix.tools.task import Task, TaskError

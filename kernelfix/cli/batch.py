@@ -13,12 +13,12 @@ from kernelfix.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
-    _agent_config,
-    _common_judge_args,
-    _judge_config,
-    _limit_args,
-    _load_config,
-    _search_args,
+    add_judge_args,
+    add_limit_args,
+    add_search_args,
+    agent_config_for,
+    judge_config_for,
+    load_config_for,
     verbosity_args,
 )
 
@@ -68,12 +68,12 @@ def add_parser(sub) -> None:
         metavar="X",
         help="goal per task: this speedup over eager (a manifest's target wins)",
     )
-    _limit_args(p)  # each per session
-    _search_args(p)  # a manifest's width/keep win
+    add_limit_args(p)  # each per session
+    add_search_args(p)  # a manifest's width/keep win
     p.add_argument(
         "--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt"
     )
-    _common_judge_args(p)
+    add_judge_args(p)
     verbosity_args(
         p,
         quiet="no progress and no line per task: the summary alone",
@@ -87,14 +87,14 @@ def run(args: argparse.Namespace) -> int:
     from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
     from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
     from kernelfix.agent.batch.progress import BatchProgress
-    from kernelfix.terminal import console
+    from kernelfix.base.terminal import console
     from kernelfix.tools.judge import resolve_device
 
-    cfg = _load_config(args)
-    judge_cfg = _judge_config(args)
+    cfg = load_config_for(args)
+    judge_cfg = judge_config_for(args)
     device, notice = resolve_device(judge_cfg.device)
     judge_cfg = judge_cfg.model_copy(update={"device": device})  # every session of the batch judges alike
-    agent_cfg = _agent_config(cfg.agent, args)
+    agent_cfg = agent_config_for(cfg.agent, args)
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if agent_cfg.api_key_env and not os.environ.get(agent_cfg.api_key_env):

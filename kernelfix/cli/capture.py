@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, UsageError, _judge_config, check_device, verbosity_args
+from kernelfix.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    check_device,
+    judge_config_for,
+    verbosity_args,
+)
 
 
 def add_parser(sub) -> None:
@@ -103,7 +111,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from kernelfix.capture.schema import CaptureReport
     from kernelfix.capture.summary import capture_text
 
-    config = _judge_config(args)
+    config = judge_config_for(args)
     calls = None
     if args.calls is not None:
         try:

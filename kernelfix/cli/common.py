@@ -19,7 +19,7 @@ class UsageError(Exception):
     """Bad input from the user: printed without a traceback, exit code 2."""
 
 
-def _common_judge_args(p: argparse.ArgumentParser) -> None:
+def add_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], help="where to judge (default: cuda when available, else cpu)")
     p.add_argument("--config", metavar="FILE", help="kernelfix.toml or pyproject.toml to read (default: nearest one)")
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials (default 5)")
@@ -57,8 +57,8 @@ def _common_judge_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_config(args: argparse.Namespace):
-    from kernelfix.config_file import ConfigError, load_config
+def load_config_for(args: argparse.Namespace):
+    from kernelfix.cli.config_file import ConfigError, load_config
 
     try:
         return load_config(args.config)
@@ -66,19 +66,19 @@ def _load_config(args: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
-def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False):
+def judge_config_for(args: argparse.Namespace, *, profile_by_default: bool = False):
     """The judge's settings: config file, then flags. ``profile_by_default``: interactive
     sessions profile correct kernels unless the config or --no-profile says otherwise
     (--stop-at-sol reads the profile, so it asks for one too)."""
     from pydantic import ValidationError
 
-    cfg = _load_config(args).judge
+    cfg = load_config_for(args).judge
     updates = {
         k: getattr(args, k)
         for k in ("device", "trials", "atol", "rtol", "profile", "backward")
         if getattr(args, k, None) is not None
     }
-    sol = getattr(args, "stop_at_sol", None) is not None or _load_config(args).agent.stop_at_sol is not None
+    sol = getattr(args, "stop_at_sol", None) is not None or load_config_for(args).agent.stop_at_sol is not None
     if sol and updates.get("profile") is False:
         raise UsageError(
             "--stop-at-sol reads the Nsight Compute profile of correct kernels: it cannot work with --no-profile"
@@ -105,8 +105,8 @@ def _judge_config(args: argparse.Namespace, *, profile_by_default: bool = False)
 
 def settings_error(e, model, flags: dict[str, str], section: str, args: argparse.Namespace) -> UsageError:
     """A pydantic error on settings the flags (``flags``: field -> flag) laid over the config file's ``section``, as a
-    usage error in the user's words: the flag or key, the value, what is allowed (kernelfix.settings_errors)."""
-    from kernelfix.settings_errors import flag_name, problems
+    usage error in the user's words: the flag or key, the value, what is allowed (kernelfix.base.settings_errors)."""
+    from kernelfix.base.settings_errors import flag_name, problems
 
     lines = problems(
         e, model, flag_name(flags, section, getattr(args, "config", None) or "the config file"), assign=" "
@@ -143,7 +143,7 @@ _AGENT_FLAGS = {
 }
 
 
-def _agent_config(base, args: argparse.Namespace):
+def agent_config_for(base, args: argparse.Namespace):
     from pydantic import ValidationError
 
     from kernelfix.agent.agent_config import AgentConfig
@@ -161,7 +161,7 @@ def _agent_config(base, args: argparse.Namespace):
         raise settings_error(e, AgentConfig, flags, "agent", args) from None
 
 
-def _model(cfg):
+def model_for(cfg):
     from kernelfix.agent.models import ModelError, make_model
 
     if not cfg.model:
@@ -210,11 +210,11 @@ def logging_for(verbosity: int):
         logger.propagate = propagate
 
 
-def _on_terminal() -> bool:
+def on_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _limit_args(p: argparse.ArgumentParser) -> None:
+def add_limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="VAR", help="environment variable that holds the API key")
     p.add_argument("--max-turns", type=int, metavar="N", help="model turns, or rounds with --width above 1 (default 8)")
     p.add_argument(
@@ -229,13 +229,13 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-wall", type=float, metavar="SECONDS", help="stop once turns took this long in all")
 
 
-def _session_args(p: argparse.ArgumentParser) -> None:
+def add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headless", action="store_true", help="no terminal UI: one line per judged turn, then a summary")
-    _limit_args(p)
-    _search_args(p)
+    add_limit_args(p)
+    add_search_args(p)
 
 
-def _search_args(p: argparse.ArgumentParser) -> None:
+def add_search_args(p: argparse.ArgumentParser) -> None:
     """Width of the search (docs/search.md); each flag overrides [agent] in kernelfix.toml."""
     p.add_argument(
         "--width",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _common_judge_args, _judge_config, verbosity_args
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, add_judge_args, judge_config_for, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("task", metavar="TASK", help="KernelBench-format task file")
     p.add_argument("candidate", metavar="CANDIDATE", help="candidate .py file, or a model reply (.md/.txt)")
-    _common_judge_args(p)
+    add_judge_args(p)
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--workdir", metavar="DIR", help="keep the evaluation's files (logs, builds) here")
     verbosity_args(
@@ -43,11 +43,11 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    cfg = _judge_config(args)
+    cfg = judge_config_for(args)
     _start_fork_servers(args, cfg)
-    from kernelfix.api import Judge, candidate_source
+    from kernelfix.base.terminal import console
     from kernelfix.cli.verdict_view import person_view, verdict_view
-    from kernelfix.terminal import console
+    from kernelfix.library.api import Judge, candidate_source
     from kernelfix.tools.judge import StageEvent
     from kernelfix.tools.task import TaskError
 

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kernelfix.agent.export.exporter import ExportError, ExportOptions, export
     from kernelfix.agent.export.filters import FilterConfig
-    from kernelfix.terminal import console
+    from kernelfix.base.terminal import console
 
     out = Path(args.out)
     fmt = args.format or ("parquet" if out.suffix == ".parquet" else "chat-jsonl")
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     except ValidationError as e:
-        from kernelfix.settings_errors import problems
+        from kernelfix.base.settings_errors import problems
 
         flags = {
             "min_speedup_gain": "--min-speedup-gain",

@@ -16,14 +16,14 @@ from kernelfix.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
-    _agent_config,
-    _common_judge_args,
-    _judge_config,
-    _load_config,
-    _model,
-    _on_terminal,
-    _session_args,
+    add_judge_args,
+    add_session_args,
+    agent_config_for,
     check_device,
+    judge_config_for,
+    load_config_for,
+    model_for,
+    on_terminal,
     verbosity_args,
 )
 
@@ -67,8 +67,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--no-shape-block", action="store_true", help="leave the inputs' shapes and strides out of the first prompt"
     )
-    _session_args(p)
-    _common_judge_args(p)
+    add_session_args(p)
+    add_judge_args(p)
     verbosity_args(p, quiet=QUIET, verbose=VERBOSE)
     p.set_defaults(func=run)
 
@@ -83,7 +83,7 @@ def add_parser(sub) -> None:
         epilog="Exit codes: 0 a correct, legal kernel was found, 1 not, 2 bad usage or input, 3 the machine kept failing to judge a candidate (resume again later).",
     )
     p.add_argument("session_dir", metavar="SESSION_DIR")
-    _session_args(p)
+    add_session_args(p)
     verbosity_args(p, quiet=QUIET, verbose=VERBOSE)
     p.set_defaults(func=run)
 
@@ -92,18 +92,18 @@ def run(args: argparse.Namespace) -> int:
     return cmd_resume(args) if args.command == "resume" else cmd_optimize(args)
 
 
-def _use_tui(headless: bool, verbosity: int = 0) -> bool:
+def use_tui(headless: bool, verbosity: int = 0) -> bool:
     """The terminal UI, unless --headless or not on a terminal (a pipe, CI, a batch child)."""
     if headless:
         return False
-    if _on_terminal():
+    if on_terminal():
         return True
     if verbosity >= 0:
         print("kernelfix: not a terminal; running headless", file=sys.stderr)
     return False
 
 
-def _event_sink(tui: bool, verbosity: int = 0):
+def event_sink(tui: bool, verbosity: int = 0):
     from kernelfix.agent.headless import HeadlessReporter
 
     if not tui:
@@ -113,7 +113,7 @@ def _event_sink(tui: bool, verbosity: int = 0):
     return EventRelay()
 
 
-def _left_mid_turn(app) -> None:
+def left_mid_turn(app) -> None:
     """After the app closed: if the user left while a turn was in flight (q), give the session a moment to
     stop at its next check; if a judge stage still holds it, record the interruption here and exit without
     waiting (the judge's children die with this process; every judged turn is already on disk)."""
@@ -140,7 +140,7 @@ def _run_in_tui(session, relay):
 
     app = KernelfixApp(session=session, relay=relay)
     app.run()
-    _left_mid_turn(app)
+    left_mid_turn(app)
     if app.error is not None:
         raise app.error
     if app.outcome is None:  # the app closed before the session said how it ended
@@ -149,7 +149,7 @@ def _run_in_tui(session, relay):
     return app.outcome
 
 
-def _run_session(session, sink) -> int:
+def run_session(session, sink) -> int:
     """Run under the terminal UI when ``sink`` is its EventRelay, else headless."""
     from kernelfix.agent.headless import HeadlessReporter
     from kernelfix.agent.models import ModelError
@@ -209,9 +209,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelfix.agent.session_dir import SessionError
     from kernelfix.tools.task import Task, TaskError
 
-    cfg = _load_config(args)
-    judge_cfg = _judge_config(args, profile_by_default=True)
-    agent_cfg = _agent_config(cfg.agent, args)
+    cfg = load_config_for(args)
+    judge_cfg = judge_config_for(args, profile_by_default=True)
+    agent_cfg = agent_config_for(cfg.agent, args)
     try:
         task = Task.load(args.task)
     except TaskError as e:
@@ -222,9 +222,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             candidate = Path(args.candidate).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"cannot read candidate {args.candidate}: {e}") from None
-    model = _model(agent_cfg)
+    model = model_for(agent_cfg)
     session_dir = args.session_dir or Path("sessions") / f"{task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sink = _event_sink(_use_tui(args.headless, args.verbosity), args.verbosity)
+    sink = event_sink(use_tui(args.headless, args.verbosity), args.verbosity)
     try:
         session = Session.create(
             session_dir,
@@ -239,10 +239,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         )
     except (TaskError, SessionError) as e:
         raise UsageError(str(e)) from None
-    return _run_session(session, sink)
+    return run_session(session, sink)
 
 
-def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
+def open_for_resume(session_dir, args: argparse.Namespace, on_event):
     """A stored session ready to run again under the limits in ``args``; locked until its run ends."""
     from kernelfix.agent.session import Session
     from kernelfix.agent.session_dir import SessionDir, SessionError
@@ -254,9 +254,9 @@ def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
         raise UsageError(str(e)) from None
     try:
         check_device(store.settings.judge.device, f"the session in {session_dir} judges on cuda (its session.json)")
-        agent_cfg = _agent_config(store.settings.agent, args)
+        agent_cfg = agent_config_for(store.settings.agent, args)
         store.change_agent_settings(agent_cfg)
-        model = _model(agent_cfg.model_copy(update={"model": store.settings.model}))
+        model = model_for(agent_cfg.model_copy(update={"model": store.settings.model}))
     except BaseException:
         store.unlock()
         raise
@@ -264,5 +264,5 @@ def _open_for_resume(session_dir, args: argparse.Namespace, on_event):
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    sink = _event_sink(_use_tui(args.headless, args.verbosity), args.verbosity)
-    return _run_session(_open_for_resume(args.session_dir, args, sink), sink)
+    sink = event_sink(use_tui(args.headless, args.verbosity), args.verbosity)
+    return run_session(open_for_resume(args.session_dir, args, sink), sink)

@@ -7,7 +7,7 @@ import ipaddress
 import socket
 import sys
 
-from kernelfix.cli.common import EXIT_OK, UsageError, _common_judge_args, _judge_config, verbosity_args
+from kernelfix.cli.common import EXIT_OK, UsageError, add_judge_args, judge_config_for, verbosity_args
 
 
 def add_parser(sub) -> None:
@@ -86,7 +86,7 @@ def add_parser(sub) -> None:
         help="serve HTTPS with this certificate (with --ssl-keyfile): the token then never travels in clear",
     )
     p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key")
-    _common_judge_args(p)
+    add_judge_args(p)
     verbosity_args(p, quiet="warnings and errors only: no line per request", verbose="the HTTP server's debug log too")
     p.set_defaults(func=run)
 
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"kernelfix serve needs FastAPI and uvicorn ({e.name} is missing): pip install 'kernelfix[serve]'"
         ) from None
-    from kernelfix.judge_pool import JudgePool, gpu_slots
+    from kernelfix.library.judge_pool import JudgePool, gpu_slots
     from kernelfix.serve.auth import TokenError, load_or_make
     from kernelfix.tools.judge import resolve_device
 
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-body-mb must be above 0")
     if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
         raise UsageError("--ssl-certfile and --ssl-keyfile go together")
-    cfg = _judge_config(args)
+    cfg = judge_config_for(args)
     try:
         token, token_path, made, mode_warning = load_or_make(args.token_file)
     except TokenError as e:

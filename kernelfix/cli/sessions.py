@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, _limit_args, _on_terminal, verbosity_args
-from kernelfix.cli.optimize import _left_mid_turn, _open_for_resume
+from kernelfix.cli.common import EXIT_FAIL, EXIT_OK, UsageError, add_limit_args, on_terminal, verbosity_args
+from kernelfix.cli.optimize import left_mid_turn, open_for_resume
 
 
 def add_parser(sub) -> None:
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--list", action="store_true", help="print a table, even on a terminal")
     p.add_argument("--json", action="store_true", help="print the list as JSON (implies --list)")
-    _limit_args(p)
+    add_limit_args(p)
     verbosity_args(
         p,
         quiet="with --list, the session folders alone, one per line",
@@ -36,18 +36,18 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernelfix.terminal import console, print_rows
+    from kernelfix.base.terminal import console, print_rows
     from kernelfix.tui.session_list import find_sessions
 
     root = Path(args.root)
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder of sessions")
-    if not (args.list or args.json or args.verbosity < 0) and _on_terminal():
+    if not (args.list or args.json or args.verbosity < 0) and on_terminal():
         from kernelfix.tui.app import KernelfixApp
 
-        app = KernelfixApp(sessions_root=root, resume=lambda path, sink: _open_for_resume(path, args, sink))
+        app = KernelfixApp(sessions_root=root, resume=lambda path, sink: open_for_resume(path, args, sink))
         app.run()
-        _left_mid_turn(app)
+        left_mid_turn(app)
         if app.error is not None:
             print(f"kernelfix: the resumed session stopped: {app.error}", file=sys.stderr)
             return EXIT_FAIL

@@ -12,11 +12,11 @@ from kernelfix.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
-    _agent_config,
-    _judge_config,
-    _limit_args,
-    _load_config,
+    add_limit_args,
+    agent_config_for,
     check_device,
+    judge_config_for,
+    load_config_for,
     settings_error,
     verbosity_args,
 )
@@ -91,7 +91,7 @@ def add_parser(sub) -> None:
         "--workers", type=int, metavar="N", help="sessions at a time with --headless (default: as kernelfix batch)"
     )
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
-    _limit_args(p)  # each per session
+    add_limit_args(p)  # each per session
     verbosity_args(
         p,
         quiet="no progress lines: the summary alone",
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kernelfix.tune.flow import Tune, TuneInputError, TuneOptions
 
-    cfg = _load_config(args)
+    cfg = load_config_for(args)
     tune_cfg = cfg.tune
     updates = {k: v for k, v in (("top", args.top), ("compile_backend", args.compile_backend)) if v is not None}
     if updates:
@@ -118,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
             raise settings_error(
                 e, type(tune_cfg), {k: "--" + k.replace("_", "-") for k in updates}, "tune", args
             ) from None
-    judge_cfg = _judge_config(argparse.Namespace(**{**vars(args), "backward": None}))
-    agent_cfg = _agent_config(cfg.agent, args)
+    judge_cfg = judge_config_for(argparse.Namespace(**{**vars(args), "backward": None}))
+    agent_cfg = agent_config_for(cfg.agent, args)
     if args.rank_only:
         agent_cfg = agent_cfg.model_copy(update={"model": agent_cfg.model or "(none: --rank-only)"})
     elif not agent_cfg.model:
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             text.print(line, markup=False)
 
     def run_sessions(jobs):
-        if _use_tui(args.headless):
+        if use_tui(args.headless):
             return _run_in_tui(jobs)
         from kernelfix.tune.jobs import run_headless
 
@@ -205,8 +205,8 @@ def _check_model(agent_cfg) -> None:
         raise UsageError(str(e)) from None
 
 
-def _use_tui(headless: bool) -> bool:
-    from kernelfix.cli.optimize import _use_tui as use
+def use_tui(headless: bool) -> bool:
+    from kernelfix.cli.optimize import use_tui as use
 
     return use(headless)
 
@@ -214,10 +214,10 @@ def _use_tui(headless: bool) -> bool:
 def _run_in_tui(jobs):
     """Each session in the terminal UI, one after the other, as `kernelfix optimize` shows one; a finished
     session is skipped and an unfinished one resumed, as the batch does (the same session directories)."""
-    from kernelfix.agent.batch.worker import _open_or_create, finished_result, prior_state
+    from kernelfix.agent.batch.worker import finished_result, open_or_create, prior_state
     from kernelfix.agent.models import make_model
     from kernelfix.agent.session import Session
-    from kernelfix.cli.optimize import _event_sink, _run_session
+    from kernelfix.cli.optimize import event_sink, run_session
 
     results = {}
     for job in jobs:
@@ -225,11 +225,11 @@ def _run_in_tui(jobs):
         if done is not None:
             results[job.name] = done
             continue
-        sink = _event_sink(True)
+        sink = event_sink(True)
         api_key = os.environ.get(job.agent.api_key_env) if job.agent.api_key_env else None
-        store, _ = _open_or_create(
+        store, _ = open_or_create(
             job, prior_state(job.session_dir)[0], lambda: make_model(job.model, job.agent, api_key=api_key), sink
         )
         session = Session(store, make_model(store.settings.model, store.settings.agent, api_key=api_key), on_event=sink)
-        _run_session(session, sink)
+        run_session(session, sink)
     return results

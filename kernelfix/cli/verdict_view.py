@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kernelfix.prompts.feedback import input_set_lines
+from kernelfix.tools.feedback.verdict_text import input_set_lines
 from kernelfix.tools.verdict import SANDBOX_NOTE, CorrectnessReport, Family, Verdict
 
 VERBOSE_HINT = "-v: every check, the stage times and the feedback the model reads"

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from kernelfix.judge_pool import JudgePool, JudgeRequest, Outcome, gpu_slots
+from kernelfix.library.judge_pool import JudgePool, JudgeRequest, Outcome, gpu_slots
 
 
 class Backend(Protocol):
@@ -36,7 +36,7 @@ class InProcess:
         if pool is not None:
             self.pool = pool
             return
-        from kernelfix.api import judge_config
+        from kernelfix.library.api import judge_config
         from kernelfix.tools.judge import resolve_device
 
         cfg = judge_config(config, device=device)

@@ -25,9 +25,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kernelfix.judge_pool import Busy, JudgePool, JudgeRequest, Outcome, TooMany
+from kernelfix.base.version import __version__
+from kernelfix.library.judge_pool import Busy, JudgePool, JudgeRequest, Outcome, TooMany
 from kernelfix.serve.auth import authorized
-from kernelfix.version import __version__
 
 GPU_HEADER = "X-Kernelfix-Gpu"
 DEFAULT_MAX_BODY = 4 << 20

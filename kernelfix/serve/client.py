@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 
-from kernelfix.api import CandidateKind, candidate_source, task_source
-from kernelfix.judge_pool import JudgeRequest, Outcome
+from kernelfix.library.api import CandidateKind, candidate_source, task_source
+from kernelfix.library.judge_pool import JudgeRequest, Outcome
+from kernelfix.library.sources import file_task_name
 from kernelfix.serve.auth import client_token
-from kernelfix.sources import file_task_name
 from kernelfix.tools.verdict import Verdict
 
 DEFAULT_URL = "http://127.0.0.1:8000"

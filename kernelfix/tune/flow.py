@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelfix import atomic
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.batch.plan import BatchSettings, Job, PlanError
 from kernelfix.agent.batch.worker import TaskResult, prior_state
 from kernelfix.agent.session_dir import read_trajectory
+from kernelfix.base import atomic
+from kernelfix.base.version import __version__
 from kernelfix.capture.errors import CaptureFailed, CaptureInputError
 from kernelfix.capture.files import CaptureFiles
 from kernelfix.tools.config import JudgeConfig
@@ -34,7 +35,6 @@ from kernelfix.tune.jobs import plan_job, task_stem
 from kernelfix.tune.model_call import ModelCall
 from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.tune_report import KeptSwap, ModuleRow, SwapTrial, TuneReport, instances, label
-from kernelfix.version import __version__
 
 REPORT = "report.json"
 

@@ -51,7 +51,7 @@ class ModelCall:
         """The call's arguments, floating inputs that required grad requiring it again (detached copies do not), and
         every state object (a cache passed in) put back as it was before the recorded call: each replay meets the
         same state."""
-        from kernelfix.capture.state_args import restore
+        from kernelfix.capture.state_binding import restore
 
         restore(self.state_args)
         flat, spec = pytree.tree_flatten((self.args, self.kwargs))

@@ -12,7 +12,7 @@
     trials = "each"          # or "together": every correct swap at once first (one compile of a large model)
     library_ops = ["mm", "addmm", ...]   # ATen ops kernels may call: the vendor's GEMM and attention
 
-Light at import (pydantic only): kernelfix.config_file reads it for every command.
+Light at import (pydantic only): kernelfix.cli.config_file reads it for every command.
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS, Case, load_cases
+
+from kernelfix.base.cache_dir import BYTECODE_CACHE, COMPILER_CACHES, lock_root
 from kernelfix.sandbox import probe
 from kernelfix.sandbox.cgroup import PREFIX as CGROUP_PREFIX
-from kernelfix.tools.cache_dir import BYTECODE_CACHE, COMPILER_CACHES, lock_root
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
 from kernelfix.tools.legality import static_checks

@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
+from kernelfix.base.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.compile import GpuRequired
 from kernelfix.tools.compile import ninja_build as build_runner
 from kernelfix.tools.compile import nvrtc as build_nvrtc
@@ -140,6 +140,7 @@ def install(build_root: Path, device: str, options: BuildOptions | None = None) 
     ``torch.utils.cpp_extension`` is imported (now, if it is: a Triton candidate's worker never
     imports it), and NVRTC's ``torch.cuda._compile_kernel`` now."""
     import torch
+
     from kernelfix.tools.import_hooks import after_import
 
     options = options or BuildOptions()

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
+from kernelfix.base.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline
 from kernelfix.tools.compile import times as build_times
 from kernelfix.tools.compile.store import Store, digest, file_sha256

@@ -1,4 +1,4 @@
-"""[judge, candidate worker, one-shot child] Measured compile times per source layout: what the prompt and the build feedback quote (prompts/blocks.py, prompts/build_feedback.py).
+"""[judge, candidate worker, one-shot child] Measured compile times per source layout: what the prompt and the build feedback quote (prompts/blocks.py, tools/feedback/build_feedback.py).
 
 A CUDA candidate's build time is decided by its layout, not its kernel: nvcc on a
 ``.cu`` that includes the torch headers parses them twice (host and device front
@@ -22,10 +22,11 @@ import statistics
 from pathlib import Path
 from typing import Literal
 
-from kernelfix.tools.cache_dir import BUILD_CACHE, cache_root
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelfix.base.cache_dir import BUILD_CACHE, cache_root
 from kernelfix.tools.compile.store import digest
 from kernelfix.tools.verdict import BuildTimeRef
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # cu_torch: a .cu that includes torch headers; cu_plain: one that does not;
 # host_pch / host_torch: the binding TU with / without the precompiled torch header;

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from kernelfix.tools.correctness import fused
 from kernelfix.tools.correctness.tolerance import tolerance
 

@@ -245,7 +245,7 @@ class TruthStats:
 
 @_guarded
 def truth_stats(rf: torch.Tensor, tf: torch.Tensor, of: torch.Tensor) -> TruthStats:
-    """compare.truth_check's sums for one leaf: the candidate's and the reference's errors against the truth."""
+    """truth.truth_check's sums for one leaf: the candidate's and the reference's errors against the truth."""
     _, truth, _ = _kernels()
     rf, tf, of = rf.contiguous(), tf.contiguous(), of.contiguous()
     part = _launch(truth, TRUTH_COLS, (rf, tf, of), COLS=TRUTH_COLS)

@@ -62,6 +62,7 @@ def _vary(
     x: torch.Tensor, variant: InputVariant, gen: torch.Generator, stats: tuple[float, float] | None = None
 ) -> torch.Tensor:
     import torch
+
     from kernelfix.tools.correctness import fused
     from kernelfix.tools.correctness.chunked import chunks
 

@@ -16,12 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelfix.base import atomic
 from kernelfix.sandbox import ChildOutcome, run_child
 from kernelfix.sandbox.untrusted_files import read_plain
 from kernelfix.tools.handles import sandboxing
 from kernelfix.tools.verdict import SANDBOX_NOTE
-
-from kernelfix import atomic
 
 if TYPE_CHECKING:
     from kernelfix.tools.evaluation import Evaluation

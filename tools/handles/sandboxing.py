@@ -15,9 +15,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from kernelfix.sandbox import Isolation, Limits, scrubbed_env
-from kernelfix.sandbox.probes import for_gpu
-from kernelfix.tools.cache_dir import (
+from kernelfix.base.cache_dir import (
     CACHE_ENV,
     INDUCTOR_CACHE,
     TRITON_CACHE,
@@ -26,6 +24,8 @@ from kernelfix.tools.cache_dir import (
     judge_cache,
     lock_root,
 )
+from kernelfix.sandbox import Isolation, Limits, scrubbed_env
+from kernelfix.sandbox.probes import for_gpu
 from kernelfix.tools.config import JudgeConfig
 
 Role = Literal["reference", "candidate"]

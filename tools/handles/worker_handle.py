@@ -18,10 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelfix.base import atomic
 from kernelfix.sandbox import ChildOutcome, Isolation, Limits
 from kernelfix.sandbox.process import Child
-
-from kernelfix import atomic
 
 
 class WorkerGone(Exception):

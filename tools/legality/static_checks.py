@@ -10,144 +10,13 @@ runtime record of executed aten ops decides, since dead code computes nothing.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable, Iterator
 
 from kernelfix.tools import pysource
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.legality import static_vocabulary as V
 from kernelfix.tools.legality.allowlist import make_allowed
 from kernelfix.tools.verdict import Category, StaticFinding
-
-# Modules whose import alone means the candidate reaches for the judge, the interpreter or the OS.
-_TAMPER_MODULES = {
-    "ctypes": "ctypes (raw memory access)",
-    "gc": "gc (reaching other objects in the process)",
-    "inspect": "inspect (reading the judge's frames)",
-    "importlib": "importlib (loading or reloading modules behind the judge's back)",
-    "builtins": "builtins (replacing built-in functions)",
-    "kernelfix": "kernelfix (the judge itself)",
-    "signal": "signal (signal handlers)",
-    "socket": "socket (network access)",
-    "subprocess": "subprocess (running other programs)",
-    "pickle": "pickle",
-    "marshal": "marshal",
-    "__main__": "__main__ (the judge's harness)",
-}
-_THREAD_MODULES = {"threading", "multiprocessing", "concurrent", "asyncio", "_thread"}
-_TAMPER_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
-_SYS_ATTRS = {"modules", "_getframe", "settrace", "setprofile", "meta_path", "path_hooks", "addaudithook"}
-_OS_ATTRS = {
-    "kill",
-    "killpg",
-    "getppid",
-    "fork",
-    "forkpty",
-    "setsid",
-    "setpgid",
-    "system",
-    "popen",
-    "dup2",
-    "pidfd_open",
-    "register_at_fork",
-}
-_OS_PREFIXES = ("exec", "spawn", "posix_spawn")  # execv, execlpe, spawnvp, posix_spawnp, ...
-
-
-def _os_tamper(name: str) -> bool:
-    return name in _OS_ATTRS or name.startswith(_OS_PREFIXES)
-
-
-_TORCH_PRIVATE = re.compile(
-    r"^torch\.(_C|_dynamo|_inductor|overrides|profiler|autograd\.profiler|utils\._python_dispatch|_subclasses|fx)\b"
-)
-_STREAM_ATTRS = {"Stream", "stream", "ExternalStream", "StreamContext", "set_stream"}
-
-# torch.* callables that compute nothing (allocation, metadata, context managers, dtypes).
-_HARMLESS_TORCH = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "zeros",
-    "zeros_like",
-    "ones",
-    "ones_like",
-    "full",
-    "full_like",
-    "arange",
-    "tensor",
-    "as_tensor",
-    "from_numpy",
-    "device",
-    "dtype",
-    "Size",
-    "manual_seed",
-    "no_grad",
-    "inference_mode",
-    "is_tensor",
-    "numel",
-    "get_default_dtype",
-    "set_grad_enabled",
-    "is_floating_point",
-    "promote_types",
-    "result_type",
-    "finfo",
-    "iinfo",
-    "broadcast_shapes",
-    "Generator",
-    "Tensor",
-    "randn",
-    "rand",
-    "randint",
-    "cdiv",
-    "is_grad_enabled",
-    "enable_grad",
-}
-_HARMLESS_TORCH_PREFIXES = (
-    "torch.cuda.",
-    "torch.utils.cpp_extension.",
-    "torch.ops.",
-    "torch.nn.Parameter",
-    "torch.nn.init.",
-    "torch.backends.",
-    "torch.Tensor",
-)
-_HARMLESS_NN = {
-    "Parameter",
-    "ParameterList",
-    "ParameterDict",
-    "ModuleList",
-    "ModuleDict",
-    "Identity",
-    "Module",
-    "Buffer",
-}
-# Tensor methods that compute (called on any object in the forward path: a warning).
-_COMPUTE_METHODS = set(
-    """sum mean max min amax amin softmax log_softmax exp log matmul mm bmm relu sigmoid tanh add mul sub
-    div pow sqrt rsqrt norm var std cumsum cumprod prod clamp clamp_ abs neg argmax argmin topk sort
-    gelu silu addmm baddbmm einsum conv2d conv1d conv3d logsumexp erf sin cos maximum minimum where
-    add_ mul_ sub_ div_ relu_ masked_fill lerp dot outer addcmul addcdiv""".split()
-)
-_CXX_ATEN = re.compile(
-    r"\b(?:at|torch)::(?!cuda\b|Tensor\b|kFloat|kHalf|kBFloat16|kInt|kLong|kCUDA|kCPU|ScalarType|TensorOptions|Device|IntArrayRef|Scalar\b|dtype\b|indexing\b|nn\b)(\w+)\s*\("
-)
-# C++ that steps around the dispatcher's Python key would hide its aten calls from the op recorder.
-_CXX_DISPATCH = re.compile(
-    r"\b(ExcludeDispatchKeyGuard|IncludeDispatchKeyGuard|AutoDispatchBelow\w*|DispatchKeySet|_DisableTorchDispatch|RecordFunctionGuard|enableRecordFunction|tls_set_dispatch_key\w*)\b"
-)
-_CXX_LIBRARY = re.compile(r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::cuda::blas)\b|#include\s*[<\"](cublas|cudnn)")
-_CXX_STREAM = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamBeginCapture)\b")
-_CXX_THREAD = re.compile(r"\b(std::thread|std::async|pthread_create|std::jthread)\b")
-# Host syncs: the host waits for the GPU, which then idles until the next launch (tools/profile/host_sync.py
-# finds them at run time too). Tensor methods, torch calls, and their C++ forms.
-_SYNC_METHODS = {"item", "cpu", "tolist", "numpy", "synchronize"}
-_CXX_SYNC = re.compile(
-    r"\b(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaMemcpy(?!Async|ToSymbolAsync|FromSymbolAsync)\w*)\s*\(|\.(item<\w+>|cpu)\(\)"
-)
-_SYNC_FIX = (
-    "it makes the host wait for the GPU (a host sync) and the GPU idle until the next launch: keep the value on the GPU "
-    "(pass the tensor to the next kernel and read it there) and let the stream order the kernels"
-)
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -238,7 +107,7 @@ def _nn_submodules(tree: ast.Module, aliases: _Aliases) -> dict[str, str]:
     for node in ast.walk(cls):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             target = aliases.resolve(_dotted(node.value.func)) or ""
-            if target.startswith("torch.nn.") and target.rsplit(".", 1)[-1] not in _HARMLESS_NN:
+            if target.startswith("torch.nn.") and target.rsplit(".", 1)[-1] not in V.HARMLESS_NN:
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                         out[t.attr] = target
@@ -249,12 +118,12 @@ def _torch_compute_call(call: ast.Call, aliases: _Aliases, allowed: frozenset[st
     target = aliases.resolve(_dotted(call.func))
     if target is None:
         return None
-    if target.startswith("torch.") and not target.startswith(_HARMLESS_TORCH_PREFIXES):
+    if target.startswith("torch.") and not target.startswith(V.HARMLESS_TORCH_PREFIXES):
         name = target.rsplit(".", 1)[-1]
-        if name in _HARMLESS_TORCH or name in allowed:
+        if name in V.HARMLESS_TORCH or name in allowed:
             return None
         if target.startswith("torch.nn.") and not target.startswith("torch.nn.functional."):
-            return None if name in _HARMLESS_NN else target
+            return None if name in V.HARMLESS_NN else target
         return target
     return None
 
@@ -281,7 +150,7 @@ def _calls_torch_compute(
                         ):  # nn.Linear where linear is allowed
                             hits.append((node.lineno, f"self.{f.attr} ({nn_mods[f.attr]})"))
                     elif (
-                        f.attr in _COMPUTE_METHODS
+                        f.attr in V.COMPUTE_METHODS
                         and f.attr not in allowed
                         and not aliases.is_module_root(_dotted(f.value) or "")
                     ):
@@ -308,7 +177,7 @@ def _host_syncs(nodes: Iterable[ast.AST], aliases: _Aliases) -> list[tuple[int, 
                 hits.append((node.lineno, "torch.cuda.synchronize()"))
             elif (
                 isinstance(f, ast.Attribute)
-                and f.attr in _SYNC_METHODS
+                and f.attr in V.SYNC_METHODS
                 and not aliases.is_module_root(_dotted(f.value) or "")
             ):
                 hits.append((node.lineno, f".{f.attr}()"))
@@ -347,24 +216,26 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
                 mods = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
             if isinstance(node, ast.ImportFrom) and node.module in ("os", "sys", "posix"):
                 for a in node.names:
-                    if (node.module == "sys" and a.name in _SYS_ATTRS) or (node.module != "sys" and _os_tamper(a.name)):
+                    if (node.module == "sys" and a.name in V.SYS_ATTRS) or (
+                        node.module != "sys" and V.os_tamper(a.name)
+                    ):
                         error("tampering", Category.TAMPERING, f"imports {node.module}.{a.name}", node.lineno)
             for m in mods:
                 top = m.split(".")[0]
-                if top in _TAMPER_MODULES:
-                    error("tampering", Category.TAMPERING, f"imports {_TAMPER_MODULES[top]}", node.lineno)
-                elif top in _THREAD_MODULES and not config.allow_streams:
+                if top in V.TAMPER_MODULES:
+                    error("tampering", Category.TAMPERING, f"imports {V.TAMPER_MODULES[top]}", node.lineno)
+                elif top in V.THREAD_MODULES and not config.allow_streams:
                     error(
                         "threads",
                         Category.THREADS,
                         f"imports {m}: work on other threads escapes the timer",
                         node.lineno,
                     )
-                elif _TORCH_PRIVATE.match(m):
+                elif V.TORCH_PRIVATE.match(m):
                     error("tampering", Category.TAMPERING, f"imports {m} (the judge's instrumentation)", node.lineno)
         elif isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
-            if name in _TAMPER_CALLS:
+            if name in V.TAMPER_CALLS:
                 error("tampering", Category.TAMPERING, f"calls {name}()", node.lineno)
             elif name in ("setattr", "delattr") and node.args:
                 root = _dotted(node.args[0])
@@ -382,7 +253,7 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
             target = aliases.resolve(_dotted(node.func)) or ""
             if (
                 target.startswith("torch.cuda.")
-                and target.rsplit(".", 1)[-1] in _STREAM_ATTRS
+                and target.rsplit(".", 1)[-1] in V.STREAM_ATTRS
                 and not config.allow_streams
             ):
                 error(
@@ -419,11 +290,11 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
         elif isinstance(node, ast.Attribute):
             d = aliases.resolve(_dotted(node))
             if d:
-                if d.startswith("sys.") and d.split(".")[1] in _SYS_ATTRS:
+                if d.startswith("sys.") and d.split(".")[1] in V.SYS_ATTRS:
                     error("tampering", Category.TAMPERING, f"uses {d}", node.lineno)
-                elif d.startswith(("os.", "posix.")) and _os_tamper(d.split(".")[1]):
+                elif d.startswith(("os.", "posix.")) and V.os_tamper(d.split(".")[1]):
                     error("tampering", Category.TAMPERING, f"uses {d}", node.lineno)
-                elif _TORCH_PRIVATE.match(d):
+                elif V.TORCH_PRIVATE.match(d):
                     error(
                         "tampering", Category.TAMPERING, f"uses {d} (torch internals the judge relies on)", node.lineno
                     )
@@ -455,36 +326,36 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
 
     # --- C++/CUDA sources (string constants) ---------------------------------------------
     for line, text in _string_constants(tree):
-        if not config.allow_libraries and (m := _CXX_LIBRARY.search(text)):
+        if not config.allow_libraries and (m := V.CXX_LIBRARY.search(text)):
             error(
                 "library",
                 Category.DISALLOWED_LIBRARY,
                 f"C++ source calls {m.group(0)}: write the kernel instead of calling a vendor library",
                 line,
             )
-        if not config.allow_streams and (m := _CXX_STREAM.search(text)):
+        if not config.allow_streams and (m := V.CXX_STREAM.search(text)):
             error(
                 "side_stream",
                 Category.SIDE_STREAM,
                 f"C++ source uses {m.group(0)}: launch on the current stream (at::cuda::getCurrentCUDAStream())",
                 line,
             )
-        if not config.allow_streams and (m := _CXX_THREAD.search(text)):
+        if not config.allow_streams and (m := V.CXX_THREAD.search(text)):
             error("threads", Category.THREADS, f"C++ source uses {m.group(0)}", line)
-        if m := _CXX_DISPATCH.search(text):
+        if m := V.CXX_DISPATCH.search(text):
             error(
                 "tampering", Category.TAMPERING, f"C++ source uses {m.group(0)} (steering around the dispatcher)", line
             )
-        for m in _CXX_ATEN.finditer(text):
+        for m in V.CXX_ATEN.finditer(text):
             if m.group(1) not in allowed and not m.group(1)[0].isupper():
                 warn(
                     "cxx_torch_op",
                     f"C++ source calls {m.group(0).rstrip('(').strip()}: a torch op, not a custom kernel",
                     line,
                 )
-        if m := _CXX_SYNC.search(text):
+        if m := V.CXX_SYNC.search(text):
             call = m.group(1) or m.group(2)
-            warn("host_sync", f"C++ source calls {call}(): {_SYNC_FIX}", line)
+            warn("host_sync", f"C++ source calls {call}(): {V.SYNC_FIX}", line)
 
     # --- the forward path ------------------------------------------------------------------
     path = _forward_path(tree)
@@ -492,7 +363,7 @@ def check(code: str, config: JudgeConfig | None = None) -> list[StaticFinding]:
     for line, what in _calls_torch_compute(path, aliases, allowed, nn_mods):
         warn("torch_op", f"forward path calls {what}", line)
     for line, what in _host_syncs(path, aliases):
-        warn("host_sync", f"forward path calls {what}: {_SYNC_FIX}", line)
+        warn("host_sync", f"forward path calls {what}: {V.SYNC_FIX}", line)
     for fn in path:
         for node in ast.walk(fn):
             if isinstance(node, ast.Try):

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pydantic import BaseModel, ConfigDict
+
 from kernelfix.tools.gpu.specs import GpuSpec
 from kernelfix.tools.profile.host_sync import SyncReport
 from kernelfix.tools.profile.ncu_csv import NcuKernel, NcuRule
 from kernelfix.tools.profile.ncu_source import SourceRow
 from kernelfix.tools.verdict import CodeLine, KernelProfile
-from pydantic import BaseModel, ConfigDict
 
 L2_FLOPS_PER_BYTE = 32.0  # below this, a matmul/conv kernel is not reusing its tiles on chip
 TENSOR_PIPE = re.compile(r"sm__pipe_tensor(_op_hmma|_op_gmma)?_cycles_active\.avg\.pct_of_peak_sustained_active")

@@ -18,10 +18,11 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.profile import ncu_csv
 from kernelfix.tools.profile.ncu_csv import NcuOutput
-from pydantic import BaseModel, ConfigDict
 
 NVTX_RANGE = "kernelfix_candidate"
 BACKWARD_RANGE = ncu_csv.BACKWARD_RANGE  # a start/end range: no "/" in its filter

@@ -31,7 +31,7 @@ def ready_file(outdir: Path, stage: str) -> Path:
 
 def publish(path: Path, payload: dict[str, Any]) -> None:
     """Write the plan whole (a reader never sees half of it): a new name, then a rename over ``path``."""
-    from kernelfix import atomic
+    from kernelfix.base import atomic
 
     atomic.write_text(path, json.dumps(payload, default=str), fsync=False)
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 
-from kernelfix.tools.verdict import HazardKind
 from pydantic import BaseModel, ConfigDict, Field
+
+from kernelfix.tools.verdict import HazardKind
 
 
 class Loc(BaseModel):

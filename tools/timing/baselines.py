@@ -16,14 +16,14 @@ import hashlib
 import json
 from typing import Any
 
-from kernelfix.tools.cache_dir import judge_cache
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kernelfix.base import atomic
+from kernelfix.base.cache_dir import judge_cache
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tools.transport.protocol import ReferenceReady
 from kernelfix.tools.verdict import TimingStats
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from kernelfix import atomic
 
 VERSION = 1  # bump when what a baseline measures changes
 

@@ -14,8 +14,9 @@ import mmap
 import os
 from typing import Literal
 
-from kernelfix.tools.transport import cuda_vmm
 from pydantic import BaseModel, ConfigDict
+
+from kernelfix.tools.transport import cuda_vmm
 
 ArenaKind = Literal["cuda", "host"]
 ALIGN = 256  # every tensor in an arena starts on a 256-byte boundary (vectorized loads, TMA)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kernelfix.tools.transport import ArenaSpec, TensorSpec
 from kernelfix.tools.verdict import InputVariant, TrialReport
-from pydantic import BaseModel, ConfigDict, Field
 
 Purpose = Literal["correctness", "fresh", "varied"]
 

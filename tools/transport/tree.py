@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelfix.tools.transport.arena import Arena, aligned
 from pydantic import BaseModel, ConfigDict
+
+from kernelfix.tools.transport.arena import Arena, aligned
 
 Skeleton = Any  # JSON
 

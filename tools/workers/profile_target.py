@@ -59,9 +59,10 @@ def _kernel_list(prof) -> list[dict[str, Any]]:
 
 def body(w: Worker) -> None:
     import torch
+    from torch.profiler import ProfilerActivity, profile
+
     from kernelfix.tools.compile import load_inline
     from kernelfix.tools.config import BuildOptions
-    from torch.profiler import ProfilerActivity, profile
 
     spec = w.spec
     device = spec["device"]
@@ -135,6 +136,7 @@ def _ahead(spec: dict[str, Any]) -> None:
     try:
         if kind_for_candidate(Path(spec["candidate_path"]).read_text()) in ("triton", "candidate"):
             import triton  # noqa: F401
+
             from kernelfix.tools.workers.candidate.ahead import triton_key_ahead
 
             triton_key_ahead()
@@ -166,8 +168,9 @@ def _forward_backward(w: Worker, spec: dict[str, Any], model: Any, inputs: list,
     thread's) does not reach: the backward runs inside a start/end range, which ncu sees on every
     thread and names per kernel, so each kernel is told forward or backward."""
     import torch
-    from kernelfix.tools.correctness import gradients
     from torch.profiler import ProfilerActivity, profile
+
+    from kernelfix.tools.correctness import gradients
 
     args, _ = gradients.grad_leaves(inputs)
 

@@ -42,6 +42,7 @@ def _draw(task: Any, seed: int, input_set: int | None, device: str) -> list:
     """A trial's inputs as the reference worker draws them (tools/workers/reference/server.py: on the
     device under the trial's seed, on the CPU where the task's code cannot run there)."""
     import torch
+
     from kernelfix.tools import input_sets
 
     seed_all(seed)
@@ -78,6 +79,7 @@ def _import_candidate(w: Worker, spec: dict[str, Any]) -> Any:
 def _wrong(out: Any, ref: Any, atol: float | None, rtol: float | None) -> str | None:
     """How ``out`` differs from ``ref`` beyond the tolerance, or None when it does not."""
     import torch
+
     from kernelfix.tools.correctness.tolerance import tolerance
 
     outs, refs = tensors_in(out), tensors_in(ref)
@@ -116,6 +118,7 @@ def _differs(a: Any, b: Any) -> str | None:
 
 def probe(w: Worker) -> None:
     import torch
+
     from kernelfix.tools import input_sets
     from kernelfix.tools.sanitizer import reduce
 
@@ -208,6 +211,7 @@ def run_tool(w: Worker) -> None:
     ``ModelNew``; then it waits, ready, for the plan, which the judge writes once it holds the GPU's lock
     for the tools; the inputs and the forward after it."""
     import torch
+
     from kernelfix.tools.sanitizer import handoff, reduce
 
     spec = w.spec

@@ -11,6 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, OptionList
+
 from kernelfix.agent.events import EventSink, SessionEnded
 from kernelfix.agent.session import Session
 from kernelfix.tui.relay import EventRelay, SessionEventMessage
@@ -20,12 +27,6 @@ from kernelfix.tui.widgets.session_header import SessionHeader
 from kernelfix.tui.widgets.stage_bar import StageBar
 from kernelfix.tui.widgets.turn_detail import TABS, TurnDetail
 from kernelfix.tui.widgets.turn_list import TurnList
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal
-from textual.message import Message
-from textual.screen import Screen
-from textual.widgets import Footer, OptionList
 
 ResumeFactory = Callable[[Path, EventSink], Session]  # (session dir, event sink) -> a Session ready to run
 _LIVE_ONLY = {"pause", "edit", "hint", "accept", "stop"}

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
-from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
-from kernelfix.tui.session_list import SessionSummary, find_sessions
-from kernelfix.tui.view_model import SessionView, short_model
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+
+from kernelfix.agent.session_dir import SETTINGS, SessionSettings, read_trajectory
+from kernelfix.tui.screens.session_screen import ResumeFactory, SessionScreen
+from kernelfix.tui.session_list import SessionSummary, find_sessions
+from kernelfix.tui.view_model import SessionView, short_model
 
 
 class SessionsScreen(Screen):

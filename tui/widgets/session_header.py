@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from kernelfix.tui.view_model import SessionView
 from rich.text import Text
 from textual.widgets import Static
+
+from kernelfix.tui.view_model import SessionView
 
 
 def _clock(seconds: float) -> str:

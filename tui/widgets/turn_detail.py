@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from kernelfix.tui.check_views import correctness_view
-from kernelfix.tui.code_views import candidate_view, diff_view, log_view
-from kernelfix.tui.perf_views import performance_view, profile_view
-from kernelfix.tui.turn_text import BEST_MARK, LIVE_MARK, mark
-from kernelfix.tui.view_model import SessionView
 from rich.markdown import Markdown
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Collapsible, Static, TabbedContent, TabPane
+
+from kernelfix.tui.check_views import correctness_view
+from kernelfix.tui.code_views import candidate_view, diff_view, log_view
+from kernelfix.tui.perf_views import performance_view, profile_view
+from kernelfix.tui.turn_text import BEST_MARK, LIVE_MARK, mark
+from kernelfix.tui.view_model import SessionView
 
 # (pane id, tab label); the number keys 1-7 pick them in this order.
 TABS = [

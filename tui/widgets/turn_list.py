@@ -3,10 +3,11 @@ A search (width > 1) shows the tree: each turn's branch and parent, forks indent
 
 from __future__ import annotations
 
-from kernelfix.tui.turn_text import live_label, live_tree_label, tree_label, turn_label
-from kernelfix.tui.view_model import SessionView
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
+
+from kernelfix.tui.turn_text import live_label, live_tree_label, tree_label, turn_label
+from kernelfix.tui.view_model import SessionView
 
 
 class TurnList(OptionList):

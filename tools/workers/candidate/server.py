@@ -113,6 +113,7 @@ class CandidateRunner:
 
     def build(self) -> None:
         import torch
+
         from kernelfix.tools.compile import load_inline
         from kernelfix.tools.config import BuildOptions
 
@@ -255,6 +256,7 @@ class CandidateRunner:
         """--backward: forward with grad on fresh leaves, backward with the judge's cotangent (both under the
         recorder); returns [output, gradients] in the order the reference's gradients come (``req["grads"]``)."""
         import torch
+
         from kernelfix.tools.correctness import gradients
         from kernelfix.tools.transport.protocol import GradKey
         from kernelfix.tools.transport.tree import torch_dtype

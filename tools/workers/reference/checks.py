@@ -100,7 +100,8 @@ class Checks:
 
     def _check_grads(self, plan: TrialPlan, data: TrialData, got: CandidateOutput, cand_grads: Any, report: Any) -> Any:
         """Each gradient by the output's rules (dtype tolerance, error norm, the float64 rule); the first wrong one named."""
-        from kernelfix.tools.correctness.compare import compare, truth_check
+        from kernelfix.tools.correctness.compare import compare
+        from kernelfix.tools.correctness.truth import truth_check
         from kernelfix.tools.verdict import Category, TrialReport
 
         if got.no_gradient:
@@ -156,7 +157,7 @@ class Checks:
         is no further from it than ``truth_factor`` times the float32 reference (a kernel exact where
         the reference rounds, as cuDNN's TF32 convolutions do). The float64 output is computed here
         if this trial has none yet; kept with the trial only while the cache can hold it."""
-        from kernelfix.tools.correctness.compare import truth_check
+        from kernelfix.tools.correctness.truth import truth_check
 
         kept = data.out64 is not None
         if not kept and self.model64 is not None:

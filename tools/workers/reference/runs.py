@@ -20,6 +20,7 @@ class Runs:
         """Eager and torch.compile on the first trial's inputs. ``warm_only``: compile and run once,
         time nothing (outside the GPU lease); else time both (under it)."""
         import torch
+
         from kernelfix.tools.timing.clock import bandwidth_gbps, l2_flush_buffer, time_cuda
 
         plan = TrialPlan.model_validate(req["trial"])

@@ -68,6 +68,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
 
     def start(self) -> None:
         import torch
+
         from kernelfix.tools.transport.arena import cuda_arenas_work
 
         if self.cuda:

@@ -190,6 +190,7 @@ class Trials:
     ) -> tuple[Any, list, list, list]:
         """Forward with grad, backward with the trial's cotangent: (output, cotangent, gradient keys, gradients)."""
         import torch
+
         from kernelfix.tools.correctness import gradients
         from kernelfix.tools.transport.protocol import GradKey
 

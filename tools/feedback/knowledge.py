@@ -1,4 +1,4 @@
-"""The knowledge base the feedback picks from: one note per optimization technique.
+"""[judge] The knowledge base the feedback picks from: one note per optimization technique.
 
 Each note is ``knowledge/<slug>.md``: TOML front matter between ``+++`` lines (title, the profile
 findings that select it, the task kinds it helps, its exemplar's backend, the exemplar, the naive
@@ -12,7 +12,7 @@ candidates (``class ModelNew``) for their task, under ``knowledge/exemplars/``.
     text = render(notes)  # titles, bodies and exemplar code for the feedback
 
 A turn's notes are picked in one place, :func:`for_profile` (``NOTES_PER_TURN`` of them): the verdict's
-feedback names them by title (prompts/feedback.py), the next message carries their text (prompts/messages.py).
+feedback names them by title (tools/feedback/verdict_text.py), the next message carries their text (agent/messages.py).
 """
 
 from __future__ import annotations

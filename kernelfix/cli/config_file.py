@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelfix.agent.agent_config import AgentConfig
-from kernelfix.settings_errors import problems, toml_name
+from kernelfix.base.settings_errors import problems, toml_name
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tune.tune_config import TuneConfig
 

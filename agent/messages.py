@@ -17,10 +17,10 @@ from typing import Any
 
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.agent.state import ChatMessage, Turn
-from kernelfix.prompts import knowledge
 from kernelfix.prompts.blocks import build_times_block, floor_distance, nvrtc_line
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.correctness.tolerance import describe
+from kernelfix.tools.feedback import knowledge
 from kernelfix.tools.gpu.floor import TaskFloor
 from kernelfix.tools.verdict import Category
 

@@ -1,4 +1,4 @@
-"""The verdict as a short text for the model's next turn (and for people): ``Verdict.feedback``.
+"""[judge] The verdict as a short text for the model's next turn (and for people): ``Verdict.feedback``.
 
 Repair-oriented after a failure (what failed, where, the numbers), optimization-
 oriented after success (runtime, speedups, the profile's bottleneck and the
@@ -9,8 +9,8 @@ into the model's text, and Judge.finish stores it in ``Verdict.feedback`` (kept 
 
 from __future__ import annotations
 
-from kernelfix.prompts import build_feedback
 from kernelfix.tools.correctness.input_variants import describe
+from kernelfix.tools.feedback import build_feedback
 from kernelfix.tools.verdict import (
     SANDBOX_NOTE,
     Category,
@@ -159,11 +159,11 @@ def _global_races(found) -> list[str]:
 def _techniques(v: Verdict) -> list[str]:
     """The knowledge notes the findings call for, by title: the ones the next message carries with their text and
     exemplars (knowledge.for_profile picks both)."""
-    from kernelfix.prompts import knowledge
+    from kernelfix.tools.feedback import knowledge
 
     notes = knowledge.for_profile(v.profile)
     return (
-        [f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.prompts.knowledge)."]
+        [f"Techniques for these findings: {'; '.join(n.title for n in notes)} (kernelfix.tools.feedback.knowledge)."]
         if notes
         else []
     )

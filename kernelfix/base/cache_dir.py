@@ -1,4 +1,4 @@
-"""[judge, candidate worker, one-shot child] Where kernelfix keeps what outlives one evaluation: builds, compiler caches, stubs."""
+"""Where kernelfix keeps what outlives one evaluation: builds, compiler caches, stubs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The build line of a turn's feedback: how long the extension build took and what dominated it.
+"""[judge] The build line of a turn's feedback: how long the extension build took and what dominated it.
 
 Built only from what the build recorded for that build (``ExtensionBuild``: per
 translation unit its seconds, the torch headers it includes itself, the PCH), so

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from kernelfix.sources import (
+from kernelfix.library.sources import (
     FILENAME,
     CandidateKind,
     candidate_source,
