@@ -84,12 +84,11 @@ def main() -> int:
         judge=JudgeConfig(device=args.device, profile=False),
         agent=AgentConfig(max_turns=2, shape_block=False),
         script_args=script_args,
-        judge_device=args.device,
     )
     tune = Tune(
         opts,
         say=lambda s: print(s, flush=True),
-        run_sessions=lambda jobs: run_headless(jobs, out, device=args.device, workers=None, console=err),
+        run_sessions=lambda jobs: run_headless(jobs, out, workers=None, console=err),
     )
     report = tune.run()
     print(summary_text(report, str(out), cfg), flush=True)
@@ -126,7 +125,6 @@ def main() -> int:
             judge=opts.judge,
             agent=opts.agent,
             script_args=[*script_args, "--train"],
-            judge_device=args.device,
             rank_only=True,
         ),
         say=lambda s: print(s, flush=True),

@@ -161,7 +161,7 @@ def test_a_reference_torch_compile_past_its_bound_leaves_eager_with_a_note(tmp_p
                 assert ref.warm_compiled(ref.trials[0], baselines.timing_settings(cfg)) == note
                 assert ref.ready is None  # that worker is gone; the next request starts another
                 det = ref.determinism(ref.trials[0], judge.lease)
-                assert det["inputs_equal"] and det["outputs_equal"]
+                assert det.inputs_equal and det.outputs_equal
             else:
                 base = ref.baseline(judge.lease, fresh=True)
                 print(

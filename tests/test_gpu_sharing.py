@@ -68,7 +68,7 @@ def test_a_stage_that_fails_mid_trial_leaves_no_arena_in_the_reference(judges):
     assert v.category == Category.CRASH, v.message
     assert not judge.ref._owned, "every evaluation's arenas are accounted for"
     judge.ref.give_back_gpu_memory()
-    assert (judge.ref.last_trim["slots"], judge.ref.last_trim["outs"]) == (0, 0)
+    assert (judge.ref.last_trim.slots, judge.ref.last_trim.outs) == (0, 0)
 
 
 def test_judges_in_one_process_see_each_other(tmp_path):

@@ -76,6 +76,7 @@ from kernelfix.tools.stages import (
 )
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.task import Task
+from kernelfix.tools.transport.protocol import Standby
 from kernelfix.tools.verdict import SANDBOX_NOTE, Category, CompileReport, LegalityReport, Stage, Verdict
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ class Judge:
             run is not None and wait
         ):  # until it waits for its candidate (tests, benchmarks); a failure shows when it is used
             try:
-                run.handle.expect(["standby"], Deadline("standby", self.config.import_timeout_s))
+                run.handle.expect([Standby.KIND], Deadline("standby", self.config.import_timeout_s))
             except WorkerGone:
                 pass
 

@@ -157,11 +157,11 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
             judge.reference()
             ref = judge.ref
             det = ref.determinism(ref.trials[0], judge.lease)
-            row.inputs_equal, row.deterministic = det["inputs_equal"], det["inputs_equal"] and det["outputs_equal"]
-            row.rel_error_between_runs = det.get("rel_error")
-            row.vacuous, row.ref_ms, row.draw = ref.vacuous, det.get("ref_ms"), det.get("draw_note")
-            row.input_bytes, row.output_bytes = det.get("input_bytes", 0), det.get("output_bytes", 0)
-            row.trial_peak_bytes = det.get("trial_peak_bytes")
+            row.inputs_equal, row.deterministic = det.inputs_equal, det.inputs_equal and det.outputs_equal
+            row.rel_error_between_runs = det.rel_error
+            row.vacuous, row.ref_ms, row.draw = ref.vacuous, det.ref_ms, det.draw_note
+            row.input_bytes, row.output_bytes = det.input_bytes, det.output_bytes
+            row.trial_peak_bytes = det.trial_peak_bytes
             if judge.device == "cuda":
                 # Compiling holds a trial's tensors; under --backward their gradients too (inputs' and outputs' size again).
                 size = (5 if judge.config.backward else 3) * (row.input_bytes + row.output_bytes)

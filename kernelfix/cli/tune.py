@@ -118,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
             raise settings_error(
                 e, type(tune_cfg), {k: "--" + k.replace("_", "-") for k in updates}, "tune", args
             ) from None
-    judge_cfg = judge_config_for(argparse.Namespace(**{**vars(args), "backward": None}))
+    # --device, once: the judge settings' device is where the model moves and the sessions judge (None: where the
+    # script builds the model; tune decides). [judge] device of the config file is not tune's: the model's place is.
+    judge_cfg = judge_config_for(argparse.Namespace(**{**vars(args), "backward": None})).model_copy(
+        update={"device": args.device}
+    )
     agent_cfg = agent_config_for(cfg.agent, args)
     if args.rank_only:
         agent_cfg = agent_cfg.model_copy(update={"model": agent_cfg.model or "(none: --rank-only)"})
@@ -145,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             return _run_in_tui(jobs)
         from kernelfix.tune.jobs import run_headless
 
-        return run_headless(jobs, out, device=jobs[0].settings.judge.device or "cpu", workers=args.workers, console=err)
+        return run_headless(jobs, out, workers=args.workers, console=err)
 
     opts = TuneOptions(
         script=Path(args.script),
@@ -157,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
         agent=agent_cfg,
         script_args=list(args.script_args),
         backward=args.backward,
-        judge_device=args.device,
         rank_only=args.rank_only,
     )
     tune = Tune(opts, say=say, run_sessions=run_sessions)

@@ -52,11 +52,10 @@ class TuneOptions:
     llm: str
     top: int
     cfg: TuneConfig
-    judge: JudgeConfig
+    judge: JudgeConfig  # its device: --device (None: where the script builds the model); the sessions judge there
     agent: AgentConfig
     script_args: list[str] = field(default_factory=list)
     backward: bool | None = None  # --backward; None: as the script (a training step ranks forward+backward)
-    judge_device: str | None = None  # --device; None: where the model runs
     rank_only: bool = False  # --rank-only: the ranking, nothing captured or optimized
 
 
@@ -140,7 +139,7 @@ class Tune:
                 )
             r.top, r.llm, r.done = o.top, o.llm, False
             r.judge_device = (
-                o.judge_device or r.judge_device
+                o.judge.device or r.judge_device
             )  # new sessions judge there; started ones keep their own settings
             return r
         call = self.model_call()
@@ -156,7 +155,7 @@ class Tune:
             model_class=f"{type(call.module).__module__}.{type(call.module).__qualname__}",
             inputs=call.signature(),
             device=str(call.device),
-            judge_device=o.judge_device or call.device.type,
+            judge_device=o.judge.device or call.device.type,
             backward=call.trains,
             why=call.why,
             llm=o.llm,
@@ -174,8 +173,8 @@ class Tune:
                 self._call = run_to_model_call(self.o.script, self.o.script_args, backward=self.o.backward)
             except CaptureInputError as e:
                 raise TuneInputError(str(e)) from None
-            if self.o.judge_device:
-                self._move(self._call, self.o.judge_device)
+            if self.o.judge.device:
+                self._move(self._call, self.o.judge.device)
             if self._call.device.type == "cpu":
                 os.environ.setdefault("TRITON_INTERPRET", "1")  # swapped Triton kernels run here, in the interpreter
         return self._call

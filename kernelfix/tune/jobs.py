@@ -50,9 +50,9 @@ def plan_job(row: ModuleRow, settings: BatchSettings, llm: str) -> Job:
     return jobs[0]
 
 
-def run_headless(jobs: list[Job], out: Path, *, device: str, workers: int | None, console) -> dict[str, TaskResult]:
+def run_headless(jobs: list[Job], out: Path, *, workers: int | None, console) -> dict[str, TaskResult]:
     """The batch's local runner with its progress display; KeyboardInterrupt stops every worker (each session
-    records where it stopped) and propagates."""
+    records where it stopped) and propagates. Where they judge is the jobs' own judge settings (tune set it)."""
     import os
 
     from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
@@ -64,7 +64,7 @@ def run_headless(jobs: list[Job], out: Path, *, device: str, workers: int | None
     except BatchBusy as e:
         raise PlanError(f"{e} (another kernelfix tune or batch on {out})") from None
     try:
-        gpus = visible_gpus() if device == "cuda" else []
+        gpus = visible_gpus() if any(j.settings.judge.device == "cuda" for j in jobs) else []
         n = workers or default_workers(len(jobs), os.cpu_count() or 2, len(gpus))
         outdir.write_plan(jobs)
         with BatchProgress(len(jobs), console) as progress:

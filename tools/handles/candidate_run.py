@@ -31,7 +31,26 @@ from kernelfix.tools.evaluation import Evaluation
 from kernelfix.tools.handles import sandboxing
 from kernelfix.tools.handles.worker_context import WorkerContext
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone, WorkerHandle
-from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec, Prepared
+from kernelfix.tools.transport.protocol import (
+    Builds,
+    Built,
+    CandidateOutput,
+    CandidateSpec,
+    Go,
+    Ops,
+    OpsRequest,
+    Phase,
+    Prepared,
+    Release,
+    Released,
+    RunTrial,
+    Standby,
+    Time,
+    Timed,
+    Warmed,
+    Warmup,
+    parse,
+)
 from kernelfix.tools.verdict import ExtensionBuild
 
 
@@ -86,7 +105,7 @@ class CandidateRun:
         # Before the worker's clock starts: its dirs, the sandbox's GPU check (once per boot), its cgroup.
         self.setup_s = self.handle.child.t0 - t0
         self.built_msg: dict[str, Any] | None = None
-        self.warmed_msg: dict[str, Any] | None = None
+        self.warmed_msg: Warmed | None = None
         self._warming: threading.Thread | None = None
         self._warm_error: BaseException | None = None
         self.standby = standby
@@ -96,7 +115,7 @@ class CandidateRun:
         if self.standby:
             self.standby = False
             self.handle.on_phase = on_phase or self.handle.on_phase
-            self.handle.child.send("go")
+            self.handle.child.send(Go.KIND)
 
     # ------------------------------------------------------------------ deadlines
 
@@ -107,11 +126,12 @@ class CandidateRun:
 
     # ------------------------------------------------------------------ stages
 
-    def built(self) -> dict[str, Any]:
+    def built(self) -> Built:
         if self.built_msg is None:
             c = self.config
-            self.built_msg = self.handle.expect(
-                ["built"], Deadline("import", c.import_timeout_s, hard_s=c.compile_timeout_s)
+            self.built_msg = parse(
+                self.handle.expect([Built.KIND], Deadline("import", c.import_timeout_s, hard_s=c.compile_timeout_s)),
+                Built,
             )
         return self.built_msg
 
@@ -132,13 +152,13 @@ class CandidateRun:
             size = input_bytes() if limit > 0 else None
             if limit <= 0 or (size is not None and size > limit):  # nothing runs: no hold
                 why = "off" if limit <= 0 else f"inputs are {size / 2**30:.1f} GiB"  # type: ignore[operator]
-                self.warmed_msg = {"type": "warmed", "done": False, "why": why}
+                self.warmed_msg = Warmed(done=False, why=why)
                 return
             with lease():  # the deadline counts from the hold: waiting for another judge's timed run is no hang
                 deadline = Deadline(
                     "the warm-up forward", self.forward_limit(None), hard_s=self.config.compile_timeout_s
                 )
-                self.warmed_msg = self.handle.request("warmup", "warmed", deadline, input_bytes=size)
+                self.warmed_msg = self.handle.ask(Warmup(input_bytes=size), Warmed, deadline)
         except BaseException as e:  # WorkerGone, or the lease's own failure: raised to whoever waits
             self._warm_error = e
 
@@ -146,7 +166,7 @@ class CandidateRun:
         self,
         lease: Callable[[], AbstractContextManager] | None = None,
         input_bytes: Callable[[], int | None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Warmed:
         """The warm-up's reply, once it ran (started here, in this thread, if nobody started it)."""
         if self.warmed_msg is None:
             self.built()
@@ -168,22 +188,21 @@ class CandidateRun:
         at: dict[str, float] = {}
         for m in self.handle.since(0):
             kind = m.get("type")
-            key = m.get("phase") if kind == "phase" else kind
+            key = m.get("phase") if kind == Phase.KIND else kind
             if key and key not in at:
                 at[key] = float(m.get("_t", 0.0))
-        if not {"hello", "load_task", "import_candidate", "built"} <= at.keys():
+        if not {"hello", "load_task", "import_candidate", Built.KIND} <= at.keys():
             return {}
         out: dict[str, float] = {}
-        if "standby" not in at:
+        if Standby.KIND not in at:
             out["compile.sandbox_setup"] = self.setup_s
             out["compile.worker_start"] = at["hello"]
             out["compile.runtime"] = at["load_task"] - at["hello"]
         out["compile.task_import"] = at["import_candidate"] - at["load_task"]
-        built = next((m for m in reversed(self.handle.since(0)) if m.get("type") == "built"), {})
-        imported = float(built.get("import_seconds") or 0.0)
+        imported = self.built().import_seconds if self.built_msg is not None else 0.0
         out["compile.candidate_import"] = imported
-        out["compile.model"] = max(0.0, at["built"] - at["import_candidate"] - imported)
-        if self.handle.child.forked and "standby" not in at:  # from the fork server (kernelfix.sandbox.zygote)
+        out["compile.model"] = max(0.0, at[Built.KIND] - at["import_candidate"] - imported)
+        if self.handle.child.forked and Standby.KIND not in at:  # from the fork server (kernelfix.sandbox.zygote)
             waited = getattr(self.handle.child.proc, "waited_s", 0.0)
             if waited > 0.001:  # the fork server's imports (torch, triton, ...), once per process
                 out["compile.fork_server_imports"] = waited
@@ -192,7 +211,7 @@ class CandidateRun:
 
     def builds(self) -> list[ExtensionBuild]:
         """What the worker reported about its extension builds; informational, so garbage is dropped."""
-        msg = next((m for m in reversed(self.handle.since(0)) if m.get("type") == "builds"), None)
+        msg = next((m for m in reversed(self.handle.since(0)) if m.get("type") == Builds.KIND), None)
         out = []
         for b in (msg or {}).get("builds") or []:
             try:
@@ -204,39 +223,36 @@ class CandidateRun:
     def forward(self, p: Prepared, fds: list[int]) -> CandidateOutput:
         """One forward on a prepared trial; ``fds`` (the arenas the reference just made) go with the request."""
         try:
-            msg = self.handle.request(
-                "trial",
-                "output",
-                Deadline(f"forward on trial {p.index}", self.forward_limit(p.ref_ms), hard_s=self.config.run_timeout_s),
-                fds=fds,
+            request = RunTrial(
                 index=p.index,
                 slot=p.slot,
-                in_arena=p.in_arena.model_dump() if p.in_arena else None,
+                in_arena=p.in_arena,
                 inputs=p.inputs,
-                input_specs=[s.model_dump() for s in p.input_specs],
+                input_specs=p.input_specs,
                 out=p.out,
-                out_arena=p.out_arena.model_dump() if p.out_arena else None,
-                expected_specs=[s.model_dump() for s in p.expected_specs],
-                grads=[g.model_dump() for g in p.grads],
+                out_arena=p.out_arena,
+                expected_specs=p.expected_specs,
+                grads=p.grads,
             )
+            deadline = Deadline(
+                f"forward on trial {p.index}", self.forward_limit(p.ref_ms), hard_s=self.config.run_timeout_s
+            )
+            return self.handle.ask(request, CandidateOutput, deadline, fds=fds)
         finally:
             for fd in fds:
                 _close(fd)
-        return CandidateOutput.model_validate(msg)
 
-    def ops(self) -> dict[str, Any]:
-        return self.handle.request("ops", "ops", Deadline("the op record", 60.0))
+    def ops(self) -> Ops:
+        return self.handle.ask(OpsRequest(), Ops, Deadline("the op record", 60.0))
 
     def time(self, slot: int, timing: dict[str, Any], ref_ms: float | None) -> list[dict[str, Any]]:
         """Time the candidate on a bound slot; the messages it sent meanwhile (timing, wall clock)."""
         mark = self.handle.mark()
         idle = self.forward_limit(ref_ms) * 25  # a block of 25 timed calls between progress reports
-        self.handle.request(
-            "time",
-            "timed",
+        self.handle.ask(
+            Time(slot=slot, timing=timing),
+            Timed,
             Deadline("timing", self.config.bench_timeout_s, idle_s=max(idle, 30.0)),
-            slot=slot,
-            timing=timing,
         )
         return self.handle.since(mark)
 
@@ -245,9 +261,7 @@ class CandidateRun:
         free blocks back, which between trials its next forward takes again."""
         if self.handle.alive:
             try:
-                self.handle.request(
-                    "release", "released", Deadline("release", 30.0), slots=slots, outs=outs, final=final
-                )
+                self.handle.ask(Release(slots=slots, outs=outs, final=final), Released, Deadline("release", 30.0))
             except WorkerGone:
                 pass
 

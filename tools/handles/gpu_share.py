@@ -121,14 +121,13 @@ class GpuShare:
             if not self.ref.holds_gpu_memory:
                 continue
             try:
-                if self.ref.give_back_gpu_memory() is not None:
-                    t = self.ref.last_trim or {}
+                if self.ref.give_back_gpu_memory() is not None and (t := self.ref.last_trim) is not None:
                     self.device_lease.note(
                         {
                             "gave_back": self.task_name,
-                            "freed": t.get("freed"),
-                            "reserved_after": t.get("reserved"),
-                            "arenas": (t.get("slots"), t.get("outs")),
+                            "freed": t.freed,
+                            "reserved_after": t.reserved,
+                            "arenas": (t.slots, t.outs),
                         }
                     )
             except Exception:  # a reference that is gone or failing: the stage that needs it will say so

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelfix.tools import input_sets
 from kernelfix.tools import trials as trial_plan
@@ -35,15 +35,32 @@ from kernelfix.tools.task_size import TaskSize
 from kernelfix.tools.timing import baselines
 from kernelfix.tools.transport.protocol import (
     CandidateOutput,
+    Check,
     Checked,
+    Determinism,
+    DeterminismRequest,
+    Prepare,
     Prepared,
     ReferenceReady,
     ReferenceSpec,
+    Release,
+    Released,
+    Reply,
+    Request,
+    Sized,
+    Survey,
+    Surveyed,
     TrialPlan,
+    Trim,
+    Trimmed,
+    parse,
 )
 from kernelfix.tools.verdict import Category
 
 ID_SPAN = 10**9  # arena ids per reference worker: a restarted worker's ids never name its predecessor's
+
+
+R = TypeVar("R", bound=Reply)
 
 
 class Reference(ReferenceBaselines):
@@ -65,7 +82,7 @@ class Reference(ReferenceBaselines):
         self.surveyed = False
         self._baselines: dict[int | None, baselines.Baseline] = {}  # by input set (None: get_inputs())
         self._gpu_dirty = False  # a request ran on the GPU since its memory was last given back
-        self.last_trim: dict[str, Any] | None = None
+        self.last_trim: Trimmed | None = None
         self._owned: dict[str, tuple[set[int], set[int]]] = {}  # arenas prepared per evaluation, not yet released
         self._spared: set[str] = set()  # evaluations whose arenas the worker keeps as spares (``release(keep=True)``)
         self._worker: WorkerHandle | None = None
@@ -149,15 +166,16 @@ class Reference(ReferenceBaselines):
         )
         deadline = Deadline("the reference's start", self.config.run_timeout_s, stretch=True)
         try:
-            msg = self._worker.expect(["sized", "ready"], deadline)
-            if msg["type"] == "sized":  # the worker counts a trial's tensors first, when it can
-                self.size = TaskSize.model_validate(msg)
-                self.gpu_total_bytes = msg.get("gpu_total_bytes")
+            msg = self._worker.expect([Sized.KIND, ReferenceReady.KIND], deadline)
+            if msg["type"] == Sized.KIND:  # the worker counts a trial's tensors first, when it can
+                sized = parse(msg, Sized)
+                self.size = TaskSize.model_validate(sized.model_dump(exclude={"gpu_total_bytes"}))
+                self.gpu_total_bytes = sized.gpu_total_bytes
                 self.sized.set()  # a warm-up waiting for it goes on while the worker builds Model
-                msg = self._worker.expect(["ready"], deadline)
+                msg = self._worker.expect([ReferenceReady.KIND], deadline)
+            self.ready = parse(msg, ReferenceReady)
         except WorkerGone as e:
             self._failed(e)
-        self.ready = ReferenceReady.model_validate(msg)
         if self.ready.input_sets and not self.surveyed and all(t.input_set is None for t in self.trials):
             # Only the worker imports the task: the sets' count arrives with it, and each set gets its trials.
             self.trials = input_sets.plan(self.ctx.seed, self.config, len(self.ready.input_sets))
@@ -239,9 +257,9 @@ class Reference(ReferenceBaselines):
         """Sort the worker's failure (reference_failures.sort); it is gone either way (the next request starts another)."""
         out = e.outcome
         self._forget_worker()
-        sized = out.last("sized")
+        sized = out.last(Sized.KIND)
         if sized is not None:
-            self.size = TaskSize.model_validate(sized)
+            self.size = TaskSize.model_validate(parse(sized, Sized).model_dump(exclude={"gpu_total_bytes"}))
         err = reference_failures.sort(
             out, self.ctx.task.path, self.config, self.input_bytes + self.output_bytes, self.size
         )
@@ -270,34 +288,32 @@ class Reference(ReferenceBaselines):
         try:
             if self._worker is None or not self._worker.alive:
                 return 0
-            msg = self._worker.request("trim", "trimmed", Deadline("the reference's trim", 60.0))
+            msg = self._worker.ask(Trim(), Trimmed, Deadline("the reference's trim", 60.0))
             self._gpu_dirty = False
             self.last_trim = msg
-            return int(msg.get("freed") or 0)
+            return msg.freed
         except WorkerGone as e:
             self._failed(e)
             raise  # unreachable
         finally:
             self._lock.release()
 
-    def _request(
-        self, kind: str, reply: str, timeout_s: float, *, stretch: bool = False, **payload: Any
-    ) -> dict[str, Any]:
+    def _request(self, request: Request, reply: type[R], timeout_s: float, *, stretch: bool = False) -> R:
         with self._lock:
             try:
                 return self._send(
-                    kind, reply, Deadline(f"the reference's {kind}", timeout_s, stretch=stretch), **payload
+                    request, reply, Deadline(f"the reference's {request.KIND}", timeout_s, stretch=stretch)
                 )
             except WorkerGone as e:
                 self._failed(e)
                 raise  # unreachable: _failed always raises
 
-    def _send(self, kind: str, reply: str, deadline: Deadline, **payload: Any) -> dict[str, Any]:
+    def _send(self, request: Request, reply: type[R], deadline: Deadline) -> R:
         """One request to the worker (started if need be); WorkerGone for the caller to sort."""
         self.ensure()
         assert self._worker is not None
         self._gpu_dirty = self.ctx.device == "cuda"
-        return self._worker.request(kind, reply, deadline, **payload)
+        return self._worker.ask(request, reply, deadline)
 
     # ------------------------------------------------------------------ requests
 
@@ -312,16 +328,9 @@ class Reference(ReferenceBaselines):
         with self.ctx.room("reference"), lease("reference", shared=True), self._lock:
             if self.surveyed:
                 return
-            msg = self._request(
-                "survey",
-                "surveyed",
-                self.config.run_timeout_s * 2,
-                trials=[t.model_dump() for t in self.trials],
-                stretch=True,
-            )
+            msg = self._request(Survey(trials=self.trials), Surveyed, self.config.run_timeout_s * 2, stretch=True)
             by_index = {t.index: t for t in self.trials}
-            for raw in msg["trials"]:  # a large task's survey stops at the first trial its cache cannot hold
-                p = Prepared.model_validate(raw)
+            for p in msg.trials:  # a large task's survey stops at the first trial its cache cannot hold
                 self._learn(by_index[p.index], p)
             self.trials = [t for t in self.trials if t.variant is None or t.variant not in self.skipped_variants]
             self.surveyed = True
@@ -355,16 +364,11 @@ class Reference(ReferenceBaselines):
                     Category.WORKER,
                     f"the reference worker restarted while trial {trial.index}'s inputs were in use; it is judged again",
                 )
-            msg = self._request(
-                "prepare",
-                "prepared",
+            p = self._request(
+                Prepare(trial=trial, into=into, inputs_only=inputs_only, owner=owner),
+                Prepared,
                 self.config.run_timeout_s,
-                trial=trial.model_dump(),
-                into=into,
-                inputs_only=inputs_only,
-                owner=owner,
             )
-            p = Prepared.model_validate(msg)
             fds = self._worker.recv_fds() if p.skipped is None else []  # type: ignore[union-attr]
             if owner is not None and p.skipped is None:
                 slots, outs = self._owned.setdefault(owner, (set(), set()))
@@ -398,10 +402,7 @@ class Reference(ReferenceBaselines):
                 raise ReferenceUnavailable(
                     Category.WORKER, f"the reference worker restarted while trial {trial.index} ran; it is judged again"
                 )
-        msg = self._request(
-            "check", "checked", self.config.run_timeout_s, trial=trial.index, output=output.model_dump(), slot=slot
-        )
-        return Checked.model_validate(msg)
+        return self._request(Check(trial=trial.index, output=output, slot=slot), Checked, self.config.run_timeout_s)
 
     def _current(self, arena_id: int) -> bool:
         """Whether an arena id is the running worker's (not a predecessor's)."""
@@ -421,11 +422,11 @@ class Reference(ReferenceBaselines):
                 owned_outs.difference_update(outs)
             if self._worker is None or not self._worker.alive:
                 return  # a restarted worker holds none of them
-            self._request("release", "released", 60.0, slots=list(slots), outs=list(outs), owner=owner, keep=keep)
+            self._request(Release(slots=list(slots), outs=list(outs), owner=owner, keep=keep), Released, 60.0)
             if owner is not None:
                 (self._spared.add if keep else self._spared.discard)(owner)
 
-    def determinism(self, trial: TrialPlan, lease: Callable[..., Any]) -> dict[str, Any]:
+    def determinism(self, trial: TrialPlan, lease: Callable[..., Any]) -> Determinism:
         need = gpu_room.stage_need(self.size, self.config, 0)  # two trials' references at once, nothing cached beside
         with self.ctx.room("determinism", 2 * need[0] if need is not None else None), lease("determinism", shared=True):
-            return self._request("determinism", "determinism", self.config.run_timeout_s, trial=trial.model_dump())
+            return self._request(DeterminismRequest(trial=trial), Determinism, self.config.run_timeout_s)

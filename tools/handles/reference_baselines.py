@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelfix.tools.handles.worker_handle import Deadline, WorkerGone
 from kernelfix.tools.timing import baselines
-from kernelfix.tools.transport.protocol import TrialPlan
+from kernelfix.tools.transport.protocol import BaselineRequest, BaselineTimes, BaselineWarm, TrialPlan
 
 if TYPE_CHECKING:
     from kernelfix.tools.gpu.floor import TaskFloor
@@ -62,15 +62,13 @@ class ReferenceBaselines:
         with self.ctx.room("baseline"), lease("baseline"), self._lock:
             if input_set not in self._baselines:
                 msg = self._request(
-                    "baseline",
-                    "baseline",
+                    BaselineRequest(trial=trial, timing=timing, compile_threads=self.config.reference_compile_threads),
+                    BaselineTimes,
                     self.config.bench_timeout_s,
-                    trial=trial.model_dump(),
-                    timing=timing,
-                    compile_threads=self.config.reference_compile_threads,
                 )
-                msg["compile_note"] = compile_note or msg.get("compile_note")
-                self._baselines[input_set] = baselines.Baseline.model_validate(msg)
+                self._baselines[input_set] = baselines.Baseline(
+                    **msg.model_dump() | {"compile_note": compile_note or msg.compile_note}
+                )
                 baselines.save(key, self._baselines[input_set])
             return self._baselines[input_set]
 
@@ -89,13 +87,11 @@ class ReferenceBaselines:
         deadline = Deadline("torch.compile of the reference", self.config.bench_timeout_s, hard_s=limit)
         try:
             self._send(
-                "baseline",
-                "baseline_warm",
+                BaselineRequest(
+                    trial=trial, timing=timing, warm_only=True, compile_threads=self.config.reference_compile_threads
+                ),
+                BaselineWarm,
                 deadline,
-                trial=trial.model_dump(),
-                timing=timing,
-                warm_only=True,
-                compile_threads=self.config.reference_compile_threads,
             )
             return None
         except WorkerGone as e:

@@ -16,11 +16,24 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelfix.base import atomic
 from kernelfix.sandbox import ChildOutcome, Isolation, Limits
 from kernelfix.sandbox.process import Child
+from kernelfix.tools.transport.protocol import (
+    Compiler,
+    Exit,
+    Hello,
+    Phase,
+    ProtocolError,
+    Reply,
+    Request,
+    WorkerError,
+    parse,
+)
+
+R = TypeVar("R", bound=Reply)
 
 
 class WorkerGone(Exception):
@@ -144,12 +157,12 @@ class WorkerHandle:
     def _on_message(self, msg: dict[str, Any]) -> None:
         self.last_message_at = time.monotonic()
         kind = msg.get("type")
-        if kind == "hello":
+        if kind == Hello.KIND:
             self.started = True
-        elif kind == "compiler":
-            self.compiling = bool(msg.get("running"))
+        elif kind == Compiler.KIND:
+            self.compiling = msg.get("running") is True
             self.compiled_any = True
-        elif kind == "phase" and self.on_phase is not None:
+        elif kind == Phase.KIND and self.on_phase is not None:
             self.on_phase(msg)
 
     @property
@@ -163,7 +176,7 @@ class WorkerHandle:
         until = (lambda: deadline.check(self)) if deadline is not None else None
         while True:
             msg, self._seen = self.child.wait_message(kinds, since=self._seen, until=until)
-            if msg is None or msg.get("type") == "error":
+            if msg is None or msg.get("type") == WorkerError.KIND:
                 if msg is not None:  # the worker leaves right after reporting an error; make sure it has
                     ends = time.monotonic() + 5.0
                     while self.child.alive and time.monotonic() < ends:
@@ -173,18 +186,23 @@ class WorkerHandle:
             if msg_id is None or msg.get("id") == msg_id:
                 return msg
 
-    def request(
-        self, kind: str, reply: str, deadline: Deadline | None = None, fds: Sequence[int] = (), **payload: Any
-    ) -> dict[str, Any]:
-        """Send a request and wait for its reply (one request at a time per worker)."""
+    def ask(self, request: Request, reply: type[R], deadline: Deadline | None = None, fds: Sequence[int] = ()) -> R:
+        """Send a request and wait for its reply, parsed (one request at a time per worker). A reply that is not
+        its message's ends the worker: WorkerGone, sorted like any other failure of it."""
         with self._lock:
             self._ids += 1
-            rid = self._ids
-            if not self.child.send(kind, fds=fds, id=rid, **payload):
+            wire = request.wire() | {"id": self._ids}
+            kind = wire.pop("type")
+            if not self.child.send(kind, fds=fds, **wire):
                 raise WorkerGone(
                     self.child.wait() if not self.child.alive else self._kill("the request socket closed"), kind
                 )
-            return self.expect([reply], deadline, msg_id=rid)
+            raw = self.expect([reply.KIND], deadline, msg_id=self._ids)
+            try:
+                return parse(raw, reply)
+            except ProtocolError as e:
+                self.child.kill(deadline=str(e))  # its last word is the record's: not a hang
+                raise WorkerGone(self.child.outcome(), kind) from None
 
     def recv_fds(self, timeout: float = 30.0) -> list[int]:
         """File descriptors a trusted worker sent on its socket (the reference server's arenas)."""
@@ -211,7 +229,7 @@ class WorkerHandle:
         if self.child.launch_error:
             return self.child.outcome()
         if self.child.alive:
-            self.child.send("exit")
+            self.child.send(Exit.KIND)
             self.child.ended(5.0)  # woken by its exit, not found by polling: every verdict waits for this
         self.child.kill()
         return self.child.outcome()

@@ -32,6 +32,7 @@ from kernelfix.tools.handles.worker_handle import WorkerGone
 from kernelfix.tools.stages.correctness import add_seconds, fail_from, ref_shapes, release, shared_hold
 from kernelfix.tools.stages.stage_context import StageContext
 from kernelfix.tools.timing import baselines
+from kernelfix.tools.transport.protocol import CandidateTiming, ProtocolError, WallEnd, WallIssued, WallStart, of_kind
 from kernelfix.tools.verdict import Category, PassTimings, Timings, TimingStats
 
 
@@ -161,15 +162,14 @@ HOST_BOUND = 0.8  # issuing took this share of the wall clock: the host, not hid
 
 def _wall(messages: list[dict]) -> tuple[float, float] | None:
     """(wall-clock ms per call, ms per call the host took to issue them) of the wall-clock check; None
-    unless it ran exactly once."""
-    starts = [m for m in messages if m.get("type") == "wall_start"]
-    ends = [m for m in messages if m.get("type") == "wall_end"]
-    if len(starts) != 1 or len(ends) != 1:
+    unless it ran exactly once. ProtocolError: a malformed stamp. Parsed here, after the timed calls."""
+    starts, ends = of_kind(messages, WallStart), of_kind(messages, WallEnd)
+    if len(starts) != 1 or len(ends) != 1 or starts[0].at is None or ends[0].at is None:
         return None
-    calls = max(1, int(ends[0].get("calls", 1)))
-    issued = [m for m in messages if m.get("type") == "wall_issued"]
-    issue_ms = (issued[0]["_t"] - starts[0]["_t"]) * 1e3 / calls if len(issued) == 1 else 0.0
-    return (ends[0]["_t"] - starts[0]["_t"]) * 1e3 / calls, issue_ms
+    calls = max(1, ends[0].calls)
+    issued = of_kind(messages, WallIssued)
+    issue_ms = (issued[0].at - starts[0].at) * 1e3 / calls if len(issued) == 1 and issued[0].at is not None else 0.0
+    return (ends[0].at - starts[0].at) * 1e3 / calls, issue_ms
 
 
 def _pace(med_ms: float, wall_ms: float, issue_ms: float, ratio: float) -> str | None:
@@ -183,10 +183,10 @@ def _pace(med_ms: float, wall_ms: float, issue_ms: float, ratio: float) -> str |
 def _hidden_work(messages: list[dict], ratio: float) -> bool:
     """Whether these timing messages show GPU work the events did not see (as ``_police`` judges it)."""
     try:
-        (timing,) = [m for m in messages if m.get("type") == "candidate_timing"]
+        (timing,) = of_kind(messages, CandidateTiming)
         wall = _wall(messages)
-        return wall is not None and _pace(float(timing["candidate"]["median_ms"]), *wall, ratio) == "hidden"
-    except (ValueError, KeyError, TypeError):
+        return wall is not None and _pace(timing.candidate.median_ms, *wall, ratio) == "hidden"
+    except ValueError:  # ProtocolError, or not one timing message
         return False  # malformed: _police names it
 
 
@@ -194,18 +194,19 @@ def _police(ctx: StageContext, ev: Evaluation, messages: list[dict], stale: str 
     c = ctx.config
     t = ev.timings
     assert t is not None
-    timings = [m for m in messages if m.get("type") == "candidate_timing"]
-    wall = _wall(messages)
+    try:
+        timings, wall = of_kind(messages, CandidateTiming), _wall(messages)
+    except ProtocolError as e:
+        return ev.fail(
+            "benchmark", Category.TIMING_MANIPULATION, f"a malformed timing message on the judge's channel: {e}"
+        )
     if wall is None or len(timings) != 1:
         return ev.fail(
             "benchmark", Category.TIMING_MANIPULATION, "extra or missing timing messages on the judge's channel"
         )
-    try:
-        t.candidate = TimingStats(**timings[0]["candidate"])
-        if t.backward is not None and timings[0].get("forward") is not None:
-            t.backward |= _passes({"candidate": (TimingStats(**timings[0]["forward"]), t.candidate)})
-    except (TypeError, ValueError):
-        return ev.fail("benchmark", Category.TIMING_MANIPULATION, "a malformed timing message on the judge's channel")
+    t.candidate = timings[0].candidate
+    if t.backward is not None and timings[0].forward is not None:
+        t.backward |= _passes({"candidate": (timings[0].forward, t.candidate)})
     t.wall_per_call_ms, issue_ms = wall
     if stale is not None:
         return ev.fail(

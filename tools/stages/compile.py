@@ -78,7 +78,7 @@ def run(ctx: StageContext, ev: Evaluation, on_event: EventSink | None) -> Evalua
     ev.compiled = True
     ev.compile = CompileReport(
         backend=ev.backend,
-        seconds=round(float(msg.get("_t", 0.0)), 3),
+        seconds=round(msg.at or 0.0, 3),
         ok=True,
         cached=bool(extensions) and all(b.cached for b in extensions),
         extensions=extensions,

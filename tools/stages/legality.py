@@ -11,25 +11,24 @@ same allowlist.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kernelfix.tools.evaluation import Evaluation
 from kernelfix.tools.legality.allowlist import is_allowed
 from kernelfix.tools.stages.stage_context import StageContext
+from kernelfix.tools.transport.protocol import Ops
 from kernelfix.tools.verdict import Category, LegalityReport
 
 
-def record(ev: Evaluation, result: dict[str, Any], allowed: frozenset[str]) -> None:
+def record(ev: Evaluation, result: Ops, allowed: frozenset[str]) -> None:
     """Keep the ops the correctness run recorded, sorted against the allowlist."""
     report = ev.legality or LegalityReport()
     ev.legality = report
-    if result.get("ops") is None:
+    if result.ops is None:
         return
-    report.aten_ops, report.forbidden_ops = _sort(result["ops"], allowed)
-    if result.get("backward_ops") is not None:
-        report.backward_ops, report.forbidden_backward_ops = _sort(result["backward_ops"], allowed)
+    report.aten_ops, report.forbidden_ops = _sort(result.ops, allowed)
+    if result.backward_ops is not None:
+        report.backward_ops, report.forbidden_backward_ops = _sort(result.backward_ops, allowed)
     report.runtime_checked = True
-    report.recorder_intact = bool(result.get("recorder_intact", True))
+    report.recorder_intact = result.recorder_intact
 
 
 def _sort(ops: dict[str, int], allowed: frozenset[str]) -> tuple[dict[str, int], dict[str, int]]:

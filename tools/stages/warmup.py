@@ -11,10 +11,9 @@ meta device.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kernelfix.tools.handles.candidate_run import CandidateRun
 from kernelfix.tools.stages.stage_context import StageContext
+from kernelfix.tools.transport.protocol import Warmed
 
 
 def _hold(ctx: StageContext):
@@ -26,6 +25,6 @@ def start(ctx: StageContext, run: CandidateRun) -> None:
     run.warm(lambda: _hold(ctx), ctx.ref.counted_input_bytes)
 
 
-def wait(ctx: StageContext, run: CandidateRun) -> dict[str, Any]:
+def wait(ctx: StageContext, run: CandidateRun) -> Warmed:
     """The warm-up's reply; started here if the compile stage did not (a resumed evaluation)."""
     return run.warmed(lambda: _hold(ctx), ctx.ref.counted_input_bytes)

@@ -16,32 +16,23 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from kernelfix.base import atomic
 from kernelfix.base.cache_dir import judge_cache
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
-from kernelfix.tools.transport.protocol import ReferenceReady
-from kernelfix.tools.verdict import TimingStats
+from kernelfix.tools.transport.protocol import BaselineTimes, ReferenceReady
 
 VERSION = 1  # bump when what a baseline measures changes
 
 
-class Baseline(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class Baseline(BaselineTimes):
+    """The reference worker's ``baseline`` reply as the judge keeps it (in memory and in the disk cache)."""
 
-    eager: TimingStats
-    compiled: TimingStats | None = None
-    compile_note: str | None = None
-    bytes_moved: int
-    bandwidth_gbps: float
-    gpu: str | None = None
+    model_config = ConfigDict(extra="ignore")  # a cache file of an older version still reads
+
     cached: bool = False  # read from the disk cache, not measured by this judge
-    # --backward: ``eager``/``compiled`` above are forward+backward; these are forward alone (grad enabled)
-    eager_forward: TimingStats | None = None
-    compiled_forward: TimingStats | None = None
-    peak_bytes: int | None = None  # the reference process's peak GPU allocation so far, timing included
 
 
 def timing_settings(config: JudgeConfig) -> dict[str, Any]:

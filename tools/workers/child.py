@@ -18,6 +18,7 @@ from typing import Any
 
 from kernelfix.sandbox.channel import ChildChannel, RequestSocket
 from kernelfix.tools.timing.clock import Cuda
+from kernelfix.tools.transport.protocol import BadRequest, Exit, Hello, Phase, Reply, Request, WorkerError, parse
 
 # Bound before the candidate exists.
 _exit = os._exit
@@ -41,31 +42,41 @@ class Worker:
         self.spec: dict[str, Any] = json.loads(Path(sys.argv[1]).read_text())
         Path(sys.argv[1]).unlink(missing_ok=True)  # nothing of the judge's plan stays on disk
         self.requests: RequestSocket | None = None
-        self.chan.send("hello", pid=os.getpid(), stage=self.spec.get("stage"))
+        self.say(Hello(pid=os.getpid(), stage=self.spec.get("stage")))
+
+    def say(self, msg: Reply, id: int | None = None) -> None:
+        """One of the protocol's messages to the judge; ``id``: the request it answers."""
+        wire = msg.wire()
+        if id is not None:
+            wire["id"] = id
+        self.chan.send(wire.pop("type"), **wire)
 
     def phase(self, name: str, **extra: Any) -> None:
         global PHASE
         PHASE = name
-        self.chan.send("phase", phase=name, **extra)
+        self.say(Phase(phase=name, **extra))
 
-    def serve(self, handlers: dict[str, Callable[[dict[str, Any], list[int]], None]]) -> None:
-        """Answer requests until ``exit`` or EOF. A handler's exception ends the worker (a CUDA
-        fault poisons the process's context: nothing after it is trustworthy)."""
+    def serve(self, handlers: dict[type[Request], Callable[[Any, list[int]], None]]) -> None:
+        """Answer requests, each parsed as its message, until ``exit`` or EOF. A handler's exception (a
+        request that is not its message's, too: the judge's own bug) ends the worker (a CUDA fault poisons
+        the process's context: nothing after it is trustworthy)."""
         if self.requests is None:
             self.requests = self.chan.requests()
+        by_kind = {cls.KIND: (cls, handler) for cls, handler in handlers.items()}
         while True:
             got = self.requests.recv()
             if got is None:
                 return
             req, fds = got
-            kind = req.get("type")
-            if kind == "exit":
+            kind = str(req.get("type"))
+            if kind == Exit.KIND:
                 return
-            handler = handlers.get(str(kind))
-            if handler is None:
-                self.chan.send("bad_request", id=req.get("id"), got=str(kind))
+            if kind not in by_kind:
+                rid = req.get("id")
+                self.say(BadRequest(got=kind[:200]), rid if isinstance(rid, int) else None)
                 continue
-            handler(req, fds)
+            cls, handler = by_kind[kind]
+            handler(parse(req, cls), fds)
 
     def run(self, body: Callable[["Worker"], None]) -> None:
         code = 0
@@ -99,15 +110,16 @@ class Worker:
         extra: dict[str, Any] = {}
         if _is_oom(e):
             extra["memory"] = gpu_memory()
-        self.chan.send(
-            "error",
-            kind=kind,
-            phase=PHASE,
-            exc_type=type(e).__name__,
-            mro=[c.__name__ for c in type(e).__mro__],
-            message=str(e)[-12000:],
-            traceback=traceback.format_exc()[-8000:],
-            **extra,
+        self.say(
+            WorkerError(
+                kind=kind,
+                phase=PHASE,
+                exc_type=type(e).__name__,
+                classes=[c.__name__ for c in type(e).__mro__],
+                message=str(e)[-12000:],
+                traceback=traceback.format_exc()[-8000:],
+                **extra,
+            )
         )
 
 

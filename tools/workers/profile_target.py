@@ -24,6 +24,7 @@ from typing import Any
 
 from kernelfix.tools.sanitizer import handoff
 from kernelfix.tools.timing.clock import Cuda
+from kernelfix.tools.transport.protocol import TargetResult
 from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, tensors_in, to_device
 
 # Wall-clock readings of this process's phases, for the judge's breakdown of the stage (the judge reads them against
@@ -159,7 +160,7 @@ def _done(spec: dict[str, Any], w: Worker, result: dict[str, Any]) -> None:
     MARKS["done"] = time.time()
     result["phase_times"] = dict(MARKS)
     (Path(spec["outdir"]) / f"{spec['stage']}.json").write_text(json.dumps(result))
-    w.chan.send("result", **result)
+    w.say(TargetResult(**result))
 
 
 def _forward_backward(w: Worker, spec: dict[str, Any], model: Any, inputs: list, result: dict[str, Any]) -> None:

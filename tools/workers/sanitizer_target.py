@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelfix.tools.timing.clock import Cuda
+from kernelfix.tools.transport.protocol import TargetResult
 from kernelfix.tools.workers.child import (
     Worker,
     build_model,
@@ -252,7 +253,7 @@ def run_tool(w: Worker) -> None:
 
 def _done(spec: dict[str, Any], w: Worker, result: dict[str, Any]) -> None:
     (Path(spec["outdir"]) / f"{spec['stage']}.json").write_text(json.dumps(result, default=str))
-    w.chan.send("result", **result)
+    w.say(TargetResult(**result))
 
 
 def body(w: Worker) -> None:

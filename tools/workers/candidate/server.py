@@ -31,8 +31,30 @@ from typing import Any
 from kernelfix.tools.import_hooks import after_import
 from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.timing.clock import Cuda, perf_counter
-from kernelfix.tools.transport import Arena, ArenaSpec, TensorSpec, UnsupportedValue, flatten, unflatten
-from kernelfix.tools.transport.protocol import CandidateOutput, CandidateSpec
+from kernelfix.tools.transport import Arena, TensorSpec, UnsupportedValue, flatten, unflatten
+from kernelfix.tools.transport.protocol import (
+    Builds,
+    Built,
+    CandidateOutput,
+    CandidateSpec,
+    CandidateTiming,
+    Compiler,
+    Exit,
+    Go,
+    Ops,
+    OpsRequest,
+    Release,
+    Released,
+    RunTrial,
+    Standby,
+    Time,
+    Timed,
+    WallEnd,
+    WallIssued,
+    WallStart,
+    Warmed,
+    Warmup,
+)
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
 from kernelfix.tools.workers.candidate.ahead import triton_driver_ahead, triton_key_ahead
 from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
@@ -102,13 +124,13 @@ class CandidateRunner:
             if self.spec.backward:
                 mark_function_backward(self.recorder)
         if self.spec.standby:
-            self.w.chan.send("standby")
+            self.w.say(Standby())
             self.w.requests = self.w.chan.requests()
             while True:
                 got = self.w.requests.recv()
-                if got is None or got[0].get("type") == "exit":
+                if got is None or got[0].get("type") == Exit.KIND:
                     raise SystemExit(0)
-                if got[0].get("type") == "go":
+                if got[0].get("type") == Go.KIND:
                     break
 
     def build(self) -> None:
@@ -126,7 +148,7 @@ class CandidateRunner:
             mod = load_module(self.spec.candidate_path, "kernelfix_candidate")
         finally:
             # What each extension build did (cache hit or not), for the compile report; sent on failure too.
-            self.w.chan.send("builds", builds=[b.model_dump() for b in load_inline.records()])
+            self.w.say(Builds(builds=[b.model_dump() for b in load_inline.records()]))
         cls = getattr(mod, "ModelNew", None)
         if cls is None:
             raise NoModelNew("the candidate module defines no ModelNew")
@@ -134,20 +156,20 @@ class CandidateRunner:
         self.w.phase("build_model")
         self.model = build_model(cls, self.task, self.spec.init_seed, self.device)
         torch.set_grad_enabled(False)
-        self.w.chan.send("built", import_seconds=import_s)
+        self.w.say(Built(import_seconds=import_s))
 
-    def warmup(self, req: dict[str, Any], fds: list[int]) -> None:
+    def warmup(self, req: Warmup, fds: list[int]) -> None:
         """One forward on inputs of its own, for small tasks: first-call compilation and autotuning
         happen here, before any trial, and never count against a trial's deadline. ``input_bytes``:
         the inputs' size as the judge counted it (else counted here, on the meta device)."""
         import torch
 
-        rid = req.get("id")
+        rid = req.id
         limit = self.spec.warmup_max_bytes
         if limit <= 0:
-            self.w.chan.send("warmed", id=rid, done=False, why="off")
+            self.w.say(Warmed(done=False, why="off"), rid)
             return
-        size = req.get("input_bytes")
+        size = req.input_bytes
         if size is None:
             from kernelfix.tools.task_size import without_dynamo
 
@@ -159,10 +181,10 @@ class CandidateRunner:
             try:
                 size = without_dynamo(on_meta)
             except Exception:
-                self.w.chan.send("warmed", id=rid, done=False, why="input sizes unknown")
+                self.w.say(Warmed(done=False, why="input sizes unknown"), rid)
                 return
         if size > limit:
-            self.w.chan.send("warmed", id=rid, done=False, why=f"inputs are {size / 2**30:.1f} GiB")
+            self.w.say(Warmed(done=False, why=f"inputs are {size / 2**30:.1f} GiB"), rid)
             return
         self.w.phase("warmup")
         from kernelfix.tools import input_sets
@@ -190,30 +212,29 @@ class CandidateRunner:
             del inputs
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        self.w.chan.send("warmed", id=rid, done=True, ms=ms)
+        self.w.say(Warmed(done=True, ms=ms), rid)
 
     # ------------------------------------------------------------------ requests
 
-    def trial(self, req: dict[str, Any], fds: list[int]) -> None:
+    def trial(self, req: RunTrial, fds: list[int]) -> None:
         import torch
 
         t_open = perf_counter()
-        slot = int(req["slot"])
+        slot = req.slot
         fds = list(fds)
-        specs = [TensorSpec.model_validate(s) for s in req["input_specs"]]
-        if req.get("in_arena"):
-            arena = Arena.open(ArenaSpec.model_validate(req["in_arena"]), fds.pop(0))
-            self.slots[slot] = _Inputs.bind(arena, specs, req["inputs"], self.device)
+        if req.in_arena is not None:
+            arena = Arena.open(req.in_arena, fds.pop(0))
+            self.slots[slot] = _Inputs.bind(arena, req.input_specs, req.inputs, self.device)
         else:
             self.slots[slot].refresh()
-        out_arena = Arena.open(ArenaSpec.model_validate(req["out_arena"]), fds.pop(0))
-        expected = [TensorSpec.model_validate(s) for s in req["expected_specs"]]
-        self.outs[int(req["out"])] = (out_arena, expected)
+        out_arena = Arena.open(req.out_arena, fds.pop(0))
+        expected = req.expected_specs
+        self.outs[req.out] = (out_arena, expected)
         inputs = self.slots[slot]
-        index = int(req["index"])
+        index = req.index
         open_ms = (perf_counter() - t_open) * 1e3
         self.w.phase("forward", trial=index)
-        reply = CandidateOutput(index=index, out=int(req["out"]), open_ms=open_ms)
+        reply = CandidateOutput(index=index, out=req.out, open_ms=open_ms)
         t0 = perf_counter()
         if self.spec.backward:
             out = self._forward_backward(inputs.obj, req, expected, reply)
@@ -248,28 +269,25 @@ class CandidateRunner:
         reply.handoff_ms = (perf_counter() - t1) * 1e3
         if self.device.startswith("cuda"):
             reply.allocated = int(torch.cuda.memory_allocated())
-        self.w.chan.send("output", id=req.get("id"), **reply.model_dump())
+        self.w.say(reply, req.id)
 
-    def _forward_backward(
-        self, payload: Any, req: dict[str, Any], expected: list[TensorSpec], reply: CandidateOutput
-    ) -> Any:
+    def _forward_backward(self, payload: Any, req: RunTrial, expected: list[TensorSpec], reply: CandidateOutput) -> Any:
         """--backward: forward with grad on fresh leaves, backward with the judge's cotangent (both under the
-        recorder); returns [output, gradients] in the order the reference's gradients come (``req["grads"]``)."""
+        recorder); returns [output, gradients] in the order the reference's gradients come (``req.grads``)."""
         import torch
 
         from kernelfix.tools.correctness import gradients
-        from kernelfix.tools.transport.protocol import GradKey
         from kernelfix.tools.transport.tree import torch_dtype
 
         inputs, cots = payload
-        keys = [GradKey.model_validate(k) for k in req.get("grads") or []]
+        keys = req.grads
         args, leaf_list = gradients.grad_leaves(inputs)
         gradients.clear_grads(self.model)
         rec = self.recorder
         with torch.enable_grad():
             out = rec.run(self.model, *args) if rec is not None else self.model(*args)
             sync(self.device)
-            self.w.phase("backward", trial=int(req["index"]))
+            self.w.phase("backward", trial=req.index)
             t0 = perf_counter()
             why = rec.run_backward(gradients.backward, out, cots) if rec is not None else gradients.backward(out, cots)
             sync(self.device)
@@ -285,21 +303,22 @@ class CandidateRunner:
         gradients.clear_grads(self.model)
         return [out, grads]
 
-    def ops(self, req: dict[str, Any], fds: list[int]) -> None:
+    def ops(self, req: OpsRequest, fds: list[int]) -> None:
         r = self.recorder
-        self.w.chan.send(
-            "ops",
-            id=req.get("id"),
-            ops=r.ops() if r is not None else None,
-            recorder_intact=r.intact if r is not None else True,
-            backward_ops=r.backward_ops() if r is not None and self.spec.backward else None,
+        self.w.say(
+            Ops(
+                ops=r.ops() if r is not None else None,
+                recorder_intact=r.intact if r is not None else True,
+                backward_ops=r.backward_ops() if r is not None and self.spec.backward else None,
+            ),
+            req.id,
         )
 
-    def time(self, req: dict[str, Any], fds: list[int]) -> None:
+    def time(self, req: Time, fds: list[int]) -> None:
         from kernelfix.tools.timing.clock import l2_flush_buffer, time_cuda, wall_check_calls
 
-        inputs = self.slots[int(req["slot"])].obj
-        t = req["timing"]
+        inputs = self.slots[req.slot].obj
+        t = req.timing
         flush = l2_flush_buffer(t.get("flush_l2", True))
         model = self.model
 
@@ -320,15 +339,19 @@ class CandidateRunner:
 
         cand = time_cuda(call, t, flush, progress)
         del flush
-        self.w.chan.send("candidate_timing", candidate=cand, **({"forward": forward} if forward is not None else {}))
+        self.w.say(
+            CandidateTiming.model_validate({"candidate": cand, "forward": forward})
+        )  # validated here, before the wall check
 
         # Judge-observed wall clock: back-to-back calls, one device-wide sync at the end,
         # bracketed by messages the parent stamps on arrival. Work on side streams or
         # threads, or a patched timer, shows up as wall time the events did not see.
+        # Nothing validated inside the bracket: the issue stamp is built before it, the end stamp unvalidated.
         self.w.phase("wall_check")
         k = wall_check_calls(cand["median_ms"])
+        issued = WallIssued()
         Cuda.sync()
-        self.w.chan.send("wall_start", calls=k)
+        self.w.say(WallStart(calls=k))
         t0 = perf_counter()
         done = 0
         while done < k:
@@ -336,22 +359,22 @@ class CandidateRunner:
             done += 1
             if perf_counter() - t0 > 5.0:
                 break
-        self.w.chan.send("wall_issued")  # the host is done issuing: what the sync waits for next is the GPU's
+        self.w.say(issued)  # the host is done issuing: what the sync waits for next is the GPU's
         Cuda.sync()
-        self.w.chan.send("wall_end", calls=done)
-        self.w.chan.send("timed", id=req.get("id"))
+        self.w.say(WallEnd.model_construct(calls=done))
+        self.w.say(Timed(), req.id)
 
-    def release(self, req: dict[str, Any], fds: list[int]) -> None:
-        for sid in req.get("slots") or []:
+    def release(self, req: Release, fds: list[int]) -> None:
+        for sid in req.slots:
             self.slots.pop(sid, None)
-        for oid in req.get("outs") or []:
+        for oid in req.outs:
             self.outs.pop(oid, None)
-        if self.device.startswith("cuda") and req.get("final", True):
+        if self.device.startswith("cuda") and req.final:
             # The stage is over and the lease goes back: what the allocator holds free is another judge's to use.
             # Between trials it keeps them: the next forward takes the same blocks (within the stage's room).
             Cuda.sync()
             Cuda.empty_cache()
-        self.w.chan.send("released", id=req.get("id"))
+        self.w.say(Released(), req.id)
 
 
 def _passes(model: Any, payload: Any) -> tuple[Any, Any]:
@@ -376,13 +399,13 @@ def _watch_compilers(w: Worker) -> None:
             nonlocal depth
             depth += 1
             if depth == 1:
-                w.chan.send("compiler", running=True)
+                w.say(Compiler(running=True))
             try:
                 return fn(*args, **kwargs)
             finally:
                 depth -= 1
                 if depth == 0:
-                    w.chan.send("compiler", running=False)
+                    w.say(Compiler(running=False))
 
         return run
 
@@ -411,11 +434,11 @@ def main() -> None:
         runner.build()
         w.serve(
             {
-                "warmup": runner.warmup,
-                "trial": runner.trial,
-                "ops": runner.ops,
-                "time": runner.time,
-                "release": runner.release,
+                Warmup: runner.warmup,
+                RunTrial: runner.trial,
+                OpsRequest: runner.ops,
+                Time: runner.time,
+                Release: runner.release,
             }
         )
 

@@ -4,11 +4,21 @@ arena for the candidate's answer), ``survey``, ``release`` and ``trim``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.transport import Arena, TensorSpec, flatten, layout
-from kernelfix.tools.transport.protocol import Prepared, TrialPlan
+from kernelfix.tools.transport.protocol import (
+    Fds,
+    Prepare,
+    Prepared,
+    Release,
+    Released,
+    Survey,
+    Surveyed,
+    TrialPlan,
+    Trim,
+    Trimmed,
+)
 from kernelfix.tools.transport.tree import contiguous_spec, spec_of, write
 from kernelfix.tools.workers.child import sync
 from kernelfix.tools.workers.reference.trial_data import TrialData, free, oom
@@ -41,13 +51,13 @@ class Handoff:
     and must never see a later evaluation's trial there. They go when the stage ends (a release without ``keep``),
     when another judge wants the memory (``trim``) and when an arena cannot be made."""
 
-    def prepare(self, req: dict[str, Any], fds: list[int]) -> None:
-        plan = TrialPlan.model_validate(req["trial"])
+    def prepare(self, req: Prepare, fds: list[int]) -> None:
+        plan = req.trial
         self.plans[plan.index] = plan
         self.seconds = {}
-        owner = req.get("owner")
+        owner = req.owner
         cached = plan.index in self.cache
-        data = self._get(plan, inputs_only=bool(req.get("inputs_only")))
+        data = self._get(plan, inputs_only=req.inputs_only)
         reply = Prepared(
             index=plan.index,
             skipped=data.skipped,
@@ -56,19 +66,19 @@ class Handoff:
             seconds=self.seconds,
         )
         if data.skipped is not None:
-            self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+            self.w.say(reply, req.id)
             return
         self.w.phase("handoff", trial=plan.index)
         skel, tensors = flatten(data.payload)
         specs = [spec_of(t) for t in tensors]
         created: list[Arena] = []
         with self._timed("arenas"):  # made (or reused), filled, and the output arena made
-            into = req.get("into")
+            into = req.into
             if into is not None:
                 slot = self.slots[into]
                 if [(s.dtype, s.shape, s.stride) for s in slot.specs] != [(s.dtype, s.shape, s.stride) for s in specs]:
                     reply.skipped = "its inputs are laid out unlike the tensors they would replace"
-                    self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+                    self.w.say(reply, req.id)
                     return
                 for s, t in zip(slot.specs, tensors):
                     write(slot.arena, s, t)
@@ -100,27 +110,26 @@ class Handoff:
         reply.input_bytes, reply.output_bytes = nbytes(data.inputs), nbytes(data.out)
         reply.grads = list(data.grad_keys)
         assert self.w.requests is not None
-        self.w.requests.send({"type": "fds", "id": req.get("id")}, [a.fd for a in created if a.fd is not None])
+        self.w.requests.send(Fds().wire() | {"id": req.id}, [a.fd for a in created if a.fd is not None])
         for a in created:
             a.forget_fd()
-        self.w.chan.send("prepared", id=req.get("id"), **reply.model_dump())
+        self.w.say(reply, req.id)
 
-    def survey(self, req: dict[str, Any], fds: list[int]) -> None:
+    def survey(self, req: Survey, fds: list[int]) -> None:
         """Every planned trial's reference, computed once and kept for the candidates to come, summarized:
         what the judge knows of the task before any candidate's trial runs. A trial the cache cannot
         hold ends the survey: the rest would be computed again for each candidate anyway."""
         out = []
-        for raw in req["trials"]:
-            plan = TrialPlan.model_validate(raw)
+        for plan in req.trials:
             self.plans[plan.index] = plan
             data = self._get(plan)
             if plan.index not in self.cache and data.skipped is None:
                 out.append(self._summary(plan, data))
                 break
             out.append(self._summary(plan, data))
-        self.w.chan.send("surveyed", id=req.get("id"), trials=out, cache_used=self.cache_used)
+        self.w.say(Surveyed(trials=out, cache_used=self.cache_used), req.id)
 
-    def _summary(self, plan: TrialPlan, data: TrialData) -> dict[str, Any]:
+    def _summary(self, plan: TrialPlan, data: TrialData) -> Prepared:
         return Prepared(
             index=plan.index,
             skipped=data.skipped,
@@ -132,7 +141,7 @@ class Handoff:
             cached=plan.index in self.cache,
             input_bytes=nbytes(data.inputs),
             output_bytes=nbytes(data.out),
-        ).model_dump()
+        )
 
     def _arena(self, size: int, owner: str | None = None) -> Arena:
         """An arena of ``size`` bytes: the owner's spare of that size, exported anew, or a new one. Its memory comes
@@ -184,7 +193,7 @@ class Handoff:
                 a.release()
         return freed
 
-    def trim(self, req: dict[str, Any], fds: list[int]) -> None:
+    def trim(self, req: Trim, fds: list[int]) -> None:
         """Another judge's stage wants this GPU's memory: drop the cached trials (each is computed again
         from its seed when asked) and return the allocator's free blocks. Arenas in use stay."""
         freed = self.cache_used + (self.recent[1].size if self.recent is not None else 0) + self._drop_spares()
@@ -195,25 +204,23 @@ class Handoff:
         import torch
 
         reserved = torch.cuda.memory_reserved() if self.cuda else 0  # what is left: live tensors, the model
-        self.w.chan.send(
-            "trimmed", id=req.get("id"), freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs)
-        )
+        self.w.say(Trimmed(freed=freed, reserved=reserved, slots=len(self.slots), outs=len(self.outs)), req.id)
 
-    def release(self, req: dict[str, Any], fds: list[int]) -> None:
+    def release(self, req: Release, fds: list[int]) -> None:
         """Arenas a trial is done with: the owner's spares with ``keep`` (its next trial comes), else released, and
         then the owner's spares too (its stage is over)."""
-        owner, keep = req.get("owner"), bool(req.get("keep"))
-        for sid in req.get("slots") or []:
+        owner, keep = req.owner, req.keep
+        for sid in req.slots:
             s = self.slots.pop(sid, None)
             if s is not None:
                 self._give_back(s.arena, owner, keep)
-        for oid in req.get("outs") or []:
+        for oid in req.outs:
             o = self.outs.pop(oid, None)
             if o is not None:
                 self._give_back(o.arena, owner, keep)
         if not keep and owner:
             self._drop_spares(owner)
-        self.w.chan.send("released", id=req.get("id"))  # arenas are not the allocator's: nothing to empty
+        self.w.say(Released(), req.id)  # arenas are not the allocator's: nothing to empty
 
 
 def _device_index(device: str) -> int:

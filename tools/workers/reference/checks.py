@@ -7,7 +7,7 @@ from typing import Any
 from kernelfix.tools.correctness.chunked import relative_error, same_bytes
 from kernelfix.tools.task_size import tensor_bytes as nbytes
 from kernelfix.tools.transport import TensorSpec, flatten, unflatten
-from kernelfix.tools.transport.protocol import CandidateOutput, Checked, TrialPlan
+from kernelfix.tools.transport.protocol import CandidateOutput, Check, Checked, TrialPlan
 from kernelfix.tools.transport.tree import read, torch_dtype
 from kernelfix.tools.workers.child import short
 from kernelfix.tools.workers.reference.trial_data import TrialData, oom
@@ -16,14 +16,14 @@ from kernelfix.tools.workers.reference.trial_data import TrialData, oom
 class Checks:
     """The part of :class:`ReferenceServer` that judges a candidate's output (and gradients) against the reference."""
 
-    def check(self, req: dict[str, Any], fds: list[int]) -> None:
+    def check(self, req: Check, fds: list[int]) -> None:
         from kernelfix.tools.correctness.compare import compare
         from kernelfix.tools.verdict import Category, TrialReport
 
-        plan = self.plans[int(req["trial"])]
+        plan = self.plans[req.trial]
         self.seconds = {}
         data = self._get(plan)
-        got = CandidateOutput.model_validate(req["output"])
+        got = req.output
         self.w.phase("compare", trial=plan.index)
         out = self.outs.get(got.out) if got.out is not None else None
         report: TrialReport | None = None
@@ -86,7 +86,7 @@ class Checks:
         if data.out64_transient:
             data.out64, data.noise, data.out64_transient = None, None, False
         mutated: list[int] = []
-        slot = self.slots.get(req.get("slot")) if req.get("slot") is not None else None
+        slot = self.slots.get(req.slot) if req.slot is not None else None
         if slot is not None and slot.trial == plan.index:
             _, mine = flatten(data.inputs)  # the inputs lead the arena; a cotangent after them is not an input
             with self._timed("mutation"):
@@ -94,9 +94,7 @@ class Checks:
                     i for i, (a, s) in enumerate(zip(mine, slot.specs)) if not same_bytes(a, read(slot.arena, s))
                 ]
         seconds = {k: round(v, 4) for k, v in self.seconds.items()}
-        self.w.chan.send(
-            "checked", id=req.get("id"), **Checked(report=report, mutated=mutated, seconds=seconds).model_dump()
-        )
+        self.w.say(Checked(report=report, mutated=mutated, seconds=seconds), req.id)
 
     def _check_grads(self, plan: TrialPlan, data: TrialData, got: CandidateOutput, cand_grads: Any, report: Any) -> Any:
         """Each gradient by the output's rules (dtype tolerance, error norm, the float64 rule); the first wrong one named."""

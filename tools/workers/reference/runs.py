@@ -7,7 +7,13 @@ from typing import Any
 
 from kernelfix.tools.correctness.chunked import leaves, relative_error, same_bytes
 from kernelfix.tools.task_size import tensor_bytes as nbytes
-from kernelfix.tools.transport.protocol import TrialPlan
+from kernelfix.tools.transport.protocol import (
+    BaselineRequest,
+    BaselineTimes,
+    BaselineWarm,
+    Determinism,
+    DeterminismRequest,
+)
 from kernelfix.tools.workers.child import short, sync
 from kernelfix.tools.workers.reference.trial_data import TrialData, free
 
@@ -16,19 +22,19 @@ class Runs:
     """The part of :class:`ReferenceServer` that runs the reference for its own sake: ``baseline`` (eager and
     torch.compile, timed) and ``determinism`` (the same trial twice)."""
 
-    def baseline(self, req: dict[str, Any], fds: list[int]) -> None:
+    def baseline(self, req: BaselineRequest, fds: list[int]) -> None:
         """Eager and torch.compile on the first trial's inputs. ``warm_only``: compile and run once,
         time nothing (outside the GPU lease); else time both (under it)."""
         import torch
 
         from kernelfix.tools.timing.clock import bandwidth_gbps, l2_flush_buffer, time_cuda
 
-        plan = TrialPlan.model_validate(req["trial"])
+        plan = req.trial
         self.plans[plan.index] = plan
         data = self._get(plan)
         inputs = data.inputs or []
         out_bytes = nbytes(data.out)
-        t = req["timing"]
+        t = req.timing
         if t.get("backward") and self.recent is not None and self.recent[1] is data:
             # Timing needs the inputs and the cotangent alone. The output and gradients kept beside the
             # timed passes' own (and autograd's temporaries) met 80 GiB for 38_L1Norm_'s 8 GiB trial; an
@@ -41,7 +47,7 @@ class Runs:
             self._compiled, self._compile_note = None, None
             if t.get("time_torch_compile", True):
                 self.w.phase("compile_reference")
-                _compile_threads(req.get("compile_threads"))
+                _compile_threads(req.compile_threads)
                 try:
                     cref = torch.compile(self.model)
                     if t.get("backward"):  # the training graph, and its backward compiled at its first call
@@ -53,7 +59,7 @@ class Runs:
                 except Exception as e:  # a task torch.compile can't handle still gets an eager speedup
                     self._compile_note = f"torch.compile failed: {short(e)}"
                     torch._dynamo.reset()
-        if req.get("warm_only"):
+        if req.warm_only:
             if (
                 self._compiled is not None and plan.input_set is not None
             ):  # another set's shapes: compiled here, outside the lease
@@ -62,7 +68,7 @@ class Runs:
                 else:
                     self._compiled(*inputs)
                 sync(self.device)
-            self.w.chan.send("baseline_warm", id=req.get("id"))
+            self.w.say(BaselineWarm(), req.id)
             return
         flush = l2_flush_buffer(t.get("flush_l2", True))
 
@@ -92,17 +98,20 @@ class Runs:
         del flush
         self.w.phase("bandwidth")
         bw = bandwidth_gbps()
-        self.w.chan.send(
-            "baseline",
-            id=req.get("id"),
-            eager=eager,
-            compiled=compiled,
-            compile_note=self._compile_note,
-            bytes_moved=nbytes(inputs) + out_bytes,
-            bandwidth_gbps=bw,
-            gpu=torch.cuda.get_device_name(0),
-            peak_bytes=int(torch.cuda.max_memory_allocated()),
-            **extra,
+        self.w.say(
+            BaselineTimes.model_validate(
+                dict(
+                    eager=eager,
+                    compiled=compiled,
+                    compile_note=self._compile_note,
+                    bytes_moved=nbytes(inputs) + out_bytes,
+                    bandwidth_gbps=bw,
+                    gpu=torch.cuda.get_device_name(0),
+                    peak_bytes=int(torch.cuda.max_memory_allocated()),
+                    **extra,
+                )
+            ),
+            req.id,
         )
 
     def _passes(self, model: Any, data: TrialData) -> tuple[Any, Any]:
@@ -111,11 +120,11 @@ class Runs:
 
         return gradients.timed_passes(model, data.inputs or [], data.cot or [], params_of=self.model)
 
-    def determinism(self, req: dict[str, Any], fds: list[int]) -> None:
+    def determinism(self, req: DeterminismRequest, fds: list[int]) -> None:
         """The same trial twice from scratch: inputs and outputs must agree (``kernelfix baseline``)."""
         import torch
 
-        plan = TrialPlan.model_validate(req["trial"])
+        plan = req.trial
         # Two trials at once, beside nothing else: under --backward a trial is four tensors (inputs,
         # outputs, cotangent, gradients) and three held together filled the H100 for 21_Sigmoid.
         self.recent = None
@@ -143,19 +152,20 @@ class Runs:
             for (_, a), (_, b) in zip(leaves(first.out), leaves(second.out))
             if isinstance(a, torch.Tensor)
         )
-        self.w.chan.send(
-            "determinism",
-            id=req.get("id"),
-            inputs_equal=inputs_equal,
-            outputs_equal=outputs_equal,
-            rel_error=relative_error(second.out, first.out),
-            vacuous=first.vacuous,
-            ref_ms=first.ref_ms,
-            input_bytes=nbytes(first.inputs),
-            output_bytes=nbytes(first.out),
-            float64_note=first.float64_note or self.float64_note,
-            trial_peak_bytes=first.peak - held if first.peak is not None else None,
-            draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
+        self.w.say(
+            Determinism(
+                inputs_equal=inputs_equal,
+                outputs_equal=outputs_equal,
+                rel_error=relative_error(second.out, first.out),
+                vacuous=first.vacuous,
+                ref_ms=first.ref_ms,
+                input_bytes=nbytes(first.inputs),
+                output_bytes=nbytes(first.out),
+                float64_note=first.float64_note or self.float64_note,
+                trial_peak_bytes=first.peak - held if first.peak is not None else None,
+                draw_note=self.draw_note or ("drawn on the device" if self.on_device else "drawn on the CPU"),
+            ),
+            req.id,
         )
 
 

@@ -30,7 +30,19 @@ from kernelfix.tools import input_sets, task_size
 from kernelfix.tools.correctness.chunked import leaves
 from kernelfix.tools.timing.clock import Cuda
 from kernelfix.tools.transport import Arena
-from kernelfix.tools.transport.protocol import ReferenceReady, ReferenceSpec, TrialPlan
+from kernelfix.tools.transport.protocol import (
+    BaselineRequest,
+    Check,
+    DeterminismRequest,
+    Prepare,
+    ReferenceReady,
+    ReferenceSpec,
+    Release,
+    Sized,
+    Survey,
+    TrialPlan,
+    Trim,
+)
 from kernelfix.tools.workers.child import TaskProblem, TooLarge, Worker, build_model, load_task, seed_all, short
 from kernelfix.tools.workers.reference.arenas import Handoff, Out, Slot
 from kernelfix.tools.workers.reference.checks import Checks
@@ -78,7 +90,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
         if self.size is not None:
             # Before allocating: the parent names it if memory runs out, and sizes its shared holds of the GPU by it.
             total = torch.cuda.get_device_properties(0).total_memory if self.cuda else None
-            self.w.chan.send("sized", **self.size.model_dump(), gpu_total_bytes=total)
+            self.w.say(Sized(**self.size.model_dump(), gpu_total_bytes=total))
             self._refuse_if_too_large(self.size)
         self.w.phase("build_reference")
         try:
@@ -110,7 +122,7 @@ class ReferenceServer(Trials, Float64Truth, Checks, Handoff, Runs):
             gpu_props=_gpu_props(props) if props else {},
             input_sets=self._describe_sets(),
         )
-        self.w.chan.send("ready", **ready.model_dump())
+        self.w.say(ready)
 
     def _describe_sets(self) -> list[str] | None:
         try:
@@ -202,13 +214,13 @@ def main() -> None:
         server.start()
         w.serve(
             {
-                "prepare": server.prepare,
-                "survey": server.survey,
-                "check": server.check,
-                "release": server.release,
-                "baseline": server.baseline,
-                "determinism": server.determinism,
-                "trim": server.trim,
+                Prepare: server.prepare,
+                Survey: server.survey,
+                Check: server.check,
+                Release: server.release,
+                BaselineRequest: server.baseline,
+                DeterminismRequest: server.determinism,
+                Trim: server.trim,
             }
         )
 
