@@ -286,7 +286,8 @@ def test_a_crashing_session_fails_alone(tmp_path):
 
 
 def test_default_workers_use_every_gpu(monkeypatch):
-    from kernelfix.agent.batch.local_runner import default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import default_workers
+    from kernelfix.tools.gpu.visible import visible_gpus
 
     assert default_workers(jobs=10, cpus=16, gpus=2) == 8  # half the cores
     assert default_workers(jobs=10, cpus=2, gpus=2) == 2  # one per GPU even on few cores

@@ -87,16 +87,6 @@ def pending(jobs: list[Job], done: JobDone) -> list[Job]:
     return todo
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for children."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip()]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-
-
 def default_workers(jobs: int, cpus: int, gpus: int) -> int:
     """Sessions at a time when --workers is not given: half the cores (compiles are CPU work), but at
     least one per GPU, so a machine with more GPUs than that still judges on every one; never more than the jobs."""

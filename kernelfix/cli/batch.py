@@ -84,10 +84,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kernelfix.agent.batch import plots, report
-    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers
     from kernelfix.agent.batch.plan import BatchSettings, PlanError, plan
     from kernelfix.agent.batch.progress import BatchProgress
     from kernelfix.base.terminal import console
+    from kernelfix.tools.gpu.visible import visible_gpus
     from kernelfix.tools.judge import resolve_device
 
     cfg = load_config_for(args)

@@ -360,7 +360,7 @@ def gpu_slots(gpus: str | Sequence[str] | None, device: str) -> list[str | None]
     if gpus is None or gpus == "all":
         if device != "cuda":
             return [None]
-        from kernelfix.agent.batch.local_runner import visible_gpus
+        from kernelfix.tools.gpu.visible import visible_gpus
 
         found = visible_gpus()
         if not found:

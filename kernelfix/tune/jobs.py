@@ -55,8 +55,9 @@ def run_headless(jobs: list[Job], out: Path, *, workers: int | None, console) ->
     records where it stopped) and propagates. Where they judge is the jobs' own judge settings (tune set it)."""
     import os
 
-    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers, visible_gpus
+    from kernelfix.agent.batch.local_runner import BatchBusy, LocalRunner, OutDir, default_workers
     from kernelfix.agent.batch.progress import BatchProgress
+    from kernelfix.tools.gpu.visible import visible_gpus
 
     outdir = OutDir(out)
     try:
