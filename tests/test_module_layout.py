@@ -9,7 +9,8 @@ inside functions count, and nothing is imported (torch least of all).
    graph agrees: the judge's (every module outside tools/ and judge.py start there) and its children's (the
    worker and target modules ``CHILDREN`` names). The judge imports no worker module.
 4. No module in any package is over ``MAX_LINES`` lines of code, but ``LONG`` (each with its reason); no module
-   imports another's private names.
+   uses another's private names (imported, read off the module, or through getattr); a made-up module checks that
+   the readers see each form.
 5. No two of kernelfix's modules share a file name, but ``SHARED_NAMES`` (each with its reason).
 6. Judge.finish leaves the verdict to ``Evaluation.verdict``, which copies no field one by one.
 7. Every package is installed (pyproject.toml), and no stage imports the judge back.
@@ -316,7 +317,13 @@ def test_no_module_is_over_400_lines_of_code():
 # A name with a leading underscore is its module's own: no other module imports it, nor reads it off an imported module.
 
 
+def _private(attr: str) -> bool:
+    return attr.startswith("_") and not attr.startswith("__")
+
+
 def _private_uses(name: str, path: Path) -> list[str]:
+    """Another module's private names that ``name`` uses: ``from m import _x``, and ``m._x`` or ``getattr(m, "_x")``
+    on a module however it is bound (``from pkg import m``, ``import a.b as m``, ``import a.b`` then ``a.b._x``)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     modules: dict[str, str] = {}  # a local name bound to one of kernelfix's modules
@@ -330,20 +337,71 @@ def _private_uses(name: str, path: Path) -> list[str]:
             for a in node.names:
                 if f"{base}.{a.name}" in MODULES:
                     modules[a.asname or a.name] = f"{base}.{a.name}"
-                elif base in MODULES and base != name and a.name.startswith("_") and not a.name.startswith("__"):
+                elif base in MODULES and base != name and _private(a.name):
                     found.append(f"{name}: from {base} import {a.name}")
         elif isinstance(node, ast.Import):
-            modules |= {a.asname: a.name for a in node.names if a.asname and a.name in MODULES}
+            for a in node.names:
+                if a.name in MODULES:
+                    top = a.name.split(".")[0]
+                    modules[a.asname or top] = a.name if a.asname else top
+
+    def module_of(node: ast.expr) -> str | None:  # the kernelfix module an expression names, if any
+        if isinstance(node, ast.Name):
+            return modules.get(node.id)
+        if isinstance(node, ast.Attribute) and (base := module_of(node.value)) and f"{base}.{node.attr}" in MODULES:
+            return f"{base}.{node.attr}"
+        return None
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
-            if node.attr.startswith("_") and not node.attr.startswith("__") and modules[node.value.id] != name:
-                found.append(f"{name}: {modules[node.value.id]}.{node.attr}")
+        target, attr = None, None
+        if isinstance(node, ast.Attribute):
+            target, attr = module_of(node.value), node.attr
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) >= 2:
+            if isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                target, attr = module_of(node.args[0]), node.args[1].value
+        if target and target != name and attr and _private(attr) and f"{target}.{attr}" not in MODULES:
+            found.append(f"{name}: {target}.{attr}")
     return found
 
 
 def test_no_module_uses_another_modules_private_names():
     uses = sorted(u for name, path in MODULES.items() for u in _private_uses(name, path))
     assert not uses, uses
+
+
+def test_the_readers_see_every_form_of_import_and_private_use(tmp_path):
+    """The rules above hold only as far as the readers see: each form they must catch, in one made-up module."""
+    source = tmp_path / "made_up.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import kernelfix.tools.verdict\n"
+        "import kernelfix.tools.config as config\n"
+        "from kernelfix.tools.gpu import lease\n"
+        "from kernelfix.tools.task import _hidden\n"
+        "if TYPE_CHECKING:\n"
+        "    from kernelfix.agent.state import Turn\n"
+        "def f():\n"
+        "    from kernelfix.capture import swap\n"
+        "    return kernelfix.tools.verdict._a, config._b, lease._c, getattr(swap, '_d'), lease.__name__, swap.ok\n"
+    )
+    assert _imports("kernelfix.made_up", source) >= {
+        "kernelfix.tools.verdict",
+        "kernelfix.tools.config",
+        "kernelfix.tools.gpu.lease",
+        "kernelfix.tools.task",
+        "kernelfix.agent.state",
+        "kernelfix.capture.swap",
+    }
+    assert sorted(_private_uses("kernelfix.made_up", source)) == sorted(
+        f"kernelfix.made_up: {use}"
+        for use in (
+            "from kernelfix.tools.task import _hidden",
+            "kernelfix.tools.verdict._a",
+            "kernelfix.tools.config._b",
+            "kernelfix.tools.gpu.lease._c",
+            "kernelfix.capture.swap._d",
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------- 5. names
