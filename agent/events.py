@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.agent.state import Outcome, RoundRecord, Slot, Turn, TurnSource, Usage
-from kernelfix.tools.judge import StageEvent
+from kernelfix.tools.evaluation import StageEvent
 
 
 class _Event(BaseModel):

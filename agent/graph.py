@@ -43,7 +43,7 @@ from kernelfix.agent.runtime import Runtime
 from kernelfix.agent.shapes import shape_block
 from kernelfix.agent.state import SessionState, Turn
 from kernelfix.prompts.blocks import floor_text, gpu_block, input_sets_block
-from kernelfix.tools.judge import STAGES
+from kernelfix.tools.evaluation import STAGES
 
 Update = dict[str, Any]
 

@@ -11,8 +11,9 @@ from kernelfix.agent.models import ModelReply
 from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import ChatMessage, Turn
 from kernelfix.tools import retry
+from kernelfix.tools.evaluation import STAGES, Evaluation, StageEvent
 from kernelfix.tools.handles.reference_failures import ReferenceUnavailable
-from kernelfix.tools.judge import STAGES, Evaluation, Judge, StageEvent
+from kernelfix.tools.judge import Judge
 from kernelfix.tools.retry import MachineFault
 
 

@@ -32,7 +32,7 @@ from kernelfix.agent.state import (
     path_to,
     totals,
 )
-from kernelfix.tools.judge import STAGES
+from kernelfix.tools.evaluation import STAGES
 
 if TYPE_CHECKING:
     from kernelfix.agent.runtime import Runtime

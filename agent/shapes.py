@@ -134,7 +134,7 @@ def _describe(model: Any, inputs: list[Any]) -> str:
 def _child(spec_path: str) -> None:
     import importlib.util
 
-    from kernelfix.sandbox.process import MSG_FD_ENV
+    from kernelfix.sandbox.channel import MSG_FD_ENV
 
     fd = int(os.environ[MSG_FD_ENV])
 

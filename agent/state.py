@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelfix.agent.agent_config import AgentConfig
 from kernelfix.tools.config import JudgeConfig
+from kernelfix.tools.evaluation import Evaluation
 from kernelfix.tools.gpu.floor import TaskFloor
-from kernelfix.tools.judge import Evaluation
 from kernelfix.tools.verdict import Category, Verdict
 
 TRAJECTORY_SCHEMA = 1

@@ -30,7 +30,6 @@ import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
 
-from kernelfix.capture.calls import match_call
 from kernelfix.capture.captured_kernel import CapturedKernel, CheckCall
 from kernelfix.capture.check import compare_outputs
 from kernelfix.capture.errors import SwapCheckFailed, SwapError
@@ -38,7 +37,7 @@ from kernelfix.capture.files import CaptureFiles, import_file
 from kernelfix.capture.schema import CaptureManifest, CompilePath, OutputCheck, SwapCheck
 from kernelfix.tools.config import JudgeConfig
 
-__all__ = ["CapturedKernel", "load_best", "match_call", "snippet", "attribute_path"]
+__all__ = ["load_best", "snippet", "attribute_path"]
 
 
 # --------------------------------------------------------------------------- loading

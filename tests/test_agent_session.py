@@ -34,7 +34,7 @@ from kernelfix.agent.models import LiteLLMModel, ModelError, ReplayModel
 from kernelfix.agent.session import Session
 from kernelfix.agent.session_dir import SessionDir
 from kernelfix.agent.state import Trajectory
-from kernelfix.tools.judge import STAGES
+from kernelfix.tools.evaluation import STAGES
 from kernelfix.tools.verdict import Verdict
 
 

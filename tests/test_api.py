@@ -14,7 +14,8 @@ import pytest
 from conftest import CORPUS
 
 import kernelfix
-from kernelfix.library.api import Judge, candidate_source
+from kernelfix.library.api import Judge
+from kernelfix.library.sources import candidate_source
 from kernelfix.tools.task import TaskError
 
 TASK = CORPUS / "tasks" / "relu.py"

@@ -11,6 +11,7 @@ inside functions count, and nothing is imported (torch least of all).
 4. No module in any package is over ``MAX_LINES`` lines of code, but ``LONG`` (each with its reason); no module
    uses another's private names (imported, read off the module, or through getattr); a made-up module checks that
    the readers see each form.
+   A name is imported from the module that defines it (a package's __init__.py may name its modules' names).
 5. No two of kernelfix's modules share a file name, but ``SHARED_NAMES`` (each with its reason).
 6. Judge.finish leaves the verdict to ``Evaluation.verdict``, which copies no field one by one.
 7. Every package is installed (pyproject.toml), and no stage imports the judge back.
@@ -367,6 +368,56 @@ def _private_uses(name: str, path: Path) -> list[str]:
 def test_no_module_uses_another_modules_private_names():
     uses = sorted(u for name, path in MODULES.items() for u in _private_uses(name, path))
     assert not uses, uses
+
+
+# One place for each name: a module imports a name from the module that defines it. Only a package's __init__.py names
+# what its modules define (its face: kernelfix.sandbox, kernelfix.cli, kernelfix.tools.transport).
+
+
+@functools.cache
+def _top_level_names(path: Path) -> tuple[set[str], set[str]]:
+    """What a module defines at its top level (under if/try too), and what it imports there."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try)):
+                for block in (
+                    node.body,
+                    node.orelse,
+                    *(h.body for h in getattr(node, "handlers", [])),
+                    getattr(node, "finalbody", []),
+                ):
+                    visit(block)
+
+    visit(ast.parse(path.read_text()).body)
+    return defined, imported - defined
+
+
+def test_every_name_is_imported_from_where_it_is_defined():
+    passed_on = []
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            if base not in MODULES or MODULES[base].name == "__init__.py":
+                continue
+            _, imported = _top_level_names(MODULES[base])
+            passed_on += [f"{name}: {a.name} from {base}" for a in node.names if a.name in imported]
+    assert not passed_on, f"imported from a module that only imports it: {sorted(passed_on)}"
 
 
 def test_the_readers_see_every_form_of_import_and_private_use(tmp_path):

@@ -18,7 +18,7 @@ from kernelfix.agent.events import (
 )
 from kernelfix.agent.session_dir import read_trajectory
 from kernelfix.agent.state import Usage
-from kernelfix.tools.judge import StageEvent
+from kernelfix.tools.evaluation import StageEvent
 from kernelfix.tools.profile import bottleneck, ncu_csv
 from kernelfix.tools.verdict import Timings, TimingStats
 from kernelfix.tui.check_views import correctness_view

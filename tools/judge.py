@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from kernelfix.tools.gpu.floor import TaskFloor
     from kernelfix.tools.gpu.specs import GpuSpec
 
-__all__ = ["STAGES", "Evaluation", "EventSink", "Judge", "StageEvent", "resolve_device"]
+__all__ = ["Judge", "resolve_device"]
 
 
 def resolve_device(requested: str | None) -> tuple[str, str | None]:

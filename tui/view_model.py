@@ -28,7 +28,7 @@ from kernelfix.agent.events import (
 )
 from kernelfix.agent.models import REPLAY_PREFIX
 from kernelfix.agent.state import REOPENABLE, Outcome, Trajectory, Turn, TurnSource, Usage, path_to
-from kernelfix.tools.judge import StageEvent
+from kernelfix.tools.evaluation import StageEvent
 
 # What each judge stage is doing, in words (the stage bar and the turn list say these).
 _STAGE_WORDS = {

@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     _start_fork_servers(args, cfg)
     from kernelfix.base.terminal import console
     from kernelfix.cli.verdict_view import person_view, verdict_view
-    from kernelfix.library.api import Judge, candidate_source
-    from kernelfix.tools.judge import StageEvent
+    from kernelfix.library.api import Judge
+    from kernelfix.library.sources import candidate_source
+    from kernelfix.tools.evaluation import StageEvent
     from kernelfix.tools.task import TaskError
 
     quiet, verbose = args.verbosity < 0, args.verbosity > 0

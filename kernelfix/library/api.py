@@ -36,11 +36,8 @@ from kernelfix.library.sources import (
     FILENAME,
     CandidateKind,
     candidate_source,
-    looks_like_path,
     path_hint,
     task_from_text,
-    task_name,
-    task_source,
     text_kind,
     text_task_words,
 )
@@ -50,19 +47,7 @@ from kernelfix.tools.judge import Judge as Engine
 from kernelfix.tools.task import Task, TaskError
 from kernelfix.tools.verdict import Verdict
 
-__all__ = [
-    "CandidateKind",
-    "Judge",
-    "TaskError",
-    "Verdict",
-    "candidate_source",
-    "judge_config",
-    "looks_like_path",
-    "task_from_text",
-    "task_name",
-    "task_source",
-    "text_kind",
-]
+__all__ = ["Judge", "judge_config"]
 
 log = logging.getLogger(__name__)
 STANDBY_WAIT_S = 0.25  # how long a call waits for a standby worker still being started

@@ -31,7 +31,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelfix.library.api import CandidateKind, Judge, task_from_text, task_name
+from kernelfix.library.api import Judge
+from kernelfix.library.sources import CandidateKind, task_from_text, task_name
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import TaskError
 from kernelfix.tools.verdict import Verdict

@@ -23,8 +23,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernelfix.library.api import CandidateKind, task_source
 from kernelfix.library.judge_pool import JudgeRequest
+from kernelfix.library.sources import CandidateKind, task_source
 from kernelfix.rewards import RewardConfig
 from kernelfix.rewards.backend import Backend, make_backend
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernelfix.library.api import task_source
 from kernelfix.library.judge_pool import JudgeRequest, Outcome
+from kernelfix.library.sources import task_source
 from kernelfix.rewards import RewardConfig
 from kernelfix.rewards.backend import shared_backend
 

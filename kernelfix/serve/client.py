@@ -23,9 +23,8 @@ from typing import Any
 
 import httpx
 
-from kernelfix.library.api import CandidateKind, candidate_source, task_source
 from kernelfix.library.judge_pool import JudgeRequest, Outcome
-from kernelfix.library.sources import file_task_name
+from kernelfix.library.sources import CandidateKind, candidate_source, file_task_name, task_source
 from kernelfix.serve.auth import client_token
 from kernelfix.tools.verdict import Verdict
 
