@@ -3,6 +3,7 @@ inside functions count, and nothing is imported (torch least of all).
 
 1. No import circles among kernelfix's modules (kernelfix/__init__.py's lazy table counts as its imports).
 2. Every package's folders import down ``FOLDERS`` only: 0 upward imports, so 0 folder circles.
+   A module named in a string (python -m, importlib) points down them too, but ``NAMED_UP`` (each with its reason).
    The judge's folders import one way, down ``LAYERS``: judge.py, stages/, handles/, workers/, the concerns'
    libraries, the base. From outside itself the judge imports only ``TOOLS_MAY_IMPORT``.
 3. Each tools/ file's first docstring line names, in brackets, the processes that run it, and the import
@@ -164,6 +165,42 @@ def test_every_package_imports_down_the_folders_only():
         if _folder(t) < _folder(m)
     )
     assert not upward, upward
+
+
+# A module named by string (``python -m``, importlib, importlib.resources) is a dependency the import graph does not
+# see. Those that point up FOLDERS, each with its reason; any other fails.
+NAMED_UP = {
+    ("kernelfix.sandbox.zygote", "kernelfix.tools.workers.candidate.server"): "a fork server imports the judge's "
+    "worker modules ahead, by name, in its own process (PRELOADS, RUN_MODULES); the sandbox never imports them",
+    ("kernelfix.sandbox.zygote", "kernelfix.tools.workers.reference.server"): "the same, for the reference worker",
+    ("kernelfix.tools.feedback.knowledge", "kernelfix.prompts"): "the knowledge notes' text is package data of "
+    "prompts/; importlib.resources imports prompts/__init__.py alone, a docstring",
+}
+
+
+def _named(name: str, path: Path) -> set[str]:
+    """kernelfix's modules that ``name`` names in a string (a logger's name and the bare product name aside)."""
+    tree = ast.parse(path.read_text())
+    loggers = {
+        id(a)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "getLogger"
+        for a in n.args
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and n.value in MODULES
+        and n.value not in {"kernelfix", name}
+        and id(n) not in loggers
+    }
+
+
+def test_modules_named_by_string_point_down_the_folders_too():
+    up = {(m, t) for m, path in MODULES.items() for t in _named(m, path) if _folder(t) < _folder(m)}
+    assert up == set(NAMED_UP), {"new": sorted(up - set(NAMED_UP)), "gone": sorted(set(NAMED_UP) - up)}
 
 
 # The judge's folders, top to bottom: a module imports its own layer and those below it, never one above.
