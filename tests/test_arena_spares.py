@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from kernelfix.tools.transport import Arena, ArenaSpec
+from kernelfix.tools.transport.protocol import Release
+from kernelfix.tools.workers.child import Worker
 from kernelfix.tools.workers.reference import arenas as arenas_mod
 from kernelfix.tools.workers.reference.arenas import SPARES_PER_OWNER, Handoff, Out, Slot
 
@@ -48,7 +50,7 @@ class Server(Handoff):
         self.slots: dict[int, Slot] = {}
         self.outs: dict[int, Out] = {}
         self.arena_kind, self.device, self.cuda = "cuda", "cuda:0", True
-        self.w = type("W", (), {"chan": Chan()})()
+        self.w = type("W", (), {"chan": Chan(), "say": Worker.say})()  # the worker's own say, over a recording channel
 
     def hand(self, sid: int, arena) -> None:  # as prepare leaves it: in use, its fd sent
         arena.fd = None
@@ -58,7 +60,7 @@ class Server(Handoff):
         """An arena made for ``owner``'s trial, handed over and given back with ``keep``: now its spare."""
         a = self._arena(size, owner)
         self.hand(sid, a)
-        self.release({"slots": [sid], "owner": owner, "keep": True}, [])
+        self.release(Release(**{"slots": [sid], "owner": owner, "keep": True}), [])
         return a
 
 
@@ -73,7 +75,7 @@ def server(monkeypatch):
 def test_the_next_trial_of_the_same_evaluation_takes_its_arena_again(server):
     a = server._arena(1 << 30, "ev1")
     server.hand(1, a)
-    server.release({"slots": [1], "owner": "ev1", "keep": True}, [])
+    server.release(Release(**{"slots": [1], "owner": "ev1", "keep": True}), [])
     assert not a.released and server.spares == {"ev1": [a]}
     b = server._arena(1 << 30, "ev1")
     assert b is a and a.fd is not None and a.exports == 1  # the same memory, a new fd to send
@@ -93,14 +95,14 @@ def test_a_spare_of_another_size_is_not_taken(server):
 
 def test_the_stage_end_gives_the_owners_spares_back_and_no_one_elses(server):
     mine, theirs = server.spare(1, 1 << 30, "ev1"), server.spare(2, 1 << 30, "ev2")
-    server.release({"slots": [], "owner": "ev1"}, [])  # ev1's stage is over
+    server.release(Release(**{"slots": [], "owner": "ev1"}), [])  # ev1's stage is over
     assert mine.released and not theirs.released and list(server.spares) == ["ev2"]
 
 
 def test_a_release_without_keep_releases_at_once(server):
     a = server._arena(1 << 30, "ev1")
     server.hand(1, a)
-    server.release({"slots": [1], "owner": "ev1"}, [])
+    server.release(Release(**{"slots": [1], "owner": "ev1"}), [])
     assert a.released and not server.spares
 
 
@@ -108,7 +110,7 @@ def test_an_owner_keeps_at_most_a_few(server):
     made = [server._arena(1 << 30, "ev1") for _ in range(SPARES_PER_OWNER + 2)]
     for i, a in enumerate(made):
         server.hand(i, a)
-    server.release({"slots": list(range(len(made))), "owner": "ev1", "keep": True}, [])
+    server.release(Release(**{"slots": list(range(len(made))), "owner": "ev1", "keep": True}), [])
     assert len(server.spares["ev1"]) == SPARES_PER_OWNER and sum(a.released for a in made) == 2
 
 

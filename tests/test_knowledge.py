@@ -36,7 +36,7 @@ from kernelfix.tools.legality import static_checks
 
 NOTES = notes()
 BY_SLUG = {n.slug: n for n in NOTES}
-KNOWLEDGE = Path(knowledge.__file__).parent / "knowledge"
+KNOWLEDGE = Path(knowledge.__file__).parents[2] / "prompts" / "knowledge"  # the notes are prompts/ package data
 
 
 def _kernel_files() -> list[tuple[str, str, str]]:
