@@ -21,19 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-LIBRARY_OPS = (
-    "mm",
-    "addmm",
-    "bmm",
-    "linear",
-    "matmul",
-    "_grouped_mm",
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-)
+from kernelfix.tools.legality.allowlist import LIBRARY_GEMM_ATTENTION as LIBRARY_OPS  # light: no torch
 
 
 class TuneConfig(BaseModel):

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import functools
 import tomllib
+import typing
 from collections.abc import Collection, Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
+
+from kernelfix.tools.verdict import FindingKind
 
 if TYPE_CHECKING:
     from kernelfix.tools.verdict import ProfileReport
@@ -44,24 +47,7 @@ __all__ = [
 ]
 
 # The finding kinds the profile's feedback names, and the task kinds the notes help.
-FINDINGS: tuple[str, ...] = (
-    "uncoalesced",
-    "bank_conflicts",
-    "occupancy",
-    "small_grid",
-    "tail_wave",
-    "launch_bound",
-    "no_reuse",
-    "tensor_cores_unused",
-    "local_memory",
-    "divergence",
-    "memory_bound",
-    "latency_bound",
-    "contended_atomics",
-    "compute_pipe",
-    "mma_sync_on_hopper",
-    "host_sync",
-)
+FINDINGS: tuple[str, ...] = typing.get_args(FindingKind)  # the verdict names them once
 OPS: tuple[str, ...] = (
     "elementwise",
     "reduction",
