@@ -119,9 +119,8 @@ def load_best(
     module = CapturedKernel(kernel, sk.manifest, original)
     module.extensions = extensions
     try:
-        if (
-            own is not None
-        ):  # another instance of the captured module: the task's Model with its weights is the reference
+        # Another instance of the captured module: the task's Model with its weights is the reference.
+        if own is not None:
             calls = instance_calls(module, sk, task, dev, [own.name, *init[1:]]) if check or custom_op else []
         else:
             calls = check_calls(module, sk, task, dev) if check or custom_op else []
@@ -145,9 +144,8 @@ def load_best(
         first = (
             _FIRST_PATH.get(key) if trace is None and not (extensions is not None and extensions.extensions) else None
         )
-        if (
-            first is not None and first.kind == "traced"
-        ):  # another instance of one kind: its code and calls, its weights
+        # Another instance of one kind: its code and calls, its own weights.
+        if first is not None and first.kind == "traced":
             module.use_traced(
                 first.model_copy(update={"checks": [], "note": f"as every instance of this kind: {first.note}"})
             )
