@@ -53,8 +53,10 @@ SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_j
 # The longest tests (seconds of wall time on two cores, from `--durations`), handed out first so that no
 # worker is left with a long one at the end while the other idles. Unlisted tests follow in file order.
 LONGEST = {
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 120,
-    "test_build.py::test_host_pch_gives_the_same_object": 105,  # the two torch-header builds start at once, one per worker
+    "test_build.py::test_host_pch_gives_the_same_object": 105,  # builds the run's one torch/extension.h PCH, first
+    # Its binding TU takes that PCH (the CUDA include directories leave the header's text alone): started once the
+    # PCH is about built, so that its worker runs other tests meanwhile rather than waiting on the PCH's lock.
+    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 45,
     "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 11,  # after the PCH test made its PCH
     "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 9,
     "test_hostile.py": 60,  # groups: their whole time

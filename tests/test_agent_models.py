@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import httpx
-import litellm
-import litellm.exceptions  # PermissionDeniedError lives here in every litellm since 1.60; the top level exports it only in later ones
 import pytest
 from tenacity import wait_none
 
@@ -20,6 +18,8 @@ from kernelfix.agent.models import (
 )
 from kernelfix.agent.state import ChatMessage
 
+pytestmark = pytest.mark.xdist_group("litellm")  # one worker imports litellm (seconds), not both: see lite()
+
 MSGS = [ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="write a kernel")]
 MODEL = "openai/gpt-4o-mini"  # a model litellm has prices for; never called: every response is a mock
 
@@ -28,8 +28,17 @@ def mock(*responses, **cfg) -> LiteLLMModel:
     return LiteLLMModel(MODEL, AgentConfig(**cfg), wait=wait_none(), mock_responses=list(responses))
 
 
-def err(cls, msg="nope"):
-    return cls(message=msg, llm_provider="openai", model="gpt-4o-mini")
+def lite():
+    """litellm, imported by the tests that use it rather than at collection: its import takes seconds, and every
+    xdist worker collects every file."""
+    import litellm
+    import litellm.exceptions  # PermissionDeniedError lives here in every litellm since 1.60; the top level exports it only in later ones
+
+    return litellm
+
+
+def err(name, msg="nope"):
+    return getattr(lite(), name)(message=msg, llm_provider="openai", model="gpt-4o-mini")
 
 
 def test_replay_answers_in_order_streams_and_runs_out(tmp_path):
@@ -61,7 +70,7 @@ def test_replay_file_errors_are_clear(tmp_path, text, match):
 
 
 def test_litellm_streams_and_records_tokens_cost_reasoning():
-    reply = litellm.ModelResponse(
+    reply = lite().ModelResponse(
         choices=[{"message": {"role": "assistant", "content": "the answer", "reasoning_content": "the thinking"}}]
     )
     deltas = []
@@ -82,10 +91,10 @@ def test_litellm_without_streaming():
 def test_rate_limit_timeout_and_5xx_are_retried():
     retries = []
     m = mock(
-        err(litellm.RateLimitError),
-        err(litellm.Timeout),
-        err(litellm.InternalServerError),
-        err(litellm.ServiceUnavailableError),
+        err("RateLimitError"),
+        err("Timeout"),
+        err("InternalServerError"),
+        err("ServiceUnavailableError"),
         "finally",
         retry_attempts=5,
     )
@@ -96,19 +105,19 @@ def test_rate_limit_timeout_and_5xx_are_retried():
 
 
 def test_retries_run_out():
-    m = mock(*[err(litellm.RateLimitError)] * 3, retry_attempts=3)
+    m = mock(*[err("RateLimitError")] * 3, retry_attempts=3)
     with pytest.raises(ModelError, match="still failing after 3 attempts") as e:
         m.complete(MSGS, call_index=0)
     assert e.value.kind == "unavailable"
 
 
 @pytest.mark.parametrize(
-    "exc,kind,match",
+    "make_exc,kind,match",
     [
-        (err(litellm.AuthenticationError, "Incorrect API key"), "config", "API key was refused"),
-        (err(litellm.NotFoundError, "model does not exist"), "config", "unknown"),
+        (lambda: err("AuthenticationError", "Incorrect API key"), "config", "API key was refused"),
+        (lambda: err("NotFoundError", "model does not exist"), "config", "unknown"),
         (
-            litellm.exceptions.PermissionDeniedError(
+            lambda: lite().exceptions.PermissionDeniedError(
                 message="nope",
                 llm_provider="openai",
                 model="gpt-4o-mini",
@@ -117,10 +126,12 @@ def test_retries_run_out():
             "config",
             "permission denied",
         ),
-        (err(litellm.ContextWindowExceededError, "too long"), "request", "refused the request"),
+        (lambda: err("ContextWindowExceededError", "too long"), "request", "refused the request"),
     ],
+    ids=["auth", "not-found", "permission", "context-window"],
 )
-def test_fatal_errors_are_not_retried(exc, kind, match):
+def test_fatal_errors_are_not_retried(make_exc, kind, match):
+    exc = make_exc()
     retries = []
     m = mock(exc, "never reached")
     with pytest.raises(ModelError, match=match) as e:

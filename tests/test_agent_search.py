@@ -21,6 +21,9 @@ OK, WRONG, BROKEN = (
 )
 
 
+pytestmark = pytest.mark.xdist_group("litellm")  # its stub model is litellm's: one worker imports it, not both
+
+
 @pytest.fixture
 def cpu_judge(judges):
     return judges("relu", "cpu")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 
-import litellm
 import pytest
 from agent_support import (
     NO_CODE,
@@ -169,7 +168,10 @@ def test_controls_hint_user_candidate_pause_and_accept(tmp_path, cpu_judge):
     assert outcome.stop_kind == "user_accept" and outcome.finished
 
 
+@pytest.mark.xdist_group("litellm")  # with test_agent_models: one worker imports litellm (seconds), not both
 def test_model_error_retried_inside_a_session(tmp_path, cpu_judge):
+    import litellm
+
     model = LiteLLMModel(
         "openai/gpt-4o-mini",
         AgentConfig(),
@@ -188,7 +190,10 @@ def test_model_error_retried_inside_a_session(tmp_path, cpu_judge):
     assert len(retries) == 1 and "RateLimitError" in retries[0].error and retries[0].turn == 1
 
 
+@pytest.mark.xdist_group("litellm")
 def test_fatal_model_error_stops_at_once_and_the_session_resumes(tmp_path, cpu_judge):
+    import litellm
+
     bad = LiteLLMModel(
         "openai/gpt-4o-mini",
         AgentConfig(),

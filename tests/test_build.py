@@ -366,11 +366,15 @@ def test_host_pch_gives_the_same_object(tmp_path):
         f"-isystem {shlex.quote(p)}" for p in [*ce.include_paths(), __import__("sysconfig").get_path("include")]
     )
     store = Store(Path(os.environ["KERNELFIX_CACHE"]) / "build" / "pch")
+
+    def base_for(tag: str) -> str:
+        return f"c++ -MMD -MF {tag}.o.d -DTORCH_EXTENSION_NAME=kf_twice -DTORCH_API_INCLUDE_EXTENSION_H {inc} -fPIC -std=c++20 -c {bd / f'{tag}.cpp'} -o"
+
     uses = []
     for tag, text in BINDING_TUS.items():
         src = bd / f"{tag}.cpp"
         src.write_text(text)
-        base = f"c++ -MMD -MF {tag}.o.d -DTORCH_EXTENSION_NAME=kf_twice -DTORCH_API_INCLUDE_EXTENSION_H {inc} -fPIC -std=c++20 -c {src} -o"
+        base = base_for(tag)
         use = host_pch.include_args(f"{base} {tag}-pch.o", src, store)
         assert use and use.args[0] == "-include" and Path(use.args[1] + ".gch").is_file()
         used = subprocess.run(
@@ -391,6 +395,21 @@ def test_host_pch_gives_the_same_object(tmp_path):
         again = host_pch.include_args(f"{base.replace('kf_twice', 'kf_other')} o.o", src, store)
         assert again.args == use.args and again.made_seconds is None
     assert uses[0].args == uses[1].args  # one PCH for both layouts
+    # Include directories the header reads nothing from (a CUDA build's toolkit and stub headers) take the same PCH,
+    # already built; a directory that shadows a header it reads changes its text, and so its PCH.
+    extra = tmp_path / "unrelated"
+    (extra / "sub").mkdir(parents=True)
+    (extra / "sub" / "unrelated.h").write_text("#error never read\n")
+    src = bd / "implicit.cpp"
+    cuda_like = base_for("implicit").replace(" -fPIC", f" -I {extra} -isystem {extra / 'sub'} -fPIC")
+    shared = host_pch.include_args(f"{cuda_like} o.o", src, store)
+    assert shared.args == uses[0].args and shared.made_seconds is None
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "Python.h").write_text("#error shadowed\n")
+    flags = ["c++", "-DTORCH_API_INCLUDE_EXTENSION_H", *shlex.split(inc), "-fPIC", "-std=c++20"]
+    assert host_pch.pch_key(flags, store) == host_pch.pch_key([*flags[:2], "-I", str(extra), *flags[2:]], store)
+    assert host_pch.pch_key(flags, store) != host_pch.pch_key([*flags[:2], "-I", str(shadow), *flags[2:]], store)
 
 
 @pytest.mark.torch_build

@@ -26,7 +26,11 @@ import functools
 import tomllib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+# One worker parses the package for all of this file's tests (graph() is cached per process).
+pytestmark = pytest.mark.xdist_group("module_layout")
 TOOLS = REPO / "tools"
 JUDGE = "kernelfix.tools.judge"
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -81,14 +85,19 @@ def _imports(name: str, path: Path) -> set[str]:
     return out - {name}
 
 
-GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Each module's kernelfix imports. Parsed on first use, not at collection, which every xdist worker does."""
+    return {name: _imports(name, path) for name, path in MODULES.items()}
+
+
 TOOLS_MODULES = sorted(m for m in MODULES if m == "kernelfix.tools" or m.startswith("kernelfix.tools."))
 
 
 def _reach(*starts: str) -> frozenset[str]:
     seen, todo = set(starts), list(starts)
     while todo:
-        for m in GRAPH[todo.pop()] - seen:
+        for m in graph()[todo.pop()] - seen:
             seen.add(m)
             todo.append(m)
     return frozenset(seen)
@@ -108,7 +117,7 @@ def test_no_import_circles():
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in GRAPH[v]:
+        for w in graph()[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -125,7 +134,7 @@ def test_no_import_circles():
             if len(component) > 1:
                 circles.append(sorted(component))
 
-    for m in sorted(GRAPH):
+    for m in sorted(graph()):
         if m not in index:
             visit(m)
     assert not circles, circles
@@ -161,7 +170,7 @@ def test_every_package_imports_down_the_folders_only():
     upward = sorted(
         f"{m} ({FOLDERS[_folder(m)][0]}) imports {t} ({FOLDERS[_folder(t)][0]})"
         for m in MODULES
-        for t in GRAPH[m]
+        for t in graph()[m]
         if _folder(t) < _folder(m)
     )
     assert not upward, upward
@@ -231,14 +240,14 @@ def test_the_judges_folders_import_down_the_layers_only():
     upward = [
         f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
         for m in TOOLS_MODULES
-        for t in sorted(GRAPH[m])
+        for t in sorted(graph()[m])
         if t in TOOLS_MODULES and _layer(t) < _layer(m)
     ]
     assert not upward, upward
     outside = [
         f"{m} imports {t}"
         for m in TOOLS_MODULES
-        for t in sorted(GRAPH[m])
+        for t in sorted(graph()[m])
         if t not in TOOLS_MODULES and not any(_within(t, p) for p in TOOLS_MAY_IMPORT)
     ]
     assert not outside, outside
@@ -251,7 +260,7 @@ def test_nothing_the_judge_uses_imports_it_back():
         "kernelfix.tools.stages.correctness",
         "kernelfix.tools.stages.benchmark",
     } <= used
-    back = sorted(m for m in used if JUDGE in GRAPH[m])
+    back = sorted(m for m in used if JUDGE in graph()[m])
     assert not back, f"imported by the judge and importing it back: {back}"
 
 

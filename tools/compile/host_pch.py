@@ -14,11 +14,19 @@ it quietly reads the header text instead: slower, same result.
 
 The one flag left out of the PCH is ``-DTORCH_EXTENSION_NAME=...``, which the
 torch headers never mention (gcc checks that), so one PCH serves every
-extension name.
+extension name. Include directories are left out of its key too, for what the
+header preprocesses to under them: a CUDA extension's binding TU adds the CUDA
+toolkit's directory (and on a CPU-only machine kernelfix's stub headers), which
+torch/extension.h reads nothing from, so it takes the PCH a C++ extension built
+instead of spending a second build on the same parse. A directory that does
+change what the header reads (a shadowing header) changes the text and gets a
+PCH of its own. gcc does not check include paths when it loads a PCH; identical
+preprocessed text is what makes the parse it holds the TU's own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import subprocess
@@ -29,9 +37,11 @@ from typing import NamedTuple
 from kernelfix.tools.compile.store import Store, digest
 from kernelfix.tools.compile.toolchain import is_gcc, tool_identity, torch_identity
 
-PCH_SCHEME = 1
+PCH_SCHEME = 2
 HEADER = "kf_torch_extension.h"
 FAILED = "failed.txt"  # an entry that records a failed PCH build
+SAME_AS = "pch_key.txt"  # a flag set's entry: the key of the PCH it uses
+_INCLUDE_DIRS = ("-I", "-isystem", "-iquote", "-idirafter")
 _FIRST_LINE = "#include <torch/extension.h>"
 _ORDER_SENSITIVE = ("-include", "-imacros", "-x", "-E", "-S", "-M", "-MM")
 NOT_FIRST = "#include <torch/extension.h> does not come first"  # why a binding TU went without the PCH
@@ -101,7 +111,7 @@ def include_args(command: str, source: Path, store: Store) -> PchUse | None:
     flags = _creation_argv(argv)
     if flags is None:
         return None
-    key = digest("host-pch", PCH_SCHEME, flags, tool_identity(argv[0]), torch_identity(), _FIRST_LINE)
+    key = pch_key(flags, store)
     entry = store.get(key)
     made = None
     if entry is None:
@@ -115,6 +125,54 @@ def include_args(command: str, source: Path, store: Store) -> PchUse | None:
     if failed.exists():  # built once and failed: not retried for every TU with these flags
         raise PchError(failed.read_text()[:2000])
     return PchUse(["-include", str(entry / HEADER)], made)
+
+
+def pch_key(flags: list[str], store: Store) -> str:
+    """The key of the PCH that serves ``flags`` (a PCH build's command): the flags without their include
+    directories, and the digest of what the header preprocesses to under them. Kept per flag set in
+    ``store``, so the preprocessing (about a second) runs once per machine and flags."""
+    tool, torch = tool_identity(flags[0]), torch_identity()
+    alias = digest("host-pch-flags", PCH_SCHEME, flags, tool, torch, _FIRST_LINE)
+    entry = store.get(alias)
+    if entry is not None:
+        try:
+            return (entry / SAME_AS).read_text().strip()
+        except OSError:
+            pass
+    key = digest("host-pch", PCH_SCHEME, without_include_dirs(flags), tool, torch, _FIRST_LINE, _preprocessed(flags))
+
+    def fill(d: Path) -> None:
+        (d / SAME_AS).write_text(key)
+
+    try:
+        store.publish(alias, fill)
+    except OSError:
+        pass  # only the next TU's preprocessing is lost
+    return key
+
+
+def without_include_dirs(flags: list[str]) -> list[str]:
+    out: list[str] = []
+    skip_next = False
+    for a in flags:
+        if skip_next:
+            skip_next = False
+        elif a in _INCLUDE_DIRS:
+            skip_next = True
+        elif not a.startswith(_INCLUDE_DIRS):
+            out.append(a)
+    return out
+
+
+def _preprocessed(flags: list[str]) -> str:
+    """The digest of the header's preprocessed text (line markers and their system-header marks included);
+    where it does not preprocess, one of its flags: the build then fails and records why, as it would have."""
+    r = subprocess.run(
+        [*flags, "-E", "-x", "c++", "-", "-o", "-"], input=(_FIRST_LINE + "\n").encode(), capture_output=True
+    )
+    if r.returncode != 0:
+        return digest("unpreprocessed", flags)
+    return hashlib.sha256(r.stdout).hexdigest()
 
 
 def _build(flags: list[str], d: Path) -> None:
