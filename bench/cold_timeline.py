@@ -262,7 +262,7 @@ def probe(task: str, device: str) -> int:
             0.0,
         )
     )
-    from kernelfix.sandbox import fork_server, zygote
+    from kernelfix.sandbox import fork_cuda, zygote
 
     for name in zygote.PRELOADS["reference"]:
         t = time.monotonic()
@@ -277,10 +277,10 @@ def probe(task: str, device: str) -> int:
         )
     )
     t = time.monotonic()
-    fork_server._fork_poisoned()
+    fork_cuda.fork_poisoned()
     step("fork server check: a fork poisoned? (one fork)", t)
     t = time.monotonic()
-    fork_server._driver_usable_after_fork()
+    fork_cuda.driver_usable_after_fork()
     step("fork server check: can a forked child start the driver (a fork and a cuInit)", t)
 
     from kernelfix.tools import trials as trial_plan

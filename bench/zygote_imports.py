@@ -21,7 +21,7 @@ t_start = time.monotonic()
 import numpy  # noqa: E402,F401
 import torch  # noqa: E402
 
-from kernelfix.sandbox import fork_server, zygote  # noqa: E402
+from kernelfix.sandbox import fork_cuda, zygote  # noqa: E402
 
 calls: list[tuple[str, str]] = []
 
@@ -50,7 +50,7 @@ for name in [*zygote.PRELOAD[2:], "torch._dynamo"]:  # dynamo: no longer preload
     dt = time.monotonic() - t0
     made = calls[n0:]
     print(
-        f"import {name:45s} {dt:6.3f} s  forks poisoned after it: {fork_server._fork_poisoned()}  torch.cuda calls: {[c[0] for c in made]}"
+        f"import {name:45s} {dt:6.3f} s  forks poisoned after it: {fork_cuda.fork_poisoned()}  torch.cuda calls: {[c[0] for c in made]}"
     )
     if made:
         print(f"    first caller: {made[0][1]}")

@@ -100,8 +100,8 @@ class RequestSocket:
 
     def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[int]] | None:
         """The next frame and the descriptors that came with it; None at EOF or on timeout."""
-        self.sock.settimeout(timeout)
         try:
+            self.sock.settimeout(timeout)  # raises too once this side is closed (a reader thread, after close())
             head, fds, _, _ = socket.recv_fds(self.sock, 4, _MAX_FDS)
             if not head:
                 return None

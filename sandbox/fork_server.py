@@ -15,155 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelfix.sandbox.channel import RequestSocket
+from kernelfix.sandbox.fork_bytecode import bytecode_prefix, warm_late
+from kernelfix.sandbox.fork_cuda import DriverlessAvailability, driver_usable_after_fork, fork_poisoned
 from kernelfix.sandbox.zygote import boot_code
 
 log = logging.getLogger(__name__)
-
-
-def _driver_usable_after_fork() -> bool:
-    """Whether a forked child can start the CUDA driver (it cannot once the parent started it: the
-    driver's state does not survive a fork). One cuInit, in a child, once, on a CUDA build."""
-    import ctypes
-
-    torch = sys.modules.get("torch")
-    if torch is None or not getattr(torch.version, "cuda", None) or not os.path.exists("/dev/nvidiactl"):
-        return True
-    pid = os.fork()
-    if pid == 0:
-        try:
-            rc = ctypes.CDLL("libcuda.so.1").cuInit(0)
-        except BaseException:
-            os._exit(0)  # no driver to start here: nothing a fork could break
-        os._exit(0 if rc == 0 else 1)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
-
-
-class _DriverlessAvailability:
-    """``torch.cuda.is_available()`` answered from the device files while a preload imports.
-
-    torch.utils.cpp_extension asks it at import (only to warn when CUDA_HOME has no runtime), and
-    torch's answer starts the driver, which marks every later fork bad: on the H100 each such
-    module cost the zygote a restart without it (15 s of a 24 s cold eval, measured). NVML would
-    answer without the driver, but NVML's state does not survive a fork either (children then saw
-    no device: "Invalid device id", measured)."""
-
-    def __enter__(self) -> None:
-        torch = sys.modules.get("torch")
-        self.saved = getattr(getattr(torch, "cuda", None), "is_available", None)
-        if self.saved is not None:
-            torch.cuda.is_available = lambda: os.path.exists("/dev/nvidiactl")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.saved is not None:
-            sys.modules["torch"].cuda.is_available = self.saved
-
-
-def _fork_poisoned() -> bool:
-    """Whether a child forked now would refuse CUDA. torch marks every later fork "bad" once anything
-    has asked the CUDA driver (``torch.cuda.device_count()``, which some modules do at import on a
-    CUDA build), whether or not a context exists; its children then raise "Cannot re-initialize
-    CUDA in forked subprocess". Only a forked child can tell."""
-    torch = sys.modules.get("torch")
-    if torch is None or not getattr(torch.version, "cuda", None):
-        return False  # a CPU build: no CUDA to refuse
-    pid = os.fork()
-    if pid == 0:
-        try:
-            bad = bool(torch.cuda._is_in_bad_fork())
-        except BaseException:
-            bad = True
-        os._exit(1 if bad else 0)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) != 0
-
-
-NO_BYTECODE_CACHE_ENV = "KERNELFIX_NO_BYTECODE_CACHE"  # set (to anything): no folder of the judge's for it
-
-
-def _bytecode_prefix(write_bytecode: bool, preload: Sequence[str]) -> str | None:
-    """Where this fork server's imports read and write their bytecode: None (Python's own place, beside each
-    source) where the install has its bytecode there (torch's, as the sign of it) or the judge's process may
-    write it there; else ``bytecode/`` in the judge's cache root. An install without .pyc files whose folder
-    is read-only, or whose user said PYTHONDONTWRITEBYTECODE (as images often do: this workplace's machines
-    do), compiled torch, numpy and sympy from source in every fork server of every judge process: 3.4-4.6 s
-    of torch's import on the H100's host (bench/cold_timeline.py). The folder is the judge's: no worker
-    writes it (the sandbox's mount layer makes the cache root read-only outside a worker's own caches), nothing beside
-    the sources is written, and Python checks each entry against its source's size and mtime as beside it."""
-    import importlib.util
-
-    from kernelfix.base.cache_dir import (  # the judge's cache root, as it passes it every child
-        BYTECODE_CACHE,
-        CACHE_ENV,
-    )
-
-    cache = os.environ.get(CACHE_ENV)
-    if not cache or os.environ.get(NO_BYTECODE_CACHE_ENV):
-        return None
-    origin = _origin([n for n in preload if n == "torch"] or list(preload[:1]))
-    if origin is None or os.path.exists(importlib.util.cache_from_source(origin)):
-        return None
-    if write_bytecode and os.access(os.path.dirname(origin), os.W_OK):
-        return None
-    return os.path.join(cache, BYTECODE_CACHE)
-
-
-def _warm_late(late: Sequence[str], prefix: str | None, sock_fd: int) -> int | None:
-    """Write the bytecode of what this kind's workers import later (zygote.LATE_IMPORTS) into the judge's folder, from
-    a child of this fork server, once: where the folder is in use and some of it is missing there. The child only
-    imports (the judge's own code and the install's, before any candidate), at a low priority, and exits; its pid, for
-    the loop to reap. Its imports are its own: nothing forked later inherits them, only reads their bytecode."""
-    if prefix is None or not late or all(_has_bytecode(name) for name in late):
-        return None
-    try:
-        pid = os.fork()
-    except OSError:
-        return None  # the workers import from source, as before
-    if pid != 0:
-        return pid
-    try:
-        from kernelfix.sandbox import linux
-
-        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.close(sock_fd)  # the judge's side sees EOF when this fork server ends, not when this child does
-        os.nice(10)
-        sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
-        for name in late:
-            try:
-                __import__(name)
-            except Exception:
-                pass
-    finally:
-        os._exit(0)
-
-
-def _has_bytecode(name: str) -> bool:
-    """Whether ``name``'s bytecode is where this process reads it (``sys.pycache_prefix``), found without importing it."""
-    import importlib.util
-
-    top, *rest = name.split(".")
-    try:
-        spec = importlib.util.find_spec(top)  # a top-level package: found, not run
-    except (ImportError, ValueError):
-        return True  # not installed: nothing to write
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return True
-    base = os.path.join(os.path.dirname(spec.origin), *rest)
-    source = base + ".py" if os.path.exists(base + ".py") else os.path.join(base, "__init__.py")
-    return not os.path.exists(source) or os.path.exists(importlib.util.cache_from_source(source))
-
-
-def _origin(names: Sequence[str]) -> str | None:
-    import importlib.util
-
-    for name in names:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            return None
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
-            return spec.origin
-    return None
 
 
 def serve(
@@ -178,7 +34,7 @@ def serve(
 ) -> None:
     """The zygote's main loop: import, say so, then fork on request until the judge goes away.
 
-    A preload that would make forked children refuse CUDA (``_fork_poisoned``) is left out: the
+    A preload that would make forked children refuse CUDA (``fork_poisoned``) is left out: the
     zygote starts over in a fresh interpreter (the same process and socket, by exec) without it."""
     import warnings
 
@@ -198,10 +54,10 @@ def serve(
     # its import and dynamo's 3x slower, measured on the H100's host). Nothing of a candidate's has
     # run here.
     no_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, not write_bytecode
-    own_prefix, prefix = sys.pycache_prefix, _bytecode_prefix(write_bytecode, preload)
+    own_prefix, prefix = sys.pycache_prefix, bytecode_prefix(write_bytecode, preload)
     if prefix is not None:  # the judge's own folder for it (below): written and read there whatever the install allows
         sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
-    driverless = _DriverlessAvailability()
+    driverless = DriverlessAvailability()
     for name in preload:
         if name in skip:
             continue
@@ -213,7 +69,7 @@ def serve(
             failed[name] = f"{type(e).__name__}: {e}"
             continue
         seconds[name] = round(time.monotonic() - t1, 3)
-        if name != "torch" and _fork_poisoned():
+        if name != "torch" and fork_poisoned():
             sys.stdout.flush()
             os.execv(
                 sys.executable,
@@ -224,9 +80,9 @@ def serve(
                 ],
             )
     # A worker writes no bytecode, as it never has; where this fork server keeps its bytecode in the judge's folder, a
-    # worker reads what it imports later from there too (the reference's dynamo and inductor: ``_warm_late``).
+    # worker reads what it imports later from there too (the reference's dynamo and inductor: ``warm_late``).
     sys.dont_write_bytecode, sys.pycache_prefix = no_bytecode, (prefix if prefix is not None else own_prefix)
-    if _fork_poisoned():  # torch itself: nothing forked from here could use CUDA
+    if fork_poisoned():  # torch itself: nothing forked from here could use CUDA
         failed["torch"] = "importing torch made forked children refuse CUDA"
         sys.modules.pop("torch", None)
     for name in run_modules:
@@ -237,7 +93,7 @@ def serve(
         ok, error = False, f"torch did not import: {failed.get('torch')}"
     elif torch.cuda.is_initialized():  # a forked child could not use CUDA
         ok, error = False, "CUDA was initialised while importing"
-    elif not _driver_usable_after_fork():
+    elif not driver_usable_after_fork():
         ok, error = False, "the CUDA driver was started while importing: a forked child could not use it"
     sock.send(
         {
@@ -254,7 +110,7 @@ def serve(
     )
     if not ok:
         os._exit(0)
-    warming = _warm_late(late, prefix, sock.sock.fileno())
+    warming = warm_late(late, prefix, sock.sock.fileno())
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)  # see _spawn's note on threads
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -328,6 +184,95 @@ def serve(
                     os.close(x)
                 except OSError:
                     pass
+
+
+def serve_base(fd: int, parent_pid: int, preload: Sequence[str], write_bytecode: bool) -> None:
+    """The base of a judge's fork servers (zygote.Base): import what every kind imports, then fork a fork server on
+    request (``serve`` in the child, on the socket and stderr the request brings) until the judge goes away."""
+    from kernelfix.sandbox import linux
+
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the judge's process
+    if os.getppid() != parent_pid:
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = RequestSocket(socket.socket(fileno=fd))
+    base_pid = os.getpid()
+    # Bytecode as ``serve`` writes it, and the interpreter's own settings back after, for ``serve`` to find as its own.
+    no_bytecode, own_prefix = sys.dont_write_bytecode, sys.pycache_prefix
+    prefix = bytecode_prefix(write_bytecode, preload)
+    sys.dont_write_bytecode = not write_bytecode
+    if prefix is not None:
+        sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+    for name in preload:
+        try:
+            with DriverlessAvailability():
+                __import__(name)
+        except Exception:  # the fork server imports it again, and says what failed
+            pass
+    sys.dont_write_bytecode, sys.pycache_prefix = no_bytecode, own_prefix
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        try:
+            readable, _, _ = select.select([sock.sock, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in readable:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # a fork server that ended
+                pass
+        except ChildProcessError:
+            pass
+        if sock.sock not in readable:
+            continue
+        got = sock.recv()
+        if got is None:
+            os._exit(0)  # the judge's side closed: the fork servers die with us (their parent-death signal)
+        msg, fds = got
+        try:
+            if msg.get("type") == "server" and len(fds) == 2 and os.fork() == 0:
+                try:
+                    os.close(sock.sock.detach())
+                    _become_server(msg, fds, parent_pid=base_pid, own=(wake_r, wake_w))
+                except BaseException as e:  # never return into the base's loop
+                    os.write(2, f"kernelfix fork server: cannot start: {type(e).__name__}: {e}\n".encode())
+                finally:
+                    os._exit(0)
+        except OSError:
+            pass  # no fork: the judge's side sees the socket close, and starts this fork server by exec
+        finally:
+            for x in fds:
+                os.close(x)
+
+
+def _become_server(msg: dict[str, Any], fds: list[int], parent_pid: int, own: Sequence[int]) -> None:
+    """In a child of the base: a fork server of the request's kind, on the socket and stderr it brought."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for x in own:
+        os.close(x)
+    server, err = fds
+    os.dup2(err, 2)
+    os.close(err)
+    os.set_inheritable(server, True)  # ``serve`` may exec itself afresh on it (a preload that poisons forks)
+    serve(
+        server,
+        parent_pid,
+        [str(x) for x in msg["preload"]],
+        [str(x) for x in msg["run_modules"]],
+        [str(x) for x in msg["import_path"]],
+        (),
+        bool(msg["write_bytecode"]),
+        [str(x) for x in msg["late"]],
+    )
 
 
 def _fork(msg: dict[str, Any], fds: list[int], keep_out: Sequence[int]) -> int:

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelfix.sandbox.channel import MSG_FD_ENV, REQUEST_FD_ENV, RequestSocket
+from kernelfix.sandbox.fork_base import Base, StderrTail, spawn_python
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ LATE_ENV = frozenset(
 # sooner, and a judge's reference and candidate fork servers import side by side. A module left out
 # is imported by the worker that needs it. The modules a command runs are imported for their
 # imports, then dropped from sys.modules, so ``python -m`` semantics (a fresh ``__main__``) hold.
-_BASE = ("numpy", "torch")
+BASE_PRELOAD = ("numpy", "torch")
 # triton.experimental.gluon: Triton 3.6 imports it inside a kernel's first call (its argument specialization): 40 ms of
 # a cached 19_ReLU kernel's 50 ms first call on the H100, in a worker that found the rest ahead (bench/triton_first_call.py).
 _TRITON = ("triton", "triton.language", "triton.compiler", "triton.experimental.gluon")
@@ -81,24 +82,24 @@ PRELOADS: dict[str, tuple[str, ...]] = {
     # Not torch._dynamo (1-3 s): the meta device's counts do without it (task_size.without_dynamo), and
     # torch.compile imports it when a baseline is measured, once per task and machine (then cached on disk).
     "reference": (
-        *_BASE,
+        *BASE_PRELOAD,
         "torch.utils.flop_counter",  # the reference's FLOPs, for the task's floor (task_size.flops_on_meta)
         # What the task's count on the meta device imports at its first torch._check (every KernelBench task's
         # does, get_inputs' randn included): sympy and torch's symbolic shapes, 2.4-3.6 s of every reference
         # worker's start on the H100's host, before its first trial (bench/cold_timeline.py). Here it is imported
-        # once per fork server, and its bytecode can be kept (fork_server._bytecode_prefix).
+        # once per fork server, and its bytecode can be kept (fork_bytecode.bytecode_prefix).
         "torch.fx.experimental.symbolic_shapes",
         "torch.utils._device",  # torch.device("meta") as a context
         "numpy.random",  # seed_all
         "kernelfix.tools.workers.reference.server",
     ),
-    "triton": (*_BASE, *_TRITON, *_CANDIDATE),
-    "cuda": (*_BASE, *_CPP, *_CANDIDATE),
-    "torch": (*_BASE, *_CANDIDATE),  # a candidate in plain torch (the judge will say which ops it may not use)
-    "candidate": (*_BASE, *_CPP, *_TRITON, *_CANDIDATE),  # one not seen yet (started ahead) or using both
+    "triton": (*BASE_PRELOAD, *_TRITON, *_CANDIDATE),
+    "cuda": (*BASE_PRELOAD, *_CPP, *_CANDIDATE),
+    "torch": (*BASE_PRELOAD, *_CANDIDATE),  # a candidate in plain torch (the judge will say which ops it may not use)
+    "candidate": (*BASE_PRELOAD, *_CPP, *_TRITON, *_CANDIDATE),  # one not seen yet (started ahead) or using both
 }
 # What a kind's workers may import later, whose bytecode a fork server writes ahead where it keeps bytecode in the judge's
-# cache (fork_server._bytecode_prefix), from a child of its own, after it is ready: the reference's torch.compile
+# cache (fork_bytecode.bytecode_prefix), from a child of its own, after it is ready: the reference's torch.compile
 # baseline imports dynamo and inductor, 8-10 s from source on the H100's install and 2.2-3.1 s from bytecode
 # (bench/baseline_compile_cold.py), once per task. Not preloaded: a cached baseline (most evaluations) never needs them.
 LATE_IMPORTS: dict[str, tuple[str, ...]] = {
@@ -174,8 +175,10 @@ class Zygote:
         spawn,
         preload: Sequence[str] = PRELOAD,
         late: Sequence[str] = (),
+        base: Base | None = None,
     ) -> None:
         self.python = python
+        self.pid: int | None = None  # the fork server's, once it is ready
         self.error: str | None = None
         self.ready = threading.Event()
         self.info: dict[str, Any] = {}
@@ -185,40 +188,29 @@ class Zygote:
         self._ids = 0
         self._lock = threading.Lock()
         self.t0 = time.monotonic()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        theirs.set_inheritable(True)
-        boot = boot_code(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
-        try:
-            self.proc = spawn(
-                [python, "-c", boot],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-            )
-        except OSError as e:
-            ours.close()
+        self.proc: subprocess.Popen | None = None  # started by exec (no base, or the base could not fork it)
+        forked = base.fork_server(preload, RUN_MODULES, import_path, late) if base is not None else None
+        if forked is not None:
+            ours, stderr = forked
+        else:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            theirs.set_inheritable(True)
+            boot = boot_code(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
+            try:
+                self.proc = spawn_python(spawn, python, boot, cwd, env, theirs.fileno())
+            except OSError as e:
+                ours.close()
+                theirs.close()
+                self.error = f"cannot start: {e}"
+                self.ready.set()
+                return
             theirs.close()
-            self.error = f"cannot start: {e}"
-            self.ready.set()
-            return
-        theirs.close()
+            stderr = self.proc.stderr
         self.sock = RequestSocket(ours)
-        self._stderr_tail = b""
-        threading.Thread(target=self._drain_stderr, daemon=True, name="kernelfix-zygote-stderr").start()
+        self._stderr = StderrTail(stderr)
         threading.Thread(target=self._read, daemon=True, name="kernelfix-zygote").start()
 
     # -- replies
-
-    def _drain_stderr(self) -> None:
-        try:
-            while chunk := self.proc.stderr.read1(65536):
-                self._stderr_tail = (self._stderr_tail + chunk)[-8192:]
-        except (OSError, ValueError):
-            pass
 
     def _read(self) -> None:
         while True:
@@ -231,6 +223,7 @@ class Zygote:
             kind = msg.get("type")
             if kind == "ready":
                 self.info = msg
+                self.pid = int(msg.get("pid") or 0) or None
                 if not msg.get("ok"):
                     self.error = str(msg.get("error") or "its imports failed")
                 self.ready.set()
@@ -249,8 +242,7 @@ class Zygote:
                 if proc is not None:
                     proc._exit(rc)
         # The zygote is gone: its children got SIGKILL with it (their parent-death signal).
-        tail = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()[-3:]
-        self.error = self.error or "the fork server exited" + (f": {' | '.join(tail)}" if tail else "")
+        self.error = self.error or "the fork server exited" + self._stderr.said()
         self.ready.set()
         with self._lock:
             procs, self._procs = list(self._procs.values()), {}
@@ -372,6 +364,7 @@ def runnable(command: Sequence[str]) -> bool:
 
 
 _zygotes: dict[tuple, Zygote] = {}
+_bases: dict[tuple, Base] = {}
 _zlock = threading.Lock()
 
 
@@ -397,11 +390,15 @@ def for_env(python: str, env: dict[str, str], import_path: Sequence[str], spawn,
     with _zlock:
         z = _zygotes.get(k)
         if z is None or (z.ready.is_set() and not z.alive):
-            base = {n: v for n, v in env.items() if n not in LATE_ENV}
+            own = {n: v for n, v in env.items() if n not in LATE_ENV}
             home = _zygote_home()
-            base.update({"HOME": home, "TMPDIR": home})
+            own.update({"HOME": home, "TMPDIR": home})
+            bk = (*key(python, env, "base"), tuple(import_path))
+            base = _bases.get(bk)
+            if base is None or not base.alive:
+                base = _bases[bk] = Base(python, own, import_path, home, spawn, BASE_PRELOAD)
             z = _zygotes[k] = Zygote(
-                python, base, import_path, home, spawn, PRELOADS.get(kind, PRELOAD), LATE_IMPORTS.get(kind, ())
+                python, own, import_path, home, spawn, PRELOADS.get(kind, PRELOAD), LATE_IMPORTS.get(kind, ()), base
             )
         return z
 
@@ -423,8 +420,9 @@ def _zygote_home() -> str:
 def shutdown() -> None:
     """End every zygote of this process (tests; the process's exit does it too)."""
     with _zlock:
-        zs = list(_zygotes.values())
+        zs: list[Zygote | Base] = [*_zygotes.values(), *_bases.values()]
         _zygotes.clear()
+        _bases.clear()
     for z in zs:
         z.close()
 

@@ -14,7 +14,7 @@ import pytest
 
 from kernelfix.base.cache_dir import CACHE_ENV
 from kernelfix.cli import eval as eval_command
-from kernelfix.sandbox import fork_server, scrubbed_env, zygote
+from kernelfix.sandbox import fork_bytecode, scrubbed_env, zygote
 from kernelfix.sandbox.spawner import import_path as _import_path
 from kernelfix.sandbox.spawner import spawn as _spawn
 from kernelfix.tools.config import JudgeConfig
@@ -79,24 +79,24 @@ def test_the_fork_servers_bytecode_goes_to_the_judges_cache_where_the_install_ta
     there after; elsewhere Python's own place, as before."""
     cache = tmp_path / "cache"
     monkeypatch.setenv(CACHE_ENV, str(cache))
-    monkeypatch.delenv(fork_server.NO_BYTECODE_CACHE_ENV, raising=False)
+    monkeypatch.delenv(fork_bytecode.NO_BYTECODE_CACHE_ENV, raising=False)
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "kf_bytecode_probe.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(lib))
     probe = ["kf_bytecode_probe"]
-    assert fork_server._bytecode_prefix(False, probe) == str(cache / "bytecode")  # none beside it, none to be written
-    assert fork_server._bytecode_prefix(True, probe) is None  # Python writes it beside its source
+    assert fork_bytecode.bytecode_prefix(False, probe) == str(cache / "bytecode")  # none beside it, none to be written
+    assert fork_bytecode.bytecode_prefix(True, probe) is None  # Python writes it beside its source
     (lib / "__pycache__").mkdir()
     import importlib.util
 
     Path(importlib.util.cache_from_source(str(lib / "kf_bytecode_probe.py"))).write_bytes(b"")
-    assert fork_server._bytecode_prefix(False, probe) is None  # the install has it
+    assert fork_bytecode.bytecode_prefix(False, probe) is None  # the install has it
     (Path(importlib.util.cache_from_source(str(lib / "kf_bytecode_probe.py")))).unlink()
     (lib / "__pycache__").rmdir()
-    monkeypatch.setenv(fork_server.NO_BYTECODE_CACHE_ENV, "1")
-    assert fork_server._bytecode_prefix(False, probe) is None
-    monkeypatch.delenv(fork_server.NO_BYTECODE_CACHE_ENV)
+    monkeypatch.setenv(fork_bytecode.NO_BYTECODE_CACHE_ENV, "1")
+    assert fork_bytecode.bytecode_prefix(False, probe) is None
+    monkeypatch.delenv(fork_bytecode.NO_BYTECODE_CACHE_ENV)
 
     # A fork server of one small module (no torch: it says so and exits), started as a judge whose user said
     # PYTHONDONTWRITEBYTECODE: the module's bytecode lands in the cache, nothing beside its source.
@@ -125,16 +125,18 @@ def test_what_a_kinds_workers_import_later_is_compiled_ahead_once(tmp_path, monk
     monkeypatch.syspath_prepend(str(lib))
     monkeypatch.setattr(sys, "pycache_prefix", str(prefix))  # as the fork server leaves it for its workers
     late = ["kf_late_pkg.heavy", "kf_not_installed_anywhere"]
-    assert not fork_server._has_bytecode("kf_late_pkg.heavy") and fork_server._has_bytecode("kf_not_installed_anywhere")
-    assert fork_server._warm_late(late, None, -1) is None  # no folder of the judge's: nothing to do
+    assert not fork_bytecode.has_bytecode("kf_late_pkg.heavy") and fork_bytecode.has_bytecode(
+        "kf_not_installed_anywhere"
+    )
+    assert fork_bytecode.warm_late(late, None, -1) is None  # no folder of the judge's: nothing to do
     a, b = socket.socketpair()
     with a, b:
-        pid = fork_server._warm_late(late, str(prefix), b.fileno())
+        pid = fork_bytecode.warm_late(late, str(prefix), b.fileno())
         assert pid is not None
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert list(prefix.rglob("heavy.*.pyc")) and list(prefix.rglob("__init__.*.pyc"))
     assert not (lib / "kf_late_pkg" / "__pycache__").exists()  # nothing beside the sources
-    assert fork_server._has_bytecode("kf_late_pkg.heavy")
-    assert fork_server._warm_late(late, str(prefix), -1) is None  # all there: no child
+    assert fork_bytecode.has_bytecode("kf_late_pkg.heavy")
+    assert fork_bytecode.warm_late(late, str(prefix), -1) is None  # all there: no child
     assert "kf_late_pkg.heavy" not in sys.modules  # the child's imports were its own

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelfix.sandbox import Isolation, Limits, fork_server, probe, scrubbed_env, zygote
+from kernelfix.sandbox import Isolation, Limits, fork_base, fork_cuda, probe, scrubbed_env, zygote
 from kernelfix.sandbox.process import Child, run_child
 
 # What a worker sees of its own start: everything here must be the same forked or exec'd.
@@ -123,9 +123,11 @@ def test_the_zygote_holds_no_secret_and_passes_none(tmp_path, monkeypatch):
     forked = _probe(tmp_path, True)
     assert SECRET not in json.dumps(forked["env"])
     zygotes = list(zygote._zygotes.values())
-    assert zygotes
-    for z in zygotes:
-        environ = Path(f"/proc/{z.proc.pid}/environ").read_bytes()
+    assert zygotes and zygote._bases
+    for z in [*zygotes, *zygote._bases.values()]:  # the fork servers, and the base they were forked from
+        pid = z.pid if isinstance(z, zygote.Zygote) else z.proc.pid
+        assert pid is not None
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
         assert SECRET.encode() not in environ
 
 
@@ -171,13 +173,14 @@ def test_a_childs_sandbox_notes_are_known_before_it_ends(tmp_path):
 def test_a_dead_zygote_ends_its_children_and_is_replaced(tmp_path):
     child = _start(tmp_path, fork=True, code="import time; time.sleep(60)")
     z = next(z for z in zygote._zygotes.values() if z.alive and child.proc.pid in z._procs)
-    os.kill(z.proc.pid, signal.SIGKILL)
+    assert z.pid is not None
+    os.kill(z.pid, signal.SIGKILL)
     t0 = time.monotonic()
     out = child.wait()
     assert out.returncode is not None and out.returncode < 0 and time.monotonic() - t0 < 10
     again = _probe(tmp_path, True)  # a new zygote starts
     assert again["preloaded"]
-    assert any(z.alive and z.proc.pid != child.proc.pid for z in zygote._zygotes.values())
+    assert any(z.alive and z.pid != child.proc.pid for z in zygote._zygotes.values())
 
 
 def test_a_forked_worker_dies_with_its_judge(tmp_path):
@@ -233,7 +236,7 @@ def test_no_preload_starts_the_cuda_driver(monkeypatch):
     cuda = types.SimpleNamespace(is_available=lambda: asked.append("driver") or True)
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     original = cuda.is_available
-    with fork_server._DriverlessAvailability():
+    with fork_cuda.DriverlessAvailability():
         assert cuda.is_available() is os.path.exists("/dev/nvidiactl")
     assert asked == [] and cuda.is_available is original
 
@@ -265,3 +268,53 @@ def test_the_candidates_language_picks_its_fork_server():
     assert pick("import torch\nclass ModelNew: pass") == "torch"
     assert pick(None) == "candidate"  # started ahead: the candidate is not written yet
     assert "torch._dynamo" not in zygote.PRELOADS["reference"]
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def test_a_judges_fork_servers_are_forked_from_one_base_that_imported_torch(tmp_path):
+    """Each kind's fork server (a Triton candidate's, a CUDA one's) is a child of one base process per environment,
+    which imported torch once for them all (fork_base.Base): the kinds import only their own modules."""
+    for kind in ("triton", "cuda"):
+        child = _start(tmp_path, fork=True, isolation=Isolation.off(), code=MODULES_PROBE, fork_kind=kind)
+        assert child.wait().returncode == 0 and child.forked
+    env = scrubbed_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path), "TRITON_CACHE_DIR": str(tmp_path / "triton")})
+    servers = [zygote._zygotes[zygote.key(sys.executable, env, kind)] for kind in ("triton", "cuda")]
+    assert all(z.alive and z.pid is not None for z in servers)
+    parents = {_parent(z.pid) for z in servers}
+    assert len(parents) == 1
+    (base,) = parents
+    assert base in {b.proc.pid for b in zygote._bases.values() if b.alive}
+    assert "libtorch" in Path(f"/proc/{base}/maps").read_text()
+
+
+def test_a_dead_base_ends_its_fork_servers_and_the_next_worker_starts_from_a_new_one(tmp_path):
+    child = _start(tmp_path, fork=True, code="import time; time.sleep(60)")
+    z = next(z for z in zygote._zygotes.values() if z.alive and child.proc.pid in z._procs)
+    assert z.pid is not None
+    base = _parent(z.pid)
+    os.kill(base, signal.SIGKILL)
+    out = child.wait()
+    assert out.returncode is not None and out.returncode < 0
+    assert _probe(tmp_path, True)["preloaded"]
+    fresh = [z for z in zygote._zygotes.values() if z.alive and z.pid is not None]
+    assert fresh and all(_parent(z.pid) != base for z in fresh)
+
+
+def test_a_base_that_cannot_start_leaves_the_fork_server_to_start_by_exec(tmp_path):
+    from kernelfix.sandbox.spawner import import_path, spawn
+
+    env = scrubbed_env({"HOME": str(tmp_path), "TMPDIR": str(tmp_path)})
+    base = fork_base.Base(
+        str(tmp_path / "no-python-here"), env, import_path(), str(tmp_path), spawn, zygote.BASE_PRELOAD
+    )
+    assert not base.alive and base.error and "cannot start" in base.error
+    z = zygote.Zygote(sys.executable, env, import_path(), str(tmp_path), spawn, ("numpy",), base=base)
+    try:
+        assert z.proc is not None and z.ready.wait(60)  # exec'd; no torch among its preloads, so it says so and exits
+        assert z.pid == z.proc.pid and "torch did not import" in (z.error or "")
+    finally:
+        z.close()
