@@ -113,6 +113,9 @@ for step in "$@"; do
     fp32-gemm) python3 -P bench/fp32_gemm.py --out "$OUT/fp32_gemm.json" ${FP32_SIZES:+--sizes $FP32_SIZES} 2>&1 | tee "$OUT/fp32_gemm.log" ;;
     knowledge-gpu) KNOWLEDGE_GPU_LOG="$OUT/knowledge_gpu.jsonl" python3 -P -m pytest -m gpu -n ${KNOWLEDGE_WORKERS:-6} -q -rA -p no:cacheprovider -o addopts="" --timeout 300 tests/test_knowledge_gpu.py ${KNOWLEDGE_K:+-k "$KNOWLEDGE_K"} > "$OUT/knowledge_gpu.log" 2>&1; grep -E "^\[knowledge\]|^FAILED|^ERROR|passed|failed" "$OUT/knowledge_gpu.log" ;;
     zygote-imports) python3 -P bench/zygote_imports.py 2>&1 | tee "$OUT/zygote_imports.log" ;;
+    fork-tree) python3 -P bench/fork_tree.py --rounds ${FORK_TREE_ROUNDS:-6} --json "$OUT/fork_tree.json" 2>&1 | tee "$OUT/fork_tree.log" ;;
+    tests:*) # any tests (not only GPU-marked ones), files or node ids separated by commas, on this machine's CUDA build
+      python3 -P -m pytest -q -rfE -p no:cacheprovider -o addopts="" --timeout 300 $(echo "${step#tests:}" | tr , ' ') > "$OUT/tests.log" 2>&1; tail -15 "$OUT/tests.log" ;;
     cold-eval-cuda) # issue 33: the cached-CUDA case alone (its first, unmeasured run builds the extension: about a minute)
       python3 -P bench/cold_eval.py --repeat ${COLD_REPEAT:-2} --out "$OUT/cold_eval_cuda.json" --case gelu_cuda_cached=tests/kernelbench/level1/88_MinGPTNewGelu.py:bench/candidates/gelu_cuda.py 2>&1 | tee "$OUT/cold_eval_cuda.log" ;;
     fused-check) # issue 33: the fused comparison kernels against the torch passes, compiled, at FUSED_MIN and past it

@@ -123,10 +123,13 @@ class RequestSocket:
         return (msg if msg is not None else {"type": "garbage"}), fds
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        # shutdown first: a close alone neither wakes a thread blocked in recv() on this socket nor, while that thread is
+        # inside it, ends the connection (the peer, a fork server, would never see EOF and never exit).
+        for end in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+            try:
+                end()
+            except OSError:
+                pass
 
 
 class MessageReader:

@@ -22,12 +22,16 @@ import httpx
 import pytest
 from conftest import CORPUS, REPO_ROOT
 
-from kernelfix.cli import build_parser
-from kernelfix.cli.serve import bind_warning, listen
-from kernelfix.library.judge_pool import JudgePool, gpu_slots
-from kernelfix.serve.app import GPU_HEADER, create_app
-from kernelfix.tools.config import JudgeConfig
-from kernelfix.tools.verdict import Verdict
+pytest.importorskip(
+    "fastapi", reason="the serve extra (fastapi, uvicorn) is not installed (the GPU machine has neither)"
+)
+
+from kernelfix.cli import build_parser  # noqa: E402
+from kernelfix.cli.serve import bind_warning, listen  # noqa: E402
+from kernelfix.library.judge_pool import JudgePool, gpu_slots  # noqa: E402
+from kernelfix.serve.app import GPU_HEADER, create_app  # noqa: E402
+from kernelfix.tools.config import JudgeConfig  # noqa: E402
+from kernelfix.tools.verdict import Verdict  # noqa: E402
 
 uvicorn = pytest.importorskip("uvicorn")
 

@@ -189,6 +189,7 @@ def test_a_forked_worker_dies_with_its_judge(tmp_path):
     judge = subprocess.Popen(
         [
             sys.executable,
+            "-P",  # kernelfix as installed, not the checkout's kernelfix/ folder (a non-editable install, as on the GPU machine)
             "-c",
             textwrap.dedent(f"""
         import sys
@@ -318,3 +319,25 @@ def test_a_base_that_cannot_start_leaves_the_fork_server_to_start_by_exec(tmp_pa
         assert z.pid == z.proc.pid and "torch did not import" in (z.error or "")
     finally:
         z.close()
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_shutdown_ends_every_fork_server_and_base_of_the_process(tmp_path):
+    """Closing this side ends the peer even while a reader thread is blocked on the socket (a close alone did not:
+    the fork servers lived on until the judge's process exited)."""
+    assert _probe(tmp_path, True)["preloaded"]
+    pids = [z.pid for z in zygote._zygotes.values() if z.alive and z.pid is not None]
+    pids += [b.proc.pid for b in zygote._bases.values() if b.alive]
+    assert pids
+    zygote.shutdown()
+    deadline = time.monotonic() + 30
+    while not all(_ended(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_ended(p) for p in pids), [p for p in pids if not _ended(p)]
+    assert _probe(tmp_path, True)["preloaded"]  # the next worker starts a new one
