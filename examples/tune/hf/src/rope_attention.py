@@ -536,6 +536,19 @@ class RopeQKVFn(torch.autograd.Function):
         return dx, dwq, dwk, dwv, dcos, dsin, None, None, None, None, None
 
 
+def _attention(q, k, v, D):
+    """Causal attention through torch's library kernels. GQA is passed as enable_gqa where a fused kernel takes it
+    (flash in half precision on the GPU, and the CPU's); float32 on the GPU has none that does, and would run the math
+    fallback's torch ops, so there k and v's heads are repeated first (a copy) for the memory-efficient kernel."""
+    H, HKV = q.shape[1], k.shape[1]
+    if q.is_cuda and q.dtype == torch.float32 and H != HKV:
+        B, _, T, _ = k.shape
+        k = k[:, :, None].expand(B, HKV, H // HKV, T, D).reshape(B, H, T, D)
+        v = v[:, :, None].expand(B, HKV, H // HKV, T, D).reshape(B, H, T, D)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=D**-0.5)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=D**-0.5, enable_gqa=True)
+
+
 class ModelNew(nn.Module):
     """Llama-style attention (GQA, RoPE, causal, the call's KV cache returned): q/k/v/o projections as cuBLAS GEMMs,
     RoPE on q and k and the cache's k/v layout in one Triton pass (and its transpose in backward), attention as the
@@ -570,6 +583,6 @@ class ModelNew(nn.Module):
         else:  # inference: attention reads the cache's k and v themselves
             q, kc, vc, _, _ = rope_qkv(*_projections(x2, *ws), cos, sin, B, T, H, HKV, D, two_kv=False)
             k, v = kc, vc
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, scale=D**-0.5, enable_gqa=True)
+        o = _attention(q.transpose(1, 2), k, v, D)
         out = F.linear(o.transpose(1, 2).reshape(B * T, H * D), self.o_proj_weight).view(B, T, -1)
         return (out, None), {"kf_state": {"cache_layers_0_keys": kc, "cache_layers_0_values": vc}}
