@@ -101,7 +101,7 @@ with torch.no_grad():
     positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)  # per sequence, as generate's prefill passes them
     ref = model(ids, position_ids=positions)  # logits and the cache it filled: the cache compared by the tensors it holds
     attn = model.model.layers[0].self_attn
-    swapped = kernelfix.load_best({session!r}, attn)
+    swapped = kernelfix.load_best({session!r}, attn, device={device!r})  # captured on the CPU, used where the model is
     model.model.layers[0].self_attn = swapped
     calls = []
     swapped.kernel.register_forward_hook(lambda *a: calls.append(1))
