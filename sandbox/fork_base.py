@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelfix.sandbox.channel import RequestSocket
@@ -31,20 +31,19 @@ class Base:
     ) -> None:
         self.error: str | None = None
         self.sock: RequestSocket | None = None
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        theirs.set_inheritable(True)
-        boot = (
-            f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.fork_server import serve_base; "
-            f"serve_base({theirs.fileno()}, {os.getpid()}, {list(preload)!r}, {not sys.dont_write_bytecode!r})"
-        )
+        pid = os.getpid()
+
+        def boot(fd: int) -> str:
+            return (
+                f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.fork_server import serve_base; "
+                f"serve_base({fd}, {pid}, {list(preload)!r}, {not sys.dont_write_bytecode!r})"
+            )
+
         try:
-            self.proc = spawn_python(spawn, python, boot, cwd, env, theirs.fileno())
+            self.proc, ours = spawn_server(spawn, python, cwd, env, boot)
         except OSError as e:
-            ours.close()
-            theirs.close()
             self.error = f"cannot start: {e}"
             return
-        theirs.close()
         self.sock = RequestSocket(ours)
         self._stderr = StderrTail(self.proc.stderr)
         threading.Thread(target=self._watch, args=(self.sock,), daemon=True, name="kernelfix-zygote-base").start()
@@ -111,14 +110,27 @@ class StderrTail:
         return f": {' | '.join(lines)}" if lines else ""
 
 
-def spawn_python(spawn, python: str, boot: str, cwd: str, env: dict[str, str], fd: int) -> subprocess.Popen:
-    return spawn(
-        [python, "-c", boot],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        pass_fds=(fd,),
-        start_new_session=True,
-    )
+def spawn_server(
+    spawn, python: str, cwd: str, env: dict[str, str], boot: Callable[[int], str]
+) -> tuple[subprocess.Popen, socket.socket]:
+    """Start ``python -c boot(fd)``, ``fd`` its end of a new socket pair: the process, and this side's end. Raises
+    OSError (both ends closed) when it cannot start."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    theirs.set_inheritable(True)
+    try:
+        proc = spawn(
+            [python, "-c", boot(theirs.fileno())],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+        )
+    except OSError:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return proc, ours

@@ -112,11 +112,7 @@ def serve(
         os._exit(0)
     warming = warm_late(late, prefix, sock.sock.fileno())
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)  # see _spawn's note on threads
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = _exits_wake()
     live: set[int] = set()  # forked, exit not yet reported
     done: set[int] = set()  # exit reported, not yet reaped
 
@@ -136,16 +132,7 @@ def serve(
             sock.send({"type": "exit", "pid": pid, "returncode": rc})
 
     while True:
-        try:
-            readable, _, _ = select.select([sock.sock, wake_r], [], [])
-        except InterruptedError:
-            continue
-        if wake_r in readable:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+        request = _wait(sock.sock.fileno(), wake_r)
         report_exits()
         if warming is not None:
             try:
@@ -153,7 +140,7 @@ def serve(
                     warming = None  # reaped: it was never a worker the judge knows of
             except ChildProcessError:
                 warming = None
-        if sock.sock not in readable:
+        if not request:
             continue
         got = sock.recv()
         if got is None:
@@ -210,28 +197,15 @@ def serve_base(fd: int, parent_pid: int, preload: Sequence[str], write_bytecode:
         except Exception:  # the fork server imports it again, and says what failed
             pass
     sys.dont_write_bytecode, sys.pycache_prefix = no_bytecode, own_prefix
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = _exits_wake()
     while True:
-        try:
-            readable, _, _ = select.select([sock.sock, wake_r], [], [])
-        except InterruptedError:
-            continue
-        if wake_r in readable:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
+        request = _wait(sock.sock.fileno(), wake_r)
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:  # a fork server that ended
                 pass
         except ChildProcessError:
             pass
-        if sock.sock not in readable:
+        if not request:
             continue
         got = sock.recv()
         if got is None:
@@ -251,6 +225,31 @@ def serve_base(fd: int, parent_pid: int, preload: Sequence[str], write_bytecode:
         finally:
             for x in fds:
                 os.close(x)
+
+
+def _exits_wake() -> tuple[int, int]:
+    """A pipe that each SIGCHLD writes to (``signal.set_wakeup_fd``): the loop's select wakes when a child exits."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return wake_r, wake_w
+
+
+def _wait(sock_fd: int, wake_r: int) -> bool:
+    """Block until a request or a child's exit; whether a request is waiting (the wake-up pipe is drained)."""
+    try:
+        readable, _, _ = select.select([sock_fd, wake_r], [], [])
+    except InterruptedError:
+        return False
+    if wake_r in readable:
+        try:
+            while os.read(wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+    return sock_fd in readable
 
 
 def _become_server(msg: dict[str, Any], fds: list[int], parent_pid: int, own: Sequence[int]) -> None:

@@ -39,7 +39,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -48,7 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelfix.sandbox.channel import MSG_FD_ENV, REQUEST_FD_ENV, RequestSocket
-from kernelfix.sandbox.fork_base import Base, StderrTail, spawn_python
+from kernelfix.sandbox.fork_base import Base, StderrTail, spawn_server
 
 log = logging.getLogger(__name__)
 
@@ -193,18 +192,19 @@ class Zygote:
         if forked is not None:
             ours, stderr = forked
         else:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            theirs.set_inheritable(True)
-            boot = boot_code(theirs.fileno(), os.getpid(), preload, RUN_MODULES, import_path, skip=(), late=late)
+            pid = os.getpid()
             try:
-                self.proc = spawn_python(spawn, python, boot, cwd, env, theirs.fileno())
+                self.proc, ours = spawn_server(
+                    spawn,
+                    python,
+                    cwd,
+                    env,
+                    lambda fd: boot_code(fd, pid, preload, RUN_MODULES, import_path, skip=(), late=late),
+                )
             except OSError as e:
-                ours.close()
-                theirs.close()
                 self.error = f"cannot start: {e}"
                 self.ready.set()
                 return
-            theirs.close()
             stderr = self.proc.stderr
         self.sock = RequestSocket(ours)
         self._stderr = StderrTail(stderr)
