@@ -36,7 +36,7 @@ class Base:
         def boot(fd: int) -> str:
             return (
                 f"import sys; sys.path[:0] = {list(import_path)!r}; from kernelfix.sandbox.fork_server import serve_base; "
-                f"serve_base({fd}, {pid}, {list(preload)!r}, {not sys.dont_write_bytecode!r})"
+                f"serve_base({fd}, {pid}, {list(preload)!r}, {list(import_path)!r}, {not sys.dont_write_bytecode!r})"
             )
 
         try:
@@ -59,22 +59,16 @@ class Base:
         return self.error is None
 
     def fork_server(
-        self, preload: Sequence[str], run_modules: Sequence[str], import_path: Sequence[str], late: Sequence[str]
+        self, preload: Sequence[str], run_modules: Sequence[str], late: Sequence[str]
     ) -> tuple[socket.socket, Any] | None:
-        """A fork server of these preloads, forked from here (``fork_server.serve`` in the child): this side of its
-        socket and its stderr. None when the base cannot take the request (the caller starts one by exec)."""
+        """A fork server of these preloads, forked from here (``fork_server.serve`` in the child, with the base's import
+        path and bytecode setting): this side of its socket and its stderr. None when the base cannot take the request
+        (the caller starts one by exec)."""
         if not self.alive or self.sock is None:
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_r, err_w = os.pipe()
-        request = {
-            "type": "server",
-            "preload": list(preload),
-            "run_modules": list(run_modules),
-            "import_path": list(import_path),
-            "write_bytecode": not sys.dont_write_bytecode,
-            "late": list(late),
-        }
+        request = {"type": "server", "preload": list(preload), "run_modules": list(run_modules), "late": list(late)}
         try:
             sent = self.sock.send(request, [theirs.fileno(), err_w])
         finally:

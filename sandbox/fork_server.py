@@ -38,13 +38,7 @@ def serve(
     zygote starts over in a fresh interpreter (the same process and socket, by exec) without it."""
     import warnings
 
-    from kernelfix.sandbox import linux
-
-    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the judge's process
-    if os.getppid() != parent_pid:
-        os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides when it ends (EOF on the socket)
-    sock = RequestSocket(socket.socket(fileno=fd))
+    sock = _attach(fd, parent_pid)
     t0 = time.monotonic()
     failed: dict[str, str] = {}
     seconds: dict[str, float] = {}
@@ -173,16 +167,13 @@ def serve(
                     pass
 
 
-def serve_base(fd: int, parent_pid: int, preload: Sequence[str], write_bytecode: bool) -> None:
-    """The base of a judge's fork servers (zygote.Base): import what every kind imports, then fork a fork server on
-    request (``serve`` in the child, on the socket and stderr the request brings) until the judge goes away."""
-    from kernelfix.sandbox import linux
-
-    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the judge's process
-    if os.getppid() != parent_pid:
-        os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sock = RequestSocket(socket.socket(fileno=fd))
+def serve_base(
+    fd: int, parent_pid: int, preload: Sequence[str], import_path: Sequence[str], write_bytecode: bool
+) -> None:
+    """The base of a judge's fork servers (fork_base.Base): import what every kind imports, then fork a fork server on
+    request (``serve`` in the child, on the socket and stderr the request brings, with this base's import path and
+    bytecode setting) until the judge goes away."""
+    sock = _attach(fd, parent_pid)
     base_pid = os.getpid()
     # Bytecode as ``serve`` writes it, and the interpreter's own settings back after, for ``serve`` to find as its own.
     no_bytecode, own_prefix = sys.dont_write_bytecode, sys.pycache_prefix
@@ -215,7 +206,7 @@ def serve_base(fd: int, parent_pid: int, preload: Sequence[str], write_bytecode:
             if msg.get("type") == "server" and len(fds) == 2 and os.fork() == 0:
                 try:
                     os.close(sock.sock.detach())
-                    _become_server(msg, fds, parent_pid=base_pid, own=(wake_r, wake_w))
+                    _become_server(msg, fds, base_pid, import_path, write_bytecode, own=(wake_r, wake_w))
                 except BaseException as e:  # never return into the base's loop
                     os.write(2, f"kernelfix fork server: cannot start: {type(e).__name__}: {e}\n".encode())
                 finally:
@@ -225,6 +216,18 @@ def serve_base(fd: int, parent_pid: int, preload: Sequence[str], write_bytecode:
         finally:
             for x in fds:
                 os.close(x)
+
+
+def _attach(fd: int, parent_pid: int) -> RequestSocket:
+    """A fork server's (or its base's) first steps: die with the process that started it (gone already: exit now),
+    leave SIGINT to it (it decides when this ends: EOF on the socket), and take the socket it passed."""
+    from kernelfix.sandbox import linux
+
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return RequestSocket(socket.socket(fileno=fd))
 
 
 def _exits_wake() -> tuple[int, int]:
@@ -252,7 +255,14 @@ def _wait(sock_fd: int, wake_r: int) -> bool:
     return sock_fd in readable
 
 
-def _become_server(msg: dict[str, Any], fds: list[int], parent_pid: int, own: Sequence[int]) -> None:
+def _become_server(
+    msg: dict[str, Any],
+    fds: list[int],
+    parent_pid: int,
+    import_path: Sequence[str],
+    write_bytecode: bool,
+    own: Sequence[int],
+) -> None:
     """In a child of the base: a fork server of the request's kind, on the socket and stderr it brought."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -267,9 +277,9 @@ def _become_server(msg: dict[str, Any], fds: list[int], parent_pid: int, own: Se
         parent_pid,
         [str(x) for x in msg["preload"]],
         [str(x) for x in msg["run_modules"]],
-        [str(x) for x in msg["import_path"]],
+        import_path,
         (),
-        bool(msg["write_bytecode"]),
+        write_bytecode,
         [str(x) for x in msg["late"]],
     )
 

@@ -188,7 +188,7 @@ class Zygote:
         self._lock = threading.Lock()
         self.t0 = time.monotonic()
         self.proc: subprocess.Popen | None = None  # started by exec (no base, or the base could not fork it)
-        forked = base.fork_server(preload, RUN_MODULES, import_path, late) if base is not None else None
+        forked = base.fork_server(preload, RUN_MODULES, late) if base is not None else None
         if forked is not None:
             ours, stderr = forked
         else:

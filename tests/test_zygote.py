@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_support import wait_gone
 
 from kernelfix.sandbox import Isolation, Limits, fork_base, fork_cuda, probe, scrubbed_env, zygote
 from kernelfix.sandbox.process import Child, run_child
@@ -321,13 +322,6 @@ def test_a_base_that_cannot_start_leaves_the_fork_server_to_start_by_exec(tmp_pa
         z.close()
 
 
-def _ended(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def test_shutdown_ends_every_fork_server_and_base_of_the_process(tmp_path):
     """Closing this side ends the peer even while a reader thread is blocked on the socket (a close alone did not:
     the fork servers lived on until the judge's process exited)."""
@@ -337,7 +331,5 @@ def test_shutdown_ends_every_fork_server_and_base_of_the_process(tmp_path):
     assert pids
     zygote.shutdown()
     deadline = time.monotonic() + 30
-    while not all(_ended(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(_ended(p) for p in pids), [p for p in pids if not _ended(p)]
+    assert [p for p in pids if not wait_gone(p, max(0.0, deadline - time.monotonic()))] == []
     assert _probe(tmp_path, True)["preloaded"]  # the next worker starts a new one
