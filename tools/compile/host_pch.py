@@ -139,7 +139,7 @@ def pch_key(flags: list[str], store: Store) -> str:
             return (entry / SAME_AS).read_text().strip()
         except OSError:
             pass
-    key = digest("host-pch", PCH_SCHEME, without_include_dirs(flags), tool, torch, _FIRST_LINE, _preprocessed(flags))
+    key = digest("host-pch", PCH_SCHEME, _without_include_dirs(flags), tool, torch, _FIRST_LINE, _preprocessed(flags))
 
     def fill(d: Path) -> None:
         (d / SAME_AS).write_text(key)
@@ -151,7 +151,7 @@ def pch_key(flags: list[str], store: Store) -> str:
     return key
 
 
-def without_include_dirs(flags: list[str]) -> list[str]:
+def _without_include_dirs(flags: list[str]) -> list[str]:
     out: list[str] = []
     skip_next = False
     for a in flags:
