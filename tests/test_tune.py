@@ -10,12 +10,14 @@ command again, which redoes nothing.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,7 @@ from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.task import Task
 from kernelfix.tune import rank
 from kernelfix.tune.decide import compare, explain, promising
+from kernelfix.tune.model_call import collections_skip_what_was_there, free_memory
 from kernelfix.tune.model_profile import MODULE_MARK, STEP_MARK, ProfEvent, Profile
 from kernelfix.tune.swaps import swapped_view
 from kernelfix.tune.tune_config import TuneConfig
@@ -589,3 +592,31 @@ def test_tune_refuses_bad_input(tmp_path, capsys, monkeypatch):
     assert "holds a tune of" in capsys.readouterr().err
     assert main(["tune", str(plain), "--rank-only", "--backward", "--out", str(tmp_path / "b")]) == 2
     assert "only without gradients" in capsys.readouterr().err
+
+
+def test_a_tunes_collections_skip_what_was_there_and_leave_the_process_as_it_was():
+    """Inside a tune what was alive before it is frozen (each collection scans only what the tune made), a cycle the
+    tune made (a model with hooks) is still collected, and the process's own freeze is left as it found it."""
+
+    class Holder:
+        pass
+
+    frozen = gc.get_freeze_count()
+    with collections_skip_what_was_there():
+        assert gc.get_freeze_count() > 0 and gc.get_freeze_count() >= frozen
+        held = Holder()
+        held.me = held
+        ref = weakref.ref(held)
+        del held
+        free_memory()
+        assert ref() is None
+    assert gc.get_freeze_count() == frozen
+    gc.freeze()  # a process that froze its own objects
+    try:
+        mine = gc.get_freeze_count()
+        with collections_skip_what_was_there():
+            assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() == mine
+    finally:
+        if not frozen:
+            gc.unfreeze()

@@ -32,7 +32,7 @@ from kernelfix.capture.files import CaptureFiles
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tune.decide import promising
 from kernelfix.tune.jobs import plan_job, task_stem
-from kernelfix.tune.model_call import ModelCall
+from kernelfix.tune.model_call import ModelCall, collections_skip_what_was_there, free_memory
 from kernelfix.tune.tune_config import TuneConfig
 from kernelfix.tune.tune_report import KeptSwap, ModuleRow, SwapTrial, TuneReport, instances, label
 
@@ -89,6 +89,7 @@ class Tune:
 
     # ------------------------------------------------------------------ the steps
 
+    @collections_skip_what_was_there()
     def run(self) -> TuneReport:
         from kernelfix.tune.text import ranking_text
 
@@ -209,15 +210,8 @@ class Tune:
 
     def release(self) -> None:
         """Drop this process's hold on the model (and the captures' copies of it) and their GPU memory."""
-        import gc
-
-        import torch
-
-        self._call = None
-        self._trials = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        self._call = self._trials = None
+        free_memory()
 
     def rank(self, r: TuneReport) -> None:
         from kernelfix.tune.model_profile import profile_model
