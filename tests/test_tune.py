@@ -596,27 +596,31 @@ def test_tune_refuses_bad_input(tmp_path, capsys, monkeypatch):
 
 def test_a_tunes_collections_skip_what_was_there_and_leave_the_process_as_it_was():
     """Inside a tune what was alive before it is frozen (each collection scans only what the tune made), a cycle the
-    tune made (a model with hooks) is still collected, and the process's own freeze is left as it found it."""
+    tune made (a model with hooks) is still collected, and the process's own freeze is left as it found it. Frozen
+    objects leave the count as they are freed (by any thread), so the counts are bounds, not equalities."""
 
     class Holder:
         pass
 
-    frozen = gc.get_freeze_count()
-    with collections_skip_what_was_there():
-        assert gc.get_freeze_count() > 0 and gc.get_freeze_count() >= frozen
-        held = Holder()
-        held.me = held
-        ref = weakref.ref(held)
-        del held
-        free_memory()
-        assert ref() is None
-    assert gc.get_freeze_count() == frozen
-    gc.freeze()  # a process that froze its own objects
+    had = gc.get_freeze_count()
+    gc.unfreeze()  # first a process that froze nothing
     try:
-        mine = gc.get_freeze_count()
         with collections_skip_what_was_there():
-            assert gc.get_freeze_count() == mine
-        assert gc.get_freeze_count() == mine
+            assert gc.get_freeze_count() > 0
+            held = Holder()
+            held.me = held
+            ref = weakref.ref(held)
+            del held
+            free_memory()
+            assert ref() is None
+        assert gc.get_freeze_count() == 0
+        gc.freeze()  # then one that froze its own objects
+        mine = gc.get_freeze_count()
+        made = [Holder() for _ in range(10_000)]  # tracked, and not frozen: a freeze inside would add them
+        with collections_skip_what_was_there():
+            assert gc.get_freeze_count() <= mine
+        assert 0 < gc.get_freeze_count() <= mine and made
     finally:
-        if not frozen:
-            gc.unfreeze()
+        gc.unfreeze()
+        if had:
+            gc.freeze()
