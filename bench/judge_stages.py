@@ -21,7 +21,7 @@ from kernelfix.tools.judge import Judge
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [
     ("relu (KernelBench size), Triton", "bench/tasks/relu_kb.py", "examples/candidates/relu_triton.py"),
-    ("relu (KernelBench size), CUDA", "bench/tasks/relu_kb.py", "tests/corpus/candidates/cuda_relu_ok.py"),
+    ("relu (KernelBench size), CUDA", "bench/tasks/relu_kb.py", "bench/candidates/relu_cuda_aten.py"),
     ("matmul 2048, Triton", "bench/tasks/matmul_kb.py", "bench/candidates/matmul_triton.py"),
 ]
 

@@ -354,10 +354,10 @@ def test_host_pch_applies_only_where_the_include_comes_first(tmp_path, text, app
 
 @pytest.mark.torch_build
 def test_host_pch_gives_the_same_object(tmp_path):
-    """The binding TU compiled with the precompiled torch/extension.h is byte-identical to a plain
-    compile (torch's implicit first line), and with blank lines and comments before the include the
-    TU keeps its own line numbers (``__LINE__`` as a plain compile has it, read from the object:
-    one plain compile of the torch headers is the test's cost, not two)."""
+    """Both layouts of the binding TU (torch's implicit first line, and the candidate's own include after blank lines
+    and comments) take one PCH; the second, compiled with it, is byte-identical to its plain compile and keeps its own
+    line numbers (``__LINE__``, read from the object). The implicit layout's compile with the PCH is the corpus's C++
+    candidate's (test_corpus): one compile with the PCH and one plain are the test's cost, not four."""
     import torch.utils.cpp_extension as ce
 
     bd = tmp_path / "bd"
@@ -377,23 +377,22 @@ def test_host_pch_gives_the_same_object(tmp_path):
         base = base_for(tag)
         use = host_pch.include_args(f"{base} {tag}-pch.o", src, store)
         assert use and use.args[0] == "-include" and Path(use.args[1] + ".gch").is_file()
-        used = subprocess.run(
-            f"{base} {tag}-pch.o {shlex.join(use.args)} -H", shell=True, cwd=bd, capture_output=True, text=True
-        )
-        assert used.returncode == 0, used.stderr[-2000:]
-        assert f"! {use.args[1]}.gch" in used.stderr, f"{tag}: gcc did not use the PCH"
-        line = next(i for i, t in enumerate(text.splitlines(), 1) if "kf_where" in t)
-        assert f"where:{src}:{line}".encode() in (bd / f"{tag}-pch.o").read_bytes(), (
-            f"{tag}: line numbers moved under the PCH"
-        )
-        if tag == "implicit":
-            plain = subprocess.run(f"{base} {tag}-plain.o", shell=True, cwd=bd, capture_output=True, text=True)
-            assert plain.returncode == 0, plain.stderr[-2000:]
-            assert (bd / f"{tag}-pch.o").read_bytes() == (bd / f"{tag}-plain.o").read_bytes(), tag
         uses.append(use)
         # another extension name: the same PCH serves it, already built
         again = host_pch.include_args(f"{base.replace('kf_twice', 'kf_other')} o.o", src, store)
         assert again.args == use.args and again.made_seconds is None
+    tag, use = "no_implicit_headers", uses[1]
+    base, src = base_for(tag), bd / f"{tag}.cpp"
+    used = subprocess.run(
+        f"{base} {tag}-pch.o {shlex.join(use.args)} -H", shell=True, cwd=bd, capture_output=True, text=True
+    )
+    assert used.returncode == 0, used.stderr[-2000:]
+    assert f"! {use.args[1]}.gch" in used.stderr, "gcc did not use the PCH"
+    line = next(i for i, t in enumerate(BINDING_TUS[tag].splitlines(), 1) if "kf_where" in t)
+    assert f"where:{src}:{line}".encode() in (bd / f"{tag}-pch.o").read_bytes(), "line numbers moved under the PCH"
+    plain = subprocess.run(f"{base} {tag}-plain.o", shell=True, cwd=bd, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert (bd / f"{tag}-pch.o").read_bytes() == (bd / f"{tag}-plain.o").read_bytes()
     assert uses[0].args == uses[1].args  # one PCH for both layouts
     # Include directories the header reads nothing from (a CUDA build's toolkit and stub headers) take the same PCH,
     # already built; a directory that shadows a header it reads changes its text, and so its PCH.
