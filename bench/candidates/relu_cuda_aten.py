@@ -1,5 +1,4 @@
 # ReLU in CUDA with ATen headers in the .cu (the judge compiles them with nvcc): the CUDA row of bench/judge_stages.py.
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
