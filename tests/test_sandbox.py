@@ -573,16 +573,20 @@ def test_a_stage_dies_with_its_judge(tmp_path, isolated):
         """),
         ]
     )
+
+    def running(pattern: str) -> list[str]:
+        return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+    # The stage itself, exec'd (the launcher's own command line, still starting Python, names the command too).
     deadline = time.monotonic() + 30
-    while (
-        not subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).stdout
-        and time.monotonic() < deadline
-    ):
+    while not running(f"^sleep {marker}") and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert running(f"^sleep {marker}"), "the stage never started"
     judge.kill()
     judge.wait()
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+    deadline = time.monotonic() + 5  # the kernel's death signal, delivered at once; 5 s for a loaded machine
+    while (left := running(f"sleep {marker}")) and time.monotonic() < deadline:
+        time.sleep(0.1)
     for pid in left:
         os.kill(int(pid), signal.SIGKILL)
     assert not left
