@@ -56,7 +56,7 @@ LONGEST = {
     "test_build.py::test_host_pch_gives_the_same_object": 105,  # builds the run's one torch/extension.h PCH, first
     # Its binding TU takes that PCH (the CUDA include directories leave the header's text alone): started once the
     # PCH is about built, so that its worker runs other tests meanwhile rather than waiting on the PCH's lock.
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_relu_ok.py]": 25,
+    "test_fast_layout.py::test_fast_layout_example_through_the_judge": 25,
     "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 11,  # after the PCH test made its PCH
     "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 9,
     "test_hostile.py": 60,  # groups: their whole time

@@ -1,5 +1,6 @@
-# expect-cpu: infra:no_gpu
-# expect-cuda: ok
+# devices: cuda
+# expect: ok
+# On the CPU this layout is built for real and judged infra:no_gpu in tests/test_fast_layout.py (its example).
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
