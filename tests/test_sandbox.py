@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_support import wait_gone
 
 from kernelfix.sandbox import Isolation, Limits, probe, run_child, scrubbed_env
 from kernelfix.sandbox.channel import ChildChannel, MessageReader, new_token
@@ -582,11 +583,13 @@ def test_a_stage_dies_with_its_judge(tmp_path, isolated):
     while not running(f"^sleep {marker}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running(f"^sleep {marker}"), "the stage never started"
+    stage = running(f"sleep {marker}")
     judge.kill()
     judge.wait()
-    deadline = time.monotonic() + 5  # the kernel's death signal, delivered at once; 5 s for a loaded machine
-    while (left := running(f"sleep {marker}")) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # the kernel's death signal, delivered at once; 5 s for a loaded machine
+    left = [pid for pid in stage if not wait_gone(int(pid), 5)] + [
+        p for p in running(f"sleep {marker}") if p not in stage
+    ]
     for pid in left:
         os.kill(int(pid), signal.SIGKILL)
     assert not left
