@@ -46,10 +46,18 @@ GROUPED_FILES = (
     "test_swap_cost.py",
     "test_fairness.py",
     "test_input_sets.py",  # a captured swap, a judge
-    "test_hf_kernels.py",
-)  # its captured tasks
-# Grouped files that share a session-scoped fixture go to one worker together, so it is made once.
-SHARED_GROUPS = {"test_api.py": "relu_cpu_judge", "test_rewards.py": "relu_cpu_judge"}
+    "test_hf_kernels.py",  # its captured tasks
+    "test_corpus.py",  # the corpus's verdicts (`verdicts`), which test_correctness_checks reads too
+    "test_correctness_checks.py",
+)
+# Grouped files that share a session-scoped fixture go to one worker together, so it is made once: `verdicts` is per
+# worker, and the Triton cases both files judge (the linear ones, about 20 s each in the interpreter) were judged twice.
+SHARED_GROUPS = {
+    "test_api.py": "relu_cpu_judge",
+    "test_rewards.py": "relu_cpu_judge",
+    "test_corpus.py": "corpus_verdicts",
+    "test_correctness_checks.py": "corpus_verdicts",
+}
 # The longest tests (seconds of wall time on two cores, from `--durations`), handed out first so that no
 # worker is left with a long one at the end while the other idles. Unlisted tests follow in file order.
 LONGEST = {
@@ -57,8 +65,7 @@ LONGEST = {
     # Its binding TU takes that PCH (the CUDA include directories leave the header's text alone): started once the
     # PCH is about built, so that its worker runs other tests meanwhile rather than waiting on the PCH's lock.
     "test_fast_layout.py::test_fast_layout_example_through_the_judge": 25,
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cpp_relu_ok.py]": 11,  # after the PCH test made its PCH
-    "test_corpus.py::test_candidate_gets_its_category[cpu-cuda_nvcc_error.py]": 9,
+    "corpus_verdicts": 150,  # test_corpus.py and test_correctness_checks.py; their torch-header builds last (below)
     "test_hostile.py": 60,  # groups: their whole time
     "test_fused_check.py": 9,
     "test_agent_crash.py": 74,
@@ -121,8 +128,16 @@ def pytest_collection_modifyitems(config, items):
         if item.path.name in GROUPED_FILES:
             group_weight[_group(item)] = max(group_weight.get(_group(item), 0.0), _weight(item))
             item.add_marker(pytest.mark.xdist_group(_group(item)))
-    # A group goes out at its first test: its tests stay together and in their order.
-    items.sort(key=lambda item: (-(group_weight.get(_group(item)) or _weight(item)), order[id(item)]))
+    # A group goes out at its first test: its tests stay together and in their order, except that its builds against
+    # the torch headers come last, by when the PCH test (started first on the other worker) has made the run's PCH.
+    items.sort(
+        key=lambda item: (
+            -(group_weight.get(_group(item)) or _weight(item)),
+            _group(item) if item.path.name in GROUPED_FILES else "",
+            item.path.name in GROUPED_FILES and ("torch_build" in item.keywords or "nvcc" in item.keywords),
+            order[id(item)],
+        )
+    )
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device)")
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
