@@ -52,8 +52,7 @@ class Probe:
 
     def __init__(self, spec_path: Path, env: dict[str, str]) -> None:
         if Probe._context is None:
-            Probe._context = multiprocessing.get_context("forkserver")
-            Probe._context.set_forkserver_preload(PRELOAD)
+            Probe._context = _start_server()
         self.out, self.err = spec_path.with_suffix(".out"), spec_path.with_suffix(".err")
         self.proc = Probe._context.Process(target=_child, args=(str(spec_path), str(self.out), str(self.err), env))
         self.proc.start()
@@ -70,6 +69,26 @@ class Probe:
         err = self.err.read_text() if self.err.exists() else ""
         assert self.proc.exitcode == 0, f"the probe exited {self.proc.exitcode}: {err[-3000:]}"
         return json.loads(self.out.read_text())
+
+
+def _start_server():
+    """multiprocessing's fork server, started with PRELOAD imported. It imports them before it applies this process's
+    sys.path (each child applies it), so it starts with PYTHONSAFEPATH: the working directory (a checkout, whose
+    ``kernelfix/`` folder is not the installed package where the install is not editable) is not put first."""
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
+    return context
 
 
 def _child(spec_path: str, out: str, err: str, env: dict[str, str]) -> None:
