@@ -1,8 +1,8 @@
 """kernelfix's extension builds: same results as torch's, cached across processes, safe under concurrency.
 
 Most tests build tiny extensions without the torch headers (``no_implicit_headers``)
-in processes of their own (tests/build_probe.py: forked from a server that imported
-torch once), through the same hooks the judge's child installs; they take seconds. The tests marked ``torch_build`` compile against the torch headers and
+in fresh processes, through the same hooks the judge's child installs; they take
+seconds. The tests marked ``torch_build`` compile against the torch headers and
 the ``nvcc`` ones run nvcc.
 """
 
@@ -14,11 +14,11 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from build_probe import Probe
 
 from kernelfix.sandbox import ChildOutcome
 from kernelfix.tools.classify import classify
@@ -26,6 +26,7 @@ from kernelfix.tools.compile import host_pch, ninja_file, nvcc_pipeline
 from kernelfix.tools.compile.store import Store
 from kernelfix.tools.verdict import Category
 
+PROBE = Path(__file__).parent / "build_probe.py"
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
 
 ANSWER = 'extern "C" int kf_answer() { return 42; }\n'
@@ -58,8 +59,19 @@ def _probe(
     }
     spec_path = tmp / f"spec-{name}.json"
     spec_path.write_text(json.dumps(spec))
-    probe = Probe(spec_path, {"KERNELFIX_CACHE": str(cache)})
-    return probe if start else probe.result(timeout=600)
+    env = {**os.environ, "KERNELFIX_CACHE": str(cache)}
+    proc = subprocess.Popen(
+        [sys.executable, str(PROBE), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    if start:
+        return proc
+    return _result(proc)
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _inline(source: str = ANSWER, name: str = "kf_probe_ext", **extra) -> dict:
@@ -122,7 +134,7 @@ def test_concurrent_identical_builds_compile_once(tmp_path):
         assert all(p.poll() is None for p in procs), "a probe died before building"
         time.sleep(0.05)
     go.write_text("go")
-    results = [p.result(timeout=600) for p in procs]
+    results = [_result(p) for p in procs]
     assert all(r["error"] is None and r["value"] == 42 for r in results), results
     cached = sorted(r["records"][0]["cached"] for r in results)
     assert cached == [False, True, True], results
