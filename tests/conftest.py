@@ -134,7 +134,7 @@ def pytest_collection_modifyitems(config, items):
         key=lambda item: (
             -(group_weight.get(_group(item)) or _weight(item)),
             _group(item) if item.path.name in GROUPED_FILES else "",
-            item.path.name in GROUPED_FILES and ("torch_build" in item.keywords or "nvcc" in item.keywords),
+            item.path.name in GROUPED_FILES and "torch_build" in item.keywords,
             order[id(item)],
         )
     )
