@@ -29,6 +29,7 @@ def kernelfix(*args: str, **kw) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_demo_killed_mid_turn_resumes_without_losing_a_turn(tmp_path):
     session = tmp_path / "demo"
     proc = kernelfix("optimize", *DEMO, "--session-dir", str(session))

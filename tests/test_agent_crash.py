@@ -215,6 +215,7 @@ def user_files(tmp_path):
     return Path(task), Path(candidate)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_killed_at_each_point_resumes_without_losing_or_repeating_a_turn(tmp_path, user_files):
     task, candidate = user_files
@@ -288,6 +289,7 @@ def test_killed_while_creating_leaves_no_half_session(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["s"]  # the leftover was cleared
 
 
+@pytest.mark.slow
 def test_killed_at_random_times_resumes_without_losing_a_turn(tmp_path):
     """Three kills at random times, then a resume to the end; about 30 to 50 s on two cores."""
     seed = int(os.environ.get("KERNELFIX_CRASH_SEED") or random.SystemRandom().randrange(2**32))
@@ -336,6 +338,7 @@ def test_a_reply_received_before_a_kill_is_not_asked_for_again(tmp_path):
     assert traj.turns[0].reply.content == DEMO_REPLIES[0]
 
 
+@pytest.mark.slow
 def test_a_search_killed_mid_round_resumes_every_branch(tmp_path):
     """Width 2, keep 2: killed once both round-one replies are journaled, once mid-judge, once between two
     commits of round two; each resume re-runs only what did not finish, asks no journaled reply again,

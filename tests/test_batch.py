@@ -148,6 +148,7 @@ def test_bad_batch_input_exits_2_and_creates_nothing(args, needle, tmp_path, cap
 # --------------------------------------------------------------------------- a batch, killed and rerun
 
 
+@pytest.mark.slow
 def test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished(tmp_path):
     replays = tmp_path / "replays"
     replays.mkdir()

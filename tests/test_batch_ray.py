@@ -106,6 +106,7 @@ def ray_batch(*args: str) -> subprocess.Popen:
     return batch_cli(*args, env=RAY_ENV)
 
 
+@pytest.mark.slow
 def test_ray_backend_gives_the_same_per_task_results(tmp_path, ray_cluster):
     """The per-task function as a Ray task: same turns and outcome as the local runner."""
     replay = write_replay(
@@ -146,6 +147,7 @@ def test_ray_backend_gives_the_same_per_task_results(tmp_path, ray_cluster):
     )
 
 
+@pytest.mark.slow
 def test_a_ray_worker_killed_mid_job_is_resumed_by_the_rerun(tmp_path, ray_cluster):
     replays = tmp_path / "replays"
     replays.mkdir()
@@ -201,6 +203,7 @@ def test_gpu_share_spreads_jobs_over_the_gpus():
     assert gpu_share(per_gpu=3, jobs=5, cluster_gpus=0) == 1 / 3  # no GPU known: the user's setting
 
 
+@pytest.mark.slow
 def test_ray_jobs_land_on_every_gpu(tmp_path, ray_cluster):
     """Two jobs with up to 4 sessions per GPU on a 2-GPU node: Ray packs fractional GPUs, so without
     the share fitted to the jobs both would get GPU 0. Each result says the GPU Ray gave it."""

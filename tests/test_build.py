@@ -91,6 +91,7 @@ def test_identical_extension_is_built_once_across_processes(tmp_path):
     assert (tmp_path / "build-b" / "kf_probe_ext" / "kf_probe_ext.so").is_file()
 
 
+@pytest.mark.slow
 def test_damaged_cache_entry_is_rebuilt_and_replaced(tmp_path):
     cache = tmp_path / "cache"
     _probe(tmp_path, cache, kwargs=_inline(), name="a")
@@ -123,6 +124,7 @@ def test_any_change_that_matters_misses_the_cache(tmp_path):
     assert header_changed["value"] == 8 and not header_changed["records"][0]["cached"]
 
 
+@pytest.mark.slow
 def test_concurrent_identical_builds_compile_once(tmp_path):
     cache = tmp_path / "cache"
     go = tmp_path / "go"
@@ -352,6 +354,7 @@ def test_host_pch_applies_only_where_the_include_comes_first(tmp_path, text, app
         assert not any(p for p in store.root.iterdir() if p.name != ".locks")
 
 
+@pytest.mark.slow
 @pytest.mark.torch_build
 def test_host_pch_gives_the_same_object(tmp_path):
     """Both layouts of the binding TU (torch's implicit first line, and the candidate's own include after blank lines
@@ -411,6 +414,7 @@ def test_host_pch_gives_the_same_object(tmp_path):
     assert host_pch.pch_key(flags, store) != host_pch.pch_key([*flags[:2], "-I", str(shadow), *flags[2:]], store)
 
 
+@pytest.mark.slow
 @pytest.mark.torch_build
 def test_judge_reports_a_cached_compile(judges):
     """A resubmitted candidate is not compiled again, and the verdict says so."""

@@ -154,6 +154,7 @@ def trained_spans(example: dict, tok) -> list[str]:
     return [tok.decode(s) for s in spans]
 
 
+@pytest.mark.slow
 def test_trl_trains_on_the_final_answer_only(exported, tiny_model, tmp_path, monkeypatch):
     from trl.data_utils import is_conversational
 
@@ -178,6 +179,7 @@ def test_trl_trains_on_the_final_answer_only(exported, tiny_model, tmp_path, mon
         )
 
 
+@pytest.mark.slow
 def test_trl_trains_on_every_answer_with_loss_all_assistant(exported, tiny_model, tmp_path, monkeypatch):
     from trl.data_utils import is_conversational
 

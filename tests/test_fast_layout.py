@@ -327,6 +327,7 @@ def test_nvrtc_kernels_need_a_gpu_here_and_fail_like_a_build(tmp_path, monkeypat
 # --------------------------------------------------------------------------- through the judge
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.torch_build
 def test_fast_layout_example_through_the_judge(judges):

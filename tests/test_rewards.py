@@ -173,6 +173,7 @@ def test_verl_compute_score_as_its_reward_managers_call_it():
     assert len(_shared) == 1  # every call above used one in-process judge, kept for the process
 
 
+@pytest.mark.slow
 def test_trl_grpo_trains_a_step_with_the_reward_and_its_reward_code_scores_a_kernel(
     relu_cpu_judge, tmp_path_factory, monkeypatch
 ):

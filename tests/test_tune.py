@@ -492,6 +492,7 @@ compile_backend = "aot_eager"
 """
 
 
+@pytest.mark.slow
 def test_tune_on_the_cpu_then_again(tmp_path):
     """The whole flow as a user runs it, then the same command again."""
     cfg = tmp_path / "kernelfix.toml"
