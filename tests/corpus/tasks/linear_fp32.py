@@ -16,7 +16,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(128, 512)]
+    return [torch.randn(32, 512)]
 
 
 def get_init_inputs():
