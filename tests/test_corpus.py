@@ -4,7 +4,8 @@ Headers: ``# expect: CATEGORY`` (or ``expect-cpu`` / ``expect-cuda``), optionall
 ``# devices: cuda``, ``# task: NAME``, ``# config: {json JudgeConfig fields}``,
 ``# warns: precision`` (a warning it must raise; every other correct candidate must raise none).
 CPU cases run in CI (Triton under the interpreter; CUDA sources compiled and linked
-but not run); CUDA cases are marked ``gpu`` and run on the device.
+but not run), but for the load_inline ones, whose builds against the torch headers (and their PCH) put them in the
+slow tier (``slow``); CUDA cases are marked ``gpu`` and run on the device.
 """
 
 from __future__ import annotations

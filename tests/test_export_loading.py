@@ -18,7 +18,7 @@ from tiny_model import save_tiny_qwen3
 
 from kernelfix.cli import EXIT_OK, main
 
-# In the dev extra: CI runs these. Imported by the tests that use them (the worker that runs this file's group), not
+# In the dev extra: CI runs these (the TRL trainings are in the slow tier). Imported by the tests that use them (the worker that runs this file's group), not
 # at collection, which every worker does.
 for _lib in ("datasets", "transformers", "trl"):
     if importlib.util.find_spec(_lib) is None:

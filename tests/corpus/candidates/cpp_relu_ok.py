@@ -1,7 +1,7 @@
 # expect: ok
 # devices: cpu
 # A C++ (no CUDA) extension through load_inline: it builds, loads and runs on CPU torch,
-# so CI covers kernelfix's build path and its cache end to end.
+# so the CPU suite covers kernelfix's build path and its cache end to end (the slow tier: it builds the PCH).
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
