@@ -316,6 +316,7 @@ def nvcc_builds(tmp_path_factory) -> dict[str, subprocess.Popen]:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # every CUDA exemplar through nvcc at once (20 CPU-s); on a GPU, test_knowledge_gpu builds and runs them
 @pytest.mark.parametrize("slug,which,rel", _CUDA, ids=[f"{s}-{w}" for s, w, _ in _CUDA])
 def test_cuda_kernel_compiles(slug, which, rel, nvcc_builds):
     proc = nvcc_builds[rel]
