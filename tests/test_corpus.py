@@ -24,8 +24,10 @@ def _params():
             marks = []
             if device == "cuda":
                 marks.append(pytest.mark.gpu)
-            if case.uses_nvcc:  # load_inline: nvcc, and a binding TU against the torch headers (and its PCH, once)
-                marks += [pytest.mark.nvcc, pytest.mark.torch_build, pytest.mark.slow]
+            if case.uses_nvcc:  # load_inline: nvcc, and a binding TU against the torch headers
+                marks += [pytest.mark.nvcc, pytest.mark.torch_build]
+                if device == "cpu":  # a build (and the run's PCH) for a verdict without a GPU: the slow tier
+                    marks.append(pytest.mark.slow)
             yield pytest.param(case, device, id=f"{device}-{case.id}", marks=marks)
 
 

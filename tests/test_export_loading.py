@@ -18,8 +18,8 @@ from tiny_model import save_tiny_qwen3
 
 from kernelfix.cli import EXIT_OK, main
 
-# In the dev extra: CI runs these (the TRL trainings are in the slow tier). Imported by the tests that use them (the worker that runs this file's group), not
-# at collection, which every worker does.
+# In the dev extra: CI runs these (the TRL trainings are in the slow tier). Imported by the tests that use them (the
+# worker that runs this file's group), not at collection, which every worker does.
 for _lib in ("datasets", "transformers", "trl"):
     if importlib.util.find_spec(_lib) is None:
         pytest.skip(f"{_lib} is not installed", allow_module_level=True)
