@@ -67,7 +67,7 @@ LONGEST = {
     # PCH is about built, so that its worker runs other tests meanwhile rather than waiting on the PCH's lock.
     "test_fast_layout.py::test_fast_layout_example_through_the_judge": 27,
     "corpus_verdicts": 80,  # test_corpus.py and test_correctness_checks.py; their torch-header builds last (below)
-    "test_agent_crash.py": 140,  # groups: their whole time (20 s without the slow tier)
+    "test_agent_crash.py": 130,  # groups: their whole time (20 s without the slow tier)
     "test_batch_ray.py": 90,
     "test_fused_check.py": 45,
     "test_hostile.py": 40,
