@@ -140,8 +140,34 @@ def variant_cases(out: dict, g: torch.Generator) -> None:
     out["variant/kernels_ran"] = [sorted(set(ran)), ["vary_affine", "vary_student"]]
 
 
+def count_swaps() -> dict[str, int]:
+    """The candidate worker's interpreter, swapping triton.language once per launch (interpreter.patch_once), with
+    its launches and real swaps counted: the kernels here call tl.sum, tl.max, tl.zeros, ... thousands of times."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    from kernelfix.tools.workers.candidate.interpreter import patch_once
+
+    counts = {"launches": 0, "swaps": 0}
+    swap = triton_interpreter._patch_lang
+
+    def counted_swap(fn):
+        counts["swaps"] += 1
+        return swap(fn)
+
+    def counted_launch(self, *args, **kwargs):
+        counts["launches"] += 1
+        return launch(self, *args, **kwargs)
+
+    triton_interpreter._patch_lang = counted_swap  # under patch_once: the swaps it lets through
+    counts["patched"] = int(patch_once())
+    launch = triton_interpreter.GridExecutor.__call__  # over it: every launch
+    triton_interpreter.GridExecutor.__call__ = counted_launch
+    return counts
+
+
 def main() -> None:
     fused.CPU_INTERPRETED = True
+    interpreter = count_swaps()
     chunked.CHUNK = compare_mod.CHUNK = 2 * SPAN
     out: dict[str, list] = {}
     for name, (r, o, tol) in compare_cases().items():
@@ -171,7 +197,7 @@ def main() -> None:
             out[f"vacuous/{kind}_{scale:g}"] = [{"note": v} for v in both(lambda: vacuous_tolerance(x))]
     variant_cases(out, g)
     used = fused.usable(torch.zeros(8), min_numel=0)
-    print(json.dumps({"fused_used": used, "cases": out}))
+    print(json.dumps({"fused_used": used, "cases": out, "interpreter": interpreter}))
 
 
 if __name__ == "__main__":

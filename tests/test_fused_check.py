@@ -72,6 +72,15 @@ def test_every_case_ran_fused(interpreted):
     assert interpreted["fused_used"] and len(interpreted["cases"]) >= 25
 
 
+def test_the_interpreter_swaps_the_language_once_per_launch_not_per_device_call(interpreted):
+    """The candidate worker's interpreter (interpreter.patch_once) gave every case above: the launch's own swap, and
+    one more where a device function (tl.sum, ...) names triton.language.core; not one per device call (10,627 here
+    before, for 100 launches)."""
+    counts = interpreted["interpreter"]
+    assert counts["patched"] == 1 and counts["launches"] >= 50
+    assert counts["launches"] <= counts["swaps"] <= 2 * counts["launches"]
+
+
 @pytest.mark.parametrize(
     "name",
     [

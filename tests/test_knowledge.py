@@ -201,6 +201,8 @@ def test_render_drops_the_code_of_later_notes_first():
 _INTERPRET = r"""
 import importlib.util, json, sys, traceback
 import torch
+from kernelfix.tools.workers.candidate.interpreter import patch_once
+assert patch_once()  # the interpreter as the candidate worker runs it on a machine without a GPU
 KN = sys.argv[1]
 g = torch.Generator().manual_seed(0)
 def rn(*s, dtype=torch.float32):

@@ -23,6 +23,7 @@ another process.
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ from kernelfix.tools.transport.protocol import (
 )
 from kernelfix.tools.transport.tree import dtype_name, read, spec_of, write_values
 from kernelfix.tools.workers.candidate.ahead import triton_driver_ahead, triton_key_ahead
+from kernelfix.tools.workers.candidate.interpreter import patch_once
 from kernelfix.tools.workers.child import Worker, build_model, load_module, load_task, seed_all, sync, to_device
 
 triton_key_ahead()  # in a Triton fork server, before any worker forks from it
@@ -116,6 +118,8 @@ class CandidateRunner:
         if self.device.startswith("cuda"):
             Cuda.bind()
             triton_driver_ahead()  # CUDA is up, no candidate yet: Triton's driver, target and backend key now
+        elif os.environ.get("TRITON_INTERPRET") == "1":
+            after_import("triton", lambda _: patch_once())  # the CPU's interpreter, without its repeated patching
         if self.spec.record_ops:
             from kernelfix.tools.workers.candidate.recorder import OpRecorder, mark_function_backward, suspend_in_triton
 
