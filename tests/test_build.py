@@ -1,8 +1,9 @@
 """kernelfix's extension builds: same results as torch's, cached across processes, safe under concurrency.
 
 Most tests build tiny extensions without the torch headers (``no_implicit_headers``)
-in fresh processes, through the same hooks the judge's child installs; they take
-seconds. The tests marked ``torch_build`` compile against the torch headers and
+in fresh processes (tests/build_probe.py; several builds in order in one, each as a
+fresh process would build it, where a test's claim is not about processes), through
+the same hooks the judge's child installs; they take seconds. The tests marked ``torch_build`` compile against the torch headers and
 the ``nvcc`` ones run nvcc.
 """
 
@@ -36,18 +37,18 @@ SLOW_ANSWER = (
 )
 
 
-def _probe(
+def _spec(
     tmp: Path,
-    cache: Path,
     *,
     kwargs: dict,
     name: str = "p",
     options: dict | None = None,
     call: str = "load_inline",
     go_file: Path | None = None,
-    start: bool = False,
-):
-    spec = {
+    write: dict[Path, str] | None = None,
+) -> dict:
+    """One build for a probe: in its own build root, with ``write``'s files written just before it."""
+    return {
         "build_root": str(tmp / f"build-{name}"),
         "device": "cpu",
         "options": options or {},
@@ -56,19 +57,34 @@ def _probe(
         "symbol": "kf_answer",
         "go_file": str(go_file) if go_file else None,
         "ready_file": str(tmp / f"ready-{name}") if go_file else None,
+        "write": {str(path): text for path, text in (write or {}).items()},
     }
-    spec_path = tmp / f"spec-{name}.json"
-    spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, "KERNELFIX_CACHE": str(cache)}
-    proc = subprocess.Popen(
-        [sys.executable, str(PROBE), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+
+
+def _probe(tmp: Path, cache: Path, *, start: bool = False, **build):
+    """One build in a fresh process (``start``: the running probe, for ``_result``)."""
+    proc = _start(tmp, cache, [_spec(tmp, **build)], build.get("name", "p"))
     if start:
         return proc
-    return _result(proc)
+    return _result(proc)[0]
 
 
-def _result(proc: subprocess.Popen) -> dict:
+def _probes(tmp: Path, cache: Path, builds: list[dict], name: str = "batch") -> list[dict]:
+    """Several builds (``_spec``'s), in order, in one fresh process: each as a fresh process would build it, with
+    nothing from the builds before it but the files they left (the build cache among them; see build_probe.py)."""
+    return _result(_start(tmp, cache, builds, name))
+
+
+def _start(tmp: Path, cache: Path, builds: list[dict], name: str) -> subprocess.Popen:
+    spec_path = tmp / f"spec-{name}.json"
+    spec_path.write_text(json.dumps(builds))
+    env = {**os.environ, "KERNELFIX_CACHE": str(cache)}
+    return subprocess.Popen(
+        [sys.executable, str(PROBE), str(spec_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _result(proc: subprocess.Popen) -> list[dict]:
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     return json.loads(out.strip().splitlines()[-1])
@@ -104,24 +120,38 @@ def test_damaged_cache_entry_is_rebuilt_and_replaced(tmp_path):
 
 
 def test_any_change_that_matters_misses_the_cache(tmp_path):
+    # One process builds them all, in order: a miss is a miss of the cache on disk, whichever process looks (the
+    # probe leaves each build nothing else of the ones before it); the last build, unchanged, shows it still hits.
     cache = tmp_path / "cache"
-    _probe(tmp_path, cache, kwargs=_inline(), name="a")
-    changed_source = _probe(tmp_path, cache, kwargs=_inline(ANSWER.replace("42", "43")), name="b")
-    assert changed_source["value"] == 43 and not changed_source["records"][0]["cached"]
-    changed_flags = _probe(tmp_path, cache, kwargs=_inline(extra_cflags=["-O2"]), name="c")
-    assert changed_flags["value"] == 42 and not changed_flags["records"][0]["cached"]
-    changed_name = _probe(tmp_path, cache, kwargs=_inline(name="kf_other_ext"), name="d")
-    assert changed_name["value"] == 42 and not changed_name["records"][0]["cached"]
     # a header in a user include directory is part of the key, though no flag changed
     inc = tmp_path / "inc"
     inc.mkdir()
     (inc / "answer.h").write_text("#define KF_ANSWER 7\n")
     src = '#include "answer.h"\nextern "C" int kf_answer() { return KF_ANSWER; }\n'
-    with_header = _probe(tmp_path, cache, kwargs=_inline(src, extra_include_paths=[str(inc)]), name="e")
+    _, changed_source, changed_flags, changed_name, with_header, header_changed, unchanged = _probes(
+        tmp_path,
+        cache,
+        [
+            _spec(tmp_path, kwargs=_inline(), name="a"),
+            _spec(tmp_path, kwargs=_inline(ANSWER.replace("42", "43")), name="b"),
+            _spec(tmp_path, kwargs=_inline(extra_cflags=["-O2"]), name="c"),
+            _spec(tmp_path, kwargs=_inline(name="kf_other_ext"), name="d"),
+            _spec(tmp_path, kwargs=_inline(src, extra_include_paths=[str(inc)]), name="e"),
+            _spec(
+                tmp_path,
+                kwargs=_inline(src, extra_include_paths=[str(inc)]),
+                name="f",
+                write={inc / "answer.h": "#define KF_ANSWER 8\n"},
+            ),
+            _spec(tmp_path, kwargs=_inline(), name="g"),
+        ],
+    )
+    assert changed_source["value"] == 43 and not changed_source["records"][0]["cached"]
+    assert changed_flags["value"] == 42 and not changed_flags["records"][0]["cached"]
+    assert changed_name["value"] == 42 and not changed_name["records"][0]["cached"]
     assert with_header["value"] == 7
-    (inc / "answer.h").write_text("#define KF_ANSWER 8\n")
-    header_changed = _probe(tmp_path, cache, kwargs=_inline(src, extra_include_paths=[str(inc)]), name="f")
     assert header_changed["value"] == 8 and not header_changed["records"][0]["cached"]
+    assert unchanged["value"] == 42 and unchanged["records"][0]["cached"]
 
 
 @pytest.mark.slow
@@ -136,7 +166,7 @@ def test_concurrent_identical_builds_compile_once(tmp_path):
         assert all(p.poll() is None for p in procs), "a probe died before building"
         time.sleep(0.05)
     go.write_text("go")
-    results = [_result(p) for p in procs]
+    results = [_result(p)[0] for p in procs]
     assert all(r["error"] is None and r["value"] == 42 for r in results), results
     cached = sorted(r["records"][0]["cached"] for r in results)
     assert cached == [False, True, True], results
@@ -151,7 +181,7 @@ def test_unchanged_translation_unit_is_reused(tmp_path):
     (src / "a.cpp").write_text('extern "C" int kf_a() { return 40; }\n')
     (src / "b.cpp").write_text('extern "C" int kf_a();\nextern "C" int kf_answer() { return kf_a() + 2; }\n')
 
-    def load(name: str) -> dict:
+    def load(name: str, write: dict[Path, str] | None = None) -> dict:
         kwargs = {
             "name": "kf_two",
             "sources": [str(src / "a.cpp"), str(src / "b.cpp")],
@@ -159,12 +189,13 @@ def test_unchanged_translation_unit_is_reused(tmp_path):
             "build_directory": str(tmp_path / f"bd-{name}"),
         }
         Path(kwargs["build_directory"]).mkdir()
-        return _probe(tmp_path, cache, kwargs=kwargs, name=name, call="load")
+        return _spec(tmp_path, kwargs=kwargs, name=name, call="load", write=write)
 
-    first = load("1")
+    # Both builds in one process (see test_any_change_that_matters_misses_the_cache): the object reused is the one the
+    # first left in the cache on disk. b.cpp is edited between them.
+    edited_b = 'extern "C" int kf_a();\nextern "C" int kf_answer() { return kf_a() + 3; }\n'
+    first, second = _probes(tmp_path, cache, [load("1"), load("2", write={src / "b.cpp": edited_b})])
     assert first["value"] == 42 and first["records"][0]["objects_built"] == 2
-    (src / "b.cpp").write_text('extern "C" int kf_a();\nextern "C" int kf_answer() { return kf_a() + 3; }\n')
-    second = load("2")
     rec = second["records"][0]
     assert second["value"] == 43 and not rec["cached"]
     assert (rec["objects_built"], rec["objects_reused"]) == (1, 1), rec
