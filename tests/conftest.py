@@ -3,6 +3,7 @@ task's reference is computed once per test session."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,13 +20,25 @@ import pytest
 # that other processes need, and the same tests took a third more CPU time. Set it to run them otherwise.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
-
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm must not fetch its price list
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "corpus"
-HAS_CUDA = torch.cuda.is_available()
+
+
+@functools.cache
+def has_cuda() -> bool:
+    # torch is imported when first asked, not with this file: xdist's controller loads it too, and would spend
+    # its first seconds importing torch before it starts the workers, which import it again for their tests
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def __getattr__(name: str):  # `from conftest import HAS_CUDA`, in the test process that asks
+    if name == "HAS_CUDA":
+        return has_cuda()
+    raise AttributeError(name)
 
 
 # CI runs `-n 2 --dist loadgroup`: xdist hands out single tests (a file's tests may land on either
@@ -143,7 +156,7 @@ def pytest_collection_modifyitems(config, items):
     )
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device)")
     for item in items:
-        if "gpu" in item.keywords and not HAS_CUDA:
+        if "gpu" in item.keywords and not has_cuda():
             item.add_marker(skip_gpu)
 
 
