@@ -56,6 +56,10 @@ os.write(fd, (json.dumps({"type": "probe", **info}) + "\n").encode())
 """
 
 SECRET = "sk-zygote-test-do-not-leak"
+# The fork server that imports least (numpy, torch, the candidate worker's module; not Triton, the C++ extension
+# machinery or sympy, ~2 CPU-s less to start): for the tests of how fork servers and bases die and are replaced, which
+# hold for every kind. Each of those starts one or two anew.
+LIGHT = "torch"
 
 
 def _start(
@@ -75,8 +79,8 @@ def _start(
     )
 
 
-def _probe(tmp_path: Path, fork: bool, isolation: Isolation | None = None) -> dict:
-    child = _start(tmp_path, fork=fork, isolation=isolation)
+def _probe(tmp_path: Path, fork: bool, isolation: Isolation | None = None, **extra) -> dict:
+    child = _start(tmp_path, fork=fork, isolation=isolation, **extra)
     out = child.wait()
     assert child.forked is fork
     got = out.last("probe")
@@ -172,14 +176,14 @@ def test_a_childs_sandbox_notes_are_known_before_it_ends(tmp_path):
 
 
 def test_a_dead_zygote_ends_its_children_and_is_replaced(tmp_path):
-    child = _start(tmp_path, fork=True, code="import time; time.sleep(60)")
+    child = _start(tmp_path, fork=True, code="import time; time.sleep(60)", fork_kind=LIGHT)
     z = next(z for z in zygote._zygotes.values() if z.alive and child.proc.pid in z._procs)
     assert z.pid is not None
     os.kill(z.pid, signal.SIGKILL)
     t0 = time.monotonic()
     out = child.wait()
     assert out.returncode is not None and out.returncode < 0 and time.monotonic() - t0 < 10
-    again = _probe(tmp_path, True)  # a new zygote starts
+    again = _probe(tmp_path, True, fork_kind=LIGHT)  # a new zygote starts
     assert again["preloaded"]
     assert any(z.alive and z.pid != child.proc.pid for z in zygote._zygotes.values())
 
@@ -198,7 +202,7 @@ def test_a_forked_worker_dies_with_its_judge(tmp_path):
         d = {str(tmp_path)!r}
         code = "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
         run_child([sys.executable, "-c", code], cwd=d, env=scrubbed_env({{"HOME": d, "TMPDIR": d}}), limits=Limits(wall_s=120),
-                  isolation=Isolation.off(), fork=True)
+                  isolation=Isolation.off(), fork=True, fork_kind={LIGHT!r})
         """),
         ]
     )
@@ -294,14 +298,14 @@ def test_a_judges_fork_servers_are_forked_from_one_base_that_imported_torch(tmp_
 
 
 def test_a_dead_base_ends_its_fork_servers_and_the_next_worker_starts_from_a_new_one(tmp_path):
-    child = _start(tmp_path, fork=True, code="import time; time.sleep(60)")
+    child = _start(tmp_path, fork=True, code="import time; time.sleep(60)", fork_kind=LIGHT)
     z = next(z for z in zygote._zygotes.values() if z.alive and child.proc.pid in z._procs)
     assert z.pid is not None
     base = _parent(z.pid)
     os.kill(base, signal.SIGKILL)
     out = child.wait()
     assert out.returncode is not None and out.returncode < 0
-    assert _probe(tmp_path, True)["preloaded"]
+    assert _probe(tmp_path, True, fork_kind=LIGHT)["preloaded"]
     fresh = [z for z in zygote._zygotes.values() if z.alive and z.pid is not None]
     assert fresh and all(_parent(z.pid) != base for z in fresh)
 
@@ -325,11 +329,11 @@ def test_a_base_that_cannot_start_leaves_the_fork_server_to_start_by_exec(tmp_pa
 def test_shutdown_ends_every_fork_server_and_base_of_the_process(tmp_path):
     """Closing this side ends the peer even while a reader thread is blocked on the socket (a close alone did not:
     the fork servers lived on until the judge's process exited)."""
-    assert _probe(tmp_path, True)["preloaded"]
+    assert _probe(tmp_path, True, fork_kind=LIGHT)["preloaded"]
     pids = [z.pid for z in zygote._zygotes.values() if z.alive and z.pid is not None]
     pids += [b.proc.pid for b in zygote._bases.values() if b.alive]
     assert pids
     zygote.shutdown()
     deadline = time.monotonic() + 30
     assert [p for p in pids if not wait_gone(p, max(0.0, deadline - time.monotonic()))] == []
-    assert _probe(tmp_path, True)["preloaded"]  # the next worker starts a new one
+    assert _probe(tmp_path, True, fork_kind=LIGHT)["preloaded"]  # the next worker starts a new one
