@@ -142,13 +142,13 @@ def _child(spec_path: str) -> None:
         os.write(fd, (json.dumps(msg, default=str) + "\n").encode())
 
     try:
-        import torch
-
         spec = json.loads(Path(spec_path).read_text())
         mspec = importlib.util.spec_from_file_location("kernelfix_task", spec["task_path"])
         mod = importlib.util.module_from_spec(mspec)
         sys.modules["kernelfix_task"] = mod
         mspec.loader.exec_module(mod)
+        import torch  # after the task's own imports (torch among them): a task that fails to import says so at once
+
         torch.manual_seed(0)
         model = mod.Model(*mod.get_init_inputs()).eval()
         inputs = list(mod.get_inputs())
