@@ -143,6 +143,7 @@ _WRITER = """
 import hashlib, os, sys
 from kernelfix.base import atomic
 path, n = sys.argv[1], 0
+print("ready", flush=True)
 while True:
     n += 1
     body = os.urandom(1 << 21)
@@ -153,6 +154,7 @@ _APPENDER = """
 import json, os, sys
 from kernelfix.base import atomic
 n = 0
+print("ready", flush=True)
 while True:
     n += 1
     atomic.append_line(sys.argv[1], json.dumps({"n": n, "pad": "x" * 200000}), fsync=n % 4 == 0)
@@ -161,10 +163,16 @@ while True:
 
 def _kill_at_random(script: str, path: Path, rounds: int, rng: random.Random) -> None:
     for _ in range(rounds):
-        p = subprocess.Popen([sys.executable, "-c", script, str(path)])
-        time.sleep(0.15 + rng.random() * 0.35)  # import time, then anywhere in the write loop
+        p = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE)
+        assert p.stdout is not None
+        # Killed anywhere in its first writes (a write of the checkpoint takes ~50 ms, an append ~4 ms), once it says
+        # its imports are done: a fixed guess at its import time missed the loop on a loaded machine, and the log grew
+        # (and was read back whole after each kill) for as long as the guess was too long.
+        p.stdout.readline()
+        time.sleep(rng.random() * 0.25)
         p.send_signal(signal.SIGKILL)
         p.wait()
+        p.stdout.close()
         yield
 
 
