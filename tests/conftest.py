@@ -62,6 +62,7 @@ GROUPED_FILES = (
     "test_hf_kernels.py",  # its captured tasks
     "test_corpus.py",  # the corpus's verdicts (`verdicts`), which test_correctness_checks reads too
     "test_correctness_checks.py",
+    "test_zygote.py",  # its fork servers of the full preload, started once rather than on each worker
 )
 # Grouped files that share a session-scoped fixture go to one worker together, so it is made once: `verdicts` is per
 # worker, and the Triton cases both files judge (the linear ones, about 20 s each in the interpreter) were judged twice.
@@ -88,8 +89,9 @@ LONGEST = {
     "test_profile_stage.py": 35,
     "test_batch.py::test_batch_killed_then_rerun_skips_finished_and_resumes_unfinished": 34,
     "test_tune.py::test_tune_on_the_cpu_then_again": 30,
-    "test_build.py::test_any_change_that_matters_misses_the_cache": 30,
+    "test_build.py::test_any_change_that_matters_misses_the_cache": 10,
     "test_agent_cli.py::test_demo_killed_mid_turn_resumes_without_losing_a_turn": 28,
+    "test_zygote.py": 25,
     "test_knowledge.py": 23,
     "test_terminal.py": 20,
     "test_lint_types.py::test_mypy_finds_nothing": 17,
