@@ -202,7 +202,7 @@ _INTERPRET = r"""
 import importlib.util, json, sys, traceback
 import torch
 from kernelfix.tools.workers.candidate.interpreter import patch_once
-assert patch_once()  # the interpreter as the candidate worker runs it on a machine without a GPU
+patch_once()  # the interpreter as the candidate worker runs it on a machine without a GPU
 KN = sys.argv[1]
 g = torch.Generator().manual_seed(0)
 def rn(*s, dtype=torch.float32):
