@@ -190,6 +190,29 @@ def measure(path: Path, config: JudgeConfig, *, gate: _MemoryGate | None = None,
     return row
 
 
+def _torch_version() -> str:
+    """``torch.__version__``, without importing torch into this process where it is not loaded yet (seconds of CPU: the
+    judge's workers import it, and a resumed run measures nothing): the string torch's ``torch/version.py`` sets, which
+    is what ``torch.__version__`` holds, read as text."""
+    import importlib.util
+    import re
+    import sys
+
+    if "torch" not in sys.modules:
+        spec = importlib.util.find_spec("torch")
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            try:
+                text = (Path(root) / "version.py").read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            found = re.search(r"""^__version__(?:\s*:\s*str)?\s*=\s*['"]([^'"\\]+)['"]\s*$""", text, re.M)
+            if found:
+                return found.group(1)
+    import torch  # already loaded, or no version.py to read: torch itself
+
+    return str(torch.__version__)
+
+
 def run(
     paths: list[Path],
     config: JudgeConfig,
@@ -201,12 +224,10 @@ def run(
 ) -> BaselineReport:
     """Every task's row, ``workers`` at a time; rows already in ``out`` (same task file, same
     settings) are kept, not measured again. ``on_row(row, resumed)`` as each one lands."""
-    import torch
-
     from kernelfix.tools.judge import resolve_device
 
     device, _ = resolve_device(config.device)
-    report = BaselineReport(device=device, settings=settings(config), torch=torch.__version__)
+    report = BaselineReport(device=device, settings=settings(config), torch=_torch_version())
     if out is not None and out.exists():
         try:
             old = BaselineReport.model_validate_json(out.read_text())
@@ -248,6 +269,8 @@ def run(
             with lock:
                 report.rows = [r for r in report.rows if r.path != row.path] + [row]
                 if device == "cuda" and report.gpu is None and row.eager is not None:
+                    import torch
+
                     report.gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
                 if out is not None:
                     atomic.write_json(out, report)
