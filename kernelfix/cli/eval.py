@@ -112,7 +112,9 @@ def _start_fork_servers(args: argparse.Namespace, cfg) -> None:
     """The fork servers of the judge this command makes, started before it imports the judge: their imports
     (torch: 3 s on the H100's host) are the cold eval's longest wait, the judge's own modules a fraction of a second
     (docs/service.md, "A cold eval with a cached CUDA build"). Only a .py candidate names its kind here (a reply's
-    code is extracted by the judge); the task's name picks its config overrides, as the judge's does."""
+    code is extracted by the judge); the task's name picks its config overrides, as the judge's does. A .py that the
+    judge stops before it runs (a syntax error, no ModelNew: tools/candidate.py) starts the reference's alone."""
+    from kernelfix.tools.candidate import check_code
     from kernelfix.tools.handles.sandboxing import start_fork_servers
     from kernelfix.tools.task import Task, TaskError
 
@@ -124,4 +126,6 @@ def _start_fork_servers(args: argparse.Namespace, cfg) -> None:
         code = path.read_text(encoding="utf-8") if path.suffix == ".py" else None
     except (TaskError, OSError, UnicodeDecodeError):
         return
+    if code is not None and check_code(code).failure is not None:
+        code = None  # no worker of the candidate's will run: no fork server for one
     start_fork_servers(cfg.for_task(task.name), code)
