@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import ok_eval
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "tests/corpus/tasks/relu.py"
@@ -26,8 +27,10 @@ def test_help_explains_commands_and_exit_codes():
     assert out.returncode == 0 and "ModelNew" in out.stdout and "--json" in out.stdout
 
 
-def test_ok_verdict_as_json_exits_zero():
-    out = kernelfix("eval", str(TASK), str(CANDS / "triton_relu_ok.py"), "--device", "cpu", "--json")
+def test_ok_verdict_as_json_exits_zero(tmp_path_factory):
+    # `kernelfix eval relu.py triton_relu_ok.py --device cpu --json`, run once for this test and test_cli_imports.py's
+    # (which reads the modules the same process loaded): one judge's start, not two
+    out = ok_eval(tmp_path_factory)
     assert out.returncode == 0, out.stderr
     v = json.loads(out.stdout)
     for field in (

@@ -12,22 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import WRAPPER, ok_eval
 
 from kernelfix.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = {"litellm", "langgraph", "textual", "torch"}
-
-# Runs in the child: sys.argv[1] is where to write the loaded modules, the rest is kernelfix's argv.
-# The module list is written at exit, so it holds everything the command imported on its way.
-WRAPPER = """
-import atexit, json, sys
-out, argv = sys.argv[1], sys.argv[2:]
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
-sys.argv = ["kernelfix", *argv]
-import runpy
-runpy.run_module("kernelfix", run_name="__main__", alter_sys=True)  # python -m kernelfix ARGV
-"""
 
 HELPS = """
 import contextlib, io, json, sys
@@ -78,23 +68,14 @@ def test_help_loads_no_heavy_library(argv, tmp_path):
     assert not _top_level(loaded) & HEAVY, sorted(_top_level(loaded) & HEAVY)
 
 
-def test_a_real_eval_loads_no_heavy_library_in_the_parent(tmp_path):
+def test_a_real_eval_loads_no_heavy_library_in_the_parent(tmp_path_factory):
     """The judge's workers (separate processes) import torch; the process the user started does not."""
-    out = tmp_path / "modules.json"
-    done = _child(
-        WRAPPER,
-        out,
-        "eval",
-        "examples/tasks/relu.py",
-        "examples/candidates/relu_triton.py",
-        "--device",
-        "cpu",
-        "--json",
-        timeout=300,
-    )
+    # `kernelfix eval` of the corpus's correct ReLU kernel with --json, its modules written at exit: the same command
+    # test_cli.py reads the verdict of, run once for both (cli_support.ok_eval)
+    done = ok_eval(tmp_path_factory)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["category"] == "ok"  # the judge ran: this is past argument parsing
-    loaded = json.loads(out.read_text())
+    loaded = done.modules
     assert "kernelfix.tools.judge" in loaded
     assert not _top_level(loaded) & HEAVY, sorted(_top_level(loaded) & HEAVY)
 
