@@ -97,7 +97,12 @@ def test_headless_output_and_exit_code_when_nothing_is_found(tmp_path, capsys):
         (["optimize", "no/such/task.py", "--model", "replay:x.jsonl"], "task file not found"),
         (["optimize", str(TASK), "--model", "replay:/no/such.jsonl"], "cannot read replay file"),
         (["optimize", str(TASK)], "no model"),
-        (["optimize", str(TASK), "--model", "nosuchprovider/m"], "cannot route model"),
+        pytest.param(
+            ["optimize", str(TASK), "--model", "nosuchprovider/m"],
+            "cannot route model",
+            # litellm routes it (an import of seconds): on the worker that imports litellm for test_agent_models
+            marks=pytest.mark.xdist_group("litellm"),
+        ),
         (
             ["optimize", str(TASK), "--model", "openai/gpt-4o-mini", "--api-key-env", "KERNELFIX_TEST_UNSET_KEY"],
             "KERNELFIX_TEST_UNSET_KEY",

@@ -128,7 +128,12 @@ def test_width_per_task_and_a_search_in_the_report(tmp_path):
     "args,needle",
     [
         (["tests/corpus/tasks/relu.py"], "no model"),
-        (["tests/corpus/tasks/relu.py", "--model", "nosuchprovider/m"], "cannot route model"),
+        pytest.param(
+            ["tests/corpus/tasks/relu.py", "--model", "nosuchprovider/m"],
+            "cannot route model",
+            # litellm routes it (an import of seconds): on the worker that imports litellm for test_agent_models
+            marks=pytest.mark.xdist_group("litellm"),
+        ),
         (["tests/corpus/tasks/relu.py", "--model", "replay:/no/such/dir/"], "no replay file"),
         (["tests/corpus/tasks/missing_inputs.py", "--model", "replay:examples/replays/relu.jsonl"], "lacks get_inputs"),
         (
@@ -347,14 +352,15 @@ def lease_holds(log: Path) -> list[dict]:
     return holds
 
 
-def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path, monkeypatch):
+def test_judge_takes_the_lease_for_gpu_stages_only(tmp_path):
     """The reference's trials and the candidate's trials run under the GPU's lock; the candidate's build does not.
     (On the CPU there is no lease; one is put in by hand, and its hold log is the record.)"""
     from kernelfix.tools.gpu.lease import DeviceLease
     from kernelfix.tools.handles import sandboxing
     from kernelfix.tools.judge import Judge
 
-    monkeypatch.setenv("KERNELFIX_CACHE", str(tmp_path / "cache"))
+    # The run's cache (conftest's), not one of its own: the lease is this test's (below), and a cache of its own made
+    # its judge start fork servers of its own (they are keyed by the cache), importing torch from source (seconds).
     assert sandboxing.env("candidate", tmp_path / "w", "cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"
     with Judge(TASK, JudgeConfig(device="cpu", trials=2, input_variants=[]), workdir=tmp_path / "j") as j:
         j._share.device_lease = DeviceLease(tmp_path / "locks", "3")
