@@ -8,6 +8,8 @@ tests/test_capture_shapes.py (its interpreter on the CPU) and the GPU tests at t
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
 
 import pytest
@@ -18,6 +20,21 @@ from test_capture_swap import KERNEL, _capture, _session
 import kernelfix
 from kernelfix.capture.calls import call_key
 from kernelfix.capture.errors import CallMismatch
+
+
+@contextlib.contextmanager
+def _bench_on_path():
+    """bench/ (not a package) on sys.path while its modules are imported, then sys.path as it was: a judge started
+    later in this process keys its fork servers by sys.path (kernelfix.sandbox.zygote), and a lasting change here (one
+    more entry per test that inserted it) had the next judge start new ones."""
+    from test_capture_swap import ROOT
+
+    saved = sys.path[:]
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 @pytest.fixture(scope="module")
@@ -172,12 +189,9 @@ def test_a_triton_kernel_is_traced_not_an_opaque_operator(tmp_path):
     import json
     import os
     import subprocess
-    import sys
 
-    from test_capture_swap import ROOT
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from swap_cost import SCRIPT, kernel_source
+    with _bench_on_path():
+        from swap_cost import SCRIPT, kernel_source
 
     (tmp_path / "user.py").write_text(SCRIPT)
     (tmp_path / "best.py").write_text(kernel_source("triton"))
@@ -214,18 +228,14 @@ def test_a_triton_kernel_is_traced_not_an_opaque_operator(tmp_path):
 
 def _gpu_session(tmp_path, kind: str):
     """A ReLU captured on the GPU at two shapes, and a session whose best.py is bench/swap_cost.py's `kind` kernel."""
-    import sys
-
-    from test_capture_swap import ROOT
-
     from kernelfix.agent.agent_config import AgentConfig
     from kernelfix.agent.session_dir import SessionDir
     from kernelfix.capture.pipeline import capture
     from kernelfix.tools.config import JudgeConfig
     from kernelfix.tools.task import Task
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    from swap_cost import SCRIPT, kernel_source
+    with _bench_on_path():
+        from swap_cost import SCRIPT, kernel_source
 
     script, task, session = tmp_path / "user.py", tmp_path / "act.py", tmp_path / f"session_{kind}"
     script.write_text(SCRIPT)
@@ -349,12 +359,8 @@ def test_a_compiled_swap_adds_no_graph_node_and_no_python_guard(swapped_session)
     """What a traced swap costs a compiled call above its kernel's own is guards only: the same graph,
     node for node, and no guard that Dynamo evaluates in Python (an object-aliasing guard, from reading
     the torch module through a second module, cost one a call; bench/swap_cost_explain.py shows it)."""
-    import sys
-
-    from test_capture_swap import ROOT
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from swap_cost_explain import guard_kinds, python_guards
+    with _bench_on_path():  # swap_cost_explain puts bench/ on sys.path itself
+        from swap_cost_explain import guard_kinds, python_guards
 
     session, model = swapped_session
     swapped = kernelfix.load_best(session, model.inner)
