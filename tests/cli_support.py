@@ -44,17 +44,22 @@ class Done:
     modules: list[str]
 
 
-def run_recording_modules(out: Path, *argv: str, timeout: float = 300) -> Done:
-    """`python -m kernelfix ARGV` in a new process, from the repository's root; its modules are written to ``out``."""
+def child(code: str, out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -c CODE OUT ARGS`` from the repository's root, as a user's shell would start it."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    done = subprocess.run(
-        [sys.executable, "-c", WRAPPER, str(out), *argv],
+    return subprocess.run(
+        [sys.executable, "-c", code, str(out), *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def run_recording_modules(out: Path, *argv: str, timeout: float = 300) -> Done:
+    """`python -m kernelfix ARGV` in a new process, from the repository's root; its modules are written to ``out``."""
+    done = child(WRAPPER, out, *argv, timeout=timeout)
     modules = json.loads(out.read_text()) if out.exists() else []
     return Done(done.returncode, done.stdout, done.stderr, modules)
 

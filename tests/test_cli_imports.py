@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from cli_support import WRAPPER, ok_eval
+from cli_support import child as _child
 
 from kernelfix.cli import build_parser, main
 
@@ -34,18 +32,6 @@ for name in names:
     results[name] = [code, buf.getvalue()]
 json.dump({"results": results, "modules": sorted(sys.modules)}, open(out, "w"))
 """
-
-
-def _child(code: str, out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return subprocess.run(
-        [sys.executable, "-c", code, str(out), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _top_level(modules: list[str]) -> set[str]:
