@@ -4,6 +4,7 @@ through the fused kernels (Triton's interpreter, chunks of two blocks); prints {
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -159,7 +160,8 @@ def count_swaps() -> dict[str, int]:
         return launch(self, *args, **kwargs)
 
     triton_interpreter._patch_lang = counted_swap  # under patch_once: the swaps it lets through
-    counts["patched"] = int(patch_once())
+    # bench/interpreter_swaps.py runs this once as Triton ships its interpreter too, for the figure in docs/judge.md
+    counts["patched"] = int(os.environ.get("FUSED_CASES_PLAIN_INTERPRETER") != "1" and patch_once())
     launch = triton_interpreter.GridExecutor.__call__  # over it: every launch
     triton_interpreter.GridExecutor.__call__ = counted_launch
     return counts
