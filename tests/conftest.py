@@ -35,12 +35,6 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def __getattr__(name: str):  # `from conftest import HAS_CUDA`, in the test process that asks
-    if name == "HAS_CUDA":
-        return has_cuda()
-    raise AttributeError(name)
-
-
 # CI runs `-n 2 --dist loadgroup`: xdist hands out single tests (a file's tests may land on either
 # worker), except the files below, whose tests share a module-scoped fixture (a Ray cluster, a
 # judge, exported files) or depend on an earlier test of the file: each goes whole to one worker.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import HAS_CUDA
+from conftest import has_cuda
 
 from kernelfix.tools.config import JudgeConfig
 from kernelfix.tools.judge import Judge
@@ -62,7 +62,7 @@ def test_geometric_mean_ranks():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU")
 def test_each_shape_is_timed_on_the_gpu(tmp_path_factory):
     with _judge(tmp_path_factory, "cuda") as j:
         v = j.evaluate((HERE / "softmax_any_width.py").read_text())
